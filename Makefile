@@ -1,0 +1,85 @@
+# gpu-health: `make up` runs the pipeline locally, `make test` passes the tests.
+# Everything that needs installing (JDK-run Kafka jars, TimescaleDB build,
+# Python venv) is installed on first use and cached in $(GPUHEALTH_CACHE).
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+export GPUHEALTH_CACHE ?= $(HOME)/.cache/gpu-health
+VENV ?= $(GPUHEALTH_CACHE)/venv
+PY := $(VENV)/bin/python
+export PYTHONPATH := $(CURDIR)
+export GPUHEALTH_VENV := $(VENV)
+PYTEST_ARGS ?=
+TOPIC ?= gpu-metrics-raw
+ARGS ?=
+
+.PHONY: help venv services services-down services-status migrate topics up down \
+        test test-unit test-integration lint format bench \
+        kafka-console-consumer kafka-topics kafka-consumer-groups psql
+
+help: ## list the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-24s %s\n", $$1, $$2}'
+
+venv: ## create/update the Python virtual environment (cached, keyed by pyproject.toml)
+	@scripts/pyenv.sh >/dev/null
+
+services: ## start Kafka (KRaft) and PostgreSQL+TimescaleDB natively, wait until healthy
+	@scripts/services.sh start
+
+services-down: ## stop Kafka and PostgreSQL
+	@scripts/services.sh stop
+
+services-status: ## show whether Kafka and PostgreSQL are up
+	@scripts/services.sh status
+
+migrate: venv ## apply schema/*.sql migrations (each once)
+	@$(PY) -m shared.migrate
+
+topics: venv ## create the project's Kafka topics (idempotent)
+	@$(PY) -m shared.topics
+
+up: services migrate topics ## run the whole pipeline locally
+	@echo
+	@echo "gpu-health is up:"
+	@scripts/services.sh status
+	@echo "  topics:    bin/kafka-topics --list"
+	@echo "  watch:     make kafka-console-consumer TOPIC=gpu-metrics-raw"
+	@echo "  database:  make psql"
+	@echo "  stop:      make down"
+
+down: ## stop everything `make up` started
+	@scripts/services.sh stop
+
+test: services venv ## start the services, then run the whole test suite
+	@$(PY) -m pytest $(PYTEST_ARGS)
+
+test-unit: venv ## unit tests only (no services needed)
+	@$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+test-integration: services venv ## integration tests only (real Kafka + TimescaleDB)
+	@$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+
+lint: venv ## ruff (lint + format check) and mypy
+	@$(VENV)/bin/ruff check .
+	@$(VENV)/bin/ruff format --check .
+	@$(VENV)/bin/mypy
+
+format: venv ## apply ruff's formatting and safe fixes
+	@$(VENV)/bin/ruff format .
+	@$(VENV)/bin/ruff check --fix .
+
+bench: services venv ## run every benchmark in bench/ (prints figures next to their baselines)
+	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) "$$b"; done
+
+kafka-console-consumer: ## read a topic: make kafka-console-consumer TOPIC=gpu-events ARGS=--from-beginning
+	@bin/kafka-console-consumer --topic $(TOPIC) --formatter-property print.key=true $(ARGS)
+
+kafka-topics: ## list the broker's topics (ARGS to override, e.g. ARGS="--describe --topic gpu-events")
+	@bin/kafka-topics $(if $(ARGS),$(ARGS),--list)
+
+kafka-consumer-groups: ## list consumer groups with their lag
+	@bin/kafka-consumer-groups $(if $(ARGS),$(ARGS),--describe --all-groups)
+
+psql: ## open psql on the local gpu_health database
+	@source scripts/env.sh && PGPASSWORD=$$GPUHEALTH_DB_PASSWORD psql -h 127.0.0.1 -p $$GPUHEALTH_PG_PORT -U $$GPUHEALTH_DB_USER $$GPUHEALTH_DB_NAME $(ARGS)

@@ -1,0 +1,41 @@
+"""Helpers for benchmarks: timing, throwaway topics, one printed line per figure."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from shared.config import KafkaSettings
+from shared.kafka import make_admin
+from shared.topics import TopicSpec, ensure_topics
+
+
+def best_of(runs: int, fn: Callable[[], object]) -> float:
+    """The fastest of `runs` wall-clock timings of fn(), in seconds (least disturbed by noise)."""
+    timings = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        timings.append(time.perf_counter() - start)
+    return min(timings)
+
+
+def report(name: str, value: float, unit: str, baseline_name: str, baseline: float) -> None:
+    """One line: the figure, its same-run baseline, and the ratio."""
+    ratio = value / baseline if baseline else float("inf")
+    print(
+        f"{name}: {value:,.1f} {unit}  |  {baseline_name}: {baseline:,.1f} {unit}  |  ratio {ratio:.2f}"
+    )
+
+
+@contextmanager
+def scratch_topic(settings: KafkaSettings, partitions: int = 6) -> Iterator[str]:
+    admin = make_admin(settings)
+    name = f"bench-{uuid.uuid4().hex[:10]}"
+    ensure_topics(admin, [TopicSpec(name=name, partitions=partitions, replication_factor=1)])
+    try:
+        yield name
+    finally:
+        admin.delete_topics([name])[name].result()

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Creates (once) and prints the path of the project's Python virtual environment.
+#
+# The venv lives in the cache, outside the checkout, so a fresh clone (what CI
+# runs) reuses it. It is rebuilt only when pyproject.toml's dependency lists
+# change. The project itself is not installed
+# into it; the Makefile runs everything with PYTHONPATH at the checkout, so the
+# code under test is always the code in the working tree.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+cache=${GPUHEALTH_CACHE:-$HOME/.cache/gpu-health}
+venv=${GPUHEALTH_VENV:-$cache/venv}
+python=${PYTHON:-python3}
+# The dependency lists come from pyproject.toml, the one place they are written;
+# the stamp is their hash, so editing tool settings there does not rebuild.
+requirements=$("$python" - "$here/pyproject.toml" <<'PY'
+import sys, tomllib
+project = tomllib.load(open(sys.argv[1], "rb"))["project"]
+print("\n".join(project["dependencies"] + project["optional-dependencies"]["dev"]))
+PY
+)
+stamp_want=$(echo "$requirements" | sha256sum | cut -c1-16)
+
+if [[ -x $venv/bin/python && -f $venv/.stamp && $(cat "$venv/.stamp") == "$stamp_want" ]]; then
+  echo "$venv"
+  exit 0
+fi
+
+mkdir -p "$cache"
+echo "pyenv: installing Python dependencies into $venv" >&2
+"$python" -m venv "$venv" >&2
+"$venv/bin/python" -m pip install -q --upgrade pip >&2
+echo "$requirements" > "$venv/requirements.txt"
+"$venv/bin/python" -m pip install -q -r "$venv/requirements.txt" >&2
+echo "$stamp_want" > "$venv/.stamp"
+echo "$venv"

@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# The native stack: a real Apache Kafka broker (KRaft, no ZooKeeper) and
+# PostgreSQL 15 with TimescaleDB, both on loopback, both idempotent.
+#
+#   services.sh start [kafka|postgres]   start what is not running, wait until healthy
+#   services.sh stop  [kafka|postgres]   stop what this script started
+#   services.sh status                    exit 0 when both are up
+#
+# Kafka runs from Maven Central jars with the machine's JDK; PostgreSQL is the
+# Debian build plus TimescaleDB compiled by install-timescaledb.sh. Data, logs
+# and pid files live under $GPUHEALTH_RUN (see env.sh), never in the checkout.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+# shellcheck source=env.sh
+source "$here/env.sh"
+
+log() { echo "services: $*" >&2; }
+die() { log "$*"; exit 1; }
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+wait_for() { # wait_for SECONDS DESCRIPTION COMMAND...
+  local deadline=$((SECONDS + $1)) what=$2; shift 2
+  until "$@"; do
+    ((SECONDS < deadline)) || return 1
+    sleep 0.5
+  done
+  log "$what is up"
+}
+
+# ---------------------------------------------------------------- Kafka
+kafka_dir=$GPUHEALTH_RUN/kafka
+kafka_pidfile=$kafka_dir/kafka.pid
+
+kafka_jars() {
+  [[ -f $GPUHEALTH_KAFKA_LIB/.complete ]] && return 0
+  command -v mvn >/dev/null || die "Maven (mvn) is needed to fetch the Kafka jars"
+  log "fetching Apache Kafka $GPUHEALTH_KAFKA_VERSION jars from Maven Central"
+  rm -rf "$GPUHEALTH_KAFKA_LIB"
+  mvn -q -B -Dstyle.color=never -f "$root/deploy/kafka/pom.xml" dependency:copy-dependencies \
+    -DincludeScope=runtime -Dkafka.version="$GPUHEALTH_KAFKA_VERSION" \
+    -DoutputDirectory="$GPUHEALTH_KAFKA_LIB" >&2
+  local versions
+  versions=$(find "$GPUHEALTH_KAFKA_LIB" -name 'kafka*.jar' -printf '%f\n' | grep -oE '[0-9]+\.[0-9]+\.[0-9]+\.jar$' | sort -u)
+  [[ $versions == "$GPUHEALTH_KAFKA_VERSION.jar" ]] || die "org.apache.kafka jars disagree on their version: $versions"
+  touch "$GPUHEALTH_KAFKA_LIB/.complete"
+}
+
+kafka_running() {
+  [[ -f $kafka_pidfile ]] && kill -0 "$(cat "$kafka_pidfile")" 2>/dev/null &&
+    grep -q kafka.Kafka "/proc/$(cat "$kafka_pidfile")/cmdline" 2>/dev/null
+}
+
+kafka_start() {
+  if kafka_running; then
+    port_open "$GPUHEALTH_KAFKA_PORT" && { log "kafka already running (pid $(cat "$kafka_pidfile"))"; return 0; }
+    wait_for 90 "kafka" port_open "$GPUHEALTH_KAFKA_PORT" || die "kafka pid $(cat "$kafka_pidfile") is not listening"
+    return 0
+  fi
+  port_open "$GPUHEALTH_KAFKA_PORT" && die "port $GPUHEALTH_KAFKA_PORT is taken by another process; set GPUHEALTH_KAFKA_PORT"
+  command -v java >/dev/null || die "a JDK (java 17+) is needed to run Kafka"
+  kafka_jars
+  mkdir -p "$kafka_dir/data" "$kafka_dir/logs"
+  cat > "$kafka_dir/server.properties" <<PROPS
+# Written by scripts/services.sh at every start; edit env.sh variables instead.
+process.roles=broker,controller
+node.id=1
+controller.quorum.bootstrap.servers=127.0.0.1:$GPUHEALTH_KAFKA_CONTROLLER_PORT
+listeners=PLAINTEXT://127.0.0.1:$GPUHEALTH_KAFKA_PORT,CONTROLLER://127.0.0.1:$GPUHEALTH_KAFKA_CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$GPUHEALTH_KAFKA_PORT
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs=$kafka_dir/data
+# One broker: internal topics cannot be replicated.
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+# Topics are created by \`python -m shared.topics\` with their configured partitions
+# and retention; a typo in a topic name must not silently create a new topic.
+auto.create.topics.enable=false
+num.partitions=6
+PROPS
+  local java=(java -Xms256m "-Xmx$GPUHEALTH_KAFKA_HEAP" -XX:+UseG1GC -Djava.awt.headless=true
+              "-Dkafka.logs.dir=$kafka_dir/logs"
+              "-Dlog4j2.configurationFile=$root/deploy/kafka/log4j2.properties"
+              -cp "$GPUHEALTH_KAFKA_LIB/*")
+  if [[ ! -f $kafka_dir/data/meta.properties ]]; then
+    [[ -f $kafka_dir/cluster.id ]] || "${java[@]}" kafka.tools.StorageTool random-uuid > "$kafka_dir/cluster.id"
+    log "formatting KRaft storage (cluster $(cat "$kafka_dir/cluster.id"))"
+    "${java[@]}" kafka.tools.StorageTool format -t "$(cat "$kafka_dir/cluster.id")" \
+      -c "$kafka_dir/server.properties" --standalone >"$kafka_dir/logs/format.out" 2>&1 ||
+      { cat "$kafka_dir/logs/format.out" >&2; die "kafka storage format failed"; }
+  fi
+  log "starting kafka $GPUHEALTH_KAFKA_VERSION on $GPUHEALTH_KAFKA_BOOTSTRAP"
+  setsid nohup "${java[@]}" kafka.Kafka "$kafka_dir/server.properties" \
+    >"$kafka_dir/logs/kafka.out" 2>&1 </dev/null &
+  echo $! > "$kafka_pidfile"
+  wait_for 120 "kafka" port_open "$GPUHEALTH_KAFKA_PORT" ||
+    { tail -n 30 "$kafka_dir/logs/kafka.out" "$kafka_dir/logs/server.log" >&2 || true; die "kafka did not come up"; }
+}
+
+kafka_stop() {
+  if ! kafka_running; then log "kafka is not running"; rm -f "$kafka_pidfile"; return 0; fi
+  local pid; pid=$(cat "$kafka_pidfile")
+  log "stopping kafka (pid $pid)"
+  kill -TERM "$pid"
+  local deadline=$((SECONDS + 60))
+  while kill -0 "$pid" 2>/dev/null; do
+    if ((SECONDS >= deadline)); then log "kafka did not stop in 60 s; killing it"; kill -KILL "$pid"; fi
+    sleep 0.5
+  done
+  rm -f "$kafka_pidfile"
+}
+
+# ---------------------------------------------------------------- PostgreSQL
+pg_sock=$GPUHEALTH_PG_DATA/../socket
+
+as_pg() { if [[ $(id -u) -eq 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+
+pg_running() { [[ -f $GPUHEALTH_PG_DATA/PG_VERSION ]] && as_pg "$GPUHEALTH_PG_BIN/pg_ctl" -D "$GPUHEALTH_PG_DATA" status >/dev/null 2>&1; }
+
+pg_psql() { PGOPTIONS="-c client_min_messages=warning" as_pg "$GPUHEALTH_PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$pg_sock" -p "$GPUHEALTH_PG_PORT" -U postgres "$@"; }
+
+postgres_start() {
+  "$here/install-timescaledb.sh"
+  if ! pg_running; then
+    if [[ ! -f $GPUHEALTH_PG_DATA/PG_VERSION ]]; then
+      log "initialising a private cluster in $GPUHEALTH_PG_DATA"
+      mkdir -p "$GPUHEALTH_PG_DATA" "$pg_sock"
+      [[ $(id -u) -eq 0 ]] && chown postgres:postgres "$GPUHEALTH_PG_DATA" "$pg_sock"
+      chmod 700 "$GPUHEALTH_PG_DATA" "$pg_sock"
+      # Local socket: trust, because the socket folder is private (0700) to the
+      # cluster's owner; TCP: passwords (scram-sha-256).
+      as_pg "$GPUHEALTH_PG_BIN/initdb" -D "$GPUHEALTH_PG_DATA" -U postgres -E UTF8 --locale=C.UTF-8 \
+        --auth-local=trust --auth-host=scram-sha-256 >/dev/null
+      echo "include 'gpu-health.conf'" | as_pg tee -a "$GPUHEALTH_PG_DATA/postgresql.conf" >/dev/null
+    fi
+    as_pg tee "$GPUHEALTH_PG_DATA/gpu-health.conf" >/dev/null <<CONF
+# Written by scripts/services.sh at every start.
+listen_addresses = '127.0.0.1'
+port = $GPUHEALTH_PG_PORT
+unix_socket_directories = '$(cd "$pg_sock" && pwd)'
+shared_preload_libraries = 'timescaledb'
+timescaledb.telemetry_level = off
+max_connections = 200
+shared_buffers = 256MB
+CONF
+    log "starting postgresql on 127.0.0.1:$GPUHEALTH_PG_PORT"
+    port_open "$GPUHEALTH_PG_PORT" && die "port $GPUHEALTH_PG_PORT is taken by another process; set GPUHEALTH_PG_PORT"
+    as_pg "$GPUHEALTH_PG_BIN/pg_ctl" -D "$GPUHEALTH_PG_DATA" -l "$GPUHEALTH_PG_DATA/server.log" -w -t 60 start >/dev/null ||
+      { tail -n 30 "$GPUHEALTH_PG_DATA/server.log" >&2; die "postgresql did not start"; }
+  else
+    log "postgresql already running"
+  fi
+  wait_for 60 "postgresql" "$GPUHEALTH_PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$GPUHEALTH_PG_PORT" || die "postgresql is not ready"
+  # Role, database and extension: idempotent, cheap, so done at every start.
+  pg_psql -d postgres -v user="$GPUHEALTH_DB_USER" -v pass="$GPUHEALTH_DB_PASSWORD" -v db="$GPUHEALTH_DB_NAME" <<'SQL'
+SELECT format('CREATE ROLE %I LOGIN CREATEROLE PASSWORD %L', :'user', :'pass')
+ WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = :'user') \gexec
+SELECT format('CREATE DATABASE %I OWNER %I', :'db', :'user')
+ WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = :'db') \gexec
+SQL
+  # TimescaleDB is not a trusted extension: the superuser creates it once, and
+  # the migrations' `CREATE EXTENSION IF NOT EXISTS` is then a no-op.
+  pg_psql -d "$GPUHEALTH_DB_NAME" -c 'CREATE EXTENSION IF NOT EXISTS timescaledb'
+  log "database $GPUHEALTH_DB_NAME ready: $(pg_psql -d "$GPUHEALTH_DB_NAME" -At -c \
+    "SELECT 'timescaledb ' || extversion || ', license ' || current_setting('timescaledb.license') FROM pg_extension WHERE extname = 'timescaledb'")"
+}
+
+postgres_stop() {
+  if ! pg_running; then log "postgresql is not running"; return 0; fi
+  log "stopping postgresql"
+  as_pg "$GPUHEALTH_PG_BIN/pg_ctl" -D "$GPUHEALTH_PG_DATA" -m fast -w stop >/dev/null
+}
+
+# ---------------------------------------------------------------- main
+cmd=${1:-status}; what=${2:-all}
+case $cmd in
+  start)
+    case $what in kafka) kafka_start ;; postgres) postgres_start ;; all) postgres_start; kafka_start ;; *) die "unknown service $what" ;; esac ;;
+  stop)
+    case $what in kafka) kafka_stop ;; postgres) postgres_stop ;; all) kafka_stop; postgres_stop ;; *) die "unknown service $what" ;; esac ;;
+  status)
+    rc=0
+    if kafka_running && port_open "$GPUHEALTH_KAFKA_PORT"; then echo "kafka     up   $GPUHEALTH_KAFKA_BOOTSTRAP (pid $(cat "$kafka_pidfile"))"; else echo "kafka     down"; rc=3; fi
+    if pg_running; then echo "postgres  up   127.0.0.1:$GPUHEALTH_PG_PORT/$GPUHEALTH_DB_NAME"; else echo "postgres  down"; rc=3; fi
+    exit $rc ;;
+  *) die "usage: services.sh start|stop|status [kafka|postgres]" ;;
+esac

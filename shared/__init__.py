@@ -1,0 +1,1 @@
+"""Code every gpu-health service shares: settings, errors, logging, Kafka, database, migrations."""

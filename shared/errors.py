@@ -1,0 +1,48 @@
+"""The project's exception tree: one root, one subclass per area."""
+
+from __future__ import annotations
+
+
+class GpuHealthError(Exception):
+    """Root of every error gpu-health raises on purpose."""
+
+
+class ConfigError(GpuHealthError):
+    """Settings are missing or invalid."""
+
+
+class KafkaError(GpuHealthError):
+    """A Kafka operation failed; `retriable` says whether trying again can help."""
+
+    def __init__(self, message: str, *, code: str | None = None, retriable: bool = False) -> None:
+        super().__init__(message)
+        self.code = code
+        self.retriable = retriable
+
+
+class KafkaUnavailableError(KafkaError):
+    """The brokers could not be reached in time."""
+
+
+class KafkaProduceError(KafkaError):
+    """A message could not be handed to, or was rejected by, the broker."""
+
+
+class KafkaTopicError(KafkaError):
+    """A topic could not be created or described."""
+
+
+class DatabaseError(GpuHealthError):
+    """A database operation failed."""
+
+
+class DatabaseUnavailableError(DatabaseError):
+    """The database could not be reached in time."""
+
+
+class MigrationError(DatabaseError):
+    """A schema migration is malformed, failed, or was edited after it was applied."""
+
+
+class ContractError(GpuHealthError):
+    """A message or value breaks the project's data contract."""

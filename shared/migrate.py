@@ -1,0 +1,145 @@
+"""Schema migrations: apply `schema/NNNN_name.sql` in order, each exactly once.
+
+Applied versions are recorded in `schema_migrations` with a checksum; a file
+edited after it was applied is an error rather than silently skipped. One
+advisory lock serialises concurrent runners (several services starting at
+once). Each migration runs in its own transaction, so a failing file leaves
+nothing half-applied. Command line: ``python -m shared.migrate [--schema S]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import logging
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+
+from shared.config import Settings, load_settings
+from shared.db import connect, timescale_info
+from shared.errors import GpuHealthError, MigrationError
+from shared.logging import setup_logging
+
+log = logging.getLogger(__name__)
+
+SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schema"
+_FILENAME = re.compile(r"^(?P<version>\d{4})_(?P<name>[a-z0-9_]+)\.sql$")
+# Arbitrary but fixed: every runner of this project takes the same lock.
+_LOCK_ID = 0x6770_7568_6561_6C74 & 0x7FFF_FFFF_FFFF_FFFF
+
+_VERSIONS_TABLE = """
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    checksum   text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)"""
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.sql.encode()).hexdigest()
+
+
+def discover(directory: Path = SCHEMA_DIR) -> list[Migration]:
+    """The migrations in `directory`, ordered; malformed names and duplicate versions raise."""
+    if not directory.is_dir():
+        raise MigrationError(f"migration folder {directory} does not exist")
+    migrations: dict[int, Migration] = {}
+    for path in sorted(directory.glob("*.sql")):
+        match = _FILENAME.match(path.name)
+        if not match:
+            raise MigrationError(f"{path.name}: migration files are named NNNN_lower_snake.sql")
+        version = int(match["version"])
+        if version in migrations:
+            raise MigrationError(f"{path.name}: version {version:04d} is used twice")
+        text = path.read_text(encoding="utf-8")
+        if not text.strip():
+            raise MigrationError(f"{path.name}: migration is empty")
+        migrations[version] = Migration(version=version, name=match["name"], sql=text)
+    return [migrations[v] for v in sorted(migrations)]
+
+
+def apply_migrations(
+    conn: psycopg.Connection[tuple[object, ...]], migrations: list[Migration]
+) -> list[Migration]:
+    """Apply the migrations not yet recorded; return those applied by this call.
+
+    Runs in the schema first on the connection's search_path.
+    """
+    if conn.autocommit:
+        raise MigrationError("apply_migrations needs a connection with autocommit off")
+    applied_now: list[Migration] = []
+    conn.execute("SELECT pg_advisory_lock(%s)", (_LOCK_ID,))
+    try:
+        conn.execute(_VERSIONS_TABLE)
+        conn.commit()
+        recorded = {
+            int(str(v)): str(c)
+            for v, c in conn.execute("SELECT version, checksum FROM schema_migrations").fetchall()
+        }
+        for migration in migrations:
+            if migration.version in recorded:
+                if recorded[migration.version] != migration.checksum:
+                    raise MigrationError(
+                        f"{migration.version:04d}_{migration.name}.sql was changed after it was"
+                        " applied; add a new migration instead of editing an applied one"
+                    )
+                continue
+            log.info("applying migration %04d_%s", migration.version, migration.name)
+            try:
+                conn.execute(migration.sql.encode())
+                conn.execute(
+                    "INSERT INTO schema_migrations (version, name, checksum) VALUES (%s, %s, %s)",
+                    (migration.version, migration.name, migration.checksum),
+                )
+                conn.commit()
+            except psycopg.Error as e:
+                conn.rollback()
+                raise MigrationError(
+                    f"{migration.version:04d}_{migration.name}.sql failed: {e}"
+                ) from e
+            applied_now.append(migration)
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_ID,))
+        conn.commit()
+    return applied_now
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m shared.migrate", description=__doc__)
+    parser.add_argument("--schema", help="apply into this schema (default: the role's search_path)")
+    parser.add_argument("--dir", type=Path, default=SCHEMA_DIR, help="migration folder")
+    args = parser.parse_args(argv)
+    try:
+        settings = load_settings(Settings)
+        setup_logging(settings.log.level, json_format=settings.log.json_format, service="migrate")
+        with connect(settings.db, schema=args.schema) as conn:
+            applied = apply_migrations(conn, discover(args.dir))
+            info = timescale_info(conn)
+    except GpuHealthError as e:
+        log.error("%s", e)
+        return 1
+    log.info(
+        "migrations done",
+        extra={
+            "applied": [f"{m.version:04d}_{m.name}" for m in applied],
+            "timescaledb": info.version,
+            "license": info.license,
+        },
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

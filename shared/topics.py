@@ -1,0 +1,151 @@
+"""Creates the project's Kafka topics with their partitions and retention, idempotently.
+
+A missing topic is created; an existing one with fewer partitions than
+configured is grown (Kafka cannot shrink); its retention is set to the
+configured value. Running it twice changes nothing the second time.
+Command line: ``python -m shared.topics``.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import confluent_kafka
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+)
+
+from shared.config import Settings, TopicSettings, load_settings
+from shared.errors import GpuHealthError, KafkaTopicError
+from shared.kafka import make_admin, translate_error, wait_for_kafka
+from shared.logging import setup_logging
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    replication_factor: int
+    config: dict[str, str] = field(default_factory=dict)
+
+
+def project_topics(topics: TopicSettings) -> list[TopicSpec]:
+    """The topics of DESIGN.md, named and sized by configuration."""
+
+    def spec(name: str, retention_ms: int) -> TopicSpec:
+        return TopicSpec(
+            name=name,
+            partitions=topics.partitions,
+            replication_factor=topics.replication_factor,
+            config={"retention.ms": str(retention_ms), "cleanup.policy": "delete"},
+        )
+
+    return [
+        spec(topics.metrics_raw, topics.retention_ms),
+        spec(topics.events, topics.audit_retention_ms),
+        spec(topics.health, topics.audit_retention_ms),
+        spec(topics.alerts, topics.audit_retention_ms),
+        spec(topics.dlq, topics.audit_retention_ms),
+    ]
+
+
+def _wait(futures: dict[str, Future[None]], what: str) -> dict[str, Exception | None]:
+    outcome: dict[str, Exception | None] = {}
+    for name, future in futures.items():
+        try:
+            future.result()
+            outcome[name] = None
+        except confluent_kafka.KafkaException as e:
+            outcome[name] = e
+        except Exception as e:
+            raise KafkaTopicError(f"{what} {name}: {e}") from e
+    return outcome
+
+
+def ensure_topics(
+    admin: AdminClient, specs: list[TopicSpec], timeout_s: float = 30.0
+) -> dict[str, str]:
+    """Bring each topic to its spec; returns what was done per topic."""
+    existing = admin.list_topics(timeout=timeout_s).topics
+    done: dict[str, str] = {}
+
+    missing = [s for s in specs if s.name not in existing]
+    if missing:
+        futures = admin.create_topics(
+            [
+                NewTopic(
+                    s.name,
+                    num_partitions=s.partitions,
+                    replication_factor=s.replication_factor,
+                    config=s.config,
+                )
+                for s in missing
+            ],
+            request_timeout=timeout_s,
+        )
+        for name, error in _wait(futures, "create topic").items():
+            if error is not None:
+                kerr = error.args[0]
+                # Another runner created it between our listing and our request.
+                if kerr.code() != confluent_kafka.KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise translate_error(kerr, f"create topic {name}") from error
+            done[name] = "created"
+
+    present = [s for s in specs if s.name in existing]
+    grow = [s for s in present if len(existing[s.name].partitions) < s.partitions]
+    if grow:
+        futures = admin.create_partitions(
+            [NewPartitions(s.name, s.partitions) for s in grow], request_timeout=timeout_s
+        )
+        for name, error in _wait(futures, "grow topic").items():
+            if error is not None:
+                raise translate_error(error.args[0], f"grow topic {name}") from error
+            done[name] = "partitions increased"
+
+    if present:
+        resources = [
+            ConfigResource(
+                ConfigResource.Type.TOPIC,
+                s.name,
+                incremental_configs=[
+                    ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+                    for k, v in s.config.items()
+                ],
+            )
+            for s in present
+        ]
+        configured = admin.incremental_alter_configs(resources, request_timeout=timeout_s)
+        for resource, future in configured.items():
+            try:
+                future.result()
+            except confluent_kafka.KafkaException as e:
+                raise translate_error(e.args[0], f"configure topic {resource.name}") from e
+            done.setdefault(resource.name, "exists")
+    return done
+
+
+def main() -> int:
+    try:
+        settings = load_settings(Settings)
+        setup_logging(settings.log.level, json_format=settings.log.json_format, service="topics")
+        wait_for_kafka(settings.kafka, timeout_s=60)
+        done = ensure_topics(make_admin(settings.kafka), project_topics(settings.topics))
+    except GpuHealthError as e:
+        log.error("%s", e)
+        return 1
+    log.info("topics ready", extra={"topics": done})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""Fixtures on the real Kafka broker and the real TimescaleDB.
+
+Addresses come from pytest options, then GPUHEALTH_* variables, then the
+defaults of the stack `make services` starts. If a server is not reachable the
+test fails with a message saying so; it is never skipped, so a broken setup
+cannot pass CI. Each test gets its own uuid-named topics and its own schema,
+dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from shared.config import DatabaseSettings, KafkaSettings, Settings
+from shared.db import connect
+from shared.errors import GpuHealthError
+from shared.kafka import make_admin, wait_for_kafka
+from shared.topics import TopicSpec, ensure_topics
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def settings(request: pytest.FixtureRequest) -> Settings:
+    base = Settings()
+    bootstrap = request.config.getoption("--kafka-bootstrap-servers")
+    if bootstrap:
+        base.kafka.bootstrap_servers = bootstrap
+    if request.config.getoption("--db-host"):
+        base.db.host = request.config.getoption("--db-host")
+    if request.config.getoption("--db-port"):
+        base.db.port = request.config.getoption("--db-port")
+    return base
+
+
+@pytest.fixture(scope="session")
+def kafka_settings(settings: Settings) -> KafkaSettings:
+    try:
+        wait_for_kafka(settings.kafka, timeout_s=30)
+    except GpuHealthError as e:
+        pytest.fail(f"{e} - start it with `make services`", pytrace=False)
+    return settings.kafka
+
+
+@pytest.fixture(scope="session")
+def db_settings(settings: Settings) -> DatabaseSettings:
+    try:
+        connect(settings.db).close()
+    except GpuHealthError as e:
+        pytest.fail(f"{e} - start it with `make services`", pytrace=False)
+    return settings.db
+
+
+@pytest.fixture
+def topic_factory(kafka_settings: KafkaSettings) -> Iterator[Callable[..., str]]:
+    """Creates topics with unique names; deletes them after the test."""
+    admin = make_admin(kafka_settings)
+    created: list[str] = []
+
+    def create(partitions: int = 3, prefix: str = "test") -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:12]}"
+        ensure_topics(admin, [TopicSpec(name=name, partitions=partitions, replication_factor=1)])
+        created.append(name)
+        return name
+
+    yield create
+    if created:
+        for future in admin.delete_topics(created, operation_timeout=30).values():
+            future.result()
+
+
+@pytest.fixture
+def db_schema(db_settings: DatabaseSettings) -> Iterator[str]:
+    """A fresh, empty schema for one test; dropped with everything in it afterwards."""
+    name = f"test_{uuid.uuid4().hex[:12]}"
+    with connect(db_settings, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+    yield name
+    with connect(db_settings, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def db_conn(
+    db_settings: DatabaseSettings, db_schema: str
+) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
+    """A connection whose search_path starts with the test's own schema."""
+    with connect(db_settings, schema=db_schema) as conn:
+        yield conn

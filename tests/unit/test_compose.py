@@ -1,0 +1,55 @@
+"""docker-compose.yml against the Compose Specification's JSON schema, and its wiring."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from shared.config import Settings
+
+REPO = Path(__file__).resolve().parents[2]
+SPEC = Path(
+    os.environ.get(
+        "GPUHEALTH_COMPOSE_SPEC", REPO.parent / "shared" / "reference" / "compose-spec.json"
+    )
+)
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    return loaded
+
+
+def test_compose_file_follows_the_compose_specification(compose: dict[str, Any]) -> None:
+    assert SPEC.is_file(), f"Compose spec not found at {SPEC}; set GPUHEALTH_COMPOSE_SPEC"
+    # The spec declares draft-07 (without the trailing "#" the library looks for).
+    jsonschema.Draft7Validator(json.loads(SPEC.read_text())).validate(compose)
+
+
+def test_every_dependency_waits_for_a_healthcheck(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    for name, service in services.items():
+        for dependency, condition in service.get("depends_on", {}).items():
+            assert dependency in services, f"{name} depends on unknown {dependency}"
+            if condition["condition"] == "service_healthy":
+                assert "healthcheck" in services[dependency], f"{dependency} has no healthcheck"
+
+
+def test_app_environment_names_real_settings(compose: dict[str, Any]) -> None:
+    sections = Settings.model_fields
+    for name, service in compose["services"].items():
+        for var in service.get("environment", {}):
+            if not var.startswith("GPUHEALTH_"):
+                continue
+            section, _, field = var.removeprefix("GPUHEALTH_").lower().partition("__")
+            assert section in sections, f"{name}: {var} names no settings section"
+            model = sections[section].annotation
+            assert model is not None
+            assert field in model.model_fields, f"{name}: {var} names no setting"

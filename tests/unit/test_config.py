@@ -1,0 +1,76 @@
+"""Settings: env prefix, nesting, secrets masked, bad values as clear errors."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+import psycopg
+import pytest
+
+from shared.config import DatabaseSettings, Settings, load_settings, log_settings
+from shared.errors import ConfigError
+from shared.logging import setup_logging
+
+
+def test_nested_environment_variables_reach_their_section(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS", "10.0.0.5:9092,10.0.0.6:9092")
+    monkeypatch.setenv("GPUHEALTH_DB__PORT", "6543")
+    monkeypatch.setenv("GPUHEALTH_TOPICS__PARTITIONS", "24")
+    monkeypatch.setenv("GPUHEALTH_LOG__JSON", "false")
+    monkeypatch.setenv("GPUHEALTH_DB__HOST", "")  # empty means "not set"
+    s = load_settings(Settings)
+    assert s.kafka.bootstrap_servers == "10.0.0.5:9092,10.0.0.6:9092"
+    assert (s.db.port, s.db.host, s.topics.partitions, s.log.json_format) == (
+        6543,
+        "127.0.0.1",
+        24,
+        False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("var", "value"),
+    [
+        ("GPUHEALTH_DB__PORT", "70000"),
+        ("GPUHEALTH_DB__PORT", "fifty"),
+        ("GPUHEALTH_TOPICS__PARTITIONS", "0"),
+        ("GPUHEALTH_TOPICS__RETENTION_MS", "-1"),
+    ],
+)
+def test_invalid_values_name_the_variable(
+    monkeypatch: pytest.MonkeyPatch, var: str, value: str
+) -> None:
+    monkeypatch.setenv(var, value)
+    with pytest.raises(ConfigError, match=var):
+        load_settings(Settings)
+
+
+def test_secrets_never_reach_the_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUHEALTH_DB__PASSWORD", "hunter2-db")
+    monkeypatch.setenv("GPUHEALTH_KAFKA__SASL_PASSWORD", "hunter2-kafka")
+    s = load_settings(Settings)
+    assert s.db.password.get_secret_value() == "hunter2-db"
+    stream = io.StringIO()
+    setup_logging("INFO", service="test", stream=stream)
+    try:
+        log_settings(s, "test")
+    finally:
+        logging.getLogger().handlers.clear()
+    line = stream.getvalue()
+    assert "hunter2" not in line
+    logged = json.loads(line)
+    assert logged["settings"]["db"]["password"] == "**********"
+    assert logged["settings"]["kafka"]["sasl_password"] == "**********"
+    assert "hunter2" not in repr(s)
+    assert "hunter2" not in str(s)
+
+
+@pytest.mark.parametrize("password", ["p'w", "a b", "back\\slash", "x' host='evil", "ünï"])
+def test_conninfo_quotes_hostile_values(password: str) -> None:
+    db = DatabaseSettings.model_validate({"password": password, "name": "db name"})
+    parsed = psycopg.conninfo.conninfo_to_dict(db.conninfo())
+    assert parsed["password"] == password
+    assert parsed["dbname"] == "db name"
+    assert parsed["host"] == "127.0.0.1"
