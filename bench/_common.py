@@ -26,7 +26,8 @@ def report(name: str, value: float, unit: str, baseline_name: str, baseline: flo
     """One line: the figure, its same-run baseline, and the ratio."""
     ratio = value / baseline if baseline else float("inf")
     print(
-        f"{name}: {value:,.1f} {unit}  |  {baseline_name}: {baseline:,.1f} {unit}  |  ratio {ratio:.2f}"
+        f"{name}: {value:,.1f} {unit}  |  {baseline_name}: {baseline:,.1f} {unit}"
+        f"  |  ratio {ratio:.2f}"
     )
 
 

@@ -1,4 +1,4 @@
-"""Produce throughput: the project's JsonProducer against raw confluent-kafka, same run, same broker.
+"""Produce throughput: the project's JsonProducer against raw confluent-kafka, same run.
 
 Both use the project's producer settings (idempotent, acks=all, lz4, linger);
 the baseline produces pre-encoded bytes, so the ratio is the cost of our JSON
