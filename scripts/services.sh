@@ -38,9 +38,11 @@ kafka_jars() {
   command -v mvn >/dev/null || die "Maven (mvn) is needed to fetch the Kafka jars"
   log "fetching Apache Kafka $GPUHEALTH_KAFKA_VERSION jars from Maven Central"
   rm -rf "$GPUHEALTH_KAFKA_LIB"
-  mvn -q -B -Dstyle.color=never -f "$root/deploy/kafka/pom.xml" dependency:copy-dependencies \
+  mkdir -p "$GPUHEALTH_CACHE"
+  mvn -B -f "$root/deploy/kafka/pom.xml" dependency:copy-dependencies \
     -DincludeScope=runtime -Dkafka.version="$GPUHEALTH_KAFKA_VERSION" \
-    -DoutputDirectory="$GPUHEALTH_KAFKA_LIB" >&2
+    -DoutputDirectory="$GPUHEALTH_KAFKA_LIB" >"$GPUHEALTH_CACHE/mvn.log" 2>&1 ||
+    { tail -n 40 "$GPUHEALTH_CACHE/mvn.log" >&2; die "fetching the Kafka jars failed"; }
   local versions
   versions=$(find "$GPUHEALTH_KAFKA_LIB" -name 'kafka*.jar' -printf '%f\n' | grep -oE '[0-9]+\.[0-9]+\.[0-9]+\.jar$' | sort -u)
   [[ $versions == "$GPUHEALTH_KAFKA_VERSION.jar" ]] || die "org.apache.kafka jars disagree on their version: $versions"
