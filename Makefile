@@ -26,6 +26,7 @@ venv: ## create/update the Python virtual environment (cached, keyed by pyprojec
 
 services: ## start Kafka (KRaft) and PostgreSQL+TimescaleDB natively, wait until healthy
 	@scripts/services.sh start
+	@scripts/install-tools.sh
 
 services-down: ## stop Kafka and PostgreSQL
 	@scripts/services.sh stop

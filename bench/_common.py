@@ -26,9 +26,13 @@ def report(name: str, value: float, unit: str, baseline_name: str, baseline: flo
     """One line: the figure, its same-run baseline, and the ratio."""
     ratio = value / baseline if baseline else float("inf")
     print(
-        f"{name}: {value:,.1f} {unit}  |  {baseline_name}: {baseline:,.1f} {unit}"
-        f"  |  ratio {ratio:.2f}"
+        f"{name}: {_num(value)} {unit}  |  {baseline_name}: {_num(baseline)} {unit}"
+        f"  |  ratio {ratio:.3g}"
     )
+
+
+def _num(value: float) -> str:
+    return f"{value:,.3f}" if abs(value) < 10 else f"{value:,.1f}"
 
 
 @contextmanager

@@ -1,0 +1,1 @@
+"""A simulated GPU fleet that speaks NVIDIA dcgm-exporter's Prometheus exposition format."""

@@ -1,0 +1,115 @@
+"""`python -m services.mock_dcgm`: serve a simulated fleet until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from shared.config import Settings, load_settings, log_settings
+from shared.errors import GpuHealthError
+from shared.logging import setup_logging
+
+from .faults import FaultError
+from .fleet import DEFAULT_MODELS, Fleet, FleetSpec, SimClock, iso, parse_sim_start
+from .profiles import MODELS
+from .server import MockServer
+
+log = logging.getLogger("services.mock_dcgm")
+
+
+class MockSettings(BaseModel):
+    """GPUHEALTH_MOCK__*: the fleet's shape, where it listens, and its clock."""
+
+    nodes: int = Field(default=4, ge=1, le=4096)
+    gpus_per_node: int = Field(default=8, ge=1, le=16)
+    # GPU models, cycled across nodes: see services/mock_dcgm/profiles.py.
+    models: list[str] = Field(default_factory=lambda: list(DEFAULT_MODELS))
+    seed: int = 42
+    bind: str = "127.0.0.1"
+    base_port: int = Field(default=9400, ge=0, le=65535)
+    admin_port: int = Field(default=9399, ge=0, le=65535)
+    hostname_prefix: str = Field(default="gpu-node-", pattern=r"^[A-Za-z0-9._-]{1,40}$")
+    driver_version: str = "550.90.07"
+    workload_labels: bool = True
+    # Simulated seconds per real second; above 1, lines carry simulated timestamps.
+    speed: float = Field(default=1.0, gt=0, le=1_000_000)
+    # Where the simulated clock starts: now, -24h, or an ISO-8601 time.
+    sim_start: str = "now"
+    scenario: Path | None = None
+
+
+class MockDcgmSettings(Settings):
+    mock: MockSettings = Field(default_factory=MockSettings)
+
+
+def build(settings: MockSettings) -> tuple[Fleet, MockServer]:
+    unknown = [m for m in settings.models if m not in MODELS]
+    if unknown:
+        raise FaultError(f"unknown GPU models {unknown}; known: {', '.join(MODELS)}")
+    clock = SimClock(start_s=parse_sim_start(settings.sim_start, time.time()), speed=settings.speed)
+    fleet = Fleet(
+        FleetSpec(
+            nodes=settings.nodes,
+            gpus_per_node=settings.gpus_per_node,
+            models=tuple(settings.models),
+            seed=settings.seed,
+            hostname_prefix=settings.hostname_prefix,
+            driver_version=settings.driver_version,
+            workload_labels=settings.workload_labels,
+        ),
+        clock,
+    )
+    if settings.scenario:
+        fleet.load_scenario(settings.scenario)
+    server = MockServer(
+        fleet,
+        bind=settings.bind,
+        base_port=settings.base_port,
+        admin_port=settings.admin_port,
+        timestamps=settings.speed != 1.0,
+    )
+    return fleet, server
+
+
+def main() -> int:
+    try:
+        settings = load_settings(MockDcgmSettings)
+    except GpuHealthError as e:
+        print(f"mock_dcgm: {e}", file=sys.stderr)
+        return 2
+    setup_logging(settings.log.level, json_format=settings.log.json_format, service="mock_dcgm")
+    log_settings(settings, "mock_dcgm")
+    try:
+        fleet, server = build(settings.mock)
+    except (GpuHealthError, OSError) as e:
+        log.error("cannot start the mock fleet: %s", e)
+        return 1
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    server.start()
+    log.info(
+        "mock fleet serving",
+        extra={
+            "nodes": len(fleet.nodes),
+            "gpus": sum(len(n.gpus) for n in fleet.nodes),
+            "first_node": server.node_url(0),
+            "admin": server.admin_url,
+            "sim_time": iso(fleet.clock.now()),
+            "speed": fleet.clock.speed,
+        },
+    )
+    stop.wait()
+    log.info("stopping")
+    server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,212 @@
+"""Faults the mock can inject, and what each does to a GPU's readings.
+
+Counter effects are closed-form functions of the time elapsed since the fault
+began (e.g. an SBE storm's count grows quadratically), so a counter's value
+depends on simulated time only, not on how often the node is scraped, and it
+only ever grows. State effects (a power brake, a GPU off the bus) hold while
+the fault is active; a fault without a duration lasts until it is cleared.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from shared.errors import GpuHealthError
+
+from .profiles import GpuModel
+
+
+class FaultError(GpuHealthError):
+    """A fault request is malformed or cannot apply to the GPU it names."""
+
+
+class FaultKind(StrEnum):
+    SBE_STORM = "sbe_storm"
+    DBE = "dbe"
+    RETIRED_PAGES = "retired_pages"
+    PENDING_RETIREMENT = "pending_retirement"
+    ROW_REMAP_FAILURE = "row_remap_failure"
+    XID = "xid"
+    THERMAL_RUNAWAY = "thermal_runaway"
+    POWER_BRAKE = "power_brake"
+    PCIE_REPLAY_STORM = "pcie_replay_storm"
+    NVLINK_ERRORS = "nvlink_errors"
+    FALL_OFF_BUS = "fall_off_bus"
+    HANG = "hang"
+
+
+# The health subsystem a correct scorer should blame (None: an alert, not a verdict).
+SUBSYSTEM: dict[FaultKind, str | None] = {
+    FaultKind.SBE_STORM: "memory",
+    FaultKind.DBE: "memory",
+    FaultKind.RETIRED_PAGES: "memory",
+    FaultKind.PENDING_RETIREMENT: "memory",
+    FaultKind.ROW_REMAP_FAILURE: "memory",
+    FaultKind.XID: "xid",
+    FaultKind.THERMAL_RUNAWAY: "thermal",
+    FaultKind.POWER_BRAKE: "power",
+    FaultKind.PCIE_REPLAY_STORM: "pcie",
+    FaultKind.NVLINK_ERRORS: "nvlink",
+    FaultKind.FALL_OFF_BUS: "availability",
+    FaultKind.HANG: None,
+}
+
+# Parameters each kind accepts, with defaults. Anything else is refused.
+DEFAULT_PARAMS: dict[FaultKind, dict[str, float]] = {
+    FaultKind.SBE_STORM: {"rate_per_hour": 20.0, "growth_per_hour": 4.0},
+    FaultKind.DBE: {"count": 1.0},
+    FaultKind.RETIRED_PAGES: {"pages_per_hour": 30.0},
+    FaultKind.PENDING_RETIREMENT: {"pages": 1.0},
+    FaultKind.ROW_REMAP_FAILURE: {},
+    FaultKind.XID: {"code": 13.0},
+    FaultKind.THERMAL_RUNAWAY: {"c_per_minute": 2.0, "max_c": 40.0},
+    FaultKind.POWER_BRAKE: {},
+    FaultKind.PCIE_REPLAY_STORM: {"replays_per_minute": 100.0},
+    FaultKind.NVLINK_ERRORS: {"crc_flit_per_minute": 50.0, "replays_per_minute": 5.0},
+    FaultKind.FALL_OFF_BUS: {"scrape_delay_s": 1.5},
+    FaultKind.HANG: {},
+}
+
+_MAX_PARAM = 1e9
+_ids = itertools.count(1)
+
+
+@dataclass(slots=True)
+class Fault:
+    kind: FaultKind
+    node: int
+    gpu: int
+    start_s: float  # simulated epoch seconds
+    duration_s: float | None = None
+    params: dict[str, float] = field(default_factory=dict)
+    id: int = field(default_factory=lambda: next(_ids))
+    cleared_at_s: float | None = None
+
+    @property
+    def end_s(self) -> float | None:
+        ends = [e for e in (self.cleared_at_s, self._planned_end()) if e is not None]
+        return min(ends) if ends else None
+
+    def _planned_end(self) -> float | None:
+        return None if self.duration_s is None else self.start_s + self.duration_s
+
+    def active(self, t: float) -> bool:
+        end = self.end_s
+        return self.start_s <= t and (end is None or t < end)
+
+    def elapsed(self, t: float) -> float:
+        """Seconds of the fault's life up to t (0 before it starts, frozen after it ends)."""
+        end = self.end_s
+        stop = t if end is None else min(t, end)
+        return max(0.0, stop - self.start_s)
+
+    def p(self, name: str) -> float:
+        return self.params[name]
+
+
+def make_fault(
+    *,
+    kind: str,
+    node: int,
+    gpu: int,
+    start_s: float,
+    model: GpuModel,
+    duration_s: float | None = None,
+    params: dict[str, Any] | None = None,
+) -> Fault:
+    """Validate a fault request against its kind and the GPU's model."""
+    try:
+        fault_kind = FaultKind(kind)
+    except ValueError:
+        known = ", ".join(k.value for k in FaultKind)
+        raise FaultError(f"unknown fault kind {kind!r}; known kinds: {known}") from None
+    allowed = DEFAULT_PARAMS[fault_kind]
+    merged = dict(allowed)
+    for name, value in (params or {}).items():
+        if name not in allowed:
+            raise FaultError(
+                f"{kind} takes no parameter {name!r}; it takes: {', '.join(allowed) or 'none'}"
+            )
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise FaultError(f"parameter {name} must be a number, got {value!r}")
+        if not 0 <= value <= _MAX_PARAM:
+            raise FaultError(f"parameter {name} must be between 0 and {_MAX_PARAM:g}")
+        merged[name] = float(value)
+    if duration_s is not None and not 0 < duration_s <= 365 * 86400:
+        raise FaultError("duration_s must be between 0 and one year")
+    if (
+        fault_kind in (FaultKind.RETIRED_PAGES, FaultKind.PENDING_RETIREMENT)
+        and not model.page_retirement
+    ):
+        raise FaultError(
+            f"{model.name} does not retire pages (it remaps rows); use row_remap_failure"
+        )
+    if fault_kind is FaultKind.ROW_REMAP_FAILURE and not model.row_remapping:
+        raise FaultError(f"{model.name} has no row remapping; use retired_pages")
+    if fault_kind is FaultKind.XID and not 1 <= merged["code"] <= 999:
+        raise FaultError("xid code must be between 1 and 999")
+    return Fault(
+        kind=fault_kind, node=node, gpu=gpu, start_s=start_s, duration_s=duration_s, params=merged
+    )
+
+
+def counter_totals(fault: Fault, t: float, model: GpuModel) -> dict[str, float]:
+    """What this fault has added to each counter by time t (sample-field names)."""
+    e = fault.elapsed(t)
+    if t < fault.start_s:
+        return {}
+    hours, minutes = e / 3600.0, e / 60.0
+    match fault.kind:
+        case FaultKind.SBE_STORM:
+            # The rate itself grows: rate(h) = r0 * (1 + g*h), so the count is its integral.
+            sbe = fault.p("rate_per_hour") * (
+                hours + fault.p("growth_per_hour") * hours * hours / 2
+            )
+            out = {"ecc_sbe_volatile_total": sbe, "ecc_sbe_aggregate_total": sbe}
+            if model.row_remapping:
+                out["remapped_rows_correctable"] = float(int(sbe // 200))
+            else:
+                out["retired_pages_sbe"] = float(int(sbe // 100))
+            return out
+        case FaultKind.DBE:
+            n = fault.p("count")
+            out = {"ecc_dbe_volatile_total": n, "ecc_dbe_aggregate_total": n}
+            if model.row_remapping:
+                out["remapped_rows_uncorrectable"] = n
+            else:
+                out["retired_pages_dbe"] = n
+            return out
+        case FaultKind.RETIRED_PAGES:
+            return {"retired_pages_sbe": fault.p("pages_per_hour") * hours}
+        case FaultKind.PCIE_REPLAY_STORM:
+            return {"pcie_replay_total": fault.p("replays_per_minute") * minutes}
+        case FaultKind.NVLINK_ERRORS:
+            flit = fault.p("crc_flit_per_minute") * minutes
+            return {
+                "nvlink_crc_flit_errors_total": flit,
+                "nvlink_crc_data_errors_total": flit / 5,
+                "nvlink_replay_errors_total": fault.p("replays_per_minute") * minutes,
+                "nvlink_recovery_errors_total": minutes / 10,
+            }
+        case _:
+            return {}
+
+
+def xid_of(fault: Fault) -> int | None:
+    """The XID the driver logs when this fault begins, if any."""
+    match fault.kind:
+        case FaultKind.XID:
+            return int(fault.p("code"))
+        case FaultKind.DBE:
+            return 48
+        case FaultKind.ROW_REMAP_FAILURE:
+            return 64
+        case FaultKind.FALL_OFF_BUS:
+            return 79
+        case FaultKind.PENDING_RETIREMENT:
+            return 63
+        case _:
+            return None

@@ -1,0 +1,251 @@
+"""The fleet: nodes of simulated GPUs, a simulated clock, injected faults and their ground truth."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from .exposition import render_node
+from .faults import SUBSYSTEM, Fault, FaultError, make_fault
+from .profiles import MODELS
+from .simulation import GpuSim, build_node
+
+_RELATIVE = re.compile(r"^-(\d+(?:\.\d+)?)([smhd])$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_sim_start(text: str, now: float) -> float:
+    """`now`, an ISO-8601 time, or a time before now such as `-24h` or `-90m`."""
+    if text == "now":
+        return now
+    match = _RELATIVE.match(text)
+    if match:
+        return now - float(match[1]) * _UNIT_S[match[2]]
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        raise FaultError(
+            f"sim_start {text!r} is not 'now', -<n>[smhd] or an ISO-8601 time"
+        ) from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()
+
+
+class SimClock:
+    """Simulated epoch seconds: starts at `start_s` and runs `speed` times faster than real time."""
+
+    def __init__(
+        self, *, start_s: float, speed: float = 1.0, monotonic: Callable[[], float] = time.monotonic
+    ) -> None:
+        if not 0 < speed <= 1_000_000:
+            raise FaultError("speed must be above 0 and at most 1,000,000")
+        self.start_s, self.speed, self._monotonic = start_s, speed, monotonic
+        self._real0 = monotonic()
+
+    def now(self) -> float:
+        return self.start_s + (self._monotonic() - self._real0) * self.speed
+
+
+def _is_bool(*values: Any) -> bool:
+    return any(isinstance(v, bool) for v in values)
+
+
+def iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds")
+
+
+DEFAULT_MODELS = ("h100-sxm", "h100-sxm", "a100-sxm4-80gb", "v100-sxm2-32gb")
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSpec:
+    nodes: int = 4
+    gpus_per_node: int = 8
+    models: tuple[str, ...] = DEFAULT_MODELS
+    seed: int = 42
+    hostname_prefix: str = "gpu-node-"
+    driver_version: str = "550.90.07"
+    workload_labels: bool = True
+
+
+class Fleet:
+    """All nodes, thread-safe: each node is advanced and rendered under its own lock."""
+
+    def __init__(self, spec: FleetSpec, clock: SimClock) -> None:
+        unknown = [m for m in spec.models if m not in MODELS]
+        if unknown or not spec.models:
+            raise FaultError(f"unknown GPU models {unknown}; known: {', '.join(MODELS)}")
+        self.spec, self.clock = spec, clock
+        self.nodes = [
+            build_node(
+                index=i,
+                hostname=f"{spec.hostname_prefix}{i:02d}",
+                model=MODELS[spec.models[i % len(spec.models)]],
+                gpus=spec.gpus_per_node,
+                seed=spec.seed,
+                t0=clock.start_s,
+            )
+            for i in range(spec.nodes)
+        ]
+        self._faults: list[Fault] = []
+        self._lock = threading.Lock()
+
+    # ---------------------------------------------------------------- rendering
+    def scrape(self, node_index: int, *, timestamps: bool) -> tuple[str, float]:
+        """The node's exposition now, and the delay its scrape should suffer."""
+        node = self.nodes[node_index]
+        with node.lock:
+            t = self.clock.now()
+            delay = node.advance(t)
+            text = render_node(
+                node,
+                driver_version=self.spec.driver_version,
+                workload_labels=self.spec.workload_labels,
+                timestamp_ms=int(t * 1000) if timestamps else None,
+            )
+        return text, delay
+
+    # ---------------------------------------------------------------- faults
+    def gpu(self, node: int, gpu: int) -> GpuSim:
+        if not 0 <= node < len(self.nodes):
+            raise FaultError(f"node must be 0..{len(self.nodes) - 1}")
+        if not 0 <= gpu < self.spec.gpus_per_node:
+            raise FaultError(f"gpu must be 0..{self.spec.gpus_per_node - 1}")
+        return self.nodes[node].gpus[gpu]
+
+    def find(self, gpu_uuid: str) -> GpuSim:
+        for node in self.nodes:
+            for g in node.gpus:
+                if g.uuid == gpu_uuid:
+                    return g
+        raise FaultError(f"no GPU with UUID {gpu_uuid!r} in this fleet")
+
+    def inject(self, request: dict[str, Any]) -> Fault:
+        """Add a fault from a request: kind, node+gpu or gpu_uuid, after_s, duration_s, params."""
+        if not isinstance(request, dict):
+            raise FaultError("a fault is a JSON object")
+        allowed = {"kind", "node", "gpu", "gpu_uuid", "after_s", "duration_s", "params"}
+        extra = set(request) - allowed
+        if extra:
+            raise FaultError(f"unknown fault fields {sorted(extra)}; allowed: {sorted(allowed)}")
+        if "gpu_uuid" in request:
+            target = self.find(str(request["gpu_uuid"]))
+        else:
+            node, gpu = request.get("node"), request.get("gpu")
+            if not isinstance(node, int) or not isinstance(gpu, int) or _is_bool(node, gpu):
+                raise FaultError("name the GPU with gpu_uuid, or with integer node and gpu")
+            target = self.gpu(node, gpu)
+        after = request.get("after_s")
+        if after is None:
+            start = self.clock.now()
+        elif isinstance(after, int | float) and not isinstance(after, bool) and after >= 0:
+            start = self.clock.start_s + float(after)
+        else:
+            raise FaultError("after_s is seconds after the simulation start, a number >= 0")
+        duration = request.get("duration_s")
+        if duration is not None and (
+            isinstance(duration, bool) or not isinstance(duration, int | float)
+        ):
+            raise FaultError("duration_s must be a number")
+        params = request.get("params") or {}
+        if not isinstance(params, dict):
+            raise FaultError("params must be an object")
+        fault = make_fault(
+            kind=str(request.get("kind")),
+            node=target.node,
+            gpu=target.index,
+            start_s=start,
+            model=target.model,
+            duration_s=None if duration is None else float(duration),
+            params=params,
+        )
+        node_sim = self.nodes[target.node]
+        with node_sim.lock, self._lock:
+            target.faults.append(fault)
+            self._faults.append(fault)
+        return fault
+
+    def clear(self, fault_id: int) -> Fault:
+        """End a fault now (a GPU back on the bus, a fan fixed); its counters keep their values."""
+        with self._lock:
+            for fault in self._faults:
+                if fault.id == fault_id:
+                    if fault.end_s is None or fault.end_s > self.clock.now():
+                        fault.cleared_at_s = max(self.clock.now(), fault.start_s)
+                    return fault
+        raise FaultError(f"no fault with id {fault_id}")
+
+    def load_scenario(self, path: Path) -> list[Fault]:
+        try:
+            scenario = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise FaultError(f"scenario {path}: {e}") from e
+        faults = scenario.get("faults") if isinstance(scenario, dict) else None
+        if not isinstance(faults, list):
+            raise FaultError(f"scenario {path}: expected an object with a 'faults' list")
+        injected = []
+        for i, request in enumerate(faults):
+            try:
+                injected.append(self.inject(request))
+            except FaultError as e:
+                raise FaultError(f"scenario {path}, fault #{i}: {e}") from e
+        return injected
+
+    # ---------------------------------------------------------------- truth
+    def ground_truth(self) -> dict[str, Any]:
+        now = self.clock.now()
+        with self._lock:
+            faults = list(self._faults)
+        return {
+            "sim_time": iso(now),
+            "sim_time_ms": int(now * 1000),
+            "speed": self.clock.speed,
+            "faults": [self.describe(f, now) for f in faults],
+        }
+
+    def describe(self, fault: Fault, now: float | None = None) -> dict[str, Any]:
+        now = self.clock.now() if now is None else now
+        gpu = self.nodes[fault.node].gpus[fault.gpu]
+        end = fault.end_s
+        return {
+            "id": fault.id,
+            "kind": fault.kind.value,
+            "subsystem": SUBSYSTEM[fault.kind],
+            "gpu_uuid": gpu.uuid,
+            "node": fault.node,
+            "gpu": fault.gpu,
+            "hostname": self.nodes[fault.node].hostname,
+            "model": gpu.model.name,
+            "start": iso(fault.start_s),
+            "start_ms": int(fault.start_s * 1000),
+            "end": iso(end) if end is not None else None,
+            "active": fault.active(now),
+            "params": fault.params,
+        }
+
+    def inventory(self, url_for: Callable[[int], str]) -> list[dict[str, Any]]:
+        return [
+            {
+                "node": node.index,
+                "hostname": node.hostname,
+                "metrics_url": url_for(node.index),
+                "gpus": [
+                    {
+                        "gpu": g.index,
+                        "uuid": g.uuid,
+                        "model": g.model.name,
+                        "pci_bus_id": g.pci_bus_id,
+                    }
+                    for g in node.gpus
+                ],
+            }
+            for node in self.nodes
+        ]

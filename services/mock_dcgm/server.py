@@ -1,0 +1,209 @@
+"""HTTP for the mock fleet: one port per node (like a real dcgm-exporter), one admin port.
+
+Node *i* answers ``GET /metrics`` on ``base_port + i`` (9400, 9401, ...), where a
+collector would find dcgm-exporter on that node. The admin port (default 9399)
+serves:
+
+- ``GET  /fleet``          nodes, their metrics URLs and GPUs
+- ``GET  /ground-truth``   every injected fault with its start time and subsystem
+- ``POST /faults``         inject a fault (JSON body, see README)
+- ``DELETE /faults/<id>``  end a fault now
+- ``GET  /metrics``        the mock's own Prometheus metrics
+- ``GET  /healthz``
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from .faults import FaultError
+from .fleet import Fleet
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 64 * 1024
+PROM_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class MockMetrics:
+    def __init__(self, registry: CollectorRegistry, fleet: Fleet) -> None:
+        self.scrapes = Counter(
+            "gpuhealth_mock_scrapes", "Node scrapes served", ["node"], registry=registry
+        )
+        self.render_seconds = Histogram(
+            "gpuhealth_mock_render_seconds",
+            "Time to advance and render one node",
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+            registry=registry,
+        )
+        self.faults = Counter(
+            "gpuhealth_mock_faults_injected", "Faults injected", ["kind"], registry=registry
+        )
+        self.admin_errors = Counter(
+            "gpuhealth_mock_admin_errors", "Admin requests refused", registry=registry
+        )
+        gpus = Gauge("gpuhealth_mock_gpus", "Simulated GPUs", registry=registry)
+        gpus.set(sum(len(n.gpus) for n in fleet.nodes))
+        sim_time = Gauge(
+            "gpuhealth_mock_sim_time_seconds", "Simulated clock (epoch seconds)", registry=registry
+        )
+        sim_time.set_function(fleet.clock.now)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_version = "gpu-health-mock-dcgm"
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s " + format, self.address_string(), *args)
+
+    def reply(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def reply_json(self, status: int, value: Any) -> None:
+        self.reply(status, json.dumps(value, indent=1).encode(), "application/json")
+
+
+def node_handler(fleet: Fleet, index: int, metrics: MockMetrics, *, timestamps: bool) -> type:
+    class NodeHandler(_Handler):
+        def do_GET(self) -> None:
+            if self.path.split("?", 1)[0] != "/metrics":
+                self.reply(HTTPStatus.NOT_FOUND, b"only /metrics here\n", "text/plain")
+                return
+            with metrics.render_seconds.time():
+                text, delay = fleet.scrape(index, timestamps=timestamps)
+            if delay:
+                time.sleep(delay)  # a GPU off the bus makes the driver's queries time out
+            metrics.scrapes.labels(str(index)).inc()
+            self.reply(HTTPStatus.OK, text.encode(), PROM_CONTENT_TYPE)
+
+    return NodeHandler
+
+
+def admin_handler(
+    fleet: Fleet, metrics: MockMetrics, registry: CollectorRegistry, node_url: Any
+) -> type:
+    class AdminHandler(_Handler):
+        def fail(self, status: int, message: str) -> None:
+            metrics.admin_errors.inc()
+            self.reply_json(status, {"error": message})
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/healthz":
+                self.reply(HTTPStatus.OK, b"ok\n", "text/plain")
+            elif path == "/metrics":
+                self.reply(HTTPStatus.OK, generate_latest(registry), PROM_CONTENT_TYPE)
+            elif path == "/fleet":
+                self.reply_json(HTTPStatus.OK, {"nodes": fleet.inventory(node_url)})
+            elif path == "/ground-truth":
+                self.reply_json(HTTPStatus.OK, fleet.ground_truth())
+            else:
+                self.fail(HTTPStatus.NOT_FOUND, f"no such endpoint {path!r}")
+
+        def do_POST(self) -> None:
+            if self.path != "/faults":
+                self.fail(HTTPStatus.NOT_FOUND, "POST goes to /faults")
+                return
+            try:
+                length = int(self.headers.get("Content-Length", ""))
+            except ValueError:
+                self.fail(HTTPStatus.LENGTH_REQUIRED, "Content-Length is required")
+                return
+            if not 0 < length <= MAX_BODY_BYTES:
+                self.fail(
+                    HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body must be 1..{MAX_BODY_BYTES} bytes"
+                )
+                return
+            try:
+                request = json.loads(self.rfile.read(length))
+                fault = fleet.inject(request)
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                self.fail(HTTPStatus.BAD_REQUEST, f"body is not JSON: {e}")
+                return
+            except FaultError as e:
+                self.fail(HTTPStatus.BAD_REQUEST, str(e))
+                return
+            metrics.faults.labels(fault.kind.value).inc()
+            log.info("fault injected", extra={"fault_id": fault.id, "kind": fault.kind.value})
+            self.reply_json(HTTPStatus.CREATED, fleet.describe(fault))
+
+        def do_DELETE(self) -> None:
+            prefix = "/faults/"
+            if not self.path.startswith(prefix) or not self.path[len(prefix) :].isdigit():
+                self.fail(HTTPStatus.NOT_FOUND, "DELETE goes to /faults/<id>")
+                return
+            try:
+                fault = fleet.clear(int(self.path[len(prefix) :]))
+            except FaultError as e:
+                self.fail(HTTPStatus.NOT_FOUND, str(e))
+                return
+            self.reply_json(HTTPStatus.OK, fleet.describe(fault))
+
+    return AdminHandler
+
+
+class MockServer:
+    """Starts every node's HTTP server and the admin server, each on its own thread."""
+
+    def __init__(
+        self,
+        fleet: Fleet,
+        *,
+        bind: str,
+        base_port: int,
+        admin_port: int,
+        timestamps: bool,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.registry = registry or CollectorRegistry()
+        metrics = MockMetrics(self.registry, fleet)
+        self.servers: list[ThreadingHTTPServer] = []
+        for i in range(len(fleet.nodes)):
+            handler = node_handler(fleet, i, metrics, timestamps=timestamps)
+            port = 0 if base_port == 0 else base_port + i  # 0: any free port, for tests
+            self.servers.append(ThreadingHTTPServer((bind, port), handler))
+        # Port 0 means "any free port"; ask each server which one it got.
+        host = "127.0.0.1" if bind in ("0.0.0.0", "") else bind  # noqa: S104 - just a comparison
+
+        def node_url(i: int) -> str:
+            return f"http://{host}:{self.servers[i].server_address[1]}/metrics"
+
+        self.node_url = node_url
+        self.admin = ThreadingHTTPServer(
+            (bind, admin_port), admin_handler(fleet, metrics, self.registry, node_url)
+        )
+        self.servers.append(self.admin)
+        for server in self.servers:
+            server.daemon_threads = True
+        self._threads: list[threading.Thread] = []
+
+    @property
+    def admin_url(self) -> str:
+        host, port = self.admin.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> None:
+        for server in self.servers:
+            thread = threading.Thread(target=server.serve_forever, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.shutdown()
+            server.server_close()
+        for thread in self._threads:
+            thread.join(timeout=5)

@@ -1,0 +1,57 @@
+"""House rules that a linter cannot say: each service is `python -m services.<name>` with a
+`main() -> int`, and services import `shared`, never each other."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SERVICES = sorted(p.name for p in (REPO / "services").iterdir() if (p / "__init__.py").exists())
+
+
+def imported_modules(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module)
+    return names
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_services_never_import_each_other(service: str) -> None:
+    for path in (REPO / "services" / service).rglob("*.py"):
+        for module in imported_modules(path):
+            parts = module.split(".")
+            if parts[0] == "services" and len(parts) > 1:
+                assert parts[1] == service, f"{path.relative_to(REPO)} imports {module}"
+
+
+def test_shared_imports_no_service() -> None:
+    for path in (REPO / "shared").rglob("*.py"):
+        assert not [m for m in imported_modules(path) if m.split(".")[0] == "services"], path
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_each_service_has_a_main_returning_int(service: str) -> None:
+    module = importlib.import_module(f"services.{service}.__main__")
+    assert inspect.signature(module.main).return_annotation in ("int", int)
+
+
+@pytest.mark.parametrize(
+    "path", sorted((REPO / "services").rglob("*.py")) + sorted((REPO / "shared").rglob("*.py"))
+)
+def test_modules_have_a_docstring_and_stay_readable(path: Path) -> None:
+    text = path.read_text()
+    if path.name != "__init__.py" or text.strip():
+        assert ast.get_docstring(ast.parse(text)), f"{path.relative_to(REPO)} has no docstring"
+    assert len(text.splitlines()) <= 450, (
+        f"{path.relative_to(REPO)} is too long to read in one sitting"
+    )
