@@ -23,7 +23,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def running() -> Iterator[tuple[Fleet, MockServer]]:
-    fleet = Fleet(FleetSpec(nodes=2, gpus_per_node=4, seed=3), SimClock(start_s=time.time(), speed=60))
+    fleet = Fleet(
+        FleetSpec(nodes=2, gpus_per_node=4, seed=3), SimClock(start_s=time.time(), speed=60)
+    )
     server = MockServer(fleet, bind="127.0.0.1", base_port=0, admin_port=0, timestamps=True)
     server.start()
     yield fleet, server
@@ -43,7 +45,9 @@ def test_scrape_inject_clear_and_ground_truth(running: tuple[Fleet, MockServer])
         assert all(s.timestamp is not None for s in temps)  # accelerated clock: stamped
 
         target = fleet.nodes[1].gpus[2].uuid
-        made = http.post(f"{server.admin_url}/faults", json={"kind": "fall_off_bus", "gpu_uuid": target})
+        made = http.post(
+            f"{server.admin_url}/faults", json={"kind": "fall_off_bus", "gpu_uuid": target}
+        )
         assert made.status_code == 201, made.text
         assert target not in http.get(server.node_url(1)).text
 
@@ -57,7 +61,10 @@ def test_scrape_inject_clear_and_ground_truth(running: tuple[Fleet, MockServer])
         assert http.get(f"{server.admin_url}/ground-truth").json()["faults"][0]["active"] is False
 
         fleet_doc = http.get(f"{server.admin_url}/fleet").json()
-        assert [n["metrics_url"] for n in fleet_doc["nodes"]] == [server.node_url(0), server.node_url(1)]
+        assert [n["metrics_url"] for n in fleet_doc["nodes"]] == [
+            server.node_url(0),
+            server.node_url(1),
+        ]
         own = http.get(f"{server.admin_url}/metrics").text
         assert 'gpuhealth_mock_scrapes_total{node="1"}' in own
         assert "gpuhealth_mock_faults_injected_total" in own
@@ -74,7 +81,11 @@ def test_scrape_inject_clear_and_ground_truth(running: tuple[Fleet, MockServer])
     ],
 )
 def test_hostile_admin_requests_get_clear_4xx(
-    running: tuple[Fleet, MockServer], body: bytes, headers: dict[str, str], status: int, message: str
+    running: tuple[Fleet, MockServer],
+    body: bytes,
+    headers: dict[str, str],
+    status: int,
+    message: str,
 ) -> None:
     fleet, server = running
     reply = httpx.post(f"{server.admin_url}/faults", content=body, headers=headers, timeout=10)
@@ -100,14 +111,21 @@ def test_the_service_starts_serves_and_exits_zero_on_sigterm() -> None:
         "GPUHEALTH_MOCK__ADMIN_PORT": str(admin_port),
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "services.mock_dcgm"], cwd=REPO, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [sys.executable, "-m", "services.mock_dcgm"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 20
         while True:
             try:
-                if httpx.get(f"http://127.0.0.1:{admin_port}/healthz", timeout=1).status_code == 200:
+                if (
+                    httpx.get(f"http://127.0.0.1:{admin_port}/healthz", timeout=1).status_code
+                    == 200
+                ):
                     break
             except httpx.TransportError:
                 assert time.monotonic() < deadline, "mock did not start"
