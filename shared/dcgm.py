@@ -126,8 +126,9 @@ def is_blank(value: float, kind: ValueKind) -> bool:
         return True
     if kind is ValueKind.FP64:
         return value >= FP64_BLANK
-    # An int64 sentinel printed as text and read back as a float rounds to 2**63.
-    return value >= float(INT64_BLANK)
+    # Compared as an exact integer: float(INT64_BLANK) would round up to 2**63 and miss
+    # a sentinel parsed as an int, while a float parse (2**63) still compares above it.
+    return value >= INT64_BLANK
 
 
 class ClockEventReason:

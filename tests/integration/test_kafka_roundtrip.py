@@ -5,31 +5,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 
-import confluent_kafka
 import pytest
 
 from shared.config import KafkaSettings
 from shared.errors import ContractError
-from shared.kafka import JsonProducer, decode_json, make_consumer, make_producer
-
-
-def consume_all(
-    settings: KafkaSettings, topic: str, expected: int, timeout_s: float = 30.0
-) -> list[confluent_kafka.Message]:
-    consumer = make_consumer(settings, group_id=f"test-{uuid.uuid4().hex[:8]}")
-    consumer.subscribe([topic])
-    messages: list[confluent_kafka.Message] = []
-    try:
-        import time
-
-        deadline = time.monotonic() + timeout_s
-        while len(messages) < expected and time.monotonic() < deadline:
-            for msg in consumer.consume(num_messages=500, timeout=1.0):
-                assert msg.error() is None, msg.error()
-                messages.append(msg)
-    finally:
-        consumer.close()
-    return messages
+from shared.kafka import JsonProducer, decode_json, make_producer
+from tests.integration.kafka_helpers import consume_all
 
 
 def test_json_roundtrip_keeps_values_keys_and_order_per_key(

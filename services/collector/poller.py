@@ -1,0 +1,92 @@
+"""The poll loop: read every source, publish samples and events, on a monotonic schedule.
+
+Ticks are `start + k * interval` on the monotonic clock, so the schedule does
+not drift however long a poll takes; a poll that overruns skips the ticks it
+missed (counted) instead of bunching up behind them.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from shared.config import TopicSettings
+from shared.models import to_json
+
+from .enrich import Enricher, reading_time
+from .events import EventDetector
+from .metrics import CollectorMetrics
+from .publisher import Publisher
+from .readings import GpuSource, SourceError
+
+log = logging.getLogger(__name__)
+
+
+class Collector:
+    def __init__(
+        self,
+        *,
+        sources: Sequence[GpuSource],
+        enricher: Enricher,
+        detector: EventDetector,
+        publisher: Publisher,
+        topics: TopicSettings,
+        metrics: CollectorMetrics,
+        interval_s: float,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.sources, self.enricher, self.detector = sources, enricher, detector
+        self.publisher, self.topics, self.metrics = publisher, topics, metrics
+        self.interval_s, self._monotonic = interval_s, monotonic
+
+    def poll_once(self) -> tuple[int, int]:
+        """Read all sources once; returns (samples, events) queued."""
+        samples_queued = events_queued = 0
+        for source in self.sources:
+            try:
+                with self.metrics.scrape_seconds.labels(source.target).time():
+                    reading = source.read()
+            except SourceError as e:
+                self.metrics.source_errors.labels(source.target).inc()
+                log.warning("source read failed: %s", e, extra={"target": source.target})
+                continue
+            samples = [s for s in (self.enricher.sample(g, reading) for g in reading.gpus) if s]
+            self.metrics.gpus.labels(source.target).set(len(samples))
+            for sample in samples:
+                if self.publisher.publish(
+                    self.topics.metrics_raw, sample.gpu_uuid, to_json(sample)
+                ):
+                    samples_queued += 1
+                    self.metrics.samples.inc()
+            for event in self.detector.observe(
+                source.target, reading.source, samples, reading_time(reading)
+            ):
+                if self.publisher.publish(self.topics.events, event.gpu_uuid, to_json(event)):
+                    events_queued += 1
+                    self.metrics.events.labels(event.kind.value).inc()
+                    log.info(
+                        "event %s",
+                        event.kind.value,
+                        extra={"gpu_uuid": event.gpu_uuid, **event.details},
+                    )
+        self.publisher.serve()
+        return samples_queued, events_queued
+
+    def run(self, stop: threading.Event) -> None:
+        """Poll until `stop` is set, then flush what is queued."""
+        next_tick = self._monotonic()
+        while not stop.is_set():
+            self.poll_once()
+            next_tick += self.interval_s
+            now = self._monotonic()
+            if now > next_tick:
+                missed = math.ceil((now - next_tick) / self.interval_s)
+                self.metrics.overruns.inc(missed)
+                next_tick += missed * self.interval_s
+            # Serve delivery callbacks while waiting, so the broker's acks are counted promptly.
+            while not stop.is_set() and (wait := next_tick - self._monotonic()) > 0:
+                stop.wait(min(wait, 0.5))
+                self.publisher.serve()

@@ -1,0 +1,263 @@
+"""The event contract on Kafka: `GpuSample` (gpu-metrics-raw) and `GpuEvent` (gpu-events).
+
+These pydantic models are the single source of truth; the JSON Schemas under
+``schema/json/`` are generated from them (``python -m shared.models``) and a
+test keeps the committed files in step. Metric fields carry their unit in
+their name and mirror the DCGM field catalogue in :mod:`shared.dcgm`; a value
+the GPU does not report is ``null``, never a sentinel number.
+
+Validation is strict: wrong JSON types, NaN/Infinity, values outside physical
+bounds, unknown fields and unknown schema versions are all refused, so the sink
+can dead-letter them with a reason instead of storing nonsense.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+
+from shared.errors import ContractError
+
+SCHEMA_VERSION = 1
+JSON_SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schema" / "json"
+
+_EPOCH_FLOOR = datetime(2000, 1, 1, tzinfo=UTC)
+# Simulated fleets run ahead of the wall clock; anything further out is a broken clock.
+_FUTURE_SLACK = timedelta(days=400)
+
+
+def _sane_time(value: datetime) -> datetime:
+    if value.tzinfo is None:
+        raise ValueError("time must carry a timezone (UTC)")
+    value = value.astimezone(UTC)
+    if value < _EPOCH_FLOOR or value > datetime.now(UTC) + _FUTURE_SLACK:
+        raise ValueError(f"time {value.isoformat()} is not a plausible sample time")
+    return value.replace(microsecond=value.microsecond // 1000 * 1000)  # the contract is ms
+
+
+UtcTime = Annotated[datetime, AfterValidator(_sane_time)]
+Label = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[^\x00-\x1f\x7f]*$")]
+GpuUuid = Annotated[str, Field(pattern=r"^(GPU|MIG)-[A-Za-z0-9/-]{8,96}$")]
+
+# Bounds are physical, not typical: they catch broken readings, not hot GPUs.
+Temp = Annotated[float | None, Field(ge=-60, le=250)]
+Pct = Annotated[float | None, Field(ge=0, le=100)]
+Ratio = Annotated[float | None, Field(ge=0, le=1)]
+Mhz = Annotated[float | None, Field(ge=0, le=20_000)]
+Watts = Annotated[float | None, Field(ge=0, le=10_000)]
+Mib = Annotated[int | None, Field(ge=0, le=100_000_000)]
+Count = Annotated[int | None, Field(ge=0, le=2**63 - 1)]
+Flag = Annotated[int | None, Field(ge=0, le=1)]
+Rate = Annotated[int | None, Field(ge=0, le=10**13)]
+
+
+class Source(StrEnum):
+    DCGM = "dcgm"
+    NVML = "nvml"
+    SMI = "smi"
+    MOCK = "mock"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, frozen=True)
+
+
+class MigInstance(_Strict):
+    """One MIG GPU instance's own readings (dcgm-exporter's GPU_I_PROFILE / GPU_I_ID series)."""
+
+    profile: Label
+    instance_id: int = Field(ge=0, le=64)
+    fb_used_mib: Mib = None
+    fb_free_mib: Mib = None
+    gpu_util_pct: Pct = None
+    prof_gr_engine_active_ratio: Ratio = None
+    prof_sm_active_ratio: Ratio = None
+
+
+class GpuSample(_Strict):
+    """One GPU, one poll: identity, placement, workload, and every metric the source reported."""
+
+    schema_version: Literal[1] = 1
+    time: UtcTime
+    source: Source
+    collector_id: Label
+    collection_latency_ms: float = Field(ge=0, le=3_600_000)
+    # identity
+    gpu_uuid: GpuUuid
+    gpu_index: int = Field(ge=0, le=255)
+    model: Label
+    pci_bus_id: Label | None = None
+    driver_version: Label | None = None
+    # placement
+    hostname: Label
+    cluster: Label | None = None
+    datacenter: Label | None = None
+    region: Label | None = None
+    rack: Label | None = None
+    # workload
+    job: Label | None = None
+    pod: Label | None = None
+    namespace: Label | None = None
+    container: Label | None = None
+    mig: list[MigInstance] = Field(default_factory=list, max_length=64)
+    # clocks and temperatures
+    sm_clock_mhz: Mhz = None
+    mem_clock_mhz: Mhz = None
+    gpu_temp_c: Temp = None
+    memory_temp_c: Temp = None
+    # power
+    power_usage_w: Watts = None
+    total_energy_mj: Count = None
+    # utilisation and memory
+    gpu_util_pct: Pct = None
+    mem_copy_util_pct: Pct = None
+    fb_total_mib: Mib = None
+    fb_free_mib: Mib = None
+    fb_used_mib: Mib = None
+    fb_reserved_mib: Mib = None
+    # PCIe
+    pcie_tx_bytes_per_s: Rate = None
+    pcie_rx_bytes_per_s: Rate = None
+    pcie_replay_total: Count = None
+    # errors, throttling
+    xid_last: Annotated[int | None, Field(ge=0, le=100_000)] = None
+    clocks_event_reasons: Annotated[int | None, Field(ge=0, le=2**32 - 1)] = None
+    power_violation_us: Count = None
+    thermal_violation_us: Count = None
+    # ECC, retired pages, remapped rows
+    ecc_sbe_volatile_total: Count = None
+    ecc_dbe_volatile_total: Count = None
+    ecc_sbe_aggregate_total: Count = None
+    ecc_dbe_aggregate_total: Count = None
+    retired_pages_sbe: Count = None
+    retired_pages_dbe: Count = None
+    retired_pages_pending: Count = None
+    remapped_rows_correctable: Count = None
+    remapped_rows_uncorrectable: Count = None
+    row_remap_failure: Flag = None
+    row_remap_pending: Flag = None
+    # NVLink
+    nvlink_bandwidth_total: Count = None
+    nvlink_crc_flit_errors_total: Count = None
+    nvlink_crc_data_errors_total: Count = None
+    nvlink_replay_errors_total: Count = None
+    nvlink_recovery_errors_total: Count = None
+    # profiling ratios
+    prof_gr_engine_active_ratio: Ratio = None
+    prof_sm_active_ratio: Ratio = None
+    prof_sm_occupancy_ratio: Ratio = None
+    prof_tensor_active_ratio: Ratio = None
+    prof_dram_active_ratio: Ratio = None
+    # device limits as the GPU reports them
+    slowdown_temp_c: Temp = None
+    shutdown_temp_c: Temp = None
+    power_limit_w: Watts = None
+
+
+class EventKind(StrEnum):
+    XID = "xid"
+    ECC_DBE = "ecc_dbe"
+    ROW_REMAP_FAILURE = "row_remap_failure"
+    RETIREMENT_PENDING = "retirement_pending"
+    THROTTLE_START = "throttle_start"
+    THROTTLE_END = "throttle_end"
+    GPU_LOST = "gpu_lost"
+    GPU_BACK = "gpu_back"
+
+
+Details = dict[str, int | float | str | bool | list[str] | None]
+
+
+class GpuEvent(_Strict):
+    """Something that happened between two polls of one GPU."""
+
+    schema_version: Literal[1] = 1
+    time: UtcTime
+    kind: EventKind
+    gpu_uuid: GpuUuid
+    hostname: Label
+    source: Source
+    collector_id: Label
+    cluster: Label | None = None
+    datacenter: Label | None = None
+    rack: Label | None = None
+    # kind-specific facts: the XID code, the DBE increment, the throttle reasons...
+    details: Details = Field(default_factory=dict, max_length=32)
+
+
+METRIC_FIELDS: tuple[str, ...] = tuple(
+    name
+    for name in GpuSample.model_fields
+    if name
+    not in {
+        "schema_version", "time", "source", "collector_id", "collection_latency_ms", "gpu_uuid",
+        "gpu_index", "model", "pci_bus_id", "driver_version", "hostname", "cluster", "datacenter",
+        "region", "rack", "job", "pod", "namespace", "container", "mig",
+    }
+)  # fmt: skip
+
+
+def _reason(e: ValidationError) -> str:
+    first = e.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "message"
+    more = f" (+{e.error_count() - 1} more)" if e.error_count() > 1 else ""
+    return f"{where}: {first['msg']}{more}"
+
+
+def _check_version(raw: bytes | str) -> None:
+    """A clear 'unknown schema version' before field errors that would only confuse."""
+    try:
+        head = json.loads(raw)
+    except ValueError:
+        return  # the model's own parser reports malformed JSON
+    if isinstance(head, dict) and head.get("schema_version") != SCHEMA_VERSION:
+        raise ContractError(f"unknown schema_version {head.get('schema_version')!r}")
+
+
+def parse_sample(raw: bytes | str) -> GpuSample:
+    """Validate one gpu-metrics-raw message; ContractError says why it is refused."""
+    try:
+        return GpuSample.model_validate_json(raw)
+    except ValidationError as e:
+        _check_version(raw)
+        raise ContractError(_reason(e)) from e
+
+
+def parse_event(raw: bytes | str) -> GpuEvent:
+    """Validate one gpu-events message; ContractError says why it is refused."""
+    try:
+        return GpuEvent.model_validate_json(raw)
+    except ValidationError as e:
+        _check_version(raw)
+        raise ContractError(_reason(e)) from e
+
+
+def to_json(model: BaseModel) -> dict[str, Any]:
+    """The message value: JSON-ready, nulls kept so consumers see every field."""
+    return model.model_dump(mode="json")
+
+
+def json_schemas() -> dict[str, dict[str, Any]]:
+    return {
+        "gpu-sample.v1.schema.json": GpuSample.model_json_schema(),
+        "gpu-event.v1.schema.json": GpuEvent.model_json_schema(),
+    }
+
+
+def main() -> int:
+    """Write the JSON Schemas under schema/json/ (commit the result)."""
+    JSON_SCHEMA_DIR.mkdir(parents=True, exist_ok=True)
+    for name, schema in json_schemas().items():
+        (JSON_SCHEMA_DIR / name).write_text(json.dumps(schema, indent=2, sort_keys=True) + "\n")
+        print(f"wrote schema/json/{name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,29 @@
+"""Reading topics back in integration tests."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import confluent_kafka
+
+from shared.config import KafkaSettings
+from shared.kafka import make_consumer
+
+
+def consume_all(
+    settings: KafkaSettings, topic: str, expected: int, timeout_s: float = 30.0
+) -> list[confluent_kafka.Message]:
+    """Read `topic` from the start until `expected` messages arrived or the deadline passed."""
+    consumer = make_consumer(settings, group_id=f"test-{uuid.uuid4().hex[:8]}")
+    consumer.subscribe([topic])
+    messages: list[confluent_kafka.Message] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(messages) < expected and time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=1000, timeout=1.0):
+                assert msg.error() is None, msg.error()
+                messages.append(msg)
+    finally:
+        consumer.close()
+    return messages
