@@ -25,10 +25,7 @@ def best_of(runs: int, fn: Callable[[], object]) -> float:
 def report(name: str, value: float, unit: str, baseline_name: str, baseline: float) -> None:
     """One line: the figure, its same-run baseline, and the ratio."""
     ratio = value / baseline if baseline else float("inf")
-    print(
-        f"{name}: {_num(value)} {unit}  |  {baseline_name}: {_num(baseline)} {unit}"
-        f"  |  ratio {ratio:.3g}"
-    )
+    print(f"{name}: {_num(value)} {unit}  |  {baseline_name}: {_num(baseline)} {unit}  |  ratio {ratio:.3g}")
 
 
 def _num(value: float) -> str:

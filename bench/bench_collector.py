@@ -45,15 +45,11 @@ def measure(settings: Settings, nodes: int, rounds: int) -> None:
     try:
         with scratch_topic(settings.kafka) as topic:
             metrics = CollectorMetrics(CollectorRegistry())
-            publisher = Publisher(
-                JsonProducer(collector_producer(settings.kafka, 1_000_000)), metrics
-            )
+            publisher = Publisher(JsonProducer(collector_producer(settings.kafka, 1_000_000)), metrics)
             sources = [DcgmSource(server.node_url(i)) for i in range(nodes)]
             collector = Collector(
                 sources=sources,
-                enricher=Enricher(
-                    collector_id="bench", local_hostname="bench", placement=Placement()
-                ),
+                enricher=Enricher(collector_id="bench", local_hostname="bench", placement=Placement()),
                 detector=EventDetector(collector_id="bench"),
                 publisher=publisher,
                 topics=TopicSettings(metrics_raw=topic, events=topic),

@@ -30,9 +30,7 @@ class Steps:
 
 
 def measure(nodes: int, label: str) -> None:
-    fleet = Fleet(
-        FleetSpec(nodes=nodes, gpus_per_node=8, seed=1), SimClock(start_s=0, monotonic=Steps())
-    )
+    fleet = Fleet(FleetSpec(nodes=nodes, gpus_per_node=8, seed=1), SimClock(start_s=0, monotonic=Steps()))
     fleet.inject({"kind": "sbe_storm", "node": 0, "gpu": 0})
     texts = [fleet.scrape(n, timestamps=False)[0] for n in range(nodes)]
 

@@ -63,6 +63,8 @@ class DatabaseSettings(BaseModel):
     sslmode: str = "prefer"
     connect_timeout_s: int = Field(default=5, ge=1, le=300)
     application_name: str = "gpu-health"
+    # A schema to use before `public` (where TimescaleDB lives): isolates tests and tenants.
+    search_path: str | None = Field(default=None, pattern=r"^[a-z_][a-z0-9_]{0,62}$")
 
     def conninfo(self, **overrides: Any) -> str:
         """A libpq connection string; values are quoted so no setting can inject another."""
@@ -76,6 +78,8 @@ class DatabaseSettings(BaseModel):
             "connect_timeout": self.connect_timeout_s,
             "application_name": self.application_name,
         }
+        if self.search_path:
+            params["options"] = f"-c search_path={self.search_path},public"
         params.update(overrides)
         return " ".join(f"{key}={_libpq_quote(str(value))}" for key, value in params.items())
 
@@ -114,8 +118,7 @@ def load_settings(cls: type[S], **overrides: Any) -> S:
         return cls(**overrides)
     except ValidationError as e:
         problems = "; ".join(
-            f"GPUHEALTH_{'__'.join(str(p).upper() for p in err['loc'])}: {err['msg']}"
-            for err in e.errors()
+            f"GPUHEALTH_{'__'.join(str(p).upper() for p in err['loc'])}: {err['msg']}" for err in e.errors()
         )
         raise ConfigError(f"invalid settings: {problems}") from e
 

@@ -71,9 +71,7 @@ def wait_for_database(
             return connect(settings)
         except DatabaseUnavailableError as e:
             if time.monotonic() + delay > deadline:
-                raise DatabaseUnavailableError(
-                    f"database not reachable in {timeout_s:g} s: {e}"
-                ) from e
+                raise DatabaseUnavailableError(f"database not reachable in {timeout_s:g} s: {e}") from e
             log.info("database not ready, retrying in %.1f s", delay, extra={"error": str(e)})
             time.sleep(delay)
             delay = min(delay * 2, 5.0)

@@ -137,9 +137,7 @@ def _reject_non_finite(value: Any) -> Any:
 def encode_json(value: Any) -> bytes:
     """Compact UTF-8 JSON; NaN/inf and unserialisable values raise ContractError."""
     try:
-        return json.dumps(
-            value, separators=(",", ":"), allow_nan=False, ensure_ascii=False
-        ).encode()
+        return json.dumps(value, separators=(",", ":"), allow_nan=False, ensure_ascii=False).encode()
     except ValueError as e:
         _reject_non_finite(value)
         raise ContractError(f"value cannot be encoded as JSON: {e}") from e
@@ -175,9 +173,7 @@ class JsonProducer:
         self.failed = 0
         self.last_error: KafkaError | None = None
 
-    def _on_delivery(
-        self, err: confluent_kafka.KafkaError | None, msg: confluent_kafka.Message
-    ) -> None:
+    def _on_delivery(self, err: confluent_kafka.KafkaError | None, msg: confluent_kafka.Message) -> None:
         if err is None:
             self.delivered += 1
             return

@@ -106,9 +106,7 @@ def apply_migrations(
                 conn.commit()
             except psycopg.Error as e:
                 conn.rollback()
-                raise MigrationError(
-                    f"{migration.version:04d}_{migration.name}.sql failed: {e}"
-                ) from e
+                raise MigrationError(f"{migration.version:04d}_{migration.name}.sql failed: {e}") from e
             applied_now.append(migration)
     finally:
         conn.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_ID,))

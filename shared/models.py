@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
@@ -32,13 +33,29 @@ _EPOCH_FLOOR = datetime(2000, 1, 1, tzinfo=UTC)
 _FUTURE_SLACK = timedelta(days=400)
 
 
+_latest_allowed = (0.0, _EPOCH_FLOOR)  # (monotonic time computed, bound)
+
+
+def _future_bound() -> datetime:
+    """now + slack, recomputed at most once a second: this runs for every message."""
+    global _latest_allowed
+    computed, bound = _latest_allowed
+    if (now := time.monotonic()) - computed > 1.0:
+        bound = datetime.now(UTC) + _FUTURE_SLACK
+        _latest_allowed = (now, bound)
+    return bound
+
+
 def _sane_time(value: datetime) -> datetime:
     if value.tzinfo is None:
         raise ValueError("time must carry a timezone (UTC)")
-    value = value.astimezone(UTC)
-    if value < _EPOCH_FLOOR or value > datetime.now(UTC) + _FUTURE_SLACK:
+    if value.tzinfo is not UTC:
+        value = value.astimezone(UTC)
+    if value < _EPOCH_FLOOR or value > _future_bound():
         raise ValueError(f"time {value.isoformat()} is not a plausible sample time")
-    return value.replace(microsecond=value.microsecond // 1000 * 1000)  # the contract is ms
+    if value.microsecond % 1000:
+        value = value.replace(microsecond=value.microsecond // 1000 * 1000)  # the contract is ms
+    return value
 
 
 UtcTime = Annotated[datetime, AfterValidator(_sane_time)]

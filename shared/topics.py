@@ -72,9 +72,7 @@ def _wait(futures: dict[str, Future[None]], what: str) -> dict[str, Exception | 
     return outcome
 
 
-def ensure_topics(
-    admin: AdminClient, specs: list[TopicSpec], timeout_s: float = 30.0
-) -> dict[str, str]:
+def ensure_topics(admin: AdminClient, specs: list[TopicSpec], timeout_s: float = 30.0) -> dict[str, str]:
     """Bring each topic to its spec; returns what was done per topic."""
     existing = admin.list_topics(timeout=timeout_s).topics
     done: dict[str, str] = {}

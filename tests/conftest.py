@@ -13,9 +13,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="Kafka for integration tests (default: GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS or the"
         " broker `make services` started)",
     )
-    group.addoption(
-        "--db-host", default=None, help="TimescaleDB host (default: GPUHEALTH_DB__HOST or local)"
-    )
+    group.addoption("--db-host", default=None, help="TimescaleDB host (default: GPUHEALTH_DB__HOST or local)")
     group.addoption(
         "--db-port", default=None, type=int, help="TimescaleDB port (default: GPUHEALTH_DB__PORT)"
     )

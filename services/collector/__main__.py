@@ -88,9 +88,7 @@ def make_sources(cfg: CollectorSection) -> list[GpuSource]:
     if shutil.which("nvidia-smi"):
         log.info("auto: using nvidia-smi")
         return [SmiSource()]
-    raise SourceError(
-        "no GPU source found: no dcgm-exporter answered, NVML and nvidia-smi are absent"
-    )
+    raise SourceError("no GPU source found: no dcgm-exporter answered, NVML and nvidia-smi are absent")
 
 
 def main() -> int:
@@ -107,9 +105,7 @@ def main() -> int:
     try:
         inventory = load_inventory(cfg.inventory_file) if cfg.inventory_file else {}
         sources = make_sources(cfg)
-        http_server, _ = start_http_server(
-            cfg.metrics_port, addr=cfg.metrics_bind, registry=registry
-        )
+        http_server, _ = start_http_server(cfg.metrics_port, addr=cfg.metrics_bind, registry=registry)
     except (GpuHealthError, OSError) as e:
         log.error("collector cannot start: %s", e)
         return 1
@@ -118,9 +114,7 @@ def main() -> int:
     enricher = Enricher(
         collector_id=cfg.collector_id,
         local_hostname=socket.gethostname(),
-        placement=Placement(
-            cluster=cfg.cluster, datacenter=cfg.datacenter, region=cfg.region, rack=cfg.rack
-        ),
+        placement=Placement(cluster=cfg.cluster, datacenter=cfg.datacenter, region=cfg.region, rack=cfg.rack),
         inventory=inventory,
         on_invalid=lambda field: metrics.invalid.labels(field).inc(),
     )
@@ -136,9 +130,7 @@ def main() -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    log.info(
-        "collecting", extra={"sources": [s.target for s in sources], "interval_s": cfg.interval_s}
-    )
+    log.info("collecting", extra={"sources": [s.target for s in sources], "interval_s": cfg.interval_s})
     try:
         collector.run(stop)
     finally:

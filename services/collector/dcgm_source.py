@@ -72,9 +72,7 @@ def parse_exposition(text: str, *, scraped_at: datetime) -> list[GpuReading]:
     return sorted(gpus.values(), key=lambda g: g.index)
 
 
-def _new_reading(
-    uuid: str, labels: dict[str, str], timestamp: Any, scraped_at: datetime
-) -> GpuReading:
+def _new_reading(uuid: str, labels: dict[str, str], timestamp: Any, scraped_at: datetime) -> GpuReading:
     try:
         index = int(labels.get("gpu", "0"))
     except ValueError:
@@ -90,9 +88,7 @@ def _new_reading(
         driver_version=labels.get("DCGM_FI_DRIVER_VERSION") or None,
         hostname=labels.get("Hostname") or labels.get("hostname") or None,
         time=when,
-        workload={
-            ours: labels[theirs] for theirs, ours in _WORKLOAD_LABELS.items() if labels.get(theirs)
-        },
+        workload={ours: labels[theirs] for theirs, ours in _WORKLOAD_LABELS.items() if labels.get(theirs)},
     )
 
 

@@ -127,11 +127,7 @@ class Enricher:
             "datacenter": where.datacenter,
             "region": where.region,
             "rack": where.rack,
-            **{
-                k: v
-                for k, v in gpu.workload.items()
-                if k in ("job", "pod", "namespace", "container")
-            },
+            **{k: v for k, v in gpu.workload.items() if k in ("job", "pod", "namespace", "container")},
             **{k: _as_contract_type(k, v) for k, v in gpu.metrics.items() if k in METRIC_FIELDS},
         }
         mig = [m for m in (self._mig(entry) for entry in gpu.mig) if m is not None]

@@ -46,9 +46,7 @@ class EventDetector:
     _present: dict[str, set[str]] = field(default_factory=dict)  # source target -> UUIDs
     _lost: dict[str, GpuSample] = field(default_factory=dict)
 
-    def observe(
-        self, target: str, source: Source, samples: list[GpuSample], at: datetime
-    ) -> list[GpuEvent]:
+    def observe(self, target: str, source: Source, samples: list[GpuSample], at: datetime) -> list[GpuEvent]:
         """Events from one successful read of `target`."""
         events: list[GpuEvent] = []
         seen = {s.gpu_uuid for s in samples}
@@ -92,17 +90,13 @@ class EventDetector:
             events.append(self._event(now, EventKind.ROW_REMAP_FAILURE, t, {}))
         if _grew(before.retired_pages_pending, now.retired_pages_pending):
             events.append(
-                self._event(
-                    now, EventKind.RETIREMENT_PENDING, t, {"pending": now.retired_pages_pending}
-                )
+                self._event(now, EventKind.RETIREMENT_PENDING, t, {"pending": now.retired_pages_pending})
             )
         was = (before.clocks_event_reasons or 0) & THROTTLING
         is_ = (now.clocks_event_reasons or 0) & THROTTLING
         if is_ and not was:
             state.throttle_since = t
-            events.append(
-                self._event(now, EventKind.THROTTLE_START, t, {"reasons": Reason.decode(is_)})
-            )
+            events.append(self._event(now, EventKind.THROTTLE_START, t, {"reasons": Reason.decode(is_)}))
         elif was and not is_:
             since = state.throttle_since
             state.throttle_since = None

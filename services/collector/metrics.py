@@ -12,15 +12,9 @@ class CollectorMetrics:
             p + "scrape_seconds", "Time to read one source", ["target"], registry=registry,
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
         )  # fmt: skip
-        self.samples = Counter(
-            p + "samples_published", "Samples queued for Kafka", registry=registry
-        )
-        self.events = Counter(
-            p + "events_published", "Events queued for Kafka", ["kind"], registry=registry
-        )
-        self.delivered = Counter(
-            p + "delivered", "Messages the broker acknowledged", registry=registry
-        )
+        self.samples = Counter(p + "samples_published", "Samples queued for Kafka", registry=registry)
+        self.events = Counter(p + "events_published", "Events queued for Kafka", ["kind"], registry=registry)
+        self.delivered = Counter(p + "delivered", "Messages the broker acknowledged", registry=registry)
         self.delivery_failures = Counter(
             p + "delivery_failures",
             "Messages the broker refused or that timed out",
@@ -29,9 +23,7 @@ class CollectorMetrics:
         self.dropped = Counter(
             p + "dropped", "Messages dropped because the queue was full", registry=registry
         )
-        self.queue_depth = Gauge(
-            p + "queue_depth", "Messages waiting for the broker", registry=registry
-        )
+        self.queue_depth = Gauge(p + "queue_depth", "Messages waiting for the broker", registry=registry)
         self.source_errors = Counter(
             p + "source_errors", "Failed source reads", ["target"], registry=registry
         )
@@ -41,12 +33,8 @@ class CollectorMetrics:
             ["field"],
             registry=registry,
         )
-        self.overruns = Counter(
-            p + "poll_overruns", "Polls skipped because one ran late", registry=registry
-        )
-        self.gpus = Gauge(
-            p + "gpus", "GPUs in the last successful read", ["target"], registry=registry
-        )
+        self.overruns = Counter(p + "poll_overruns", "Polls skipped because one ran late", registry=registry)
+        self.gpus = Gauge(p + "gpus", "GPUs in the last successful read", ["target"], registry=registry)
         self._seen_delivered = 0
         self._seen_failed = 0
 

@@ -59,9 +59,7 @@ class NvmlSource:
         if event_set is None:
             return None
         for handle in self.handles:
-            self._q(
-                nvml.nvmlDeviceRegisterEvents, handle, nvml.nvmlEventTypeXidCriticalError, event_set
-            )
+            self._q(nvml.nvmlDeviceRegisterEvents, handle, nvml.nvmlEventTypeXidCriticalError, event_set)
         return event_set
 
     def _drain_xids(self) -> dict[int, int]:

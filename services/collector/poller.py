@@ -56,14 +56,10 @@ class Collector:
             samples = [s for s in (self.enricher.sample(g, reading) for g in reading.gpus) if s]
             self.metrics.gpus.labels(source.target).set(len(samples))
             for sample in samples:
-                if self.publisher.publish(
-                    self.topics.metrics_raw, sample.gpu_uuid, to_json(sample)
-                ):
+                if self.publisher.publish(self.topics.metrics_raw, sample.gpu_uuid, to_json(sample)):
                     samples_queued += 1
                     self.metrics.samples.inc()
-            for event in self.detector.observe(
-                source.target, reading.source, samples, reading_time(reading)
-            ):
+            for event in self.detector.observe(source.target, reading.source, samples, reading_time(reading)):
                 if self.publisher.publish(self.topics.events, event.gpu_uuid, to_json(event)):
                     events_queued += 1
                     self.metrics.events.labels(event.kind.value).inc()

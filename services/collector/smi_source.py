@@ -71,9 +71,7 @@ def run_nvidia_smi(args: list[str], timeout_s: float = 10.0) -> str:
     except (OSError, subprocess.TimeoutExpired) as e:
         raise SourceError(f"nvidia-smi could not run: {e}") from e
     if done.returncode != 0:
-        raise SourceError(
-            f"nvidia-smi failed ({done.returncode}): {(done.stdout + done.stderr).strip()}"
-        )
+        raise SourceError(f"nvidia-smi failed ({done.returncode}): {(done.stdout + done.stderr).strip()}")
     return done.stdout
 
 
@@ -115,9 +113,7 @@ class SmiSource:
 
     def _forget(self, field: str) -> None:
         """Drop a field this driver does not know, or swap in its older name."""
-        renamed = {
-            FALLBACKS.get(field, field) if f == field else f: v for f, v in self.fields.items()
-        }
+        renamed = {FALLBACKS.get(field, field) if f == field else f: v for f, v in self.fields.items()}
         renamed.pop(field, None)  # still there: no older name to try
         self.fields = renamed
 
@@ -130,9 +126,7 @@ class SmiSource:
             if not row:
                 continue
             if len(row) != len(names):
-                raise SourceError(
-                    f"nvidia-smi row has {len(row)} columns, expected {len(names)}: {row}"
-                )
+                raise SourceError(f"nvidia-smi row has {len(row)} columns, expected {len(names)}: {row}")
             raw = dict(zip(names, (c.strip() for c in row), strict=True))
             gpus.append(
                 GpuReading(

@@ -18,9 +18,7 @@ from .simulation import GpuSim, NodeSim
 _ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n"})
 
 # HELP/TYPE headers never change: built once.
-_HEADERS = {
-    f.name: f"# HELP {f.name} {f.help}\n# TYPE {f.name} {f.prom_type.value}\n" for f in FIELDS
-}
+_HEADERS = {f.name: f"# HELP {f.name} {f.help}\n# TYPE {f.name} {f.prom_type.value}\n" for f in FIELDS}
 
 
 def label_value(value: str) -> str:

@@ -127,9 +127,7 @@ def make_fault(
     merged = dict(allowed)
     for name, value in (params or {}).items():
         if name not in allowed:
-            raise FaultError(
-                f"{kind} takes no parameter {name!r}; it takes: {', '.join(allowed) or 'none'}"
-            )
+            raise FaultError(f"{kind} takes no parameter {name!r}; it takes: {', '.join(allowed) or 'none'}")
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise FaultError(f"parameter {name} must be a number, got {value!r}")
         if not 0 <= value <= _MAX_PARAM:
@@ -137,20 +135,13 @@ def make_fault(
         merged[name] = float(value)
     if duration_s is not None and not 0 < duration_s <= 365 * 86400:
         raise FaultError("duration_s must be between 0 and one year")
-    if (
-        fault_kind in (FaultKind.RETIRED_PAGES, FaultKind.PENDING_RETIREMENT)
-        and not model.page_retirement
-    ):
-        raise FaultError(
-            f"{model.name} does not retire pages (it remaps rows); use row_remap_failure"
-        )
+    if fault_kind in (FaultKind.RETIRED_PAGES, FaultKind.PENDING_RETIREMENT) and not model.page_retirement:
+        raise FaultError(f"{model.name} does not retire pages (it remaps rows); use row_remap_failure")
     if fault_kind is FaultKind.ROW_REMAP_FAILURE and not model.row_remapping:
         raise FaultError(f"{model.name} has no row remapping; use retired_pages")
     if fault_kind is FaultKind.XID and not 1 <= merged["code"] <= 999:
         raise FaultError("xid code must be between 1 and 999")
-    return Fault(
-        kind=fault_kind, node=node, gpu=gpu, start_s=start_s, duration_s=duration_s, params=merged
-    )
+    return Fault(kind=fault_kind, node=node, gpu=gpu, start_s=start_s, duration_s=duration_s, params=merged)
 
 
 def counter_totals(fault: Fault, t: float, model: GpuModel) -> dict[str, float]:
@@ -162,9 +153,7 @@ def counter_totals(fault: Fault, t: float, model: GpuModel) -> dict[str, float]:
     match fault.kind:
         case FaultKind.SBE_STORM:
             # The rate itself grows: rate(h) = r0 * (1 + g*h), so the count is its integral.
-            sbe = fault.p("rate_per_hour") * (
-                hours + fault.p("growth_per_hour") * hours * hours / 2
-            )
+            sbe = fault.p("rate_per_hour") * (hours + fault.p("growth_per_hour") * hours * hours / 2)
             out = {"ecc_sbe_volatile_total": sbe, "ecc_sbe_aggregate_total": sbe}
             if model.row_remapping:
                 out["remapped_rows_correctable"] = float(int(sbe // 200))

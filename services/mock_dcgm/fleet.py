@@ -31,9 +31,7 @@ def parse_sim_start(text: str, now: float) -> float:
     try:
         parsed = datetime.fromisoformat(text)
     except ValueError:
-        raise FaultError(
-            f"sim_start {text!r} is not 'now', -<n>[smhd] or an ISO-8601 time"
-        ) from None
+        raise FaultError(f"sim_start {text!r} is not 'now', -<n>[smhd] or an ISO-8601 time") from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
     return parsed.timestamp()
@@ -151,9 +149,7 @@ class Fleet:
         else:
             raise FaultError("after_s is seconds after the simulation start, a number >= 0")
         duration = request.get("duration_s")
-        if duration is not None and (
-            isinstance(duration, bool) or not isinstance(duration, int | float)
-        ):
+        if duration is not None and (isinstance(duration, bool) or not isinstance(duration, int | float)):
             raise FaultError("duration_s must be a number")
         params = request.get("params") or {}
         if not isinstance(params, dict):

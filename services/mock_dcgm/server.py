@@ -35,9 +35,7 @@ PROM_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 class MockMetrics:
     def __init__(self, registry: CollectorRegistry, fleet: Fleet) -> None:
-        self.scrapes = Counter(
-            "gpuhealth_mock_scrapes", "Node scrapes served", ["node"], registry=registry
-        )
+        self.scrapes = Counter("gpuhealth_mock_scrapes", "Node scrapes served", ["node"], registry=registry)
         self.render_seconds = Histogram(
             "gpuhealth_mock_render_seconds",
             "Time to advance and render one node",
@@ -92,9 +90,7 @@ def node_handler(fleet: Fleet, index: int, metrics: MockMetrics, *, timestamps: 
     return NodeHandler
 
 
-def admin_handler(
-    fleet: Fleet, metrics: MockMetrics, registry: CollectorRegistry, node_url: Any
-) -> type:
+def admin_handler(fleet: Fleet, metrics: MockMetrics, registry: CollectorRegistry, node_url: Any) -> type:
     class AdminHandler(_Handler):
         def fail(self, status: int, message: str) -> None:
             metrics.admin_errors.inc()
@@ -123,9 +119,7 @@ def admin_handler(
                 self.fail(HTTPStatus.LENGTH_REQUIRED, "Content-Length is required")
                 return
             if not 0 < length <= MAX_BODY_BYTES:
-                self.fail(
-                    HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body must be 1..{MAX_BODY_BYTES} bytes"
-                )
+                self.fail(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body must be 1..{MAX_BODY_BYTES} bytes")
                 return
             try:
                 request = json.loads(self.rfile.read(length))

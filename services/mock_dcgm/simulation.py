@@ -119,11 +119,7 @@ class GpuSim:
             for name, value in counter_totals(f, t, self.model).items():
                 totals[name] = totals.get(name, 0.0) + value
             xid = xid_of(f)
-            if (
-                xid is not None
-                and f.start_s <= t
-                and (latest_xid is None or f.start_s >= latest_xid[0])
-            ):
+            if xid is not None and f.start_s <= t and (latest_xid is None or f.start_s >= latest_xid[0]):
                 latest_xid = (f.start_s, xid)
             if f.kind is FaultKind.DBE and f.start_s <= t and self.model.row_remapping:
                 self.remap_pending = True  # cleared only by a GPU reset, which the mock never does
@@ -185,9 +181,7 @@ class GpuSim:
         per_watt = (m.slowdown_temp_c - 15 - AMBIENT_C) / m.power_limit_w
         target = AMBIENT_C + per_watt * power + self.heat_c
         self.temp_c = target + (self.temp_c - target) * math.exp(-dt / THERMAL_TAU_S)
-        self.energy_mj += (
-            (self.power_w + power) / 2 * dt * 1000 if self.power_w else power * dt * 1000
-        )
+        self.energy_mj += (self.power_w + power) / 2 * dt * 1000 if self.power_w else power * dt * 1000
         if reasons & (Reason.SW_POWER_CAP | Reason.HW_POWER_BRAKE_SLOWDOWN):
             self.power_violation_us += dt * 1e6
         if reasons & (Reason.HW_THERMAL_SLOWDOWN | Reason.SW_THERMAL_SLOWDOWN):
@@ -273,9 +267,7 @@ class NodeSim:
         return max((gpu.advance(t) for gpu in self.gpus), default=0.0)
 
 
-def build_node(
-    *, index: int, hostname: str, model: GpuModel, gpus: int, seed: int, t0: float
-) -> NodeSim:
+def build_node(*, index: int, hostname: str, model: GpuModel, gpus: int, seed: int, t0: float) -> NodeSim:
     sims = []
     for g in range(gpus):
         rng = random.Random(f"{seed}:{index}:{g}")  # noqa: S311 - reproducible, not secret

@@ -100,3 +100,14 @@ def db_conn(
     """A connection whose search_path starts with the test's own schema."""
     with connect(db_settings, schema=db_schema) as conn:
         yield conn
+
+
+@pytest.fixture
+def migrated(db_settings: DatabaseSettings, db_schema: str) -> DatabaseSettings:
+    """Settings whose connections land in a fresh schema holding the project's migrations."""
+    from shared.migrate import apply_migrations, discover
+
+    scoped = db_settings.model_copy(update={"search_path": db_schema})
+    with connect(scoped) as conn:
+        apply_migrations(conn, discover())
+    return scoped

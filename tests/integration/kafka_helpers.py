@@ -11,6 +11,12 @@ from shared.config import KafkaSettings
 from shared.kafka import make_consumer
 
 
+def header_map(msg: confluent_kafka.Message) -> dict[str, str]:
+    raw = msg.headers() or []
+    items = raw.items() if isinstance(raw, dict) else raw
+    return {str(k): v.decode() if isinstance(v, bytes) else str(v) for k, v in items}
+
+
 def consume_all(
     settings: KafkaSettings, topic: str, expected: int, timeout_s: float = 30.0
 ) -> list[confluent_kafka.Message]:

@@ -63,9 +63,7 @@ def test_topics_and_groups_wrappers_list_the_broker(
     kafka_settings: KafkaSettings, topic_factory: Callable[..., str]
 ) -> None:
     topic = topic_factory(partitions=2)
-    out = run(
-        ["bin/kafka-topics", "--bootstrap-server", kafka_settings.bootstrap_servers, "--list"]
-    )
+    out = run(["bin/kafka-topics", "--bootstrap-server", kafka_settings.bootstrap_servers, "--list"])
     assert out.returncode == 0, out.stderr
     assert topic in out.stdout.split()
     groups = run(
@@ -79,9 +77,7 @@ def test_topics_and_groups_wrappers_list_the_broker(
     assert groups.returncode == 0, groups.stderr
 
 
-def test_setup_commands_exit_zero_and_are_idempotent(
-    kafka_settings: KafkaSettings, db_schema: str
-) -> None:
+def test_setup_commands_exit_zero_and_are_idempotent(kafka_settings: KafkaSettings, db_schema: str) -> None:
     suffix = uuid.uuid4().hex[:8]
     env = {
         "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,

@@ -44,16 +44,12 @@ def collector(
     topic_factory: Callable[..., str],
 ) -> Iterator[tuple[Collector, Publisher, TopicSettings]]:
     _, server = fleet
-    topics = TopicSettings(
-        metrics_raw=topic_factory(prefix="raw"), events=topic_factory(prefix="events")
-    )
+    topics = TopicSettings(metrics_raw=topic_factory(prefix="raw"), events=topic_factory(prefix="events"))
     metrics = CollectorMetrics(CollectorRegistry())
     publisher = Publisher(JsonProducer(collector_producer(kafka_settings, 100_000)), metrics)
     collector = Collector(
         sources=[DcgmSource(server.node_url(i), kind=Source.MOCK) for i in range(2)],
-        enricher=Enricher(
-            collector_id="itest", local_hostname="itest", placement=Placement(cluster="c1")
-        ),
+        enricher=Enricher(collector_id="itest", local_hostname="itest", placement=Placement(cluster="c1")),
         detector=EventDetector(collector_id="itest"),
         publisher=publisher,
         topics=topics,
@@ -97,20 +93,13 @@ def test_an_injected_xid_and_a_gpu_off_the_bus_become_events(
     xid_gpu, lost_gpu = mock.nodes[0].gpus[1].uuid, mock.nodes[1].gpus[3].uuid
     poller.poll_once()
     mock.inject({"kind": "xid", "gpu_uuid": xid_gpu, "params": {"code": 94}})
-    fault = mock.inject(
-        {"kind": "fall_off_bus", "gpu_uuid": lost_gpu, "params": {"scrape_delay_s": 0.2}}
-    )
+    fault = mock.inject({"kind": "fall_off_bus", "gpu_uuid": lost_gpu, "params": {"scrape_delay_s": 0.2}})
     poller.poll_once()
     mock.clear(fault.id)
     poller.poll_once()
     assert publisher.flush(30) == 0
-    events = [
-        parse_event(m.value() or b"")
-        for m in consume_all(kafka_settings, topics.events, expected=4)
-    ]
-    assert [(e.kind, e.gpu_uuid) for e in events if e.gpu_uuid == xid_gpu] == [
-        (EventKind.XID, xid_gpu)
-    ]
+    events = [parse_event(m.value() or b"") for m in consume_all(kafka_settings, topics.events, expected=4)]
+    assert [(e.kind, e.gpu_uuid) for e in events if e.gpu_uuid == xid_gpu] == [(EventKind.XID, xid_gpu)]
     assert next(e for e in events if e.gpu_uuid == xid_gpu).details == {"xid": 94}
     # Back on the bus, the GPU reports XID 79 (fallen off the bus) as its last XID.
     assert [(e.kind, e.details.get("xid")) for e in events if e.gpu_uuid == lost_gpu] == [

@@ -22,9 +22,7 @@ def test_migrations_apply_once_and_the_second_run_is_a_no_op(db_conn: Conn) -> N
     first = apply_migrations(db_conn, migrations)
     assert [m.version for m in first] == [m.version for m in migrations]
     assert apply_migrations(db_conn, migrations) == []
-    rows = db_conn.execute(
-        "SELECT version, checksum FROM schema_migrations ORDER BY version"
-    ).fetchall()
+    rows = db_conn.execute("SELECT version, checksum FROM schema_migrations ORDER BY version").fetchall()
     assert rows == [(m.version, m.checksum) for m in migrations]
 
 
@@ -65,9 +63,7 @@ def test_an_applied_migration_that_was_edited_is_refused(db_conn: Conn, tmp_path
 def test_concurrent_runners_apply_each_migration_once(
     db_settings: DatabaseSettings, db_schema: str, tmp_path: Path
 ) -> None:
-    folder = write(
-        tmp_path, {f"{i:04d}_m{i}.sql": f"CREATE TABLE m{i} (id int);" for i in range(1, 6)}
-    )
+    folder = write(tmp_path, {f"{i:04d}_m{i}.sql": f"CREATE TABLE m{i} (id int);" for i in range(1, 6)})
     applied: list[list[int]] = []
     errors: list[BaseException] = []
 
@@ -94,19 +90,14 @@ def test_hypertable_time_bucket_and_license(db_conn: Conn) -> None:
     assert shown == (info.license,)
     assert info.license in {"apache", "timescale"}
     assert info.version.split(".")[0] == "2"
-    db_conn.execute(
-        "CREATE TABLE samples (time timestamptz NOT NULL, gpu text NOT NULL, temp_c real)"
-    )
-    db_conn.execute(
-        "SELECT create_hypertable('samples', 'time', chunk_time_interval => interval '1 hour')"
-    )
+    db_conn.execute("CREATE TABLE samples (time timestamptz NOT NULL, gpu text NOT NULL, temp_c real)")
+    db_conn.execute("SELECT create_hypertable('samples', 'time', chunk_time_interval => interval '1 hour')")
     db_conn.execute(
         "INSERT INTO samples SELECT '2026-01-01'::timestamptz + g * interval '10 s', 'GPU-a', g"
         " FROM generate_series(0, 719) g"
     )
     buckets = db_conn.execute(
-        "SELECT time_bucket('1 hour', time) b, count(*), avg(temp_c)"
-        " FROM samples GROUP BY b ORDER BY b"
+        "SELECT time_bucket('1 hour', time) b, count(*), avg(temp_c) FROM samples GROUP BY b ORDER BY b"
     ).fetchall()
     assert [(c, float(str(a))) for _, c, a in buckets] == [(360, 179.5), (360, 539.5)]
     chunks = db_conn.execute("SELECT count(*) FROM show_chunks('samples')").fetchone()

@@ -23,9 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def running() -> Iterator[tuple[Fleet, MockServer]]:
-    fleet = Fleet(
-        FleetSpec(nodes=2, gpus_per_node=4, seed=3), SimClock(start_s=time.time(), speed=60)
-    )
+    fleet = Fleet(FleetSpec(nodes=2, gpus_per_node=4, seed=3), SimClock(start_s=time.time(), speed=60))
     server = MockServer(fleet, bind="127.0.0.1", base_port=0, admin_port=0, timestamps=True)
     server.start()
     yield fleet, server
@@ -45,9 +43,7 @@ def test_scrape_inject_clear_and_ground_truth(running: tuple[Fleet, MockServer])
         assert all(s.timestamp is not None for s in temps)  # accelerated clock: stamped
 
         target = fleet.nodes[1].gpus[2].uuid
-        made = http.post(
-            f"{server.admin_url}/faults", json={"kind": "fall_off_bus", "gpu_uuid": target}
-        )
+        made = http.post(f"{server.admin_url}/faults", json={"kind": "fall_off_bus", "gpu_uuid": target})
         assert made.status_code == 201, made.text
         assert target not in http.get(server.node_url(1)).text
 
@@ -122,10 +118,7 @@ def test_the_service_starts_serves_and_exits_zero_on_sigterm() -> None:
         deadline = time.monotonic() + 20
         while True:
             try:
-                if (
-                    httpx.get(f"http://127.0.0.1:{admin_port}/healthz", timeout=1).status_code
-                    == 200
-                ):
+                if httpx.get(f"http://127.0.0.1:{admin_port}/healthz", timeout=1).status_code == 200:
                     break
             except httpx.TransportError:
                 assert time.monotonic() < deadline, "mock did not start"

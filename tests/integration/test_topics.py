@@ -53,9 +53,7 @@ def test_existing_topic_is_grown_and_reconfigured(kafka_settings: KafkaSettings)
         assert done == {name: "partitions increased"}
         assert describe(kafka_settings, name) == (5, "900000")
         # Kafka cannot shrink a topic: asking for fewer leaves it as it is.
-        assert ensure_topics(admin, [TopicSpec(name, 1, 1, {"retention.ms": "900000"})]) == {
-            name: "exists"
-        }
+        assert ensure_topics(admin, [TopicSpec(name, 1, 1, {"retention.ms": "900000"})]) == {name: "exists"}
         assert describe(kafka_settings, name) == (5, "900000")
     finally:
         admin.delete_topics([name])[name].result()

@@ -25,9 +25,7 @@ T = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 UUID = "GPU-11111111-2222-3333-4444-555555555555"
 
 
-def reading(
-    metrics: dict[str, Any], *, at: datetime = T, uuids: tuple[str, ...] = (UUID,)
-) -> SourceReading:
+def reading(metrics: dict[str, Any], *, at: datetime = T, uuids: tuple[str, ...] = (UUID,)) -> SourceReading:
     gpus = [
         GpuReading(
             uuid=u,
@@ -91,9 +89,7 @@ def test_malformed_inventories_are_refused(tmp_path: Path, text: str, message: s
 def test_an_invalid_metric_becomes_null_and_the_rest_survives() -> None:
     dropped: list[str] = []
     e = enricher(on_invalid=dropped.append)
-    r = reading(
-        {"gpu_temp_c": -400, "power_usage_w": 300.5, "gpu_util_pct": 250, "pcie_replay_total": 7.0}
-    )
+    r = reading({"gpu_temp_c": -400, "power_usage_w": 300.5, "gpu_util_pct": 250, "pcie_replay_total": 7.0})
     sample = e.sample(r.gpus[0], r)
     assert sample is not None
     assert (sample.gpu_temp_c, sample.gpu_util_pct) == (None, None)
@@ -109,9 +105,7 @@ def test_an_invalid_identity_drops_the_sample_and_counts_it() -> None:
     assert dropped == ["identity"]
 
 
-def samples(
-    metrics: dict[str, Any], at: datetime, uuids: tuple[str, ...] = (UUID,)
-) -> list[GpuSample]:
+def samples(metrics: dict[str, Any], at: datetime, uuids: tuple[str, ...] = (UUID,)) -> list[GpuSample]:
     r = reading(metrics, at=at, uuids=uuids)
     return [s for s in (enricher().sample(g, r) for g in r.gpus) if s]
 

@@ -15,9 +15,7 @@ from shared.config import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = Path(
-    os.environ.get(
-        "GPUHEALTH_COMPOSE_SPEC", REPO.parent / "shared" / "reference" / "compose-spec.json"
-    )
+    os.environ.get("GPUHEALTH_COMPOSE_SPEC", REPO.parent / "shared" / "reference" / "compose-spec.json")
 )
 
 

@@ -39,9 +39,7 @@ def test_nested_environment_variables_reach_their_section(monkeypatch: pytest.Mo
         ("GPUHEALTH_TOPICS__RETENTION_MS", "-1"),
     ],
 )
-def test_invalid_values_name_the_variable(
-    monkeypatch: pytest.MonkeyPatch, var: str, value: str
-) -> None:
+def test_invalid_values_name_the_variable(monkeypatch: pytest.MonkeyPatch, var: str, value: str) -> None:
     monkeypatch.setenv(var, value)
     with pytest.raises(ConfigError, match=var):
         load_settings(Settings)

@@ -57,9 +57,7 @@ def test_a_good_sample_parses_and_time_is_utc_ms() -> None:
         ({"surprise": 1}, "surprise"),
     ],
 )
-def test_hostile_samples_are_refused_with_the_field_named(
-    change: dict[str, Any], reason: str
-) -> None:
+def test_hostile_samples_are_refused_with_the_field_named(change: dict[str, Any], reason: str) -> None:
     with pytest.raises(ContractError, match=reason):
         parse_sample(json.dumps({**GOOD, **change}))
 

@@ -84,13 +84,9 @@ def test_client_config_carries_credentials_and_extras() -> None:
 
 
 def test_error_translation() -> None:
-    down = translate_error(
-        confluent_kafka.KafkaError(confluent_kafka.KafkaError._ALL_BROKERS_DOWN), "x"
-    )
+    down = translate_error(confluent_kafka.KafkaError(confluent_kafka.KafkaError._ALL_BROKERS_DOWN), "x")
     assert isinstance(down, KafkaUnavailableError)
-    timed_out = translate_error(
-        confluent_kafka.KafkaError(confluent_kafka.KafkaError._MSG_TIMED_OUT), "y"
-    )
+    timed_out = translate_error(confluent_kafka.KafkaError(confluent_kafka.KafkaError._MSG_TIMED_OUT), "y")
     assert isinstance(timed_out, KafkaProduceError)
     assert timed_out.code == "_MSG_TIMED_OUT"
 

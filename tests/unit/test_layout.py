@@ -52,6 +52,4 @@ def test_modules_have_a_docstring_and_stay_readable(path: Path) -> None:
     text = path.read_text()
     if path.name != "__init__.py" or text.strip():
         assert ast.get_docstring(ast.parse(text)), f"{path.relative_to(REPO)} has no docstring"
-    assert len(text.splitlines()) <= 450, (
-        f"{path.relative_to(REPO)} is too long to read in one sitting"
-    )
+    assert len(text.splitlines()) <= 450, f"{path.relative_to(REPO)} is too long to read in one sitting"

@@ -29,9 +29,7 @@ def test_project_migrations_are_well_formed_and_ordered() -> None:
         ({"0001_empty.sql": "  \n"}, "empty"),
     ],
 )
-def test_malformed_migration_folders_are_refused(
-    tmp_path: Path, files: dict[str, str], message: str
-) -> None:
+def test_malformed_migration_folders_are_refused(tmp_path: Path, files: dict[str, str], message: str) -> None:
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     with pytest.raises(MigrationError, match=message):

@@ -66,10 +66,7 @@ def test_unsupported_fields_carry_dcgms_sentinel_by_model() -> None:
 
 def values(text: str, name: str) -> dict[str, float]:
     """{UUID: value} for one metric."""
-    return {
-        m[0]: float(m[1])
-        for m in re.findall(rf'^{name}\{{.*?UUID="([^"]+)".*\}} (\S+)', text, re.M)
-    }
+    return {m[0]: float(m[1]) for m in re.findall(rf'^{name}\{{.*?UUID="([^"]+)".*\}} (\S+)', text, re.M)}
 
 
 def test_counters_only_grow_through_a_day_of_load_and_faults() -> None:
@@ -103,9 +100,7 @@ def test_power_and_temperature_follow_load() -> None:
             for n in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_GPU_TEMP")
         )
         for uuid in util:
-            (busy if util[uuid] >= 80 else idle if util[uuid] <= 3 else []).append(
-                (power[uuid], temp[uuid])
-            )
+            (busy if util[uuid] >= 80 else idle if util[uuid] <= 3 else []).append((power[uuid], temp[uuid]))
     assert len(busy) > 100
     assert len(idle) > 100
 
@@ -139,9 +134,7 @@ def test_timestamps_only_with_an_accelerated_clock() -> None:
     assert all(" " not in value for value in samples)
     stamped = scrape(fleet, timestamps=True)
     stamps = {
-        line.rsplit("} ", 1)[1].split(" ")[1]
-        for line in stamped.splitlines()
-        if not line.startswith("#")
+        line.rsplit("} ", 1)[1].split(" ")[1] for line in stamped.splitlines() if not line.startswith("#")
     }
     assert stamps == {str(int(fleet.clock.now() * 1000))}
 

@@ -139,9 +139,7 @@ def test_hang_keeps_the_job_but_drops_utilisation() -> None:
     fleet.inject({"kind": "hang", "node": H100, "gpu": GPU})
     hand.t += 30
     text = fleet.scrape(H100, timestamps=False)[0]
-    line = next(
-        x for x in text.splitlines() if x.startswith("DCGM_FI_DEV_GPU_UTIL") and gpu.uuid in x
-    )
+    line = next(x for x in text.splitlines() if x.startswith("DCGM_FI_DEV_GPU_UTIL") and gpu.uuid in x)
     assert line.endswith(" 0")
     assert f'pod="{gpu.job.pod}"' in line
 

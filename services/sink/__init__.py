@@ -1,0 +1,1 @@
+"""Kafka -> TimescaleDB: idempotent batches, offsets stored with the rows, dead letters."""

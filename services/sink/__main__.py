@@ -1,0 +1,103 @@
+"""`python -m services.sink`: consume gpu-metrics-raw and gpu-events into TimescaleDB until SIGTERM.
+
+Run several with the same GPUHEALTH_SINK__GROUP_ID to share the partitions.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+
+from prometheus_client import CollectorRegistry, start_http_server
+from pydantic import BaseModel, Field
+
+from shared.config import Settings, load_settings, log_settings
+from shared.db import wait_for_database
+from shared.errors import GpuHealthError
+from shared.kafka import make_consumer, make_producer
+from shared.logging import setup_logging
+
+from .loop import SinkLoop
+from .maintenance import Retention
+from .metrics import SinkMetrics
+from .writer import BatchWriter
+
+log = logging.getLogger("services.sink")
+
+
+class SinkSection(BaseModel):
+    """GPUHEALTH_SINK__*"""
+
+    group_id: str = Field(default="gpu-health-sink", min_length=1, max_length=200)
+    batch_size: int = Field(default=5000, ge=1, le=100_000)
+    poll_timeout_s: float = Field(default=0.5, gt=0, le=30)
+    max_message_bytes: int = Field(default=1_000_000, ge=1024, le=100_000_000)
+    # A batch write slower than this fails and is retried: keeps the consumer inside
+    # max.poll.interval.ms (5 minutes) however slow the database gets.
+    statement_timeout_ms: int = Field(default=60_000, ge=1000, le=240_000)
+    max_backoff_s: float = Field(default=30.0, ge=1, le=120)
+    keep_raw_days: int = Field(default=30, ge=1)
+    keep_events_days: int = Field(default=180, ge=1)
+    keep_rollup_days: int = Field(default=365, ge=1)
+    retention_interval_s: float = Field(default=600, ge=10)
+    # How long a dead sink holds its partitions before the group hands them on.
+    session_timeout_ms: int = Field(default=45_000, ge=6000, le=300_000)
+    metrics_port: int = Field(default=9501, ge=0, le=65535)
+    metrics_bind: str = "127.0.0.1"
+
+
+class SinkSettings(Settings):
+    sink: SinkSection = Field(default_factory=SinkSection)
+
+
+def main() -> int:
+    try:
+        settings = load_settings(SinkSettings)
+    except GpuHealthError as e:
+        print(f"sink: {e}", file=sys.stderr)
+        return 2
+    setup_logging(settings.log.level, json_format=settings.log.json_format, service="sink")
+    log_settings(settings, "sink")
+    cfg = settings.sink
+    registry = CollectorRegistry()
+    metrics = SinkMetrics(registry)
+    try:
+        wait_for_database(settings.db, timeout_s=120).close()
+        http_server, _ = start_http_server(cfg.metrics_port, addr=cfg.metrics_bind, registry=registry)
+    except (GpuHealthError, OSError) as e:
+        log.error("sink cannot start: %s", e)
+        return 1
+    writer = BatchWriter(settings.db, group=cfg.group_id, statement_timeout_ms=cfg.statement_timeout_ms)
+    loop = SinkLoop(
+        consumer=make_consumer(
+            settings.kafka, group_id=cfg.group_id, overrides={"session.timeout.ms": cfg.session_timeout_ms}
+        ),
+        dlq_producer=make_producer(settings.kafka),
+        writer=writer,
+        topics=settings.topics,
+        metrics=metrics,
+        batch_size=cfg.batch_size,
+        poll_timeout_s=cfg.poll_timeout_s,
+        max_message_bytes=cfg.max_message_bytes,
+        max_backoff_s=cfg.max_backoff_s,
+        housekeeping=Retention(
+            settings.db, metrics, keep_raw_days=cfg.keep_raw_days, keep_events_days=cfg.keep_events_days,
+            keep_rollup_days=cfg.keep_rollup_days, interval_s=cfg.retention_interval_s,
+        ),
+    )  # fmt: skip
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: loop.stop.set())
+    log.info("sinking", extra={"topics": [settings.topics.metrics_raw, settings.topics.events]})
+    try:
+        loop.run()
+    finally:
+        loop.consumer.close()
+        writer.close()
+        http_server.shutdown()
+    log.info("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""The sink's own Prometheus metrics (served on /metrics)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class SinkMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        p = "gpuhealth_sink_"
+        self.rows = Counter(
+            p + "rows_written", "Rows inserted (duplicates excluded)", ["table"], registry=registry
+        )
+        self.duplicates = Counter(
+            p + "duplicates_skipped", "Rows already stored", ["table"], registry=registry
+        )
+        self.consumed = Counter(p + "messages_consumed", "Messages read from Kafka", registry=registry)
+        self.batches = Counter(p + "batches", "Batches committed", registry=registry)
+        self.batch_seconds = Histogram(
+            p + "batch_seconds", "Decode + write + commit time of one batch", registry=registry,
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+        )  # fmt: skip
+        self.dead_letters = Counter(
+            p + "dead_letters", "Records sent to the DLQ", ["category"], registry=registry
+        )
+        self.db_retries = Counter(p + "db_retries", "Batch writes retried after a failure", registry=registry)
+        self.abandoned = Counter(
+            p + "batches_abandoned",
+            "Batches dropped because their partitions moved",
+            registry=registry,
+        )
+        self.assigned = Gauge(p + "assigned_partitions", "Partitions this sink owns", registry=registry)
+        self.lag = Gauge(
+            p + "lag",
+            "Messages behind the end of each partition",
+            ["topic", "partition"],
+            registry=registry,
+        )
+        self.chunks_dropped = Counter(
+            p + "chunks_dropped", "Chunks dropped by retention", ["table"], registry=registry
+        )

@@ -1,0 +1,221 @@
+"""Writes one batch in ONE transaction: rows, derived tables and the Kafka offsets together.
+
+1. binary COPY of the batch into temporary staging tables;
+2. INSERT ... SELECT ... ON CONFLICT DO NOTHING into the hypertables, so a
+   replayed or re-delivered message adds nothing;
+3. under the apache license, the rows that statement really inserted are
+   folded into the 1-minute rollup in the same statement (the SQL comes from
+   the schema: gpu_metrics_insert_sql(), beside the rollup's definition);
+   gpu_latest and gpu_assets from the same staged rows;
+4. the next offset of every partition in the batch into kafka_offsets, never
+   moving backwards.
+
+Either all of it is committed or none of it is: offsets are never stored past
+what is in the database, which is what makes restarts lossless and exact.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import psycopg
+from psycopg import sql
+
+from shared.config import DatabaseSettings
+from shared.db import connect
+from shared.errors import DatabaseError, DatabaseUnavailableError
+from shared.models import GpuEvent, GpuSample
+
+from .rows import (
+    ASSET_ONLY,
+    EVENT_COLUMNS,
+    EVENT_TYPES,
+    METRIC_COLUMNS,
+    STAGE_COLUMNS,
+    STAGE_TYPES,
+    event_row,
+    sample_row,
+)
+
+log = logging.getLogger(__name__)
+
+Partition = tuple[str, int]  # (topic, partition)
+
+
+@dataclass(slots=True)
+class WriteResult:
+    metrics_inserted: int = 0
+    events_inserted: int = 0
+
+
+@dataclass(slots=True)
+class Batch:
+    samples: list[GpuSample] = field(default_factory=list)
+    events: list[GpuEvent] = field(default_factory=list)
+    next_offsets: dict[Partition, int] = field(default_factory=dict)
+
+
+def _ident_list(names: Iterable[str]) -> sql.Composed:
+    return sql.SQL(", ").join(sql.Identifier(n) for n in names)
+
+
+_COLS = _ident_list(METRIC_COLUMNS)
+_UPDATE_LATEST = sql.SQL(", ").join(
+    sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c)) for c in METRIC_COLUMNS if c != "gpu_uuid"
+)
+_ASSET_COLS = (
+    "gpu_uuid", *ASSET_ONLY, "hostname", "cluster", "datacenter", "region", "rack",
+    "slowdown_temp_c", "shutdown_temp_c", "power_limit_w", "fb_total_mib",
+)  # fmt: skip
+# Limits a GPU reported once are kept when a later sample lacks them.
+_KEEP_IF_NULL = {
+    "slowdown_temp_c",
+    "shutdown_temp_c",
+    "power_limit_w",
+    "fb_total_mib",
+    "pci_bus_id",
+}
+_UPDATE_ASSET = sql.SQL(", ").join(
+    sql.SQL(
+        "{0} = coalesce(EXCLUDED.{0}, gpu_assets.{0})" if c in _KEEP_IF_NULL else "{0} = EXCLUDED.{0}"
+    ).format(sql.Identifier(c))
+    for c in _ASSET_COLS[1:]
+)
+
+STATEMENTS: dict[str, sql.Composed | sql.SQL] = {
+    "latest": sql.SQL(
+        "INSERT INTO gpu_latest ({c}) SELECT DISTINCT ON (gpu_uuid) {c} FROM _stage_metrics"
+        " ORDER BY gpu_uuid, time DESC"
+        " ON CONFLICT (gpu_uuid) DO UPDATE SET {u} WHERE EXCLUDED.time > gpu_latest.time"
+    ).format(c=_COLS, u=_UPDATE_LATEST),
+    "assets": sql.SQL(
+        "INSERT INTO gpu_assets ({a}, first_seen, last_seen)"
+        " SELECT DISTINCT ON (gpu_uuid) {a}, min(time) OVER (PARTITION BY gpu_uuid), time"
+        " FROM _stage_metrics ORDER BY gpu_uuid, time DESC"
+        " ON CONFLICT (gpu_uuid) DO UPDATE SET {u},"
+        " first_seen = least(gpu_assets.first_seen, EXCLUDED.first_seen), last_seen = EXCLUDED.last_seen"
+        " WHERE EXCLUDED.last_seen >= gpu_assets.last_seen"
+    ).format(a=_ident_list(_ASSET_COLS), u=_UPDATE_ASSET),
+    "events": sql.SQL(
+        "INSERT INTO gpu_events ({c}) SELECT {c} FROM _stage_events"
+        " ON CONFLICT (gpu_uuid, time, kind) DO NOTHING"
+    ).format(c=_ident_list(EVENT_COLUMNS)),
+    "offsets": sql.SQL(
+        "INSERT INTO kafka_offsets (consumer_group, topic, partition, next_offset)"
+        " VALUES (%s, %s, %s, %s)"
+        " ON CONFLICT (consumer_group, topic, partition) DO UPDATE"
+        " SET next_offset = greatest(kafka_offsets.next_offset, EXCLUDED.next_offset), updated_at = now()"
+    ),
+}
+
+
+class BatchWriter:
+    """Owns one database connection; reconnects after it breaks."""
+
+    def __init__(self, settings: DatabaseSettings, *, group: str, statement_timeout_ms: int = 60_000) -> None:
+        self.settings, self.group = settings, group
+        self.statement_timeout_ms = statement_timeout_ms
+        self._conn: psycopg.Connection[tuple[object, ...]] | None = None
+        self._insert_metrics: sql.Composed | None = None
+
+    def _connection(self) -> psycopg.Connection[tuple[object, ...]]:
+        if self._conn is not None and not self._conn.closed and not self._conn.broken:
+            return self._conn
+        self.close()
+        conn = connect(self.settings)
+        try:
+            conn.execute(sql.SQL("SET statement_timeout = {}").format(sql.Literal(self.statement_timeout_ms)))
+            template = conn.execute("SELECT gpu_metrics_insert_sql('')").fetchone()
+            if template is None:
+                raise DatabaseError("the schema has no gpu_metrics_insert_sql(): run the migrations")
+            self._insert_metrics = sql.SQL(str(template[0])).format(cols=_COLS)
+            stage = sql.SQL(", ").join(
+                sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(t))
+                for c, t in zip(STAGE_COLUMNS, STAGE_TYPES, strict=True)
+            )
+            events = sql.SQL(", ").join(
+                sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(t))
+                for c, t in zip(EVENT_COLUMNS, EVENT_TYPES, strict=True)
+            )
+            conn.execute(sql.SQL("CREATE TEMP TABLE _stage_metrics ({}) ON COMMIT DELETE ROWS").format(stage))
+            conn.execute(sql.SQL("CREATE TEMP TABLE _stage_events ({}) ON COMMIT DELETE ROWS").format(events))
+            conn.commit()
+        except psycopg.Error as e:
+            conn.close()
+            raise DatabaseUnavailableError(f"preparing the sink's session failed: {e}") from e
+        self._conn = conn
+        return conn
+
+    def stored_offsets(self, partitions: Iterable[Partition]) -> dict[Partition, int]:
+        """The next offsets this group stored for the given partitions (absent: never written)."""
+        wanted = list(partitions)
+        conn = self._connection()
+        try:
+            rows = conn.execute(
+                "SELECT topic, partition, next_offset FROM kafka_offsets WHERE consumer_group = %s"
+                " AND (topic, partition) IN (SELECT * FROM unnest(%s::text[], %s::int[]))",
+                (self.group, [t for t, _ in wanted], [p for _, p in wanted]),
+            ).fetchall()
+            conn.commit()
+        except psycopg.Error as e:
+            self._fail(conn)
+            raise DatabaseError(f"reading stored offsets failed: {e}") from e
+        return {(str(t), int(str(p))): int(str(o)) for t, p, o in rows}
+
+    def write(self, batch: Batch) -> WriteResult:
+        """Store the batch and its offsets atomically; DatabaseError leaves nothing behind."""
+        conn = self._connection()
+        result = WriteResult()
+        try:
+            with conn.cursor() as cur:
+                if batch.samples:
+                    with cur.copy(
+                        sql.SQL("COPY _stage_metrics ({}) FROM STDIN (FORMAT BINARY)").format(
+                            _ident_list(STAGE_COLUMNS)
+                        )
+                    ) as copy:
+                        copy.set_types(STAGE_TYPES)
+                        for s in batch.samples:
+                            copy.write_row(sample_row(s))
+                    assert self._insert_metrics is not None
+                    cur.execute(self._insert_metrics)
+                    row = cur.fetchone() if cur.description else None
+                    result.metrics_inserted = int(str(row[0])) if row else cur.rowcount
+                    cur.execute(STATEMENTS["latest"])
+                    cur.execute(STATEMENTS["assets"])
+                if batch.events:
+                    with cur.copy(
+                        sql.SQL("COPY _stage_events ({}) FROM STDIN (FORMAT BINARY)").format(
+                            _ident_list(EVENT_COLUMNS)
+                        )
+                    ) as copy:
+                        copy.set_types(EVENT_TYPES)
+                        for e in batch.events:
+                            copy.write_row(event_row(e))
+                    cur.execute(STATEMENTS["events"])
+                    result.events_inserted = cur.rowcount
+                if batch.next_offsets:
+                    cur.executemany(
+                        STATEMENTS["offsets"],
+                        [(self.group, t, p, o) for (t, p), o in sorted(batch.next_offsets.items())],
+                    )
+            conn.commit()
+        except psycopg.Error as e:
+            self._fail(conn)
+            raise DatabaseError(f"batch write failed: {e}") from e
+        return result
+
+    def _fail(self, conn: psycopg.Connection[tuple[object, ...]]) -> None:
+        try:
+            conn.rollback()
+        except psycopg.Error:
+            self.close()
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            finally:
+                self._conn = None

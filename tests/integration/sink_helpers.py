@@ -1,0 +1,118 @@
+"""Producing samples and running sinks for the sink's integration tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from services.sink.loop import SinkLoop
+from services.sink.metrics import SinkMetrics
+from services.sink.writer import BatchWriter
+from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
+from shared.db import connect
+from shared.kafka import JsonProducer, make_consumer, make_producer
+
+REPO = Path(__file__).resolve().parents[2]
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
+
+
+def gpu_uuid(i: int) -> str:
+    return f"GPU-{i:08x}-0000-4000-8000-000000000000"
+
+
+def sample(i: int, gpus: int = 50, **extra: Any) -> dict[str, Any]:
+    """The i-th sample of a fleet of `gpus`: GPU i % gpus, 10 s after the previous round."""
+    return {
+        "schema_version": 1, "time": (T0 + timedelta(seconds=10 * (i // gpus))).isoformat(),
+        "source": "mock", "collector_id": "itest", "collection_latency_ms": 2.0,
+        "gpu_uuid": gpu_uuid(i % gpus), "gpu_index": i % 8, "model": "NVIDIA H100 80GB HBM3",
+        "hostname": f"node-{(i % gpus) // 8:02d}", "cluster": "c1", "rack": "r1",
+        "gpu_temp_c": 40 + i % 30, "power_usage_w": 100.0 + i % 500, "gpu_util_pct": i % 100,
+        "ecc_dbe_volatile_total": 0, "fb_total_mib": 81559, "slowdown_temp_c": 87,
+        **extra,
+    }  # fmt: skip
+
+
+def produce_samples(settings: KafkaSettings, topic: str, start: int, stop: int, gpus: int = 50) -> None:
+    producer = JsonProducer(make_producer(settings))
+    for i in range(start, stop):
+        s = sample(i, gpus)
+        producer.produce(topic, s["gpu_uuid"], s)
+    assert producer.flush(60) == 0
+
+
+def count(db: DatabaseSettings, table: str) -> int:
+    with connect(db) as conn:
+        row = conn.execute(f"SELECT count(*) FROM {table}").fetchone()
+    return int(str(row[0])) if row else 0
+
+
+def stored_offsets_total(db: DatabaseSettings, group: str) -> int:
+    with connect(db) as conn:
+        row = conn.execute(
+            "SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets WHERE consumer_group = %s",
+            (group,),
+        ).fetchone()
+    return int(str(row[0])) if row else 0
+
+
+def counter_value(counter: Any, **labels: str) -> float:
+    """A prometheus_client counter's total, summed over children matching `labels`."""
+    return sum(
+        float(s.value)
+        for metric in counter.collect()
+        for s in metric.samples
+        if s.name.endswith("_total") and all(s.labels.get(k) == v for k, v in labels.items())
+    )
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    pause = threading.Event()
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        pause.wait(0.2)
+
+
+def make_loop(
+    kafka: KafkaSettings, db: DatabaseSettings, topics: TopicSettings, group: str, **kw: Any
+) -> SinkLoop:
+    return SinkLoop(
+        consumer=make_consumer(kafka, group_id=group),
+        dlq_producer=make_producer(kafka),
+        writer=BatchWriter(db, group=group),
+        topics=topics,
+        metrics=SinkMetrics(CollectorRegistry()),
+        max_backoff_s=2.0,
+        **kw,
+    )
+
+
+@contextmanager
+def running(loop: SinkLoop) -> Iterator[SinkLoop]:
+    thread = threading.Thread(target=loop.run, daemon=True)
+    thread.start()
+    try:
+        yield loop
+    finally:
+        loop.stop.set()
+        thread.join(timeout=60)
+        loop.consumer.close()
+        loop.writer.close()
+
+
+def sink_process(env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "services.sink"], cwd=REPO, env={**os.environ, **env},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip

@@ -1,0 +1,57 @@
+"""The schema on the real TimescaleDB: tables match the contract, views and retention work."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+from prometheus_client import CollectorRegistry
+
+from services.sink.maintenance import Retention
+from services.sink.metrics import SinkMetrics
+from services.sink.rows import METRIC_COLUMNS, STAGE_TYPES
+from shared.config import DatabaseSettings
+from shared.db import connect
+
+
+def columns(conn: psycopg.Connection[tuple[object, ...]], table: str) -> dict[str, str]:
+    rows = conn.execute(
+        "SELECT column_name, data_type FROM information_schema.columns"
+        " WHERE table_schema = current_schema() AND table_name = %s",
+        (table,),
+    ).fetchall()
+    return {str(n): str(t) for n, t in rows}
+
+
+def test_gpu_metrics_has_every_contract_field_with_its_type(migrated: DatabaseSettings) -> None:
+    with connect(migrated) as conn:
+        cols = columns(conn, "gpu_metrics")
+        assert set(cols) == set(METRIC_COLUMNS)
+        for name, pg_type in zip(METRIC_COLUMNS, STAGE_TYPES, strict=False):
+            expected = {"timestamptz": "timestamp with time zone"}.get(pg_type, pg_type)
+            assert cols[name] == expected, name
+        hypertables = {
+            str(r[0])
+            for r in conn.execute(
+                "SELECT hypertable_name FROM timescaledb_information.hypertables"
+                " WHERE hypertable_schema = current_schema()"
+            ).fetchall()
+        }
+        assert hypertables == {"gpu_metrics", "gpu_events", "gpu_metrics_1min"}
+
+
+def test_retention_drops_only_old_chunks(migrated: DatabaseSettings) -> None:
+    old, recent = datetime.now(UTC) - timedelta(days=40), datetime.now(UTC) - timedelta(hours=1)
+    with connect(migrated) as conn:
+        for t in (old, recent):
+            conn.execute(
+                "INSERT INTO gpu_metrics (time, gpu_uuid, hostname, source, collector_id)"
+                " VALUES (%s, 'GPU-00000000-aaaa', 'n', 'mock', 'c')",
+                (t,),
+            )
+        conn.commit()
+    dropped = Retention(migrated, SinkMetrics(CollectorRegistry()), keep_raw_days=30).run_once()
+    assert dropped["gpu_metrics"] == 1
+    with connect(migrated) as conn:
+        left = conn.execute("SELECT time FROM gpu_metrics").fetchall()
+    assert [r[0] for r in left] == [recent]

@@ -1,0 +1,213 @@
+"""The sink on the real broker and the real database: exact counts, whatever happens."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import uuid
+from collections.abc import Callable
+
+import pytest
+
+from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
+from shared.kafka import make_producer
+from tests.integration.kafka_helpers import consume_all, header_map
+from tests.integration.sink_helpers import (
+    REPO,
+    count,
+    counter_value,
+    make_loop,
+    produce_samples,
+    running,
+    sample,
+    sink_process,
+    stored_offsets_total,
+    wait_until,
+)  # fmt: skip
+
+
+@pytest.fixture
+def topics(topic_factory: Callable[..., str]) -> TopicSettings:
+    return TopicSettings(
+        metrics_raw=topic_factory(partitions=4, prefix="raw"),
+        events=topic_factory(partitions=2, prefix="events"),
+        dlq=topic_factory(partitions=1, prefix="dlq"),
+    )
+
+
+def env_for(kafka: KafkaSettings, db: DatabaseSettings, topics: TopicSettings, group: str) -> dict[str, str]:
+    return {
+        "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS": kafka.bootstrap_servers,
+        "GPUHEALTH_DB__HOST": db.host, "GPUHEALTH_DB__PORT": str(db.port),
+        "GPUHEALTH_DB__SEARCH_PATH": db.search_path or "",
+        "GPUHEALTH_TOPICS__METRICS_RAW": topics.metrics_raw, "GPUHEALTH_TOPICS__EVENTS": topics.events,
+        "GPUHEALTH_TOPICS__DLQ": topics.dlq, "GPUHEALTH_SINK__GROUP_ID": group,
+        "GPUHEALTH_SINK__METRICS_PORT": "0", "GPUHEALTH_SINK__BATCH_SIZE": "500",
+        "GPUHEALTH_SINK__SESSION_TIMEOUT_MS": "6000",
+    }  # fmt: skip
+
+
+def test_n_samples_give_n_rows_and_a_replay_adds_none(
+    kafka_settings: KafkaSettings, migrated: DatabaseSettings, topics: TopicSettings
+) -> None:
+    n = 5000
+    produce_samples(kafka_settings, topics.metrics_raw, 0, n)
+    group = f"sink-{uuid.uuid4().hex[:8]}"
+    with running(make_loop(kafka_settings, migrated, topics, group)) as loop:
+        wait_until(lambda: stored_offsets_total(migrated, group) == n, 60, "all offsets stored")
+    assert count(migrated, "gpu_metrics") == n
+    assert count(migrated, "gpu_latest") == 50
+    assert count(migrated, "gpu_assets") == 50
+    # A new group has no stored offsets: it reads the whole topic again.
+    replay = f"replay-{uuid.uuid4().hex[:8]}"
+    with running(make_loop(kafka_settings, migrated, topics, replay)) as again:
+        wait_until(lambda: stored_offsets_total(migrated, replay) == n, 60, "replay offsets stored")
+    assert count(migrated, "gpu_metrics") == n
+    dupes = counter_value(again.metrics.duplicates, table="gpu_metrics")
+    assert dupes == n
+    assert counter_value(loop.metrics.rows, table="gpu_metrics") == n
+    with_rollup = count(migrated, "gpu_metrics_1min")
+    assert with_rollup == 50 * len({sample(i)["time"][:16] for i in range(n)})
+
+
+def hostile_mix() -> list[tuple[bytes | None, bytes | None, str]]:
+    good = sample(0)
+    key = good["gpu_uuid"].encode()
+    return [
+        (key, b'{"schema_version": 1, "time": ', "contract"),
+        (key, json.dumps({**good, "gpu_temp_c": "hot"}).encode(), "contract"),
+        (
+            key,
+            json.dumps({**good, "power_usage_w": 123.25}).replace("123.25", "NaN").encode(),
+            "contract",
+        ),
+        (key, json.dumps({**good, "ecc_dbe_volatile_total": 10**30}).encode(), "contract"),
+        (key, json.dumps({k: v for k, v in good.items() if k != "time"}).encode(), "contract"),
+        (key, json.dumps({**good, "schema_version": 99}).encode(), "contract"),
+        (key, json.dumps({**good, "hostname": "x" * 6000}).encode(), "oversized"),
+        (b"GPU-someone-else", json.dumps(good).encode(), "key"),
+        (key, b"\xff\xfe\x00garbage", "contract"),
+        (key, None, "empty"),
+    ]
+
+
+def test_a_hostile_mix_goes_to_the_dlq_and_every_valid_record_is_stored(
+    kafka_settings: KafkaSettings, migrated: DatabaseSettings, topics: TopicSettings
+) -> None:
+    bad = hostile_mix()
+    producer = make_producer(kafka_settings)
+    valid = 0
+    for i in range(200):  # valid and hostile records interleaved on every partition
+        s = sample(i)
+        producer.produce(topics.metrics_raw, key=s["gpu_uuid"].encode(), value=json.dumps(s).encode())
+        valid += 1
+        if i % 20 == 0:
+            key, value, _ = bad[(i // 20) % len(bad)]
+            producer.produce(topics.metrics_raw, key=key, value=value)
+    for key, value, _ in bad:
+        producer.produce(topics.metrics_raw, key=key, value=value)
+    assert producer.flush(30) == 0
+    group = f"sink-{uuid.uuid4().hex[:8]}"
+    expected_dead = 10 + len(bad)
+    with running(make_loop(kafka_settings, migrated, topics, group, max_message_bytes=4096)) as loop:
+        wait_until(
+            lambda: stored_offsets_total(migrated, group) == valid + expected_dead,
+            60,
+            "all offsets",
+        )
+    assert count(migrated, "gpu_metrics") == valid
+    dead = consume_all(kafka_settings, topics.dlq, expected=expected_dead)
+    assert len(dead) == expected_dead
+    for msg in dead:
+        headers = header_map(msg)
+        assert headers["dlq.source.topic"] == topics.metrics_raw
+        assert int(headers["dlq.source.offset"]) >= 0
+        assert headers["dlq.error"]
+    categories: dict[str, int] = {}
+    for msg in dead:
+        c = header_map(msg)["dlq.category"]
+        categories[c] = categories.get(c, 0) + 1
+    assert categories == {"contract": 14, "oversized": 1 + 1, "key": 1 + 1, "empty": 1 + 1}
+    assert counter_value(loop.metrics.dead_letters) == expected_dead
+
+
+def test_kill_9_mid_stream_then_restart_gives_exactly_n(
+    kafka_settings: KafkaSettings, migrated: DatabaseSettings, topics: TopicSettings
+) -> None:
+    n = 20_000
+    group = f"sink-{uuid.uuid4().hex[:8]}"
+    env = env_for(kafka_settings, migrated, topics, group)
+    produce_samples(kafka_settings, topics.metrics_raw, 0, n)
+    first = sink_process(env)
+    try:
+        wait_until(lambda: count(migrated, "gpu_metrics") >= 2000, 60, "the sink to be mid-stream")
+        first.kill()  # SIGKILL: no flush, no goodbye
+        first.wait(10)
+    finally:
+        first.kill()
+    at_kill = count(migrated, "gpu_metrics")
+    assert at_kill < n, "the sink finished before it could be killed; raise n"
+    second = sink_process(env)
+    try:
+        wait_until(lambda: stored_offsets_total(migrated, group) == n, 120, "the restarted sink to finish")
+    finally:
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(30) == 0
+    assert count(migrated, "gpu_metrics") == n
+
+
+def test_a_database_restart_during_ingestion_loses_nothing(
+    kafka_settings: KafkaSettings, migrated: DatabaseSettings, topics: TopicSettings
+) -> None:
+    n = 6000
+    group = f"sink-{uuid.uuid4().hex[:8]}"
+    services = [str(REPO / "scripts" / "services.sh")]
+    with running(make_loop(kafka_settings, migrated, topics, group, batch_size=300)) as loop:
+        produce_samples(kafka_settings, topics.metrics_raw, 0, n // 2)
+        wait_until(lambda: count(migrated, "gpu_metrics") > 0, 60, "ingestion to start")
+        subprocess.run([*services, "stop", "postgres"], check=True, capture_output=True)
+        try:
+            produce_samples(kafka_settings, topics.metrics_raw, n // 2, n)  # arrives while the DB is down
+            wait_until(lambda: counter_value(loop.metrics.db_retries) >= 1, 60, "the sink to notice")
+        finally:
+            subprocess.run([*services, "start", "postgres"], check=True, capture_output=True)
+        wait_until(lambda: stored_offsets_total(migrated, group) == n, 120, "ingestion to catch up")
+    assert count(migrated, "gpu_metrics") == n
+
+
+def test_two_sinks_in_one_group_split_partitions_and_count_exactly(
+    kafka_settings: KafkaSettings, migrated: DatabaseSettings, topics: TopicSettings
+) -> None:
+    n = 8000
+    group = f"sink-{uuid.uuid4().hex[:8]}"
+    a = make_loop(kafka_settings, migrated, topics, group, batch_size=200)
+    b = make_loop(kafka_settings, migrated, topics, group, batch_size=200)
+    with running(a), running(b):
+        produce_samples(kafka_settings, topics.metrics_raw, 0, n)
+        wait_until(lambda: stored_offsets_total(migrated, group) == n, 120, "both sinks to finish")
+        raw_a = {p for t, p in a.owned if t == topics.metrics_raw}
+        raw_b = {p for t, p in b.owned if t == topics.metrics_raw}
+    assert count(migrated, "gpu_metrics") == n
+    assert raw_a, (a.ever_owned, b.ever_owned)
+    assert raw_b, (a.ever_owned, b.ever_owned)
+    assert not raw_a & raw_b  # shared, not duplicated
+    assert counter_value(a.metrics.batches) > 0
+    assert counter_value(b.metrics.batches) > 0
+
+
+def test_sigterm_stores_the_batch_in_flight_and_exits_zero(
+    kafka_settings: KafkaSettings, migrated: DatabaseSettings, topics: TopicSettings
+) -> None:
+    n = 3000
+    group = f"sink-{uuid.uuid4().hex[:8]}"
+    produce_samples(kafka_settings, topics.metrics_raw, 0, n)
+    proc = sink_process(env_for(kafka_settings, migrated, topics, group))
+    try:
+        wait_until(lambda: count(migrated, "gpu_metrics") > 0, 60, "the sink to start writing")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        proc.kill()
+    # Whatever it had written, its stored offsets say exactly that much: nothing half-done.
+    assert stored_offsets_total(migrated, group) == count(migrated, "gpu_metrics")

@@ -1,0 +1,107 @@
+"""The sink's decode step on hand-made messages: what is stored, what is dead-lettered, and why."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from services.sink.decode import decode
+from shared.config import TopicSettings
+
+TOPICS = TopicSettings(metrics_raw="raw", events="events")
+UUID = "GPU-91310d89-c3e8-4b50-81d8-a29050bc85cc"
+GOOD = {
+    "schema_version": 1, "time": "2026-11-21T11:00:00.123Z", "source": "mock", "collector_id": "c",
+    "collection_latency_ms": 1.0, "gpu_uuid": UUID, "gpu_index": 0, "model": "H100", "hostname": "n1",
+}  # fmt: skip
+EVENT = {
+    "schema_version": 1, "time": "2026-11-21T11:00:00Z", "kind": "xid", "gpu_uuid": UUID,
+    "hostname": "n1", "source": "mock", "collector_id": "c", "details": {"xid": 79},
+}  # fmt: skip
+
+
+class Msg:
+    def __init__(self, topic: str, offset: int, value: bytes | None, key: bytes | None = UUID.encode(),
+                 partition: int = 0, error: Any = None) -> None:  # fmt: skip
+        self._t, self._o, self._v, self._k, self._p, self._e = (
+            topic,
+            offset,
+            value,
+            key,
+            partition,
+            error,
+        )
+
+    def topic(self) -> str:
+        return self._t
+
+    def offset(self) -> int:
+        return self._o
+
+    def partition(self) -> int:
+        return self._p
+
+    def value(self) -> bytes | None:
+        return self._v
+
+    def key(self) -> bytes | None:
+        return self._k
+
+    def error(self) -> Any:
+        return self._e
+
+
+def test_valid_samples_and_events_are_batched_with_next_offsets() -> None:
+    out = decode(
+        [
+            Msg("raw", 10, json.dumps(GOOD).encode()),
+            Msg(
+                "raw",
+                11,
+                json.dumps({**GOOD, "time": "2026-11-21T11:00:10Z"}).encode(),
+                partition=0,
+            ),
+            Msg("raw", 4, json.dumps(GOOD).encode(), partition=3),
+            Msg("events", 7, json.dumps(EVENT).encode()),
+        ],
+        TOPICS,
+        10_000,
+    )
+    assert len(out.batch.samples) == 3
+    assert len(out.batch.events) == 1
+    assert out.dead == []
+    assert out.batch.next_offsets == {("raw", 0): 12, ("raw", 3): 5, ("events", 0): 8}
+
+
+def test_bad_records_are_dead_lettered_with_reasons_and_still_advance_offsets() -> None:
+    msgs = [
+        Msg("raw", 0, b"{oops"),
+        Msg(
+            "raw",
+            1,
+            json.dumps({**GOOD, "gpu_temp_c": float("inf")}).replace("Infinity", "1e999").encode(),
+        ),
+        Msg("raw", 2, None),
+        Msg("raw", 3, b"x" * 20_000),
+        Msg("raw", 4, json.dumps(GOOD).encode(), key=b"GPU-other"),
+        Msg("elsewhere", 5, json.dumps(GOOD).encode()),
+        Msg("events", 6, json.dumps({**EVENT, "kind": "meteor"}).encode()),
+        Msg("raw", 7, json.dumps(GOOD).encode()),
+    ]
+    out = decode(msgs, TOPICS, 10_000)
+    assert [(d.offset, d.category) for d in out.dead] == [
+        (0, "contract"), (1, "contract"), (2, "empty"), (3, "oversized"),
+        (4, "key"), (5, "topic"), (6, "contract"),
+    ]  # fmt: skip
+    assert "gpu_temp_c" in out.dead[1].reason
+    assert "kind" in out.dead[6].reason
+    assert len(out.batch.samples) == 1  # the valid one behind them all
+    assert out.batch.next_offsets[("raw", 0)] == 8
+    headers = dict(out.dead[0].headers())
+    assert headers["dlq.source.topic"] == b"raw"
+    assert headers["dlq.source.offset"] == b"0"
+
+
+def test_consumer_errors_are_not_records() -> None:
+    out = decode([Msg("raw", 0, None, error="transport")], TOPICS, 10_000)
+    assert (out.consumed, out.dead, out.batch.next_offsets) == (0, [], {})
