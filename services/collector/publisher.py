@@ -77,6 +77,11 @@ class Publisher:
             return False
         return True
 
+    @property
+    def delivered(self) -> int:
+        """Messages the broker has acknowledged so far."""
+        return self._producer.delivered
+
     def serve(self) -> None:
         """Run delivery callbacks and mirror the producer's counts into metrics."""
         self._producer.poll(0)

@@ -119,7 +119,15 @@ class GpuSim:
             for name, value in counter_totals(f, t, self.model).items():
                 totals[name] = totals.get(name, 0.0) + value
             xid = xid_of(f)
-            if xid is not None and f.start_s <= t and (latest_xid is None or f.start_s >= latest_xid[0]):
+            # An XID fault's code stays the last XID until the fault is cleared (the GPU was
+            # reset); the XIDs other faults log (48, 63, 64, 79) outlive them.
+            shown = f.kind is not FaultKind.XID or f.active(t)
+            if (
+                xid is not None
+                and shown
+                and f.start_s <= t
+                and (latest_xid is None or f.start_s >= latest_xid[0])
+            ):
                 latest_xid = (f.start_s, xid)
             if f.kind is FaultKind.DBE and f.start_s <= t and self.model.row_remapping:
                 self.remap_pending = True  # cleared only by a GPU reset, which the mock never does
@@ -140,8 +148,7 @@ class GpuSim:
                     self.remap_failed = True
                 case _:
                     pass
-        if latest_xid is not None:
-            self.xid_last = latest_xid[1]
+        self.xid_last = latest_xid[1] if latest_xid is not None else 0
         self.counters = totals
         self.brake = brake
         return delay

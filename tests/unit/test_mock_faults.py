@@ -181,3 +181,16 @@ def test_hostile_fault_requests_are_refused_clearly(request_: Any, message: str)
     with pytest.raises(FaultError, match=message):
         fleet.inject(request_)
     assert fleet.ground_truth()["faults"] == []
+
+
+def test_clearing_an_xid_fault_resets_the_last_xid_but_not_a_fall_off_the_bus() -> None:
+    fleet, hand = make_fleet()
+    xid = fleet.inject({"kind": "xid", "node": H100, "gpu": GPU, "params": {"code": 74}})
+    hand.t = 60
+    assert reading(fleet, H100, "DCGM_FI_DEV_XID_ERRORS") == 74
+    fleet.clear(xid.id)  # the GPU was reset
+    hand.t = 120
+    assert reading(fleet, H100, "DCGM_FI_DEV_XID_ERRORS") == 0
+    fleet.inject({"kind": "xid", "node": H100, "gpu": GPU, "params": {"code": 74}})
+    hand.t = 180
+    assert reading(fleet, H100, "DCGM_FI_DEV_XID_ERRORS") == 74

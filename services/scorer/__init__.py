@@ -1,0 +1,1 @@
+"""Health verdicts, scores, alerts, recommended actions and failure predictions per GPU."""

@@ -1,0 +1,138 @@
+"""The health rules on hand-built features: each verdict, its evidence, actions, scores, alerts."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from services.scorer.cycle import desired_alerts
+from services.scorer.features import GpuFeatures
+from services.scorer.predict import hazard
+from services.scorer.rules import escalate, evaluate, overall, score
+from services.scorer.rules_config import DEFAULT_RULES, load_rules
+from shared.errors import ConfigError
+
+RULES = load_rules()
+NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+HEALTHY = GpuFeatures(
+    gpu_uuid="GPU-1", hostname="n1", model="NVIDIA H100 80GB HBM3", last_time=NOW - timedelta(seconds=5),
+    slowdown_c=87, shutdown_c=92, power_limit_w=700, fb_total_mib=81559, temp_max=62, power_avg=450,
+    reasons_any=0x4, minutes_long=60, util_max_idle_window=95, idle_minutes=10,
+)  # fmt: skip
+
+
+def judge(**changes: Any) -> dict[str, tuple[str, str | None, str]]:
+    verdicts = evaluate(replace(HEALTHY, **changes), RULES, NOW)
+    return {k: (v.state, v.rule, v.action) for k, v in verdicts.items() if v.state != "healthy"}
+
+
+def test_a_healthy_gpu_at_full_power_has_no_finding() -> None:
+    assert judge() == {}
+    assert overall(evaluate(HEALTHY, RULES, NOW)) == ("healthy", "none")
+    assert score(evaluate(HEALTHY, RULES, NOW), 0.0, RULES) == (100.0, "A")
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"dbe_volatile": 1}, {"memory": ("unhealthy", "volatile_dbe", "reset_gpu")}),
+        ({"remap_failure": 1}, {"memory": ("unhealthy", "row_remap_failure", "inspect")}),
+        ({"retired_pages": 63}, {"memory": ("unhealthy", "retired_pages_limit", "inspect")}),
+        ({"retired_pages": 62}, {}),
+        ({"retired_pending": 1}, {"memory": ("degraded", "page_retirement_pending", "reset_gpu")}),
+        ({"remap_pending": 1}, {"memory": ("degraded", "row_remap_pending", "reset_gpu")}),
+        ({"sbe_new": 120}, {"memory": ("degraded", "sbe_rate_high", "restart_workload")}),
+        ({"sbe_new": 6000}, {"memory": ("unhealthy", "sbe_storm", "reset_gpu")}),
+        ({"temp_max": 83}, {"thermal": ("degraded", "near_slowdown_temperature", "none")}),
+        ({"temp_max": 88}, {"thermal": ("unhealthy", "hw_thermal_slowdown", "inspect")}),
+        ({"reasons_any": 0x40}, {"thermal": ("unhealthy", "hw_thermal_slowdown", "inspect")}),
+        ({"reasons_any": 0x80}, {"power": ("unhealthy", "hw_power_brake", "inspect")}),
+        ({"pcie_new": 150}, {"pcie": ("degraded", "pcie_replays", "none")}),
+        ({"pcie_new": 2000}, {"pcie": ("unhealthy", "pcie_replay_storm", "inspect")}),
+        ({"nvlink_crc_new": 200}, {"nvlink": ("degraded", "nvlink_crc_errors", "none")}),
+        ({"nvlink_replay_recovery_new": 1}, {"nvlink": ("unhealthy", "nvlink_replay_recovery", "reset_gpu")}),
+        ({"xids": {79: (1, 1)}}, {"xid": ("unhealthy", "xid_79", "reboot_node")}),
+        ({"xids": {94: (1, 1)}}, {"xid": ("degraded", "xid_94", "restart_workload")}),
+        ({"xids": {999: (1, 1)}}, {"xid": ("degraded", "xid_999", "restart_workload")}),
+        ({"xids": {48: (0, 3)}}, {}),  # aged out of the 24 h XID window
+        (
+            {"last_time": NOW - timedelta(seconds=120)},
+            {"availability": ("unhealthy", "not_reporting", "reboot_node")},
+        ),
+        ({"last_time": None}, {"availability": ("unhealthy", "not_reporting", "reboot_node")}),
+    ],
+)
+def test_each_rule(changes: dict[str, Any], expected: dict[str, tuple[str, str, str]]) -> None:
+    assert judge(**changes) == expected
+
+
+def test_verdicts_carry_their_evidence_and_use_the_gpus_own_limits() -> None:
+    v = evaluate(replace(HEALTHY, temp_max=84, slowdown_c=88), RULES, NOW)
+    assert v["thermal"].state == "degraded"
+    assert v["thermal"].evidence == {"temp_max_c": 84, "slowdown_c": 88, "window_s": 900, "margin_c": 5}
+    assert evaluate(replace(HEALTHY, temp_max=84, slowdown_c=95), RULES, NOW)["thermal"].state == "healthy"
+    sbe = evaluate(replace(HEALTHY, sbe_new=240), RULES, NOW)["memory"].evidence
+    assert sbe["sbe_per_hour"] == 240.0
+    assert sbe["threshold"] == 100
+
+
+def test_the_same_xid_repeating_climbs_the_ladder() -> None:
+    assert judge(xids={79: (1, 1)})["xid"][2] == "reboot_node"
+    assert judge(xids={79: (1, 2)})["xid"][2] == "inspect"  # the same XID after a reboot: inspect
+    assert judge(xids={48: (1, 2)})["xid"][2] == "reboot_node"
+    assert judge(xids={48: (2, 3)})["xid"][2] == "inspect"
+    assert escalate("restart_workload", 1) == "reset_gpu"
+    assert escalate("none", 5) == "none"
+    assert escalate("inspect", 3) == "inspect"
+
+
+def test_overall_state_action_and_score() -> None:
+    verdicts = evaluate(replace(HEALTHY, dbe_volatile=1, pcie_new=150), RULES, NOW)
+    assert overall(verdicts) == ("unhealthy", "reset_gpu")
+    assert score(verdicts, 0.0, RULES) == (40.0, "D")
+    assert score(verdicts, 0.5, RULES) == (30.0, "D")
+
+
+def test_hazard_model_is_monotone_and_explains_itself() -> None:
+    calm = hazard("g", 0.0005, {"sbe_per_hour": (0.00002, 0.0), "dbe_30d": (0.02, 0.0)})
+    sick = hazard("g", 0.0005, {"sbe_per_hour": (0.00002, 500.0), "dbe_30d": (0.02, 2.0)})
+    assert 0 < calm.p_fail_7d < calm.p_fail_30d < 0.02
+    assert sick.p_fail_30d > 0.5
+    assert sick.p_fail_7d < sick.p_fail_30d
+    assert [r["factor"] for r in sick.reasons] == ["dbe_30d", "sbe_per_hour"]
+    assert calm.reasons == []
+
+
+def test_andon_alerts_beyond_verdicts() -> None:
+    idle = replace(HEALTHY, pod="train-0", util_max_idle_window=0.0, idle_minutes=10)
+    kinds = {a.kind for a in desired_alerts(idle, evaluate(idle, RULES, NOW), RULES)}
+    assert kinds == {"idle_while_allocated"}
+    full = replace(HEALTHY, fb_used_mib=80000, power_avg=695)
+    assert {a.kind for a in desired_alerts(full, evaluate(full, RULES, NOW), RULES)} == {
+        "memory_pressure",
+        "power_limit",
+    }
+    broken = replace(HEALTHY, dbe_volatile=1, temp_max=84)
+    alerts = {a.kind: a.severity for a in desired_alerts(broken, evaluate(broken, RULES, NOW), RULES)}
+    assert alerts == {"unhealthy_memory": "critical", "thermal": "warning"}
+    gone = replace(HEALTHY, pod="train-0", util_max_idle_window=0.0, last_time=NOW - timedelta(hours=1))
+    assert "idle_while_allocated" not in {
+        a.kind for a in desired_alerts(gone, evaluate(gone, RULES, NOW), RULES)
+    }
+
+
+def test_the_rules_file_is_validated(tmp_path: Path) -> None:
+    assert RULES.xid[79].action == "reboot_node"
+    broken = tmp_path / "rules.toml"
+    broken.write_text(DEFAULT_RULES.read_text().replace('action = "reboot_node"', 'action = "pray"'))
+    with pytest.raises(ConfigError, match="pray"):
+        load_rules(broken)
+    broken.write_text("[windows\n")
+    with pytest.raises(ConfigError, match=r"rules\.toml"):
+        load_rules(broken)
+    with pytest.raises(ConfigError, match="No such file"):
+        load_rules(tmp_path / "missing.toml")
