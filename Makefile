@@ -40,16 +40,20 @@ migrate: venv ## apply schema/*.sql migrations (each once)
 topics: venv ## create the project's Kafka topics (idempotent)
 	@$(PY) -m shared.topics
 
-up: services migrate topics ## run the whole pipeline locally
+up: services migrate topics ## run the whole pipeline locally (mock fleet, collector, sink, scorer)
+	@scripts/stack.sh up
 	@echo
 	@echo "gpu-health is up:"
 	@scripts/services.sh status
-	@echo "  topics:    bin/kafka-topics --list"
-	@echo "  watch:     make kafka-console-consumer TOPIC=gpu-metrics-raw"
-	@echo "  database:  make psql"
-	@echo "  stop:      make down"
+	@echo "  mock fleet:   http://127.0.0.1:9400/metrics ... :9403 (admin, faults, ground truth: :9399)"
+	@echo "  metrics:      collector :9500, sink :9501, scorer :9502 (/metrics)"
+	@echo "  logs:         $${GPUHEALTH_RUN:-$(GPUHEALTH_CACHE)/run}/logs/"
+	@echo "  watch Kafka:  make kafka-console-consumer TOPIC=gpu-metrics-raw"
+	@echo "  database:     make psql   (try: SELECT * FROM v_fleet_health_summary;)"
+	@echo "  stop:         make down"
 
 down: ## stop everything `make up` started
+	@scripts/stack.sh down
 	@scripts/services.sh stop
 
 test: services venv ## start the services, then run the whole test suite

@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
+from shared.dcgm import INT64_BLANK
 from shared.errors import ContractError
 
 SCHEMA_VERSION = 1
@@ -69,7 +70,9 @@ Ratio = Annotated[float | None, Field(ge=0, le=1)]
 Mhz = Annotated[float | None, Field(ge=0, le=20_000)]
 Watts = Annotated[float | None, Field(ge=0, le=10_000)]
 Mib = Annotated[int | None, Field(ge=0, le=100_000_000)]
-Count = Annotated[int | None, Field(ge=0, le=2**63 - 1)]
+# Below DCGM's int64 sentinels: a "not supported" reading that slipped past a parser is
+# refused here rather than stored as a 9.2e18 count.
+Count = Annotated[int | None, Field(ge=0, lt=INT64_BLANK)]
 Flag = Annotated[int | None, Field(ge=0, le=1)]
 Rate = Annotated[int | None, Field(ge=0, le=10**13)]
 

@@ -45,6 +45,8 @@ def test_a_good_sample_parses_and_time_is_utc_ms() -> None:
         ({"power_usage_w": -1}, "power_usage_w"),
         ({"ecc_dbe_volatile_total": 1.5}, "ecc_dbe_volatile_total"),
         ({"ecc_dbe_volatile_total": 2**64}, "ecc_dbe_volatile_total"),
+        ({"retired_pages_sbe": 9223372036854775794}, "retired_pages_sbe"),  # DCGM's not-supported
+        ({"total_energy_mj": 9223372036854775792}, "total_energy_mj"),  # DCGM's blank
         ({"gpu_util_pct": True}, "gpu_util_pct"),
         ({"gpu_uuid": "'; DROP TABLE gpu_metrics; --"}, "gpu_uuid"),
         ({"hostname": "a\x00b"}, "hostname"),

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The pipeline on this machine: `stack.sh up|down|status`, run by `make up` / `make down`.
+# Starts shared.supervise detached with deploy/local-stack.toml, waits until every
+# process answers its ready URL, and says where everything is.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+source "$here/env.sh"
+py=${GPUHEALTH_VENV:-$GPUHEALTH_CACHE/venv}/bin/python
+logs=$GPUHEALTH_RUN/logs
+pidfile=$GPUHEALTH_RUN/supervise.pid
+spec=$root/deploy/local-stack.toml
+
+running() {
+  [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null &&
+    grep -q shared.supervise "/proc/$(cat "$pidfile")/cmdline" 2>/dev/null
+}
+
+ready_urls() {
+  "$py" - "$spec" <<'PY'
+import sys, tomllib
+for p in tomllib.load(open(sys.argv[1], "rb"))["process"].values():
+    if "ready_url" in p: print(p["ready_url"])
+PY
+}
+
+case ${1:-status} in
+  up)
+    mkdir -p "$logs"
+    if running; then
+      echo "stack: already running (supervisor pid $(cat "$pidfile"))" >&2
+    else
+      # The supervisor writes its own pid file: `$!` after setsid can be a parent that already left.
+      (cd "$root" && PYTHONPATH=$root setsid nohup "$py" -m shared.supervise "$spec" --logs "$logs" \
+         --pidfile "$pidfile" >>"$logs/supervise.log" 2>&1 </dev/null &)
+      for _ in $(seq 1 40); do running && break; sleep 0.25; done
+      running || { echo "stack: the supervisor did not start; see $logs/supervise.log" >&2; exit 1; }
+    fi
+    for url in $(ready_urls); do
+      for _ in $(seq 1 120); do
+        curl -fsS -o /dev/null "$url" 2>/dev/null && break
+        sleep 0.5
+      done
+      curl -fsS -o /dev/null "$url" 2>/dev/null || { echo "stack: $url did not answer; see $logs" >&2; exit 1; }
+    done
+    echo "stack: every process is up"
+    ;;
+  down)
+    if running; then
+      pid=$(cat "$pidfile")
+      kill -TERM "$pid"
+      for _ in $(seq 1 120); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+      if kill -0 "$pid" 2>/dev/null; then echo "stack: supervisor $pid did not stop" >&2; exit 1; fi
+      echo "stack: stopped"
+    else
+      echo "stack: not running"
+    fi
+    rm -f "$pidfile"
+    ;;
+  status)
+    if running; then echo "stack: running (supervisor pid $(cat "$pidfile")), logs in $logs"; else echo "stack: not running"; fi
+    ;;
+  *) echo "usage: stack.sh up|down|status" >&2; exit 2 ;;
+esac

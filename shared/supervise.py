@@ -1,0 +1,140 @@
+"""A small process supervisor for the native stack (`make up`): start, restart, log, stop.
+
+Why not honcho or a Procfile runner: those run in the foreground and give up
+on a crashed process. This one runs detached, restarts a process that dies
+(with backoff, so a crash loop does not spin), gives each process its own log
+file, and on SIGTERM stops its children with SIGTERM, waiting for them to
+flush and commit (the services exit 0 on it) before it exits itself.
+
+    python -m shared.supervise deploy/local-stack.toml --logs DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from shared.logging import setup_logging
+
+log = logging.getLogger("supervise")
+
+
+@dataclass(slots=True)
+class Child:
+    name: str
+    command: list[str]
+    env: dict[str, str]
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+    backoff_s: float = 1.0
+    next_start: float = 0.0
+    started_at: float = 0.0
+    _log: IO[bytes] | None = field(default=None, repr=False)
+
+    def start(self) -> None:
+        self._log = self.log_path.open("ab")
+        command = [sys.executable if self.command[0] == "python" else self.command[0], *self.command[1:]]
+        self.proc = subprocess.Popen(
+            command, env={**os.environ, **self.env}, stdout=self._log, stderr=subprocess.STDOUT
+        )
+        self.started_at = time.monotonic()
+        log.info("started %s (pid %d)", self.name, self.proc.pid)
+
+    def reap(self) -> int | None:
+        """The exit code if the process has ended since the last look."""
+        if self.proc is None or (code := self.proc.poll()) is None:
+            return None
+        self.proc = None
+        if self._log:
+            self._log.close()
+        return code
+
+
+def load(path: Path, logs: Path) -> list[Child]:
+    spec: dict[str, Any] = tomllib.loads(path.read_text())
+    logs.mkdir(parents=True, exist_ok=True)
+    return [
+        Child(
+            name=name,
+            command=list(p["command"]),
+            env={k: str(v) for k, v in p.get("env", {}).items()},
+            log_path=logs / f"{name}.log",
+        )  # fmt: skip
+        for name, p in spec.get("process", {}).items()
+    ]
+
+
+def supervise(children: list[Child], stop: threading.Event) -> None:
+    for child in children:
+        child.start()
+    while not stop.wait(0.5):
+        now = time.monotonic()
+        for child in children:
+            code = child.reap()
+            if code is not None:
+                # A process that ran a while before dying gets a fresh backoff.
+                child.backoff_s = 1.0 if now - child.started_at > 60 else min(child.backoff_s * 2, 60)
+                child.next_start = now + child.backoff_s
+                child.restarts += 1
+                log.error(
+                    "%s exited with %d; restart %d in %.0f s",
+                    child.name,
+                    code,
+                    child.restarts,
+                    child.backoff_s,
+                )
+            if child.proc is None and now >= child.next_start:
+                child.start()
+    for child in children:
+        if child.proc is not None:
+            child.proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 45
+    for child in children:
+        if child.proc is None:
+            continue
+        try:
+            code = child.proc.wait(max(0.1, deadline - time.monotonic()))
+            log.info("%s stopped (%d)", child.name, code)
+        except subprocess.TimeoutExpired:
+            log.error("%s did not stop in time; killing it", child.name)
+            child.proc.kill()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m shared.supervise", description=__doc__)
+    parser.add_argument("spec", type=Path)
+    parser.add_argument("--logs", type=Path, required=True)
+    parser.add_argument("--pidfile", type=Path, help="write this process's pid here while it runs")
+    args = parser.parse_args()
+    setup_logging("INFO", service="supervise")
+    try:
+        children = load(args.spec, args.logs)
+    except (OSError, tomllib.TOMLDecodeError, KeyError) as e:
+        log.error("cannot read %s: %s", args.spec, e)
+        return 2
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    if args.pidfile:
+        args.pidfile.write_text(f"{os.getpid()}\n")
+    try:
+        supervise(children, stop)
+    finally:
+        if args.pidfile and args.pidfile.read_text().strip() == str(os.getpid()):
+            args.pidfile.unlink()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
