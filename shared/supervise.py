@@ -70,7 +70,7 @@ def load(path: Path, logs: Path) -> list[Child]:
             command=list(p["command"]),
             env={k: str(v) for k, v in p.get("env", {}).items()},
             log_path=logs / f"{name}.log",
-        )  # fmt: skip
+        )
         for name, p in spec.get("process", {}).items()
     ]
 
