@@ -15,7 +15,7 @@ TOPIC ?= gpu-metrics-raw
 ARGS ?=
 
 .PHONY: help venv services services-down services-status migrate topics up down \
-        test test-unit test-integration lint format bench \
+        test test-unit test-integration lint format bench evaluate \
         kafka-console-consumer kafka-topics kafka-consumer-groups psql
 
 help: ## list the targets
@@ -73,6 +73,9 @@ lint: venv ## ruff (lint + format check) and mypy
 format: venv ## apply ruff's formatting and safe fixes
 	@$(VENV)/bin/ruff format .
 	@$(VENV)/bin/ruff check --fix .
+
+evaluate: services venv ## score a simulated fleet with injected faults against its ground truth
+	@GPUHEALTH_LOG__LEVEL=WARNING $(PY) -m evaluation $(ARGS)
 
 bench: services venv ## run every benchmark in bench/ (prints figures next to their baselines)
 	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) "$$b"; done

@@ -22,13 +22,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from psycopg import sql
 
 from bench._common import report, scratch_topic
+from evaluation.pipeline import make_loop, stored_offsets_total
 from services.sink.rows import METRIC_COLUMNS, STAGE_TYPES, sample_row
 from shared.config import DatabaseSettings, Settings, TopicSettings
 from shared.db import connect
 from shared.kafka import wait_for_kafka
 from shared.migrate import apply_migrations, discover
 from shared.models import parse_sample
-from tests.integration.sink_helpers import make_loop, produce_samples, sample, stored_offsets_total
+from tests.integration.sink_helpers import produce_samples, sample
 
 N, GPUS = 100_000, 1000
 

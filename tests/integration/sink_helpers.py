@@ -6,21 +6,16 @@ import os
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry
-
 from services.sink.loop import SinkLoop
-from services.sink.metrics import SinkMetrics
-from services.sink.writer import BatchWriter
-from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
+from shared.config import DatabaseSettings, KafkaSettings
 from shared.db import connect
-from shared.kafka import JsonProducer, make_consumer, make_producer
+from shared.kafka import JsonProducer, make_producer
 
 REPO = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
@@ -57,15 +52,6 @@ def count(db: DatabaseSettings, table: str) -> int:
     return int(str(row[0])) if row else 0
 
 
-def stored_offsets_total(db: DatabaseSettings, group: str) -> int:
-    with connect(db) as conn:
-        row = conn.execute(
-            "SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets WHERE consumer_group = %s",
-            (group,),
-        ).fetchone()
-    return int(str(row[0])) if row else 0
-
-
 def counter_value(counter: Any, **labels: str) -> float:
     """A prometheus_client counter's total, summed over children matching `labels`."""
     return sum(
@@ -73,28 +59,6 @@ def counter_value(counter: Any, **labels: str) -> float:
         for metric in counter.collect()
         for s in metric.samples
         if s.name.endswith("_total") and all(s.labels.get(k) == v for k, v in labels.items())
-    )
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    pause = threading.Event()
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        pause.wait(0.2)
-
-
-def make_loop(
-    kafka: KafkaSettings, db: DatabaseSettings, topics: TopicSettings, group: str, **kw: Any
-) -> SinkLoop:
-    return SinkLoop(
-        consumer=make_consumer(kafka, group_id=group),
-        dlq_producer=make_producer(kafka),
-        writer=BatchWriter(db, group=group),
-        topics=topics,
-        metrics=SinkMetrics(CollectorRegistry()),
-        max_backoff_s=2.0,
-        **kw,
     )
 
 

@@ -7,15 +7,10 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+from evaluation.pipeline import make_loop, stored_offsets_total, wait_until
 from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
 from shared.db import connect
-from tests.integration.sink_helpers import (
-    make_loop,
-    produce_samples,
-    running,
-    stored_offsets_total,
-    wait_until,
-)
+from tests.integration.sink_helpers import produce_samples, running
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

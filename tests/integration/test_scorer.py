@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from evaluation.pipeline import pipeline
 from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
 from tests.integration.kafka_helpers import consume_all
-from tests.integration.pipeline import pipeline
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
+from evaluation.pipeline import make_loop, stored_offsets_total, wait_until
 from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
 from shared.kafka import make_producer
 from tests.integration.kafka_helpers import consume_all, header_map
@@ -17,14 +18,11 @@ from tests.integration.sink_helpers import (
     REPO,
     count,
     counter_value,
-    make_loop,
     produce_samples,
     running,
     sample,
     sink_process,
-    stored_offsets_total,
-    wait_until,
-)  # fmt: skip
+)
 
 
 @pytest.fixture

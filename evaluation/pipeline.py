@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -28,10 +28,43 @@ from services.mock_dcgm.server import MockServer
 from services.scorer.cycle import CycleResult, run_cycle
 from services.scorer.rules_config import load_rules
 from services.sink.loop import SinkLoop
+from services.sink.metrics import SinkMetrics
+from services.sink.writer import BatchWriter
 from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
 from shared.db import connect
-from shared.kafka import JsonProducer
-from tests.integration.sink_helpers import make_loop, stored_offsets_total, wait_until
+from shared.kafka import JsonProducer, make_consumer, make_producer
+
+
+def make_loop(
+    kafka: KafkaSettings, db: DatabaseSettings, topics: TopicSettings, group: str, **kw: Any
+) -> SinkLoop:
+    """A sink loop with quick retries, as the tests and evaluations want it."""
+    return SinkLoop(
+        consumer=make_consumer(kafka, group_id=group),
+        dlq_producer=make_producer(kafka),
+        writer=BatchWriter(db, group=group),
+        topics=topics,
+        metrics=SinkMetrics(CollectorRegistry()),
+        max_backoff_s=2.0,
+        **kw,
+    )
+
+
+def stored_offsets_total(db: DatabaseSettings, group: str) -> int:
+    with connect(db) as conn:
+        row = conn.execute(
+            "SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets WHERE consumer_group = %s", (group,)
+        ).fetchone()
+    return int(str(row[0])) if row else 0
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    pause = threading.Event()
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        pause.wait(0.2)
 
 
 class HandClock:
@@ -87,6 +120,7 @@ class Pipeline:
         wait_until(lambda: stored_offsets_total(self.db, self.sink.writer.group) >= produced, 90, "the sink")
 
     def score(self) -> CycleResult:
+        """Score as of the newest sample, as the scorer does for a replayed or simulated fleet."""
         self.settle()
         with connect(self.db) as conn:
             row = conn.execute("SELECT max(time) FROM gpu_latest").fetchone()
