@@ -19,7 +19,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
@@ -240,22 +240,25 @@ def _check_version(raw: bytes | str) -> None:
         raise ContractError(f"unknown schema_version {head.get('schema_version')!r}")
 
 
-def parse_sample(raw: bytes | str) -> GpuSample:
-    """Validate one gpu-metrics-raw message; ContractError says why it is refused."""
+M = TypeVar("M", bound=BaseModel)
+
+
+def _parse(model: type[M], raw: bytes | str) -> M:
     try:
-        return GpuSample.model_validate_json(raw)
+        return model.model_validate_json(raw)
     except ValidationError as e:
         _check_version(raw)
         raise ContractError(_reason(e)) from e
+
+
+def parse_sample(raw: bytes | str) -> GpuSample:
+    """Validate one gpu-metrics-raw message; ContractError says why it is refused."""
+    return _parse(GpuSample, raw)
 
 
 def parse_event(raw: bytes | str) -> GpuEvent:
     """Validate one gpu-events message; ContractError says why it is refused."""
-    try:
-        return GpuEvent.model_validate_json(raw)
-    except ValidationError as e:
-        _check_version(raw)
-        raise ContractError(_reason(e)) from e
+    return _parse(GpuEvent, raw)
 
 
 def to_json(model: BaseModel) -> dict[str, Any]:

@@ -10,22 +10,20 @@ from __future__ import annotations
 
 import logging
 import shutil
-import signal
 import socket
 import sys
-import threading
 from pathlib import Path
 from typing import Literal
 
 import httpx
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, Field
 
-from shared.config import Settings, load_settings, log_settings
+from shared.config import Settings
 from shared.errors import GpuHealthError
 from shared.kafka import JsonProducer
-from shared.logging import setup_logging
 from shared.models import Source
+from shared.service import serve_metrics, start_service, stop_on_signals
 
 from .dcgm_source import DcgmSource
 from .enrich import Enricher, Placement, load_inventory
@@ -92,20 +90,16 @@ def make_sources(cfg: CollectorSection) -> list[GpuSource]:
 
 
 def main() -> int:
-    try:
-        settings = load_settings(CollectorSettings)
-    except GpuHealthError as e:
-        print(f"collector: {e}", file=sys.stderr)
+    settings = start_service(CollectorSettings, "collector")
+    if settings is None:
         return 2
-    setup_logging(settings.log.level, json_format=settings.log.json_format, service="collector")
-    log_settings(settings, "collector")
     cfg = settings.collector
     registry = CollectorRegistry()
     metrics = CollectorMetrics(registry)
     try:
         inventory = load_inventory(cfg.inventory_file) if cfg.inventory_file else {}
         sources = make_sources(cfg)
-        http_server, _ = start_http_server(cfg.metrics_port, addr=cfg.metrics_bind, registry=registry)
+        stop_metrics = serve_metrics(registry, cfg.metrics_port, cfg.metrics_bind)
     except (GpuHealthError, OSError) as e:
         log.error("collector cannot start: %s", e)
         return 1
@@ -127,9 +121,7 @@ def main() -> int:
         metrics=metrics,
         interval_s=cfg.interval_s,
     )
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_on_signals()
     log.info("collecting", extra={"sources": [s.target for s in sources], "interval_s": cfg.interval_s})
     try:
         collector.run(stop)
@@ -139,7 +131,7 @@ def main() -> int:
             log.error("exiting with undelivered messages", extra={"undelivered": remaining})
         for source in sources:
             source.close()
-        http_server.shutdown()
+        stop_metrics()
     log.info("stopped")
     return 0
 

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import logging
-import signal
 import sys
-import threading
 import time
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from shared.config import Settings, load_settings, log_settings
+from shared.config import Settings
 from shared.errors import GpuHealthError
-from shared.logging import setup_logging
+from shared.service import start_service, stop_on_signals
 
 from .faults import FaultError
 from .fleet import DEFAULT_MODELS, Fleet, FleetSpec, SimClock, iso, parse_sim_start
@@ -78,21 +76,15 @@ def build(settings: MockSettings) -> tuple[Fleet, MockServer]:
 
 
 def main() -> int:
-    try:
-        settings = load_settings(MockDcgmSettings)
-    except GpuHealthError as e:
-        print(f"mock_dcgm: {e}", file=sys.stderr)
+    settings = start_service(MockDcgmSettings, "mock_dcgm")
+    if settings is None:
         return 2
-    setup_logging(settings.log.level, json_format=settings.log.json_format, service="mock_dcgm")
-    log_settings(settings, "mock_dcgm")
     try:
         fleet, server = build(settings.mock)
     except (GpuHealthError, OSError) as e:
         log.error("cannot start the mock fleet: %s", e)
         return 1
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_on_signals()
     server.start()
     log.info(
         "mock fleet serving",

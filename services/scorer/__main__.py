@@ -9,22 +9,20 @@ once and exits, for replays and evaluations.
 from __future__ import annotations
 
 import logging
-import signal
 import sys
-import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from pydantic import BaseModel, Field
 
-from shared.config import Settings, load_settings, log_settings
+from shared.config import Settings
 from shared.db import connect, wait_for_database
 from shared.errors import GpuHealthError
 from shared.kafka import JsonProducer, make_producer
-from shared.logging import setup_logging
+from shared.service import serve_metrics, start_service, stop_on_signals
 
 from .cycle import CycleResult, run_cycle
 from .features import Conn
@@ -81,28 +79,26 @@ class ScorerMetrics:
 
 
 def main() -> int:
+    settings = start_service(ScorerSettings, "scorer")
+    if settings is None:
+        return 2
     try:
-        settings = load_settings(ScorerSettings)
         rules = load_rules(settings.scorer.rules_file)
     except GpuHealthError as e:
-        print(f"scorer: {e}", file=sys.stderr)
+        log.error("%s", e)
         return 2
-    setup_logging(settings.log.level, json_format=settings.log.json_format, service="scorer")
-    log_settings(settings, "scorer")
     cfg = settings.scorer
     registry = CollectorRegistry()
     metrics = ScorerMetrics(registry)
     try:
         wait_for_database(settings.db, timeout_s=120).close()
-        http_server, _ = start_http_server(cfg.metrics_port, addr=cfg.metrics_bind, registry=registry)
+        stop_metrics = serve_metrics(registry, cfg.metrics_port, cfg.metrics_bind)
     except (GpuHealthError, OSError) as e:
         log.error("scorer cannot start: %s", e)
         return 1
     producer = JsonProducer(make_producer(settings.kafka))
     topic = {"health": settings.topics.health, "alerts": settings.topics.alerts}
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_on_signals()
     once = cfg.as_of not in ("now", "latest")
     predictions: dict[str, Prediction] | None = None
     last_prediction = 0.0
@@ -135,7 +131,7 @@ def main() -> int:
         next_tick += cfg.interval_s
         stop.wait(max(0.0, next_tick - time.monotonic()))
     producer.flush(30)
-    http_server.shutdown()
+    stop_metrics()
     log.info("stopped")
     return 0
 

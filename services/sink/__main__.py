@@ -6,17 +6,16 @@ Run several with the same GPUHEALTH_SINK__GROUP_ID to share the partitions.
 from __future__ import annotations
 
 import logging
-import signal
 import sys
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, Field
 
-from shared.config import Settings, load_settings, log_settings
+from shared.config import Settings
 from shared.db import wait_for_database
 from shared.errors import GpuHealthError
 from shared.kafka import make_consumer, make_producer
-from shared.logging import setup_logging
+from shared.service import serve_metrics, start_service, stop_on_signals
 
 from .loop import SinkLoop
 from .maintenance import Retention
@@ -52,19 +51,15 @@ class SinkSettings(Settings):
 
 
 def main() -> int:
-    try:
-        settings = load_settings(SinkSettings)
-    except GpuHealthError as e:
-        print(f"sink: {e}", file=sys.stderr)
+    settings = start_service(SinkSettings, "sink")
+    if settings is None:
         return 2
-    setup_logging(settings.log.level, json_format=settings.log.json_format, service="sink")
-    log_settings(settings, "sink")
     cfg = settings.sink
     registry = CollectorRegistry()
     metrics = SinkMetrics(registry)
     try:
         wait_for_database(settings.db, timeout_s=120).close()
-        http_server, _ = start_http_server(cfg.metrics_port, addr=cfg.metrics_bind, registry=registry)
+        stop_metrics = serve_metrics(registry, cfg.metrics_port, cfg.metrics_bind)
     except (GpuHealthError, OSError) as e:
         log.error("sink cannot start: %s", e)
         return 1
@@ -86,15 +81,14 @@ def main() -> int:
             keep_rollup_days=cfg.keep_rollup_days, interval_s=cfg.retention_interval_s,
         ),
     )  # fmt: skip
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: loop.stop.set())
+    loop.stop = stop_on_signals()
     log.info("sinking", extra={"topics": [settings.topics.metrics_raw, settings.topics.events]})
     try:
         loop.run()
     finally:
         loop.consumer.close()
         writer.close()
-        http_server.shutdown()
+        stop_metrics()
     log.info("stopped")
     return 0
 

@@ -131,16 +131,19 @@ class BatchWriter:
             if template is None:
                 raise DatabaseError("the schema has no gpu_metrics_insert_sql(): run the migrations")
             self._insert_metrics = sql.SQL(str(template[0])).format(cols=_COLS)
-            stage = sql.SQL(", ").join(
-                sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(t))
-                for c, t in zip(STAGE_COLUMNS, STAGE_TYPES, strict=True)
-            )
-            events = sql.SQL(", ").join(
-                sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(t))
-                for c, t in zip(EVENT_COLUMNS, EVENT_TYPES, strict=True)
-            )
-            conn.execute(sql.SQL("CREATE TEMP TABLE _stage_metrics ({}) ON COMMIT DELETE ROWS").format(stage))
-            conn.execute(sql.SQL("CREATE TEMP TABLE _stage_events ({}) ON COMMIT DELETE ROWS").format(events))
+            for table, columns, types in (
+                ("_stage_metrics", STAGE_COLUMNS, STAGE_TYPES),
+                ("_stage_events", EVENT_COLUMNS, EVENT_TYPES),
+            ):
+                definition = sql.SQL(", ").join(
+                    sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(t))
+                    for c, t in zip(columns, types, strict=True)
+                )
+                conn.execute(
+                    sql.SQL("CREATE TEMP TABLE {} ({}) ON COMMIT DELETE ROWS").format(
+                        sql.Identifier(table), definition
+                    )
+                )
             conn.commit()
         except psycopg.Error as e:
             conn.close()

@@ -1,0 +1,49 @@
+"""What every long-running service does at start and stop, written once.
+
+Settings from the environment (an invalid one is a clear message and exit code
+2, before logging exists), JSON logging, the configuration logged once with
+secrets masked, Prometheus /metrics about the service itself, and a stop event
+set by SIGTERM or SIGINT.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+from prometheus_client import CollectorRegistry, start_http_server
+
+from shared.config import Settings, load_settings, log_settings
+from shared.errors import GpuHealthError
+from shared.logging import setup_logging
+
+S = TypeVar("S", bound=Settings)
+
+
+def start_service(cls: type[S], name: str) -> S | None:
+    """Settings with logging set up and logged; None (after saying why) when they are invalid."""
+    try:
+        settings = load_settings(cls)
+    except GpuHealthError as e:
+        print(f"{name}: {e}", file=sys.stderr)
+        return None
+    setup_logging(settings.log.level, json_format=settings.log.json_format, service=name)
+    log_settings(settings, name)
+    return settings
+
+
+def serve_metrics(registry: CollectorRegistry, port: int, bind: str) -> Callable[[], None]:
+    """Serve /metrics; returns the function that stops serving. OSError if the port is taken."""
+    server, _ = start_http_server(port, addr=bind, registry=registry)
+    return server.shutdown
+
+
+def stop_on_signals() -> threading.Event:
+    """An event that SIGTERM and SIGINT set: the service finishes its work in hand and exits 0."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
