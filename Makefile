@@ -40,11 +40,12 @@ migrate: venv ## apply schema/*.sql migrations (each once)
 topics: venv ## create the project's Kafka topics (idempotent)
 	@$(PY) -m shared.topics
 
-up: services migrate topics ## run the whole pipeline locally (mock fleet, collector, sink, scorer)
+up: services migrate topics ## run the whole pipeline locally (mock fleet, collector, sink, scorer, API)
 	@scripts/stack.sh up
 	@echo
 	@echo "gpu-health is up:"
 	@scripts/services.sh status
+	@echo "  REST API:     http://127.0.0.1:8000/api/v1/fleet/summary  (OpenAPI: http://127.0.0.1:8000/docs)"
 	@echo "  mock fleet:   http://127.0.0.1:9400/metrics ... :9403 (admin, faults, ground truth: :9399)"
 	@echo "  metrics:      collector :9500, sink :9501, scorer :9502 (/metrics)"
 	@echo "  logs:         $${GPUHEALTH_RUN:-$(GPUHEALTH_CACHE)/run}/logs/"

@@ -161,11 +161,16 @@ CONF
   fi
   wait_for 60 "postgresql" "$GPUHEALTH_PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$GPUHEALTH_PG_PORT" || die "postgresql is not ready"
   # Role, database and extension: idempotent, cheap, so done at every start.
-  pg_psql -d postgres -v user="$GPUHEALTH_DB_USER" -v pass="$GPUHEALTH_DB_PASSWORD" -v db="$GPUHEALTH_DB_NAME" <<'SQL'
+  pg_psql -d postgres -v user="$GPUHEALTH_DB_USER" -v pass="$GPUHEALTH_DB_PASSWORD" -v db="$GPUHEALTH_DB_NAME" \
+    -v reader_pass="$GPUHEALTH_DB_READER_PASSWORD" <<'SQL'
 SELECT format('CREATE ROLE %I LOGIN CREATEROLE PASSWORD %L', :'user', :'pass')
  WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = :'user') \gexec
 SELECT format('CREATE DATABASE %I OWNER %I', :'db', :'user')
  WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = :'db') \gexec
+-- The query API's read-only login; its rights come from migration 0006.
+SELECT format('CREATE ROLE gpuhealth_reader LOGIN PASSWORD %L', :'reader_pass')
+ WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'gpuhealth_reader') \gexec
+SELECT format('ALTER ROLE gpuhealth_reader LOGIN PASSWORD %L', :'reader_pass') \gexec
 SQL
   # TimescaleDB is not a trusted extension: the superuser creates it once, and
   # the migrations' `CREATE EXTENSION IF NOT EXISTS` is then a no-op.

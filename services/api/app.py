@@ -1,0 +1,97 @@
+"""The FastAPI app factory: a lifespan-managed pool on the read-only role, health, metrics, errors.
+
+Every answer to a bad request is a 4xx with a message in `detail`; a database
+that is down is a 503, never a stack trace.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import psycopg
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from shared.config import DatabaseSettings
+
+from .settings import ApiSection
+
+log = logging.getLogger(__name__)
+
+
+def reader_settings(db: DatabaseSettings, api: ApiSection) -> DatabaseSettings:
+    """The owner's address and schema with the read-only role's credentials."""
+    return db.model_copy(update={"user": api.reader_user, "password": api.reader_password,
+                                 "application_name": "gpu-health-api"})  # fmt: skip
+
+
+def create_app(db: DatabaseSettings, api: ApiSection, registry: CollectorRegistry | None = None) -> FastAPI:
+    registry = registry or CollectorRegistry()
+    requests = Counter("gpuhealth_api_requests", "Requests", ["route", "status"], registry=registry)
+    latency = Histogram("gpuhealth_api_request_seconds", "Request latency", ["route"], registry=registry)
+    pool = AsyncConnectionPool(
+        reader_settings(db, api).conninfo(), min_size=1, max_size=api.pool_size, open=False,
+        kwargs={"row_factory": dict_row, "autocommit": True}, timeout=10,
+    )  # fmt: skip
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await pool.open(wait=False)
+        yield
+        await pool.close()
+
+    app = FastAPI(
+        title="gpu-health",
+        version="1",
+        description="Which GPUs are healthy, which are failing, and what to do about it.",
+        lifespan=lifespan,
+    )
+    app.state.pool = pool
+    app.state.api = api
+
+    @app.middleware("http")
+    async def measure(request: Request, call_next):  # type: ignore[no-untyped-def]
+        route = request.scope.get("route")
+        with latency.labels(getattr(route, "path", "other")).time():
+            response: Response = await call_next(request)
+        route = request.scope.get("route")
+        requests.labels(getattr(route, "path", "other"), str(response.status_code)).inc()
+        return response
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, e: RequestValidationError) -> JSONResponse:
+        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors())
+        return JSONResponse(status_code=422, content={"detail": problems})
+
+    @app.exception_handler(psycopg.OperationalError)
+    async def db_down(_: Request, e: psycopg.OperationalError) -> JSONResponse:
+        log.error("database unavailable: %s", e)
+        return JSONResponse(status_code=503, content={"detail": "the database is not reachable"})
+
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> PlainTextResponse:
+        return PlainTextResponse("ok\n")
+
+    @app.get("/readyz", include_in_schema=False)
+    async def readyz() -> JSONResponse:
+        try:
+            async with pool.connection(timeout=3) as conn:
+                await conn.execute("SELECT 1")
+        except Exception as e:
+            return JSONResponse(status_code=503, content={"ready": False, "detail": str(e)[:200]})
+        return JSONResponse({"ready": True})
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    from .routes import router
+
+    app.include_router(router)
+    return app
