@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Any
 
 import confluent_kafka
 from confluent_kafka.admin import (
@@ -72,6 +74,18 @@ def _wait(futures: dict[str, Future[None]], what: str) -> dict[str, Exception | 
     return outcome
 
 
+def _wait_for_metadata(admin: AdminClient, names: list[str], timeout_s: float) -> dict[str, Any]:
+    """Topic metadata once every named topic shows in it (it can lag a creation)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        topics = admin.list_topics(timeout=timeout_s).topics
+        if all(n in topics and topics[n].error is None for n in names):
+            return dict(topics)
+        if time.monotonic() > deadline:
+            raise KafkaTopicError(f"topics {names} exist but do not show in the metadata")
+        time.sleep(0.2)
+
+
 def ensure_topics(admin: AdminClient, specs: list[TopicSpec], timeout_s: float = 30.0) -> dict[str, str]:
     """Bring each topic to its spec; returns what was done per topic."""
     existing = admin.list_topics(timeout=timeout_s).topics
@@ -91,15 +105,21 @@ def ensure_topics(admin: AdminClient, specs: list[TopicSpec], timeout_s: float =
             ],
             request_timeout=timeout_s,
         )
+        already: list[str] = []
         for name, error in _wait(futures, "create topic").items():
-            if error is not None:
-                kerr = error.args[0]
-                # Another runner created it between our listing and our request.
-                if kerr.code() != confluent_kafka.KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise translate_error(kerr, f"create topic {name}") from error
-            done[name] = "created"
+            if error is None:
+                done[name] = "created"
+                continue
+            kerr = error.args[0]
+            if kerr.code() != confluent_kafka.KafkaError.TOPIC_ALREADY_EXISTS:
+                raise translate_error(kerr, f"create topic {name}") from error
+            # It exists after all: metadata had not caught up with a recent creation, or
+            # another runner made it meanwhile. Treat it as existing: grow and configure it.
+            already.append(name)
+        if already:
+            existing = _wait_for_metadata(admin, already, timeout_s)
 
-    present = [s for s in specs if s.name in existing]
+    present = [s for s in specs if s.name in existing and s.name not in done]
     grow = [s for s in present if len(existing[s.name].partitions) < s.partitions]
     if grow:
         futures = admin.create_partitions(

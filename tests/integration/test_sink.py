@@ -11,6 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from evaluation.pipeline import make_loop, stored_offsets_total, wait_until
+from services.sink.loop import SinkLoop
 from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
 from shared.kafka import make_producer
 from tests.integration.kafka_helpers import consume_all, header_map
@@ -181,11 +182,18 @@ def test_two_sinks_in_one_group_split_partitions_and_count_exactly(
     group = f"sink-{uuid.uuid4().hex[:8]}"
     a = make_loop(kafka_settings, migrated, topics, group, batch_size=200)
     b = make_loop(kafka_settings, migrated, topics, group, batch_size=200)
+
+    def raw(loop: SinkLoop) -> set[int]:
+        return {p for t, p in loop.owned if t == topics.metrics_raw}
+
     with running(a), running(b):
+        # The group settles first (the second sink's join moves partitions), then the data comes.
+        wait_until(
+            lambda: bool(raw(a)) and bool(raw(b)) and len(raw(a) | raw(b)) == 4, 60, "both sinks to join"
+        )
         produce_samples(kafka_settings, topics.metrics_raw, 0, n)
         wait_until(lambda: stored_offsets_total(migrated, group) == n, 120, "both sinks to finish")
-        raw_a = {p for t, p in a.owned if t == topics.metrics_raw}
-        raw_b = {p for t, p in b.owned if t == topics.metrics_raw}
+        raw_a, raw_b = raw(a), raw(b)
     assert count(migrated, "gpu_metrics") == n
     assert raw_a, (a.ever_owned, b.ever_owned)
     assert raw_b, (a.ever_owned, b.ever_owned)
