@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
-# Small tools the tests use, unpacked into the cache rather than installed:
-#   promtool  (Debian package `prometheus`) - checks the mock exporter's exposition.
-# Unpacking the .deb with dpkg -x gives the binary without starting a Prometheus server.
+# Tools the tests use:
+#   promtool  (Debian package `prometheus`) - checks the mock exporter's exposition; unpacked
+#             into the cache with dpkg -x, which gives the binary without a Prometheus server;
+#   chromium + chromium-driver (Debian) - the fleet page's browser test.
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 bin=$GPUHEALTH_CACHE/bin
+if [[ ! -x /usr/bin/chromium || ! -x /usr/bin/chromedriver ]]; then
+  echo "install-tools: apt-get install chromium chromium-driver" >&2
+  as_root() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
+  as_root apt-get update -qq >/dev/null
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null
+fi
 [[ -x $bin/promtool ]] && exit 0
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import psycopg
 from fastapi import FastAPI, Request
@@ -73,6 +74,13 @@ def create_app(db: DatabaseSettings, api: ApiSection, registry: CollectorRegistr
     async def db_down(_: Request, e: psycopg.OperationalError) -> JSONResponse:
         log.error("database unavailable: %s", e)
         return JSONResponse(status_code=503, content={"detail": "the database is not reachable"})
+
+    page = (Path(__file__).parent / "static" / "index.html").read_bytes()
+
+    @app.get("/", include_in_schema=False)
+    async def fleet_page() -> Response:
+        """The fleet at a glance: one page, served by the API itself, no front-end build."""
+        return Response(page, media_type="text/html; charset=utf-8")
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> PlainTextResponse:

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import socket
+import threading
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+import uvicorn
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service as ChromeService
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
 
-from evaluation.pipeline import pipeline
+from evaluation.pipeline import pipeline, wait_until
 from services.api.app import create_app, reader_settings
 from services.api.settings import ApiSection
 from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
@@ -168,3 +176,68 @@ def test_the_read_only_role_cannot_write(migrated: DatabaseSettings) -> None:
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(statement)
             conn.rollback()
+
+
+def test_the_fleet_page_is_served_and_calls_only_real_endpoints(client: TestClient) -> None:
+    page = client.get("/")
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")
+    html = page.text
+    assert 'data-testid="fleet-grid"' in html
+    assert 'data-testid="gpu-detail"' in html
+    paths = client.get("/openapi.json").json()["paths"]
+    for called in ("/fleet/summary", "/gpus", "/alerts", "/gpus/{gpu_uuid}", "/gpus/{gpu_uuid}/series"):
+        assert "/api/v1" + called in paths
+        assert called.split("{")[0].rstrip("/") in html
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def served(migrated: DatabaseSettings) -> Iterator[str]:
+    """The API on a real port (uvicorn in a thread), for a real browser."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(migrated, ApiSection()), host="127.0.0.1", port=port,
+                                           log_config=None, access_log=False))  # fmt: skip
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_until(lambda: server.started, 20, "uvicorn")
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(10)
+
+
+def test_a_browser_sees_the_fleet_opens_a_gpu_and_sees_its_charts(
+    served: str, scored: dict[str, Any]
+) -> None:
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    # As root, headless, and with the background networking off: this machine's network is closed.
+    flags = "--headless=new --no-sandbox --disable-gpu --disable-dev-shm-usage --disable-quic --no-first-run"
+    flags += (
+        " --disable-background-networking --disable-component-update --disable-sync --window-size=1400,1000"
+    )
+    for flag in flags.split():
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=ChromeService("/usr/bin/chromedriver"))
+    try:
+        driver.get(served + "/")
+        wait = WebDriverWait(driver, 30)
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#grid .cell")) == 4)
+        sick = driver.find_element(By.CSS_SELECTOR, f'#grid .cell[data-uuid="{scored["sick"]}"]')
+        assert "unhealthy" in (sick.get_attribute("class") or "")
+        assert driver.find_element(By.ID, "s-unhealthy").text == "1"
+        sick.click()
+        wait.until(lambda d: d.find_element(By.ID, "detail").get_attribute("data-loaded") == scored["sick"])
+        assert "memory: unhealthy (volatile_dbe)" in driver.find_element(By.ID, "d-verdicts").text
+        lines = driver.find_elements(By.CSS_SELECTOR, ".chart polyline")
+        assert len(lines) == 4
+        assert all(len((line.get_attribute("points") or "").split()) > 10 for line in lines[:3])
+        artifacts = REPO / "test-artifacts"
+        artifacts.mkdir(exist_ok=True)
+        assert driver.save_screenshot(str(artifacts / "fleet-page.png"))
+    finally:
+        driver.quit()
