@@ -20,6 +20,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from evaluation.pipeline import pipeline, wait_until
+from services.api import cli
 from services.api.app import create_app, reader_settings
 from services.api.settings import ApiSection
 from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
@@ -241,3 +242,22 @@ def test_a_browser_sees_the_fleet_opens_a_gpu_and_sees_its_charts(
         assert driver.save_screenshot(str(artifacts / "fleet-page.png"))
     finally:
         driver.quit()
+
+
+def test_the_cli_prints_the_fleet_and_the_worst_gpus_with_sparklines(
+    served: str, scored: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["fleet", "--url", served, "--top", "2"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("GPUs 4  healthy 3  degraded 0  unhealthy 1")
+    sick = out[4]
+    assert "unhealthy" in sick
+    assert "reset_gpu" in sick
+    assert any(bar in sick for bar in cli.BARS)
+    assert cli.main(["fleet", "--url", "http://127.0.0.1:9"]) == 1
+
+
+def test_sparkline() -> None:
+    assert cli.sparkline([0, 5, 10]) == "▁▅█"
+    assert cli.sparkline([3, 3, None, 3]) == "▁▁ ▁"
+    assert cli.sparkline([]) == ""
