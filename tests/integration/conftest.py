@@ -9,9 +9,11 @@ dropped afterwards.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -111,3 +113,40 @@ def migrated(db_settings: DatabaseSettings, db_schema: str) -> DatabaseSettings:
     with connect(scoped) as conn:
         apply_migrations(conn, discover())
     return scoped
+
+
+@pytest.fixture
+def served_api(migrated: DatabaseSettings) -> Iterator[str]:
+    """The query API on a real port (uvicorn in a thread, lifespan and all), over a fresh schema."""
+    import socket
+    import threading
+
+    import uvicorn
+    from pydantic import SecretStr
+
+    from services.api.app import create_app
+    from services.api.settings import ApiSection
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    app = create_app(migrated, ApiSection(api_key=SecretStr("test-key-123")))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False)
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        threading.Event().wait(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(10)
+
+
+@pytest.fixture
+def api_schema(served_api: str) -> Any:
+    import schemathesis
+
+    return schemathesis.openapi.from_url(served_api + "/openapi.json")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-import threading
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -11,7 +9,6 @@ from typing import Any
 
 import psycopg
 import pytest
-import uvicorn
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 from selenium import webdriver
@@ -19,7 +16,7 @@ from selenium.webdriver.chrome.service import Service as ChromeService
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from evaluation.pipeline import pipeline, wait_until
+from evaluation.pipeline import pipeline
 from services.api import cli
 from services.api.app import create_app, reader_settings
 from services.api.settings import ApiSection
@@ -195,24 +192,8 @@ def test_the_fleet_page_is_served_and_calls_only_real_endpoints(client: TestClie
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def served(migrated: DatabaseSettings) -> Iterator[str]:
-    """The API on a real port (uvicorn in a thread), for a real browser."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(migrated, ApiSection()), host="127.0.0.1", port=port,
-                                           log_config=None, access_log=False))  # fmt: skip
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_until(lambda: server.started, 20, "uvicorn")
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
-
-
 def test_a_browser_sees_the_fleet_opens_a_gpu_and_sees_its_charts(
-    served: str, scored: dict[str, Any]
+    served_api: str, scored: dict[str, Any]
 ) -> None:
     options = webdriver.ChromeOptions()
     options.binary_location = "/usr/bin/chromium"
@@ -225,7 +206,7 @@ def test_a_browser_sees_the_fleet_opens_a_gpu_and_sees_its_charts(
         options.add_argument(flag)
     driver = webdriver.Chrome(options=options, service=ChromeService("/usr/bin/chromedriver"))
     try:
-        driver.get(served + "/")
+        driver.get(served_api + "/")
         wait = WebDriverWait(driver, 30)
         wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#grid .cell")) == 4)
         sick = driver.find_element(By.CSS_SELECTOR, f'#grid .cell[data-uuid="{scored["sick"]}"]')
@@ -245,9 +226,9 @@ def test_a_browser_sees_the_fleet_opens_a_gpu_and_sees_its_charts(
 
 
 def test_the_cli_prints_the_fleet_and_the_worst_gpus_with_sparklines(
-    served: str, scored: dict[str, Any], capsys: pytest.CaptureFixture[str]
+    served_api: str, scored: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli.main(["fleet", "--url", served, "--top", "2"]) == 0
+    assert cli.main(["fleet", "--url", served_api, "--top", "2"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("GPUs 4  healthy 3  degraded 0  unhealthy 1")
     sick = out[4]
