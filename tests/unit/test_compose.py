@@ -11,6 +11,11 @@ import jsonschema
 import pytest
 import yaml
 
+from services.api.settings import ApiSettings
+from services.collector.__main__ import CollectorSettings
+from services.mock_dcgm.__main__ import MockDcgmSettings
+from services.scorer.__main__ import ScorerSettings
+from services.sink.__main__ import SinkSettings
 from shared.config import Settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,9 +45,25 @@ def test_every_dependency_waits_for_a_healthcheck(compose: dict[str, Any]) -> No
                 assert "healthcheck" in services[dependency], f"{dependency} has no healthcheck"
 
 
-def test_app_environment_names_real_settings(compose: dict[str, Any]) -> None:
-    sections = Settings.model_fields
+SETTINGS = {
+    "mock": MockDcgmSettings, "collector": CollectorSettings, "sink": SinkSettings,
+    "scorer": ScorerSettings, "api": ApiSettings,
+}  # fmt: skip
+
+
+def test_every_service_command_is_a_real_service(compose: dict[str, Any]) -> None:
     for name, service in compose["services"].items():
+        command = service.get("command", [])
+        if command[:2] == ["python", "-m"]:
+            module = command[2]
+            assert (REPO / module.replace(".", "/") / "__main__.py").exists(), f"{name}: no {module}"
+            if module.startswith("services."):
+                assert module.removeprefix("services.").replace("mock_dcgm", "mock") in SETTINGS, name
+
+
+def test_app_environment_names_real_settings(compose: dict[str, Any]) -> None:
+    for name, service in compose["services"].items():
+        sections = SETTINGS.get(name, Settings).model_fields
         for var in service.get("environment", {}):
             if not var.startswith("GPUHEALTH_"):
                 continue

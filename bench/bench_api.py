@@ -1,0 +1,130 @@
+"""API latency at 10,000 GPUs: p50/p99 of the fleet summary, the GPU list and a 24-hour series,
+next to the same SQL run directly through psycopg in the same run.
+
+The three endpoints read gpu_assets, gpu_latest, gpu_status and the 1-minute
+rollup; by design none of them reads the raw hypertable (the series serves
+buckets of a minute and up from the rollup). The load is therefore what those
+queries see with 24 hours of 10-second data: 10,000 GPUs' inventory, latest
+sample and status, and 24 h of rollup (14.4 million rows), generated in SQL
+into a scratch schema that is dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import httpx
+import uvicorn
+from psycopg import sql
+
+from bench._common import report
+from bench.bench_sink import drop_schema, fresh_schema
+from services.api.app import create_app, reader_settings
+from services.api.settings import ApiSection
+from shared.config import Settings
+from shared.db import connect
+
+GPUS, HOURS, ROUNDS = 10_000, 24, 60
+NOW = datetime.now(UTC).replace(second=0, microsecond=0)
+
+FILL = [
+    """INSERT INTO gpu_assets (gpu_uuid, model, gpu_index, hostname, cluster, datacenter, rack, slowdown_temp_c,
+                              shutdown_temp_c, power_limit_w, fb_total_mib, first_seen, last_seen)
+       SELECT 'GPU-' || lpad(g::text, 8, '0') || '-0000-4000-8000-000000000000', 'NVIDIA H100 80GB HBM3', g %% 8,
+              'node-' || (g / 8), 'c1', 'dc' || (g / 2500), 'rack-' || (g / 64), 87, 92, 700, 81559,
+              %(t)s - interval '2 days', %(t)s
+       FROM generate_series(0, %(n)s - 1) g""",
+    """INSERT INTO gpu_latest (time, gpu_uuid, hostname, cluster, datacenter, rack, source, collector_id,
+                              gpu_temp_c, power_usage_w, gpu_util_pct)
+       SELECT %(t)s, gpu_uuid, hostname, cluster, datacenter, rack, 'mock', 'bench', 55 + gpu_index, 400, 80
+       FROM gpu_assets""",
+    """INSERT INTO gpu_status (gpu_uuid, state, score, grade, action, as_of)
+       SELECT gpu_uuid, CASE WHEN gpu_index = 7 THEN 'degraded' ELSE 'healthy' END,
+              CASE WHEN gpu_index = 7 THEN 85 ELSE 100 END, 'A', 'none', %(t)s FROM gpu_assets""",
+    """INSERT INTO gpu_metrics_1min (bucket, gpu_uuid, samples, gpu_temp_c_sum, gpu_temp_c_n, gpu_temp_c_max,
+              power_usage_w_sum, power_usage_w_n, power_usage_w_max, gpu_util_pct_sum, gpu_util_pct_n,
+              fb_used_mib_max, ecc_sbe_volatile_total_max, ecc_dbe_volatile_total_max)
+       SELECT %(t)s - m * interval '1 minute', a.gpu_uuid, 6, 360, 6, 61, 2400, 6, 410, 480, 6, 40000, 0, 0
+       FROM gpu_assets a, generate_series(0, %(minutes)s - 1) m""",
+]
+
+
+def percentiles(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return statistics.median(ordered) * 1000, ordered[int(len(ordered) * 0.99) - 1] * 1000
+
+
+def main() -> int:
+    settings = Settings()
+    db = fresh_schema(settings.db)
+    try:
+        started = time.perf_counter()
+        with connect(db) as conn:
+            for statement in FILL:
+                conn.execute(sql.SQL(statement), {"t": NOW, "n": GPUS, "minutes": HOURS * 60})
+            conn.commit()
+            conn.execute("ANALYZE")
+        print(
+            f"(loaded {GPUS:,} GPUs and {GPUS * HOURS * 60:,} rollup rows in {time.perf_counter() - started:.0f} s)"
+        )
+        api = ApiSection()
+        server = uvicorn.Server(
+            uvicorn.Config(create_app(db, api), host="127.0.0.1", port=8765, log_config=None)
+        )
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        while not server.started:
+            time.sleep(0.05)
+        gpu = "GPU-00004242-0000-4000-8000-000000000000"
+        span = {
+            "from": (NOW - timedelta(hours=24)).isoformat(),
+            "to": (NOW + timedelta(minutes=1)).isoformat(),
+        }
+        cases: list[tuple[str, str, dict[str, Any], str, dict[str, Any]]] = [
+            ("fleet summary", "/api/v1/fleet/summary", {}, SUMMARY_SQL, {}),
+            ("GPU list (100, by score)", "/api/v1/gpus", {"sort": "score", "limit": 100}, LIST_SQL, {}),
+            ("24 h series, 5 min buckets", f"/api/v1/gpus/{gpu}/series", {**span, "bucket": "5m"},
+             SERIES_SQL, {"g": gpu, "from": NOW - timedelta(hours=24), "to": NOW + timedelta(minutes=1)}),
+        ]  # fmt: skip
+        with (
+            httpx.Client(base_url="http://127.0.0.1:8765", timeout=60) as http,
+            connect(reader_settings(db, api)) as conn,
+        ):
+            for name, path, params, query, qparams in cases:
+                http.get(path, params=params).raise_for_status()  # warm
+                rest, direct = [], []
+                for _ in range(ROUNDS):
+                    t = time.perf_counter()
+                    http.get(path, params=params).raise_for_status()
+                    rest.append(time.perf_counter() - t)
+                    t = time.perf_counter()
+                    conn.execute(query, qparams).fetchall()
+                    direct.append(time.perf_counter() - t)
+                (p50, p99), (d50, d99) = percentiles(rest), percentiles(direct)
+                report(f"{name} p50", p50, "ms", "same SQL via psycopg p50", d50)
+                report(f"{name} p99", p99, "ms", "same SQL via psycopg p99", d99)
+        server.should_exit = True
+        thread.join(10)
+    finally:
+        drop_schema(db)
+    return 0
+
+
+SUMMARY_SQL = """SELECT count(*), count(*) FILTER (WHERE s.state = 'healthy'), round(avg(l.gpu_temp_c)::numeric, 1)
+FROM gpu_assets a LEFT JOIN gpu_status s USING (gpu_uuid) LEFT JOIN gpu_latest l USING (gpu_uuid)"""
+LIST_SQL = """SELECT a.gpu_uuid, a.hostname, s.state, s.score, l.gpu_temp_c FROM gpu_assets a
+LEFT JOIN gpu_status s USING (gpu_uuid) LEFT JOIN gpu_latest l USING (gpu_uuid)
+ORDER BY s.score ASC NULLS LAST, a.gpu_uuid LIMIT 100"""
+SERIES_SQL = """SELECT time_bucket(interval '5 minutes', bucket) AS t, sum(gpu_temp_c_sum) / nullif(sum(gpu_temp_c_n), 0)
+FROM gpu_metrics_1min WHERE gpu_uuid = %(g)s AND bucket >= %(from)s AND bucket < %(to)s GROUP BY t ORDER BY t"""
+
+if __name__ == "__main__":
+    sys.exit(main())

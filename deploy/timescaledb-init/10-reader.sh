@@ -1,0 +1,6 @@
+#!/bin/sh
+# Runs once, when the timescale/timescaledb container initialises its data folder:
+# the query API's read-only login (its rights come from migration 0006).
+set -eu
+psql -v ON_ERROR_STOP=1 -U "$POSTGRES_USER" -d "$POSTGRES_DB" \
+  -c "CREATE ROLE gpuhealth_reader LOGIN PASSWORD '${READER_PASSWORD:-gpuhealth_reader}'"
