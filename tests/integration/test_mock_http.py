@@ -15,6 +15,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from evaluation.pipeline import wait_until
 from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
 from services.mock_dcgm.server import MockServer
 
@@ -115,14 +116,14 @@ def test_the_service_starts_serves_and_exits_zero_on_sigterm() -> None:
         text=True,
     )
     try:
-        deadline = time.monotonic() + 20
-        while True:
+
+        def answers() -> bool:
             try:
-                if httpx.get(f"http://127.0.0.1:{admin_port}/healthz", timeout=1).status_code == 200:
-                    break
+                return httpx.get(f"http://127.0.0.1:{admin_port}/healthz", timeout=1).status_code == 200
             except httpx.TransportError:
-                assert time.monotonic() < deadline, "mock did not start"
-                time.sleep(0.1)
+                return False
+
+        wait_until(answers, 20, "the mock to start")
         assert "DCGM_FI_DEV_GPU_TEMP" in httpx.get(f"http://127.0.0.1:{node_port}/metrics").text
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
