@@ -46,8 +46,9 @@ def test_every_dependency_waits_for_a_healthcheck(compose: dict[str, Any]) -> No
 
 
 SETTINGS = {
-    "mock": MockDcgmSettings, "collector": CollectorSettings, "sink": SinkSettings,
-    "scorer": ScorerSettings, "api": ApiSettings,
+    "mock": MockDcgmSettings, "collector-0": CollectorSettings, "collector-1": CollectorSettings,
+    "collector-2": CollectorSettings, "collector-3": CollectorSettings, "collector-gpu": CollectorSettings,
+    "collector-nvml": CollectorSettings, "sink": SinkSettings, "scorer": ScorerSettings, "api": ApiSettings,
 }  # fmt: skip
 
 
@@ -58,7 +59,7 @@ def test_every_service_command_is_a_real_service(compose: dict[str, Any]) -> Non
             module = command[2]
             assert (REPO / module.replace(".", "/") / "__main__.py").exists(), f"{name}: no {module}"
             if module.startswith("services."):
-                assert module.removeprefix("services.").replace("mock_dcgm", "mock") in SETTINGS, name
+                assert SETTINGS.get(name, Settings) is not Settings or module.startswith("shared."), name
 
 
 def test_app_environment_names_real_settings(compose: dict[str, Any]) -> None:
@@ -72,3 +73,16 @@ def test_app_environment_names_real_settings(compose: dict[str, Any]) -> None:
             model = sections[section].annotation
             assert model is not None
             assert field in model.model_fields, f"{name}: {var} names no setting"
+
+
+def test_prometheus_scrapes_every_service(compose: dict[str, Any]) -> None:
+    scrape = yaml.safe_load((REPO / "deploy" / "prometheus" / "prometheus.yml").read_text())
+    targets = " ".join(str(job) for job in scrape["scrape_configs"])
+    for name, service in compose["services"].items():
+        if (
+            service.get("command", [])[:3] == ["python", "-m", "services.collector"]
+            and "profiles" not in service
+        ):
+            assert f"{name}:9500" in targets
+    for job in ("mock:9399", "'sink'", "scorer:9502", "api:8000"):
+        assert job in targets
