@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import StrEnum
+from enum import IntFlag, StrEnum
 
 # DCGM's sentinels (dcgm_structs.h): BLANK, then NOT_FOUND, NOT_SUPPORTED, NOT_PERMISSIONED.
 INT32_BLANK = 0x7FFFFFF0
 INT64_BLANK = 0x7FFFFFFFFFFFFFF0
 FP64_BLANK = 140737488355328.0  # 2**47
-INT32_NOT_SUPPORTED = INT32_BLANK + 2
 INT64_NOT_SUPPORTED = INT64_BLANK + 2
 FP64_NOT_SUPPORTED = FP64_BLANK + 2
 
@@ -115,7 +114,6 @@ FIELDS: tuple[DcgmField, ...] = (
 # fmt: on
 
 BY_NAME: dict[str, DcgmField] = {name: f for f in FIELDS for name in (f.name, *f.aliases)}
-BY_SAMPLE_FIELD: dict[str, DcgmField] = {f.sample_field: f for f in FIELDS}
 
 
 def is_blank(value: float, kind: ValueKind) -> bool:
@@ -131,7 +129,7 @@ def is_blank(value: float, kind: ValueKind) -> bool:
     return value >= INT64_BLANK
 
 
-class ClockEventReason:
+class ClockEventReason(IntFlag):
     """Bits of DCGM_FI_DEV_CLOCKS_EVENT_REASONS (NVML's clocks event reasons)."""
 
     GPU_IDLE = 0x1
@@ -144,18 +142,7 @@ class ClockEventReason:
     HW_POWER_BRAKE_SLOWDOWN = 0x80
     DISPLAY_CLOCK_SETTING = 0x100
 
-    NAMES: dict[int, str] = {  # noqa: RUF012 - a constant table
-        0x1: "gpu_idle",
-        0x2: "applications_clocks_setting",
-        0x4: "sw_power_cap",
-        0x8: "hw_slowdown",
-        0x10: "sync_boost",
-        0x20: "sw_thermal_slowdown",
-        0x40: "hw_thermal_slowdown",
-        0x80: "hw_power_brake_slowdown",
-        0x100: "display_clock_setting",
-    }
-
     @classmethod
     def decode(cls, mask: int) -> list[str]:
-        return [name for bit, name in cls.NAMES.items() if mask & bit]
+        """The reasons set in a mask, by name: e.g. 0x24 -> ["sw_power_cap", "sw_thermal_slowdown"]."""
+        return [str(reason.name).lower() for reason in cls if mask & reason]

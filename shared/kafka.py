@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import confluent_kafka
@@ -159,9 +159,6 @@ def decode_json(raw: bytes | None) -> Any:
         raise ContractError(f"value is not UTF-8: {e}") from e
     except json.JSONDecodeError as e:
         raise ContractError(f"value is not JSON: {e}") from e
-
-
-DeliveryCallback = Callable[[confluent_kafka.KafkaError | None, confluent_kafka.Message], None]
 
 
 class JsonProducer:

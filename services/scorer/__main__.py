@@ -121,6 +121,7 @@ def main() -> int:
                 "cycle", extra={"as_of": as_of.isoformat(), "gpus": result.gpus, "states": result.states,
                                 "changes": result.verdict_changes, "alerts_opened": result.alerts_opened,
                                 "alerts_resolved": result.alerts_resolved,
+                                "predictions_written": result.predictions_written,
                                 "seconds": round(time.perf_counter() - started, 3)},
             )  # fmt: skip
         except (GpuHealthError, psycopg.Error, OSError) as e:

@@ -27,7 +27,6 @@ class GpuFeatures:
     model: str
     last_time: datetime | None
     slowdown_c: float
-    shutdown_c: float
     power_limit_w: float | None
     fb_total_mib: int | None
     pod: str | None = None
@@ -96,7 +95,7 @@ SELECT a.gpu_uuid, a.hostname, a.model,
            SELECT max(bucket) + interval '59 seconds' FROM gpu_metrics_1min r
            WHERE r.gpu_uuid = a.gpu_uuid AND r.bucket <= %(t)s AND r.bucket > %(t)s - %(long)s)
        END,
-       coalesce(a.slowdown_temp_c, %(slowdown)s), coalesce(a.shutdown_temp_c, %(shutdown)s),
+       coalesce(a.slowdown_temp_c, %(slowdown)s),
        a.power_limit_w, a.fb_total_mib, l.pod, l.fb_used_mib, l.row_remap_pending
 FROM gpu_assets a LEFT JOIN gpu_latest l USING (gpu_uuid)
 WHERE a.first_seen <= %(t)s
@@ -125,14 +124,13 @@ def read_features(conn: Conn, as_of: datetime, rules: Rules) -> dict[str, GpuFea
         "xid": timedelta(seconds=w.xid_s),
         "escalation": timedelta(seconds=w.escalation_s),
         "slowdown": rules.thermal.default_slowdown_c,
-        "shutdown": rules.thermal.default_shutdown_c,
     }
     gpus: dict[str, GpuFeatures] = {}
     for row in conn.execute(_INVENTORY, params):
-        uuid, host, model, last, slow, shut, plimit, fbtotal, pod, fbused, remap_pending = row
+        uuid, host, model, last, slow, plimit, fbtotal, pod, fbused, remap_pending = row
         gpus[uuid] = GpuFeatures(
             gpu_uuid=uuid, hostname=host, model=model, last_time=last, slowdown_c=float(slow),
-            shutdown_c=float(shut), power_limit_w=plimit, fb_total_mib=fbtotal, pod=pod,
+            power_limit_w=plimit, fb_total_mib=fbtotal, pod=pod,
             fb_used_mib=fbused, remap_pending=_int(remap_pending),
         )  # fmt: skip
     for row in conn.execute(_ROLLUP, params):

@@ -44,7 +44,6 @@ class Memory(_Section):
 
 class Thermal(_Section):
     default_slowdown_c: float
-    default_shutdown_c: float
     warn_margin_c: float = Field(ge=0)
 
 

@@ -17,11 +17,7 @@ class HandClock:
         return self.t
 
 
-def make_fleet(
-    *, nodes: int = 4, gpus: int = 8, seed: int = 7, models: tuple[str, ...] | None = None
-) -> tuple[Fleet, HandClock]:
+def make_fleet(*, nodes: int = 4, gpus: int = 8, seed: int = 7) -> tuple[Fleet, HandClock]:
     hand = HandClock()
     spec = FleetSpec(nodes=nodes, gpus_per_node=gpus, seed=seed)
-    if models:
-        spec = FleetSpec(nodes=nodes, gpus_per_node=gpus, seed=seed, models=models)
     return Fleet(spec, SimClock(start_s=T0, speed=1.0, monotonic=hand)), hand
