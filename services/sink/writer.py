@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -84,6 +85,38 @@ _UPDATE_ASSET = sql.SQL(", ").join(
     for c in _ASSET_COLS[1:]
 )
 
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """A temporary table a batch is COPYed into, once per transaction (ON COMMIT DELETE ROWS)."""
+
+    table: str
+    columns: tuple[str, ...]
+    types: tuple[str, ...]
+
+    def create(self) -> sql.Composed:
+        definition = sql.SQL(", ").join(
+            sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(t))
+            for c, t in zip(self.columns, self.types, strict=True)
+        )
+        return sql.SQL("CREATE TEMP TABLE {} ({}) ON COMMIT DELETE ROWS").format(
+            sql.Identifier(self.table), definition
+        )
+
+    def copy_rows(self, cur: psycopg.Cursor[tuple[object, ...]], rows: Iterable[tuple[Any, ...]]) -> None:
+        """Binary COPY of the rows into this stage."""
+        statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
+            sql.Identifier(self.table), _ident_list(self.columns)
+        )
+        with cur.copy(statement) as copy:
+            copy.set_types(self.types)
+            for row in rows:
+                copy.write_row(row)
+
+
+METRICS_STAGE = Stage("_stage_metrics", STAGE_COLUMNS, STAGE_TYPES)
+EVENTS_STAGE = Stage("_stage_events", EVENT_COLUMNS, EVENT_TYPES)
+
 STATEMENTS: dict[str, sql.Composed | sql.SQL] = {
     "latest": sql.SQL(
         "INSERT INTO gpu_latest ({c}) SELECT DISTINCT ON (gpu_uuid) {c} FROM _stage_metrics"
@@ -131,19 +164,8 @@ class BatchWriter:
             if template is None:
                 raise DatabaseError("the schema has no gpu_metrics_insert_sql(): run the migrations")
             self._insert_metrics = sql.SQL(str(template[0])).format(cols=_COLS)
-            for table, columns, types in (
-                ("_stage_metrics", STAGE_COLUMNS, STAGE_TYPES),
-                ("_stage_events", EVENT_COLUMNS, EVENT_TYPES),
-            ):
-                definition = sql.SQL(", ").join(
-                    sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(t))
-                    for c, t in zip(columns, types, strict=True)
-                )
-                conn.execute(
-                    sql.SQL("CREATE TEMP TABLE {} ({}) ON COMMIT DELETE ROWS").format(
-                        sql.Identifier(table), definition
-                    )
-                )
+            for stage in (METRICS_STAGE, EVENTS_STAGE):
+                conn.execute(stage.create())
             conn.commit()
         except psycopg.Error as e:
             conn.close()
@@ -174,14 +196,7 @@ class BatchWriter:
         try:
             with conn.cursor() as cur:
                 if batch.samples:
-                    with cur.copy(
-                        sql.SQL("COPY _stage_metrics ({}) FROM STDIN (FORMAT BINARY)").format(
-                            _ident_list(STAGE_COLUMNS)
-                        )
-                    ) as copy:
-                        copy.set_types(STAGE_TYPES)
-                        for s in batch.samples:
-                            copy.write_row(sample_row(s))
+                    METRICS_STAGE.copy_rows(cur, map(sample_row, batch.samples))
                     assert self._insert_metrics is not None
                     cur.execute(self._insert_metrics)
                     row = cur.fetchone() if cur.description else None
@@ -189,14 +204,7 @@ class BatchWriter:
                     cur.execute(STATEMENTS["latest"])
                     cur.execute(STATEMENTS["assets"])
                 if batch.events:
-                    with cur.copy(
-                        sql.SQL("COPY _stage_events ({}) FROM STDIN (FORMAT BINARY)").format(
-                            _ident_list(EVENT_COLUMNS)
-                        )
-                    ) as copy:
-                        copy.set_types(EVENT_TYPES)
-                        for e in batch.events:
-                            copy.write_row(event_row(e))
+                    EVENTS_STAGE.copy_rows(cur, map(event_row, batch.events))
                     cur.execute(STATEMENTS["events"])
                     result.events_inserted = cur.rowcount
                 if batch.next_offsets:
