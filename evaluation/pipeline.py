@@ -88,7 +88,8 @@ class Pipeline:
         metrics = CollectorMetrics(CollectorRegistry())
         self.publisher = Publisher(JsonProducer(collector_producer(kafka, 100_000)), metrics)
         self.collector = Collector(
-            sources=[],  # attached once the mock's servers listen (see pipeline())
+            # The mock's servers bind their ports when built, so their URLs are known now.
+            sources=[DcgmSource(self.server.node_url(i)) for i in range(nodes)],
             enricher=Enricher(
                 collector_id="itest", local_hostname="itest", placement=Placement(cluster="c1")
             ),
@@ -145,7 +146,6 @@ def pipeline(
 ) -> Iterator[Pipeline]:
     p = Pipeline(kafka, db, topics, **kw)
     p.server.start()
-    p.collector.sources = [DcgmSource(p.server.node_url(i)) for i in range(len(p.fleet.nodes))]
     thread = threading.Thread(target=p.sink.run, daemon=True)
     thread.start()
     try:

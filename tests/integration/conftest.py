@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from shared.config import DatabaseSettings, KafkaSettings, Settings
+from shared.config import DatabaseSettings, KafkaSettings, Settings, TopicSettings
 from shared.db import connect
 from shared.errors import GpuHealthError
 from shared.kafka import make_admin, wait_for_kafka
@@ -150,3 +150,22 @@ def api_schema(served_api: str) -> Any:
     import schemathesis
 
     return schemathesis.openapi.from_url(served_api + "/openapi.json")
+
+
+@pytest.fixture
+def scored(
+    kafka_settings: KafkaSettings, migrated: DatabaseSettings, topic_factory: Callable[..., str]
+) -> dict[str, Any]:
+    """One node of 4 GPUs run for a simulated hour through the real pipeline and scored.
+
+    GPU 1 ("sick") had a double-bit ECC error and a strong SBE storm; the others are healthy.
+    """
+    from evaluation.pipeline import pipeline
+
+    topics = TopicSettings(metrics_raw=topic_factory(prefix="raw"), events=topic_factory(prefix="ev"))
+    with pipeline(kafka_settings, migrated, topics, nodes=1, gpus=4, hours_back=2) as p:
+        p.inject(node=0, gpu=1, kind="dbe", after_s=600)
+        p.inject(node=0, gpu=1, kind="sbe_storm", after_s=600, params={"rate_per_hour": 2000})
+        p.run(3600)
+        p.score()
+        return {"sick": p.gpu(0, 1), "well": p.gpu(0, 2), "uuids": [p.gpu(0, i) for i in range(4)]}

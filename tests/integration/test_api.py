@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,26 +16,13 @@ from selenium.webdriver.chrome.service import Service as ChromeService
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from evaluation.pipeline import pipeline
 from services.api import cli
 from services.api.app import create_app, reader_settings
 from services.api.settings import ApiSection
-from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
+from shared.config import DatabaseSettings
 from shared.db import connect
 
 KEY = "test-key-123"
-
-
-@pytest.fixture
-def scored(
-    kafka_settings: KafkaSettings, migrated: DatabaseSettings, topic_factory: Callable[..., str]
-) -> dict[str, Any]:
-    topics = TopicSettings(metrics_raw=topic_factory(prefix="raw"), events=topic_factory(prefix="ev"))
-    with pipeline(kafka_settings, migrated, topics, nodes=1, gpus=4, hours_back=2) as p:
-        p.inject(node=0, gpu=1, kind="dbe", after_s=600)
-        p.run(3600)
-        p.score()
-        return {"sick": p.gpu(0, 1), "well": p.gpu(0, 2), "uuids": [p.gpu(0, i) for i in range(4)]}
 
 
 @pytest.fixture

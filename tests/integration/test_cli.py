@@ -104,10 +104,7 @@ def test_bad_settings_give_a_clear_error_not_a_traceback() -> None:
     assert "Traceback" not in out.stderr
 
 
-@pytest.mark.skipif(
-    "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS" in os.environ,
-    reason="the stack under test was not started by make services",
-)
+@pytest.mark.local_stack
 def test_make_services_twice_leaves_one_broker_and_one_database() -> None:
     def pids() -> tuple[set[str], set[str]]:
         kafka = run(["pgrep", "-f", "kafka.Kafka"]).stdout.split()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import threading
 import time
@@ -109,10 +108,7 @@ def test_an_injected_xid_and_a_gpu_off_the_bus_become_events(
     ]
 
 
-@pytest.mark.skipif(
-    "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS" in os.environ,
-    reason="only the broker `make services` started can be stopped by the test",
-)
+@pytest.mark.local_stack
 def test_a_20s_broker_outage_loses_no_sample(
     collector: tuple[Collector, Publisher, TopicSettings], kafka_settings: KafkaSettings
 ) -> None:

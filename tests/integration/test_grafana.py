@@ -5,18 +5,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
-from evaluation.pipeline import pipeline
 from services.api.app import reader_settings
 from services.api.settings import ApiSection
-from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
+from shared.config import DatabaseSettings
 from shared.db import connect
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "grafana"
@@ -52,21 +49,8 @@ def test_dashboards_are_provisioned_from_the_datasource_they_use() -> None:
         assert len(ids) == len(set(ids)), d.name
 
 
-@pytest.fixture
-def filled(
-    kafka_settings: KafkaSettings, migrated: DatabaseSettings, topic_factory: Callable[..., str]
-) -> dict[str, Any]:
-    topics = TopicSettings(metrics_raw=topic_factory(prefix="raw"), events=topic_factory(prefix="ev"))
-    with pipeline(kafka_settings, migrated, topics, nodes=1, gpus=4, hours_back=2) as p:
-        p.inject(node=0, gpu=1, kind="dbe", after_s=600)
-        p.inject(node=0, gpu=1, kind="sbe_storm", after_s=600, params={"rate_per_hour": 2000})
-        p.run(3600)
-        p.score()
-        return {"gpu": p.gpu(0, 1)}
-
-
 def test_every_panel_query_runs_and_time_series_have_data(
-    migrated: DatabaseSettings, filled: dict[str, Any]
+    migrated: DatabaseSettings, scored: dict[str, Any]
 ) -> None:
     end = datetime.now(UTC)
     start = end - timedelta(hours=6)
@@ -75,10 +59,10 @@ def test_every_panel_query_runs_and_time_series_have_data(
     with connect(reader) as conn:
         for d in DASHBOARDS:
             for variable in json.loads(d.read_text())["templating"]["list"]:
-                assert filled["gpu"] in {str(r[0]) for r in conn.execute(variable["query"]).fetchall()}
+                assert scored["sick"] in {str(r[0]) for r in conn.execute(variable["query"]).fetchall()}
         for name, panel in panels():
             for target in panel["targets"]:
-                cur = conn.execute(expand(target["rawSql"], start, end, filled["gpu"]))
+                cur = conn.execute(expand(target["rawSql"], start, end, scored["sick"]))
                 rows = cur.fetchall()
                 if target["format"] == "time_series":  # Grafana needs the time column first
                     assert cur.description is not None

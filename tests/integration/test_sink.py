@@ -156,6 +156,7 @@ def test_kill_9_mid_stream_then_restart_gives_exactly_n(
     assert count(migrated, "gpu_metrics") == n
 
 
+@pytest.mark.local_stack
 def test_a_database_restart_during_ingestion_loses_nothing(
     kafka_settings: KafkaSettings, migrated: DatabaseSettings, topics: TopicSettings
 ) -> None:
