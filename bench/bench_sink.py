@@ -19,10 +19,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import psycopg
 from psycopg import sql
 
 from bench._common import report, scratch_topic
-from evaluation.pipeline import make_loop, stored_offsets_total
+from evaluation.pipeline import make_loop
+from services.sink.__main__ import SinkSection
 from services.sink.rows import METRIC_COLUMNS, STAGE_TYPES, sample_row
 from shared.config import DatabaseSettings, Settings, TopicSettings
 from shared.db import connect
@@ -31,7 +33,7 @@ from shared.migrate import apply_migrations, discover
 from shared.models import parse_sample
 from tests.integration.sink_helpers import produce_samples, sample
 
-N, GPUS = 100_000, 1000
+N, GPUS = 200_000, 1000
 
 
 def fresh_schema(db: DatabaseSettings) -> DatabaseSettings:
@@ -49,6 +51,13 @@ def drop_schema(db: DatabaseSettings) -> None:
         conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(db.search_path or "")))
 
 
+def stored_offsets(conn: psycopg.Connection[tuple[object, ...]], group: str) -> int:
+    row = conn.execute(
+        "SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets WHERE consumer_group = %s", (group,)
+    ).fetchone()
+    return int(str(row[0])) if row else 0
+
+
 def main() -> int:
     settings = Settings()
     wait_for_kafka(settings.kafka)
@@ -58,15 +67,17 @@ def main() -> int:
             produce_samples(settings.kafka, raw, 0, N, gpus=GPUS)
             topics = TopicSettings(metrics_raw=raw, events=f"{raw}-none", dlq=f"{raw}-none")
             group = f"bench-{uuid.uuid4().hex[:8]}"
-            loop = make_loop(settings.kafka, sink_db, topics, group, batch_size=5000)
+            loop = make_loop(settings.kafka, sink_db, topics, group, batch_size=SinkSection().batch_size)
             thread = threading.Thread(target=loop.run, daemon=True)
             thread.start()
             while not loop.owned:
                 time.sleep(0.01)
-            start = time.perf_counter()
-            while stored_offsets_total(sink_db, group) < N:
-                time.sleep(0.05)
-            sink_s = time.perf_counter() - start
+            # One open connection to watch the stored offsets: a new one per poll costs a backend fork.
+            with connect(sink_db, autocommit=True) as watch:
+                start = time.perf_counter()
+                while stored_offsets(watch, group) < N:
+                    time.sleep(0.02)
+                sink_s = time.perf_counter() - start
             loop.stop.set()
             thread.join(60)
             loop.consumer.close()

@@ -21,7 +21,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from shared.dcgm import INT64_BLANK
 from shared.errors import ContractError
@@ -47,7 +47,8 @@ def _future_bound() -> datetime:
     return bound
 
 
-def _sane_time(value: datetime) -> datetime:
+def sane_time(value: datetime) -> datetime:
+    """A sample time as the contract stores it (UTC, ms), or ValueError if implausible."""
     if value.tzinfo is None:
         raise ValueError("time must carry a timezone (UTC)")
     if value.tzinfo is not UTC:
@@ -59,7 +60,14 @@ def _sane_time(value: datetime) -> datetime:
     return value
 
 
-UtcTime = Annotated[datetime, AfterValidator(_sane_time)]
+def _not_bool(value: Any) -> Any:
+    if isinstance(value, bool):  # Literal[1] alone lets `true` through (True == 1)
+        raise ValueError("schema_version must be the number 1")
+    return value
+
+
+UtcTime = Annotated[datetime, AfterValidator(sane_time)]
+Version = Annotated[Literal[1], BeforeValidator(_not_bool)]
 Label = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[^\x00-\x1f\x7f]*$")]
 GpuUuid = Annotated[str, Field(pattern=r"^(GPU|MIG)-[A-Za-z0-9/-]{8,96}$")]
 
@@ -103,7 +111,7 @@ class MigInstance(_Strict):
 class GpuSample(_Strict):
     """One GPU, one poll: identity, placement, workload, and every metric the source reported."""
 
-    schema_version: Literal[1] = 1
+    schema_version: Version = 1
     time: UtcTime
     source: Source
     collector_id: Label
@@ -197,7 +205,7 @@ Details = dict[str, int | float | str | bool | list[str] | None]
 class GpuEvent(_Strict):
     """Something that happened between two polls of one GPU."""
 
-    schema_version: Literal[1] = 1
+    schema_version: Version = 1
     time: UtcTime
     kind: EventKind
     gpu_uuid: GpuUuid

@@ -29,7 +29,7 @@ class SinkSection(BaseModel):
     """GPUHEALTH_SINK__*"""
 
     group_id: str = Field(default="gpu-health-sink", min_length=1, max_length=200)
-    batch_size: int = Field(default=5000, ge=1, le=100_000)
+    batch_size: int = Field(default=20_000, ge=1, le=100_000)
     poll_timeout_s: float = Field(default=0.5, gt=0, le=30)
     max_message_bytes: int = Field(default=1_000_000, ge=1024, le=100_000_000)
     # A batch write slower than this fails and is retried: keeps the consumer inside

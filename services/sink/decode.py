@@ -15,8 +15,9 @@ from typing import Any, Protocol
 
 from shared.config import TopicSettings
 from shared.errors import ContractError
-from shared.models import parse_event, parse_sample
+from shared.models import parse_event
 
+from .rows import GPU_UUID, stage_row
 from .writer import Batch
 
 
@@ -63,38 +64,38 @@ class Record(Protocol):
 
 def decode(messages: Sequence[Record], topics: TopicSettings, max_bytes: int) -> Decoded:
     out = Decoded()
+    rows, next_offsets = out.batch.rows, out.batch.next_offsets
     for msg in messages:
         if msg.error() is not None:
             continue  # consumer-level errors (e.g. a broker hiccup) are not records
         topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
         out.consumed += 1
-        out.batch.next_offsets[(topic, partition)] = max(
-            out.batch.next_offsets.get((topic, partition), 0), offset + 1
-        )
+        if offset >= next_offsets.get((topic, partition), 0):
+            next_offsets[(topic, partition)] = offset + 1
         value, key = msg.value(), msg.key()
-
-        def dead(category: str, reason: str) -> None:
-            out.dead.append(DeadLetter(key, value, topic, partition, offset, category, reason))  # noqa: B023
-
+        refused: tuple[str, str] | None = None  # (category, reason)
         if value is None:
-            dead("empty", "message has no value")
+            refused = ("empty", "message has no value")
         elif len(value) > max_bytes:
-            dead("oversized", f"message of {len(value)} bytes exceeds {max_bytes}")
+            refused = ("oversized", f"message of {len(value)} bytes exceeds {max_bytes}")
         elif topic == topics.metrics_raw:
             try:
-                sample = parse_sample(value)
+                row = stage_row(value)
             except ContractError as e:
-                dead("contract", str(e))
-                continue
-            if key is not None and key.decode(errors="replace") != sample.gpu_uuid:
-                dead("key", "message key does not match gpu_uuid")
+                refused = ("contract", str(e))
             else:
-                out.batch.samples.append(sample)
+                # the key must be the GPU's UUID (ASCII by the contract), or partitioning lies
+                if key is None or key == row[GPU_UUID].encode():
+                    rows.append(row)
+                else:
+                    refused = ("key", "message key does not match gpu_uuid")
         elif topic == topics.events:
             try:
                 out.batch.events.append(parse_event(value))
             except ContractError as e:
-                dead("contract", str(e))
+                refused = ("contract", str(e))
         else:
-            dead("topic", f"the sink does not read topic {topic!r}")
+            refused = ("topic", f"the sink does not read topic {topic!r}")
+        if refused is not None:
+            out.dead.append(DeadLetter(key, value, topic, partition, offset, *refused))
     return out

@@ -39,7 +39,7 @@ class SinkLoop:
         writer: BatchWriter,
         topics: TopicSettings,
         metrics: SinkMetrics,
-        batch_size: int = 5000,
+        batch_size: int = 20_000,
         poll_timeout_s: float = 0.5,
         max_message_bytes: int = 1_000_000,
         max_backoff_s: float = 30.0,
@@ -245,7 +245,7 @@ class SinkLoop:
         self.metrics.batches.inc()
         self.metrics.rows.labels("gpu_metrics").inc(metrics_in)
         self.metrics.rows.labels("gpu_events").inc(events_in)
-        self.metrics.duplicates.labels("gpu_metrics").inc(len(batch.samples) - metrics_in)
+        self.metrics.duplicates.labels("gpu_metrics").inc(len(batch.rows) - metrics_in)
         self.metrics.duplicates.labels("gpu_events").inc(len(batch.events) - events_in)
 
     def _report_lag(self, every_s: float = 10.0) -> None:

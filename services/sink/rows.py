@@ -7,12 +7,15 @@ too, so one COPY feeds gpu_metrics, gpu_latest and gpu_assets.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from datetime import datetime
 from operator import attrgetter
 from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from shared.models import METRIC_FIELDS, GpuEvent, GpuSample
+from shared.fastdecode import FastDecoder, as_builtins
+from shared.models import METRIC_FIELDS, GpuEvent, GpuSample, parse_sample, sane_time
 
 ASSET_ONLY = ("model", "gpu_index", "pci_bus_id", "driver_version")
 _PLAIN = (
@@ -40,9 +43,32 @@ _metrics = attrgetter(*METRIC_FIELDS)
 _assets = attrgetter(*ASSET_ONLY)
 
 
-def sample_row(s: GpuSample) -> tuple[Any, ...]:
+Row = tuple[Any, ...]
+
+
+def sample_row(s: GpuSample) -> Row:
     mig = Jsonb([m.model_dump() for m in s.mig]) if s.mig else None
     return (*_plain(s), mig, *_metrics(s), *_assets(s))
+
+
+# The contract's JSON Schema compiled into a decoder that yields fields in staging order.
+FAST_SAMPLE = FastDecoder(GpuSample.model_json_schema(), STAGE_COLUMNS, sane_time)
+_MIG, _WIDTH = STAGE_COLUMNS.index("mig"), len(STAGE_COLUMNS)
+GPU_UUID, _TIME = STAGE_COLUMNS.index("gpu_uuid"), STAGE_COLUMNS.index("time")
+
+
+def stage_row(raw: bytes | str) -> Row:
+    """One gpu-metrics-raw message as a staging row; ContractError says why it is refused.
+
+    The compiled decoder takes the common case; whatever it declines, the pydantic
+    model decides (and names the reason when it refuses).
+    """
+    values = FAST_SAMPLE.decode(raw)
+    if values is None:
+        return sample_row(parse_sample(raw))
+    mig = values[_MIG]
+    values[_MIG] = Jsonb(as_builtins(mig)) if mig else None
+    return tuple(values[:_WIDTH])
 
 
 EVENT_COLUMNS: tuple[str, ...] = (
@@ -55,3 +81,19 @@ _event_plain = attrgetter(*EVENT_COLUMNS[:-1])
 
 def event_row(e: GpuEvent) -> tuple[Any, ...]:
     return (*_event_plain(e), Jsonb(e.details))
+
+
+def newest_per_gpu(rows: Iterable[Row]) -> list[Row]:
+    """Each GPU's newest row, with the time of its oldest row appended (first_seen)."""
+    newest: dict[str, Row] = {}
+    first: dict[str, datetime] = {}
+    for row in rows:
+        gpu, time = row[GPU_UUID], row[_TIME]
+        kept = newest.get(gpu)
+        if kept is None:
+            newest[gpu], first[gpu] = row, time
+        elif time > kept[_TIME]:
+            newest[gpu] = row
+        elif time < first[gpu]:
+            first[gpu] = time
+    return [(*row, first[gpu]) for gpu, row in newest.items()]

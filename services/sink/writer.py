@@ -6,7 +6,7 @@
 3. under the apache license, the rows that statement really inserted are
    folded into the 1-minute rollup in the same statement (the SQL comes from
    the schema: gpu_metrics_insert_sql(), beside the rollup's definition);
-   gpu_latest and gpu_assets from the same staged rows;
+   gpu_latest and gpu_assets from each GPU's newest staged row;
 4. the next offset of every partition in the batch into kafka_offsets, never
    moving backwards.
 
@@ -27,7 +27,7 @@ from psycopg import sql
 from shared.config import DatabaseSettings
 from shared.db import connect
 from shared.errors import DatabaseError, DatabaseUnavailableError
-from shared.models import GpuEvent, GpuSample
+from shared.models import GpuEvent
 
 from .rows import (
     ASSET_ONLY,
@@ -36,8 +36,9 @@ from .rows import (
     METRIC_COLUMNS,
     STAGE_COLUMNS,
     STAGE_TYPES,
+    Row,
     event_row,
-    sample_row,
+    newest_per_gpu,
 )
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ class WriteResult:
 
 @dataclass(slots=True)
 class Batch:
-    samples: list[GpuSample] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)  # samples as staging rows (rows.STAGE_COLUMNS)
     events: list[GpuEvent] = field(default_factory=list)
     next_offsets: dict[Partition, int] = field(default_factory=dict)
 
@@ -115,18 +116,19 @@ class Stage:
 
 
 METRICS_STAGE = Stage("_stage_metrics", STAGE_COLUMNS, STAGE_TYPES)
+# The newest staged row of each GPU, and when the batch first saw it: gpu_latest and
+# gpu_assets are upserted once per GPU, without sorting the whole batch in SQL.
+LATEST_STAGE = Stage("_stage_latest", (*STAGE_COLUMNS, "first_seen"), (*STAGE_TYPES, "timestamptz"))
 EVENTS_STAGE = Stage("_stage_events", EVENT_COLUMNS, EVENT_TYPES)
 
 STATEMENTS: dict[str, sql.Composed | sql.SQL] = {
     "latest": sql.SQL(
-        "INSERT INTO gpu_latest ({c}) SELECT DISTINCT ON (gpu_uuid) {c} FROM _stage_metrics"
-        " ORDER BY gpu_uuid, time DESC"
+        "INSERT INTO gpu_latest ({c}) SELECT {c} FROM _stage_latest"
         " ON CONFLICT (gpu_uuid) DO UPDATE SET {u} WHERE EXCLUDED.time > gpu_latest.time"
     ).format(c=_COLS, u=_UPDATE_LATEST),
     "assets": sql.SQL(
         "INSERT INTO gpu_assets ({a}, first_seen, last_seen)"
-        " SELECT DISTINCT ON (gpu_uuid) {a}, min(time) OVER (PARTITION BY gpu_uuid), time"
-        " FROM _stage_metrics ORDER BY gpu_uuid, time DESC"
+        " SELECT {a}, first_seen, time FROM _stage_latest"
         " ON CONFLICT (gpu_uuid) DO UPDATE SET {u},"
         " first_seen = least(gpu_assets.first_seen, EXCLUDED.first_seen), last_seen = EXCLUDED.last_seen"
         " WHERE EXCLUDED.last_seen >= gpu_assets.last_seen"
@@ -164,7 +166,7 @@ class BatchWriter:
             if template is None:
                 raise DatabaseError("the schema has no gpu_metrics_insert_sql(): run the migrations")
             self._insert_metrics = sql.SQL(str(template[0])).format(cols=_COLS)
-            for stage in (METRICS_STAGE, EVENTS_STAGE):
+            for stage in (METRICS_STAGE, LATEST_STAGE, EVENTS_STAGE):
                 conn.execute(stage.create())
             conn.commit()
         except psycopg.Error as e:
@@ -195,12 +197,13 @@ class BatchWriter:
         result = WriteResult()
         try:
             with conn.cursor() as cur:
-                if batch.samples:
-                    METRICS_STAGE.copy_rows(cur, map(sample_row, batch.samples))
+                if batch.rows:
+                    METRICS_STAGE.copy_rows(cur, batch.rows)
                     assert self._insert_metrics is not None
                     cur.execute(self._insert_metrics)
                     row = cur.fetchone() if cur.description else None
                     result.metrics_inserted = int(str(row[0])) if row else cur.rowcount
+                    LATEST_STAGE.copy_rows(cur, newest_per_gpu(batch.rows))
                     cur.execute(STATEMENTS["latest"])
                     cur.execute(STATEMENTS["assets"])
                 if batch.events:

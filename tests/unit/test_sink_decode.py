@@ -67,7 +67,7 @@ def test_valid_samples_and_events_are_batched_with_next_offsets() -> None:
         TOPICS,
         10_000,
     )
-    assert len(out.batch.samples) == 3
+    assert len(out.batch.rows) == 3
     assert len(out.batch.events) == 1
     assert out.dead == []
     assert out.batch.next_offsets == {("raw", 0): 12, ("raw", 3): 5, ("events", 0): 8}
@@ -95,7 +95,7 @@ def test_bad_records_are_dead_lettered_with_reasons_and_still_advance_offsets() 
     ]  # fmt: skip
     assert "gpu_temp_c" in out.dead[1].reason
     assert "kind" in out.dead[6].reason
-    assert len(out.batch.samples) == 1  # the valid one behind them all
+    assert len(out.batch.rows) == 1  # the valid one behind them all
     assert out.batch.next_offsets[("raw", 0)] == 8
     headers = dict(out.dead[0].headers())
     assert headers["dlq.source.topic"] == b"raw"

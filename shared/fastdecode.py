@@ -1,0 +1,197 @@
+"""A fast first pass over the contract, compiled from the contract's own JSON Schema.
+
+The sink validates every message. pydantic's strict model (shared.models) is the
+contract and says *why* a message is refused, but costs ~20 µs a message. This
+module compiles the JSON Schema pydantic generates for a model into a msgspec
+Struct, which checks the same types and bounds in a few µs.
+
+It is a fast path, never a second authority: whatever it does not accept, the
+caller hands to pydantic, which accepts it (slowly) or refuses it with a reason.
+So it only has to be *no more lenient* than pydantic, and give the same values
+for what it accepts. Where the two could differ it declines:
+
+- regex patterns: pydantic anchors ``$`` at the very end; Python's ``$`` also
+  matches before a final newline, so ``$`` is compiled as ``\\Z``;
+- ``date-time`` strings: only the plain RFC 3339 form
+  (``2026-11-21T10:00:00.123Z`` or a ``±hh:mm`` offset, up to 6 fractional
+  digits) is parsed here; anything else goes to pydantic. The model's own
+  time check then runs on the result.
+
+Schema keywords it does not know make compilation fail, so a new construct in
+the contract cannot be skipped silently. A unit test compares it with pydantic
+on hostile and randomly generated messages.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+JsonSchema = dict[str, Any]
+
+# Keywords that document rather than constrain.
+_NOTES = {"title", "description", "default", "examples"}
+_BOUNDS = {"minimum": "ge", "maximum": "le", "exclusiveMinimum": "gt", "exclusiveMaximum": "lt"}
+_RFC3339 = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})"
+)
+# `^[class]*$` holds for a string iff it holds for every piece of it: such fields share one check.
+_ONE_CLASS_STAR = re.compile(r"\^\[(?:[^\]\\]|\\.)+\]\*\\Z")
+
+
+class SchemaNotSupportedError(ValueError):
+    """The JSON Schema uses something this compiler does not translate."""
+
+
+def python_pattern(pattern: str) -> str:
+    """A JSON Schema (pydantic/Rust) pattern for Python's re: '$' means the very end."""
+    body = pattern[:-1] if pattern.endswith("$") and not pattern.endswith("\\$") else None
+    if body is None or "$" in body.replace("\\$", ""):
+        raise SchemaNotSupportedError(f"pattern {pattern!r}: only a final '$' anchor is translated")
+    return body + r"\Z"
+
+
+def _check_keys(schema: JsonSchema, allowed: set[str]) -> None:
+    unknown = set(schema) - allowed - _NOTES
+    if unknown:
+        raise SchemaNotSupportedError(f"unsupported JSON Schema keywords {sorted(unknown)} in {schema}")
+
+
+class _Compiler:
+    def __init__(self, defs: dict[str, JsonSchema]) -> None:
+        self.defs = defs
+        self.structs: dict[str, type[msgspec.Struct]] = {}
+
+    def type_of(self, s: JsonSchema, patterns: dict[str, str] | None = None, field: str = "") -> Any:
+        """The msgspec type for one schema; with `patterns`, string patterns are left to the caller."""
+        if "$ref" in s:
+            _check_keys(s, {"$ref"})
+            name = s["$ref"].removeprefix("#/$defs/")
+            target = self.defs[name]
+            return self.struct(name, target) if target.get("type") == "object" else self.type_of(target)
+        if "anyOf" in s:
+            _check_keys(s, {"anyOf"})
+            others = [o for o in s["anyOf"] if o != {"type": "null"}]
+            if len(others) != 1 or len(s["anyOf"]) != 2:
+                raise SchemaNotSupportedError(f"anyOf other than 'X or null': {s}")
+            return self.type_of(others[0], patterns, field) | None
+        if "const" in s:
+            _check_keys(s, {"const", "type"})
+            return Literal[s["const"]]
+        if "enum" in s:
+            _check_keys(s, {"enum", "type"})
+            return Literal[tuple(s["enum"])]
+        kind = s.get("type")
+        if kind in ("integer", "number"):
+            _check_keys(s, {"type", *_BOUNDS})
+            meta = msgspec.Meta(**{_BOUNDS[k]: v for k, v in s.items() if k in _BOUNDS})
+            number: type = int if kind == "integer" else float
+            return Annotated[number, meta]
+        if kind == "string":
+            _check_keys(s, {"type", "minLength", "maxLength", "pattern", "format"})
+            if s.get("format", "date-time") != "date-time":
+                raise SchemaNotSupportedError(f"string format {s['format']!r}")
+            if "format" in s and set(s) & {"minLength", "maxLength", "pattern"}:
+                raise SchemaNotSupportedError(f"constraints on a date-time: {s}")
+            pattern = python_pattern(s["pattern"]) if "pattern" in s else None
+            if pattern is not None and patterns is not None:
+                patterns[field], pattern = pattern, None
+            lengths = {"min_length": s.get("minLength"), "max_length": s.get("maxLength")}
+            return Annotated[str, msgspec.Meta(**lengths, pattern=pattern)]
+        if kind == "array":
+            _check_keys(s, {"type", "items", "minItems", "maxItems"})
+            meta = msgspec.Meta(min_length=s.get("minItems"), max_length=s.get("maxItems"))
+            return Annotated[list[self.type_of(s["items"])], meta]  # type: ignore[misc]
+        raise SchemaNotSupportedError(f"unsupported schema {s}")
+
+    def struct(
+        self, name: str, s: JsonSchema, order: Sequence[str] = (), patterns: dict[str, str] | None = None
+    ) -> type[msgspec.Struct]:
+        if name in self.structs:
+            return self.structs[name]
+        _check_keys(s, {"type", "properties", "required", "additionalProperties", "$defs"})
+        if s.get("type") != "object" or s.get("additionalProperties") is not False:
+            raise SchemaNotSupportedError(f"{name}: only closed objects (additionalProperties: false)")
+        props: dict[str, JsonSchema] = s["properties"]
+        required = set(s.get("required", ()))
+        fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
+        for field in [*order, *(n for n in props if n not in order)]:
+            spec = props[field]
+            kind = self.type_of(spec, patterns, field)
+            if field in required:
+                fields.append((field, kind))
+            elif spec.get("type") == "array":
+                fields.append((field, kind, msgspec.field(default_factory=list)))
+            else:
+                fields.append((field, kind, spec.get("default")))
+        # gc=False: decoded messages hold no reference cycles, and tracking them costs time.
+        struct = msgspec.defstruct(name, fields, kw_only=True, forbid_unknown_fields=True, gc=False)
+        self.structs[name] = struct
+        return struct
+
+
+def _time_fields(schema: JsonSchema) -> list[str]:
+    def is_time(spec: JsonSchema) -> bool:
+        return spec.get("format") == "date-time" or any(is_time(o) for o in spec.get("anyOf", ()))
+
+    return [name for name, spec in schema["properties"].items() if is_time(spec)]
+
+
+class FastDecoder:
+    """Decodes JSON into a list of fields in a given order, or returns None to defer to pydantic."""
+
+    def __init__(
+        self, schema: JsonSchema, order: Sequence[str], time_check: Callable[[datetime], datetime]
+    ) -> None:
+        compiler = _Compiler(schema.get("$defs", {}))
+        patterns: dict[str, str] = {}
+        top = compiler.struct(str(schema.get("title", "Message")), schema, order, patterns)
+        if any(_time_fields(d) for d in compiler.defs.values() if d.get("type") == "object"):
+            raise SchemaNotSupportedError("date-time fields are only translated at the top level")
+        self._decoder = msgspec.json.Decoder(top)
+        self.fields: tuple[str, ...] = top.__struct_fields__
+        self._times = [self.fields.index(f) for f in _time_fields(schema)]
+        self._time_check = time_check
+        by_pattern: dict[str, list[int]] = {}
+        for field, pattern in patterns.items():
+            by_pattern.setdefault(pattern, []).append(self.fields.index(field))
+        # (regex, the fields' positions): fields whose values can be checked as one string, and the rest
+        self._joined: list[tuple[re.Pattern[str], list[int]]] = []
+        self._single: list[tuple[re.Pattern[str], int]] = []
+        for pattern, positions in by_pattern.items():
+            if _ONE_CLASS_STAR.fullmatch(pattern):
+                self._joined.append((re.compile(pattern), positions))
+            else:
+                self._single.extend((re.compile(pattern), i) for i in positions)
+
+    def decode(self, raw: bytes | str) -> list[Any] | None:
+        """The message's fields in `fields` order (nested objects as msgspec Structs), or None."""
+        try:
+            values = list(msgspec.structs.astuple(self._decoder.decode(raw)))
+        except msgspec.DecodeError:  # msgspec.ValidationError is one too
+            return None
+        for regex, positions in self._joined:
+            if not regex.search("".join([values[i] for i in positions if values[i] is not None])):
+                return None
+        for regex, i in self._single:
+            if values[i] is not None and not regex.search(values[i]):
+                return None
+        for i in self._times:
+            text = values[i]
+            if text is not None:
+                if not _RFC3339.fullmatch(text):
+                    return None
+                try:
+                    values[i] = self._time_check(datetime.fromisoformat(text))
+                except ValueError:
+                    return None
+        return values
+
+
+def as_builtins(value: Any) -> Any:
+    """Nested Structs (e.g. MIG instances) as plain dicts and lists, as pydantic's model_dump gives."""
+    return msgspec.to_builtins(value)

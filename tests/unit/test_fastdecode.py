@@ -1,0 +1,167 @@
+"""The sink's compiled fast decoder against the pydantic contract it is compiled from.
+
+The fast path may decline anything (pydantic then decides), but whatever it
+accepts pydantic must accept too, with the very same row.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from psycopg.types.json import Jsonb
+
+from services.sink.rows import FAST_SAMPLE, sample_row, stage_row
+from shared.errors import ContractError
+from shared.fastdecode import FastDecoder, SchemaNotSupportedError, python_pattern
+from shared.models import METRIC_FIELDS, GpuSample, parse_sample, sane_time, to_json
+
+UUID = "GPU-91310d89-c3e8-4b50-81d8-a29050bc85cc"
+GOOD: dict[str, Any] = {
+    "schema_version": 1, "time": "2026-11-21T11:00:00.123Z", "source": "dcgm", "collector_id": "node-7",
+    "collection_latency_ms": 1.5, "gpu_uuid": UUID, "gpu_index": 3, "model": "NVIDIA H100 80GB HBM3",
+    "hostname": "gpu-node-07", "cluster": "c1", "datacenter": "dc1", "rack": "r1", "job": "train",
+    "gpu_temp_c": 61, "power_usage_w": 412.5, "gpu_util_pct": 97.0, "ecc_dbe_volatile_total": 0,
+    "fb_total_mib": 81559, "clocks_event_reasons": 4, "prof_tensor_active_ratio": 0.41,
+}  # fmt: skip
+
+
+def comparable(row: tuple[Any, ...]) -> list[Any]:
+    """Rows as plain values with their types (Jsonb compares by identity; enums as their text)."""
+    out = []
+    for v in row:
+        if isinstance(v, Jsonb):
+            v = v.obj
+        elif isinstance(v, str):
+            v = str(v)
+        out.append((type(v).__name__, v))
+    return out
+
+
+def pydantic_row(raw: bytes) -> tuple[Any, ...] | None:
+    try:
+        return sample_row(parse_sample(raw))
+    except ContractError:
+        return None
+
+
+def check(message: dict[str, Any] | str) -> tuple[Any, ...] | None:
+    """The property: the fast path accepts only what pydantic accepts, with the same row."""
+    raw = (message if isinstance(message, str) else json.dumps(message, allow_nan=True)).encode()
+    fast, slow = FAST_SAMPLE.decode(raw), pydantic_row(raw)
+    if fast is not None:
+        assert slow is not None, f"fast path accepted what the contract refuses: {raw!r}"
+        assert comparable(stage_row(raw)) == comparable(slow)
+    return slow if fast is not None else None
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        GOOD,
+        {**GOOD, "time": "2026-11-21T11:00:00+00:00"},
+        {**GOOD, "time": "2026-11-21T13:30:00.5+02:30"},  # converted to UTC
+        {**GOOD, "time": "2026-11-21T11:00:00.123456Z"},  # cut to ms, as the contract does
+        {**GOOD, "gpu_uuid": "MIG-91310d89-c3e8-4b50-81d8-a29050bc85cc/1/0"},
+        {**GOOD, "mig": [{"profile": "1g.10gb", "instance_id": 1, "gpu_util_pct": 12.5}]},
+        to_json(parse_sample(json.dumps(GOOD))),  # what the collector publishes
+    ],
+)
+def test_the_messages_collectors_send_take_the_fast_path_with_the_same_row(message: dict[str, Any]) -> None:
+    assert check(message) is not None
+
+
+HOSTILE: list[Any] = [
+    {**GOOD, "gpu_temp_c": "61"},  # wrong type
+    {**GOOD, "gpu_index": 1.0},  # float for int
+    {**GOOD, "gpu_index": True},  # bool for int
+    {**GOOD, "gpu_temp_c": True},
+    {**GOOD, "gpu_temp_c": float("nan")},
+    {**GOOD, "power_usage_w": float("inf")},
+    {**GOOD, "power_usage_w": 1e999},
+    {**GOOD, "ecc_dbe_volatile_total": 2**63 - 1},  # a DCGM blank that slipped through
+    {**GOOD, "ecc_dbe_volatile_total": 10**400},
+    {**GOOD, "ecc_dbe_volatile_total": -1},
+    {**GOOD, "schema_version": 2},
+    {**GOOD, "schema_version": True},
+    {**GOOD, "source": "DCGM"},
+    {**GOOD, "surprise": 1},
+    {k: v for k, v in GOOD.items() if k != "hostname"},
+    {**GOOD, "hostname": ""},
+    {**GOOD, "hostname": "node\n"},  # Python's '$' would let this through
+    {**GOOD, "cluster": "a\u0000b"},
+    {**GOOD, "rack": "x" * 254},
+    {**GOOD, "gpu_uuid": "GPU-short"},
+    {**GOOD, "gpu_uuid": UUID + "\n"},
+    {**GOOD, "time": "2026-11-21T11:00:00"},  # no timezone
+    {**GOOD, "time": "1999-12-31T23:59:59Z"},
+    {**GOOD, "time": "2099-01-01T00:00:00Z"},
+    {**GOOD, "time": "2026-11-21T24:00:00Z"},
+    {**GOOD, "time": 1795267200},
+    {**GOOD, "mig": [{"profile": "1g.10gb", "instance_id": 65}]},
+    {**GOOD, "mig": [{"profile": "1g\n", "instance_id": 1}]},
+    {**GOOD, "mig": [{"profile": "1g.10gb", "instance_id": 1, "extra": 1}]},
+    {**GOOD, "mig": {"profile": "1g.10gb"}},
+    '{"schema_version": 1, "time": "2026-11-21T11:00:00Z", "cluster": "\\ud800"}',
+    "[1, 2, 3]",
+    "null",
+    '{"schema_version": 1,',
+]
+
+
+@pytest.mark.parametrize("message", HOSTILE)
+def test_hostile_messages_are_refused_by_both_paths(message: Any) -> None:
+    assert check(message) is None
+    raw = message if isinstance(message, str) else json.dumps(message, allow_nan=True)
+    with pytest.raises(ContractError):
+        stage_row(raw.encode())
+
+
+def test_where_the_fast_path_declines_pydantic_still_accepts() -> None:
+    # Forms outside the fast path's plain RFC 3339 subset are valid and must not be lost.
+    for time in ("2026-11-21 11:00:00Z", "2026-11-21T11:00Z", "2026-11-21T11:00:00.9999996Z"):
+        raw = json.dumps({**GOOD, "time": time}).encode()
+        assert FAST_SAMPLE.decode(raw) is None
+        assert stage_row(raw) == sample_row(parse_sample(raw))
+
+
+ANY_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=300)
+    | st.sampled_from(["", "mock", "2026-11-21T11:00:00Z", "2026-11-21T11:00:00.1234567+01:00", UUID + "\n"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=12), inner, max_size=3),
+    max_leaves=6,
+)  # fmt: skip
+FIELDS = st.sampled_from([*GpuSample.model_fields, "mig_profile", "x"])
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    changes=st.dictionaries(FIELDS, ANY_JSON, max_size=4),
+    drop=st.lists(st.sampled_from(list(GOOD)), max_size=2),
+    metric=st.sampled_from(METRIC_FIELDS),
+    number=st.integers(-(2**64), 2**64) | st.floats(),
+)
+def test_random_messages_never_pass_the_fast_path_alone(
+    changes: dict[str, Any], drop: list[str], metric: str, number: float
+) -> None:
+    message = {**{k: v for k, v in GOOD.items() if k not in drop}, metric: number, **changes}
+    check(message)
+
+
+def test_the_compiler_refuses_what_it_cannot_translate() -> None:
+    schema = GpuSample.model_json_schema()
+    order = tuple(schema["properties"])
+    bad = {
+        **schema,
+        "properties": {**schema["properties"], "gpu_index": {"type": "integer", "multipleOf": 2}},
+    }
+    with pytest.raises(SchemaNotSupportedError, match="multipleOf"):
+        FastDecoder(bad, order, sane_time)
+    with pytest.raises(SchemaNotSupportedError, match="closed objects"):
+        FastDecoder({**schema, "additionalProperties": True}, order, sane_time)
+    with pytest.raises(SchemaNotSupportedError, match="anchor"):
+        python_pattern("^a$|^b$")
+    assert python_pattern("^[a-z]*$") == "^[a-z]*\\Z"
