@@ -1,18 +1,31 @@
 """Sink throughput from a pre-filled topic, next to a raw binary COPY of the same rows.
 
-Both write the same samples into a fresh `gpu_metrics` hypertable (each in its
-own schema with the project's migrations). The sink's figure covers consume +
-decode/validate + COPY to staging + INSERT ... ON CONFLICT + gpu_latest,
-gpu_assets and rollup maintenance + offsets, all in one transaction per batch;
-it is timed from the moment it owns its partitions (group join excluded).
+Everything writes the same samples into a fresh `gpu_metrics` hypertable (each
+run in its own schema with the project's migrations). The sink is the real
+service, `python -m services.sink`, run as one process and then as two in one
+consumer group (the way it scales: one per core here). Its figure covers
+consume + decode/validate + COPY to staging + INSERT ... ON CONFLICT +
+gpu_latest, gpu_assets and rollup maintenance + offsets, one transaction per
+batch.
+
+"Pre-filled" without timing a group join or a rebalance: the sinks start on
+their empty topic and settle (every partition assigned to the expected number
+of members); then all samples are produced in ONE Kafka transaction. The sinks
+read committed messages only, so the whole topic appears at the commit, which
+starts the clock; it stops when the last offset is stored in the database.
 The baseline is psycopg's binary COPY of the already-built rows straight into
-the hypertable: no Kafka, no validation, no idempotency. Target: ratio >= 0.5.
+the hypertable over one connection: no Kafka, no validation, no idempotency.
+Target: ratio >= 0.5.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
 import sys
-import threading
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -20,20 +33,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import psycopg
+from confluent_kafka.admin import AdminClient
 from psycopg import sql
 
 from bench._common import report, scratch_topic
-from evaluation.pipeline import make_loop
-from services.sink.__main__ import SinkSection
-from services.sink.rows import METRIC_COLUMNS, STAGE_TYPES, sample_row
-from shared.config import DatabaseSettings, Settings, TopicSettings
+from services.sink.rows import METRIC_COLUMNS, STAGE_TYPES, stage_row
+from shared.config import DatabaseSettings, KafkaSettings, Settings
 from shared.db import connect
-from shared.kafka import wait_for_kafka
+from shared.kafka import make_admin, make_producer, wait_for_kafka
 from shared.migrate import apply_migrations, discover
-from shared.models import parse_sample
-from tests.integration.sink_helpers import produce_samples, sample
+from tests.integration.sink_helpers import sample
 
-N, GPUS = 200_000, 1000
+REPO = Path(__file__).resolve().parents[1]
+N, GPUS, PARTITIONS = 200_000, 1000, 6
 
 
 def fresh_schema(db: DatabaseSettings) -> DatabaseSettings:
@@ -58,55 +70,111 @@ def stored_offsets(conn: psycopg.Connection[tuple[object, ...]], group: str) -> 
     return int(str(row[0])) if row else 0
 
 
+def group_settled(admin: AdminClient, group: str, members: int) -> bool:
+    """The group is stable with `members` members that own every partition between them."""
+    description = admin.describe_consumer_groups([group], request_timeout=10)[group].result(timeout=15)
+    owned = sum(len(m.assignment.topic_partitions) for m in description.members)
+    return (
+        str(description.state).endswith("STABLE")
+        and len(description.members) == members
+        and (owned == PARTITIONS)
+    )
+
+
+def sink_rate(kafka: KafkaSettings, db: DatabaseSettings, topic: str, processes: int) -> float:
+    """Rows/s of `processes` sink services in one group, from a settled group to the last offset."""
+    group = f"bench-{uuid.uuid4().hex[:8]}"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS": kafka.bootstrap_servers,
+        "GPUHEALTH_DB__HOST": db.host, "GPUHEALTH_DB__PORT": str(db.port),
+        "GPUHEALTH_DB__SEARCH_PATH": db.search_path or "",
+        "GPUHEALTH_TOPICS__METRICS_RAW": topic, "GPUHEALTH_TOPICS__EVENTS": f"{topic}-events",
+        "GPUHEALTH_TOPICS__DLQ": f"{topic}-dlq", "GPUHEALTH_SINK__GROUP_ID": group,
+        "GPUHEALTH_SINK__METRICS_PORT": "0",
+    }  # fmt: skip
+    with tempfile.TemporaryFile() as log:
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "services.sink"], cwd=REPO, env=env, stdout=log, stderr=log
+            )
+            for _ in range(processes)
+        ]
+        try:
+            deadline, admin = time.monotonic() + 60, make_admin(kafka)
+            while not group_settled(admin, group, processes):
+                if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                    log.seek(0)
+                    raise RuntimeError(f"the sinks did not settle:\n{log.read().decode()[-3000:]}")
+                time.sleep(0.05)
+            fill_in_one_transaction(kafka, topic)
+            start = time.perf_counter()
+            with connect(db, autocommit=True) as watch:
+                while stored_offsets(watch, group) < N:
+                    time.sleep(0.02)
+            elapsed = time.perf_counter() - start
+        finally:
+            for p in procs:
+                p.send_signal(signal.SIGTERM)
+            codes = [p.wait(60) for p in procs]
+    if any(codes):
+        raise RuntimeError(f"a sink did not exit cleanly on SIGTERM: {codes}")
+    return N / elapsed
+
+
+def fill_in_one_transaction(kafka: KafkaSettings, topic: str) -> None:
+    producer = make_producer(
+        kafka,
+        {
+            "transactional.id": f"bench-{uuid.uuid4().hex[:8]}",
+            "message.timeout.ms": 120_000,
+            "transaction.timeout.ms": 300_000,
+        },
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(N):
+        s = sample(i, GPUS)
+        producer.produce(topic, json.dumps(s).encode(), s["gpu_uuid"].encode())
+        producer.poll(0)
+    producer.commit_transaction(120)
+
+
+def copy_rate(db: DatabaseSettings) -> float:
+    width = len(METRIC_COLUMNS)
+    rows = [stage_row(json.dumps(sample(i, GPUS)))[:width] for i in range(N)]
+    statement = sql.SQL("COPY gpu_metrics ({}) FROM STDIN (FORMAT BINARY)").format(
+        sql.SQL(", ").join(sql.Identifier(c) for c in METRIC_COLUMNS)
+    )
+    with connect(db) as conn, conn.cursor() as cur:
+        start = time.perf_counter()
+        with cur.copy(statement) as copy:
+            copy.set_types(STAGE_TYPES[:width])
+            for row in rows:
+                copy.write_row(row)
+        conn.commit()
+        return N / (time.perf_counter() - start)
+
+
 def main() -> int:
     settings = Settings()
     wait_for_kafka(settings.kafka)
-    sink_db, copy_db = fresh_schema(settings.db), fresh_schema(settings.db)
+    rates: dict[str, float] = {}
+    for processes in (1, 2):
+        db = fresh_schema(settings.db)
+        try:
+            with scratch_topic(settings.kafka, partitions=PARTITIONS) as topic:
+                rates[f"sink, {processes} process(es)"] = sink_rate(settings.kafka, db, topic, processes)
+        finally:
+            drop_schema(db)
+    db = fresh_schema(settings.db)
     try:
-        with scratch_topic(settings.kafka, partitions=6) as raw:
-            produce_samples(settings.kafka, raw, 0, N, gpus=GPUS)
-            topics = TopicSettings(metrics_raw=raw, events=f"{raw}-none", dlq=f"{raw}-none")
-            group = f"bench-{uuid.uuid4().hex[:8]}"
-            loop = make_loop(settings.kafka, sink_db, topics, group, batch_size=SinkSection().batch_size)
-            thread = threading.Thread(target=loop.run, daemon=True)
-            thread.start()
-            while not loop.owned:
-                time.sleep(0.01)
-            # One open connection to watch the stored offsets: a new one per poll costs a backend fork.
-            with connect(sink_db, autocommit=True) as watch:
-                start = time.perf_counter()
-                while stored_offsets(watch, group) < N:
-                    time.sleep(0.02)
-                sink_s = time.perf_counter() - start
-            loop.stop.set()
-            thread.join(60)
-            loop.consumer.close()
-            loop.writer.close()
-
-        rows = [sample_row(parse_sample(__import__("json").dumps(sample(i, GPUS)))) for i in range(N)]
-        width = len(METRIC_COLUMNS)
-        with connect(copy_db) as conn, conn.cursor() as cur:
-            start = time.perf_counter()
-            with cur.copy(
-                sql.SQL("COPY gpu_metrics ({}) FROM STDIN (FORMAT BINARY)").format(
-                    sql.SQL(", ").join(sql.Identifier(c) for c in METRIC_COLUMNS)
-                )
-            ) as copy:
-                copy.set_types(STAGE_TYPES[:width])
-                for row in rows:
-                    copy.write_row(row[:width])
-            conn.commit()
-            copy_s = time.perf_counter() - start
+        baseline = copy_rate(db)
     finally:
-        drop_schema(sink_db)
-        drop_schema(copy_db)
-    report(
-        f"sink samples/s ({N:,} samples, {GPUS} GPUs)",
-        N / sink_s,
-        "rows/s",
-        "raw binary COPY",
-        N / copy_s,
-    )
+        drop_schema(db)
+    for name, rate in rates.items():
+        report(f"{name}, samples/s ({N:,} samples, {GPUS} GPUs)", rate, "rows/s", "raw binary COPY", baseline)
     return 0
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -25,7 +26,7 @@ from shared.errors import DatabaseError, KafkaProduceError
 
 from .decode import DeadLetter, Decoded, decode
 from .metrics import SinkMetrics
-from .writer import BatchWriter, WriteResult
+from .writer import BatchWriter, EarlierBatchError, WriteResult
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ class SinkLoop:
         self.ever_owned: set[tuple[str, int]] = set()
         self.stop = threading.Event()
         self._last_lag = 0.0
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sink-writer")
+        self._executor = ThreadPoolExecutor(max_workers=writer.lanes, thread_name_prefix="sink-writer")
 
     # ---------------------------------------------------------------- rebalance
     def subscribe(self) -> None:
@@ -108,27 +109,32 @@ class SinkLoop:
 
     # ---------------------------------------------------------------- batches
     def run(self) -> None:
-        """Consume until `stop` is set; the batch in flight is finished first.
+        """Consume until `stop` is set; the batches in flight are finished first.
 
-        Two stages overlap: while one batch is written (on a worker thread: psycopg
-        waits for PostgreSQL without the GIL), the next is consumed and decoded. The
-        consumer is only ever touched from this thread.
+        The stages overlap: while batches are written (on worker threads, one
+        database connection each: psycopg waits for PostgreSQL without the GIL),
+        the next is consumed and decoded. Up to `writer.lanes` batches are in
+        flight; each commits only after the one before it did. The consumer is
+        only ever touched from this thread.
         """
         self.subscribe()
-        in_flight: tuple[Decoded, Future[WriteResult]] | None = None
+        in_flight: deque[tuple[Decoded, Future[WriteResult]]] = deque()
         try:
             while not self.stop.is_set():
                 messages = self.consumer.consume(self.batch_size, self.poll_timeout_s)
                 decoded = self._decode(messages) if messages else None
-                if in_flight is not None:
-                    self._complete(*in_flight)
-                    in_flight = None
+                # Finish what is done (or everything, when idle), and make room for one more.
+                while in_flight and (
+                    decoded is None or in_flight[0][1].done() or len(in_flight) >= self.writer.lanes
+                ):
+                    self._complete(*in_flight.popleft())
                 if decoded is not None:
-                    in_flight = (decoded, self._start(decoded))
+                    previous = in_flight[-1][1] if in_flight else None
+                    in_flight.append((decoded, self._start(decoded, previous)))
                 self.housekeeping()
                 self._report_lag()
-            if in_flight is not None:
-                self._complete(*in_flight)
+            while in_flight:
+                self._complete(*in_flight.popleft())
         finally:
             self._executor.shutdown(wait=True)
             self.dlq.flush(30)
@@ -140,8 +146,11 @@ class SinkLoop:
         self.metrics.consumed.inc(decoded.consumed)
         return decoded
 
-    def _start(self, decoded: Decoded) -> Future[WriteResult]:
-        """Dead letters first (they must be safe before their offsets are), then the write."""
+    def _start(self, decoded: Decoded, previous: Future[WriteResult] | None = None) -> Future[WriteResult]:
+        """Dead letters first (they must be safe before their offsets are), then the write.
+
+        The write commits only once `previous` (the batch before it) is stored.
+        """
         if decoded.dead:
             try:
                 self._deliver(decoded.dead)
@@ -150,7 +159,8 @@ class SinkLoop:
                 failed: Future[WriteResult] = Future()
                 failed.set_exception(e)
                 return failed
-        return self._executor.submit(self.writer.write, decoded.batch)
+        after = previous.result if previous is not None else None
+        return self._executor.submit(self.writer.write, decoded.batch, after)
 
     def _complete(self, decoded: Decoded, future: Future[WriteResult]) -> bool:
         """Wait for a batch's write, retrying with backoff; False if it had to be given up."""
@@ -169,6 +179,12 @@ class SinkLoop:
     def _retry(self, decoded: Decoded, first: Exception) -> WriteResult | None:
         error: Exception = first
         delay, paused = 0.5, False
+        if isinstance(first, EarlierBatchError) and self.generation == decoded.generation:
+            # Held back only because the batch before it failed, which is stored by now.
+            try:
+                return self._start(decoded).result()
+            except (DatabaseError, KafkaProduceError) as e:
+                error = e
         try:
             while True:
                 self.metrics.db_retries.inc()

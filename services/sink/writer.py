@@ -17,7 +17,8 @@ what is in the database, which is what makes restarts lossless and exact.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+import queue
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -146,19 +147,39 @@ STATEMENTS: dict[str, sql.Composed | sql.SQL] = {
 }
 
 
-class BatchWriter:
-    """Owns one database connection; reconnects after it breaks."""
+class EarlierBatchError(DatabaseError):
+    """The batch before this one was not stored, so this one was not either (offsets stay in order)."""
 
-    def __init__(self, settings: DatabaseSettings, *, group: str, statement_timeout_ms: int = 60_000) -> None:
+
+class BatchWriter:
+    """Writes batches over `lanes` database connections, committing them strictly in order.
+
+    While one batch's statements run, the next is already COPYed into its own
+    connection's staging tables: PostgreSQL never waits for Python to format rows.
+    Each write is told what to wait for before its statements (the previous
+    batch), so batches commit in the order they were consumed and a batch never
+    commits after one before it failed. Broken connections are replaced.
+    """
+
+    def __init__(
+        self, settings: DatabaseSettings, *, group: str, statement_timeout_ms: int = 60_000, lanes: int = 2
+    ) -> None:
         self.settings, self.group = settings, group
         self.statement_timeout_ms = statement_timeout_ms
-        self._conn: psycopg.Connection[tuple[object, ...]] | None = None
+        self.lanes = lanes
+        self._free: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for lane in range(lanes):
+            self._free.put(lane)
+        # One connection per lane, and one more (the last) for reading stored offsets, so that
+        # never commits in the middle of a batch's transaction.
+        self._conns: list[psycopg.Connection[tuple[object, ...]] | None] = [None] * (lanes + 1)
         self._insert_metrics: sql.Composed | None = None
 
-    def _connection(self) -> psycopg.Connection[tuple[object, ...]]:
-        if self._conn is not None and not self._conn.closed and not self._conn.broken:
-            return self._conn
-        self.close()
+    def _connection(self, slot: int) -> psycopg.Connection[tuple[object, ...]]:
+        conn = self._conns[slot]
+        if conn is not None and not conn.closed and not conn.broken:
+            return conn
+        self._close(slot)
         conn = connect(self.settings)
         try:
             conn.execute(sql.SQL("SET statement_timeout = {}").format(sql.Literal(self.statement_timeout_ms)))
@@ -172,13 +193,13 @@ class BatchWriter:
         except psycopg.Error as e:
             conn.close()
             raise DatabaseUnavailableError(f"preparing the sink's session failed: {e}") from e
-        self._conn = conn
+        self._conns[slot] = conn
         return conn
 
     def stored_offsets(self, partitions: Iterable[Partition]) -> dict[Partition, int]:
         """The next offsets this group stored for the given partitions (absent: never written)."""
         wanted = list(partitions)
-        conn = self._connection()
+        conn = self._connection(self.lanes)
         try:
             rows = conn.execute(
                 "SELECT topic, partition, next_offset FROM kafka_offsets WHERE consumer_group = %s"
@@ -187,27 +208,46 @@ class BatchWriter:
             ).fetchall()
             conn.commit()
         except psycopg.Error as e:
-            self._fail(conn)
+            self._fail(self.lanes)
             raise DatabaseError(f"reading stored offsets failed: {e}") from e
         return {(str(t), int(str(p))): int(str(o)) for t, p, o in rows}
 
-    def write(self, batch: Batch) -> WriteResult:
-        """Store the batch and its offsets atomically; DatabaseError leaves nothing behind."""
-        conn = self._connection()
+    def write(self, batch: Batch, after: Callable[[], object] | None = None) -> WriteResult:
+        """Store the batch and its offsets atomically; DatabaseError leaves nothing behind.
+
+        `after` is called once the rows are staged and before anything else: it waits
+        for the previous batch and raises if that was not stored. At most `lanes`
+        writes may run at once.
+        """
+        lane = self._free.get()
+        try:
+            return self._write(lane, batch, after)
+        finally:
+            self._free.put(lane)
+
+    def _write(self, lane: int, batch: Batch, after: Callable[[], object] | None) -> WriteResult:
+        conn = self._connection(lane)
         result = WriteResult()
         try:
             with conn.cursor() as cur:
                 if batch.rows:
                     METRICS_STAGE.copy_rows(cur, batch.rows)
+                    LATEST_STAGE.copy_rows(cur, newest_per_gpu(batch.rows))
+                if batch.events:
+                    EVENTS_STAGE.copy_rows(cur, map(event_row, batch.events))
+                if after is not None:
+                    try:
+                        after()
+                    except Exception as e:
+                        raise EarlierBatchError(f"not stored, as the batch before it was not: {e}") from e
+                if batch.rows:
                     assert self._insert_metrics is not None
                     cur.execute(self._insert_metrics)
                     row = cur.fetchone() if cur.description else None
                     result.metrics_inserted = int(str(row[0])) if row else cur.rowcount
-                    LATEST_STAGE.copy_rows(cur, newest_per_gpu(batch.rows))
                     cur.execute(STATEMENTS["latest"])
                     cur.execute(STATEMENTS["assets"])
                 if batch.events:
-                    EVENTS_STAGE.copy_rows(cur, map(event_row, batch.events))
                     cur.execute(STATEMENTS["events"])
                     result.events_inserted = cur.rowcount
                 if batch.next_offsets:
@@ -216,20 +256,27 @@ class BatchWriter:
                         [(self.group, t, p, o) for (t, p), o in sorted(batch.next_offsets.items())],
                     )
             conn.commit()
+        except EarlierBatchError:
+            self._fail(lane)
+            raise
         except psycopg.Error as e:
-            self._fail(conn)
+            self._fail(lane)
             raise DatabaseError(f"batch write failed: {e}") from e
         return result
 
-    def _fail(self, conn: psycopg.Connection[tuple[object, ...]]) -> None:
+    def _fail(self, slot: int) -> None:
+        conn = self._conns[slot]
         try:
-            conn.rollback()
+            if conn is not None:
+                conn.rollback()
         except psycopg.Error:
-            self.close()
+            self._close(slot)
+
+    def _close(self, slot: int) -> None:
+        conn, self._conns[slot] = self._conns[slot], None
+        if conn is not None:
+            conn.close()
 
     def close(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            finally:
-                self._conn = None
+        for slot in range(len(self._conns)):
+            self._close(slot)

@@ -7,12 +7,16 @@ import signal
 import subprocess
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from evaluation.pipeline import make_loop, stored_offsets_total, wait_until
 from services.sink.loop import SinkLoop
+from services.sink.rows import stage_row
+from services.sink.writer import Batch, BatchWriter, EarlierBatchError
 from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
+from shared.errors import DatabaseError
 from shared.kafka import make_producer
 from tests.integration.kafka_helpers import consume_all, header_map
 from tests.integration.sink_helpers import (
@@ -218,3 +222,29 @@ def test_sigterm_stores_the_batch_in_flight_and_exits_zero(
         proc.kill()
     # Whatever it had written, its stored offsets say exactly that much: nothing half-done.
     assert stored_offsets_total(migrated, group) == count(migrated, "gpu_metrics")
+
+
+def test_a_batch_never_commits_after_an_earlier_one_failed(migrated: DatabaseSettings) -> None:
+    """Two lanes write at once, but in order: batch 1 fails, so batch 2 (staged meanwhile) is not stored."""
+    writer = BatchWriter(migrated, group="lanes", lanes=2)
+    rows = [stage_row(json.dumps(sample(i)).encode()) for i in range(200)]
+    # A negative offset breaks kafka_offsets' CHECK: batch 1 fails inside PostgreSQL, after its rows went in.
+    first = Batch(rows=rows[:100], next_offsets={("raw", 0): -1})
+    second = Batch(rows=rows[100:], next_offsets={("raw", 0): 200})
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        one = pool.submit(writer.write, first)
+        two = pool.submit(writer.write, second, one.result)
+        with pytest.raises(DatabaseError, match="next_offset"):
+            one.result()
+        with pytest.raises(EarlierBatchError, match="the batch before it"):
+            two.result()
+    try:
+        assert count(migrated, "gpu_metrics") == 0
+        assert stored_offsets_total(migrated, "lanes") == 0
+        # Retried in order, both are stored, and the connections were fit to use again.
+        writer.write(Batch(rows=rows[:100], next_offsets={("raw", 0): 100}))
+        writer.write(second, lambda: None)
+        assert count(migrated, "gpu_metrics") == 200
+        assert stored_offsets_total(migrated, "lanes") == 200
+    finally:
+        writer.close()
