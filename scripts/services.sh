@@ -151,6 +151,10 @@ shared_preload_libraries = 'timescaledb'
 timescaledb.telemetry_level = off
 max_connections = 200
 shared_buffers = 256MB
+# The sink writes ~1 kB of WAL a sample: at the default 1GB, checkpoints (and the
+# full-page writes after each) would come every few hundred thousand samples.
+max_wal_size = 4GB
+checkpoint_timeout = 15min
 CONF
     log "starting postgresql on 127.0.0.1:$GPUHEALTH_PG_PORT"
     port_open "$GPUHEALTH_PG_PORT" && die "port $GPUHEALTH_PG_PORT is taken by another process; set GPUHEALTH_PG_PORT"

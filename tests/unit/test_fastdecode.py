@@ -165,3 +165,10 @@ def test_the_compiler_refuses_what_it_cannot_translate() -> None:
     with pytest.raises(SchemaNotSupportedError, match="anchor"):
         python_pattern("^a$|^b$")
     assert python_pattern("^[a-z]*$") == "^[a-z]*\\Z"
+
+
+def test_remembered_checks_never_pass_a_new_bad_value() -> None:
+    for _ in range(3):  # the second and third time come from what the decoder remembers
+        assert check(GOOD) is not None
+        assert check({**GOOD, "hostname": "gpu-node-07\n"}) is None
+        assert check({**GOOD, "time": "2026-11-21T11:00:00.123"}) is None
