@@ -62,14 +62,24 @@ class Record(Protocol):
     def value(self) -> bytes | None: ...
 
 
-def decode(messages: Sequence[Record], topics: TopicSettings, max_bytes: int) -> Decoded:
-    out = Decoded()
-    rows, next_offsets = out.batch.rows, out.batch.next_offsets
+def decode(
+    messages: Sequence[Record], topics: TopicSettings, max_bytes: int, lanes: int = 1
+) -> dict[int, Decoded]:
+    """The messages as one batch per lane (partition % lanes); lanes without messages are absent.
+
+    A GPU's samples share a partition (the key is its UUID), so different lanes never
+    write the same rows and can be stored side by side.
+    """
+    out: dict[int, Decoded] = {}
     for msg in messages:
         if msg.error() is not None:
             continue  # consumer-level errors (e.g. a broker hiccup) are not records
         topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
-        out.consumed += 1
+        lane = out.get(partition % lanes)
+        if lane is None:
+            lane = out[partition % lanes] = Decoded()
+        lane.consumed += 1
+        next_offsets = lane.batch.next_offsets
         if offset >= next_offsets.get((topic, partition), 0):
             next_offsets[(topic, partition)] = offset + 1
         value, key = msg.value(), msg.key()
@@ -86,16 +96,16 @@ def decode(messages: Sequence[Record], topics: TopicSettings, max_bytes: int) ->
             else:
                 # the key must be the GPU's UUID (ASCII by the contract), or partitioning lies
                 if key is None or key == row[GPU_UUID].encode():
-                    rows.append(row)
+                    lane.batch.rows.append(row)
                 else:
                     refused = ("key", "message key does not match gpu_uuid")
         elif topic == topics.events:
             try:
-                out.batch.events.append(parse_event(value))
+                lane.batch.events.append(parse_event(value))
             except ContractError as e:
                 refused = ("contract", str(e))
         else:
             refused = ("topic", f"the sink does not read topic {topic!r}")
         if refused is not None:
-            out.dead.append(DeadLetter(key, value, topic, partition, offset, *refused))
+            lane.dead.append(DeadLetter(key, value, topic, partition, offset, *refused))
     return out

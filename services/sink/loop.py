@@ -30,6 +30,8 @@ from .writer import BatchWriter, EarlierBatchError, WriteResult
 
 log = logging.getLogger(__name__)
 
+DEPTH = 2  # batches in flight per lane
+
 
 class SinkLoop:
     def __init__(
@@ -58,7 +60,10 @@ class SinkLoop:
         self.ever_owned: set[tuple[str, int]] = set()
         self.stop = threading.Event()
         self._last_lag = 0.0
-        self._executor = ThreadPoolExecutor(max_workers=writer.lanes, thread_name_prefix="sink-writer")
+        # Partition lanes, each with up to DEPTH batches in flight: one running its statements,
+        # the next being staged. The writer has a connection for each.
+        self.lanes = max(1, writer.connections // DEPTH)
+        self._executor = ThreadPoolExecutor(max_workers=writer.connections, thread_name_prefix="sink-writer")
 
     # ---------------------------------------------------------------- rebalance
     def subscribe(self) -> None:
@@ -111,40 +116,45 @@ class SinkLoop:
     def run(self) -> None:
         """Consume until `stop` is set; the batches in flight are finished first.
 
-        The stages overlap: while batches are written (on worker threads, one
-        database connection each: psycopg waits for PostgreSQL without the GIL),
-        the next is consumed and decoded. Up to `writer.lanes` batches are in
-        flight; each commits only after the one before it did. The consumer is
-        only ever touched from this thread.
+        The stages overlap. Each consumed batch is split into lanes by partition. A
+        lane's batches commit one after another, in order, while the next one is
+        already being staged; the lanes write side by side (a GPU's rows are all in
+        one partition, so they never touch the same rows). Meanwhile this thread
+        consumes and decodes what comes next: psycopg waits for PostgreSQL without
+        the GIL. The consumer is only ever touched from this thread.
         """
         self.subscribe()
-        in_flight: deque[tuple[Decoded, Future[WriteResult]]] = deque()
+        in_flight: dict[int, deque[tuple[Decoded, Future[WriteResult]]]] = {}
         try:
             while not self.stop.is_set():
                 messages = self.consumer.consume(self.batch_size, self.poll_timeout_s)
-                decoded = self._decode(messages) if messages else None
-                # Finish what is done (or everything, when idle), and make room for one more.
-                while in_flight and (
-                    decoded is None or in_flight[0][1].done() or len(in_flight) >= self.writer.lanes
-                ):
-                    self._complete(*in_flight.popleft())
-                if decoded is not None:
-                    previous = in_flight[-1][1] if in_flight else None
-                    in_flight.append((decoded, self._start(decoded, previous)))
+                lanes = self._decode(messages) if messages else {}
+                # Finish what is done (everything, when idle), and make room in busy lanes.
+                for lane, queue in in_flight.items():
+                    while queue and (
+                        not lanes or queue[0][1].done() or (lane in lanes and len(queue) >= DEPTH)
+                    ):
+                        self._complete(*queue.popleft())
+                for lane, decoded in lanes.items():
+                    queue = in_flight.setdefault(lane, deque())
+                    previous = queue[-1][1] if queue else None
+                    queue.append((decoded, self._start(decoded, previous)))
                 self.housekeeping()
                 self._report_lag()
-            while in_flight:
-                self._complete(*in_flight.popleft())
+            for queue in in_flight.values():
+                while queue:
+                    self._complete(*queue.popleft())
         finally:
             self._executor.shutdown(wait=True)
             self.dlq.flush(30)
 
-    def _decode(self, messages: list[confluent_kafka.Message]) -> Decoded:
-        decoded = decode(messages, self.topics, self.max_message_bytes)
-        decoded.generation = self.generation
-        decoded.started = time.perf_counter()
-        self.metrics.consumed.inc(decoded.consumed)
-        return decoded
+    def _decode(self, messages: list[confluent_kafka.Message]) -> dict[int, Decoded]:
+        lanes = decode(messages, self.topics, self.max_message_bytes, self.lanes)
+        started = time.perf_counter()
+        for decoded in lanes.values():
+            decoded.generation, decoded.started = self.generation, started
+            self.metrics.consumed.inc(decoded.consumed)
+        return lanes
 
     def _start(self, decoded: Decoded, previous: Future[WriteResult] | None = None) -> Future[WriteResult]:
         """Dead letters first (they must be safe before their offsets are), then the write.

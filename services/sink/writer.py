@@ -152,27 +152,31 @@ class EarlierBatchError(DatabaseError):
 
 
 class BatchWriter:
-    """Writes batches over `lanes` database connections, committing them strictly in order.
+    """Writes batches over a few database connections, one batch per connection at a time.
 
-    While one batch's statements run, the next is already COPYed into its own
-    connection's staging tables: PostgreSQL never waits for Python to format rows.
-    Each write is told what to wait for before its statements (the previous
-    batch), so batches commit in the order they were consumed and a batch never
-    commits after one before it failed. Broken connections are replaced.
+    A write can be told what to wait for once its rows are staged and before its
+    statements run (the previous batch of the same partitions): so the next batch
+    is COPYed while the previous one's statements run, yet they commit in order,
+    and never after one before them failed. Broken connections are replaced.
     """
 
     def __init__(
-        self, settings: DatabaseSettings, *, group: str, statement_timeout_ms: int = 60_000, lanes: int = 2
+        self,
+        settings: DatabaseSettings,
+        *,
+        group: str,
+        statement_timeout_ms: int = 60_000,
+        connections: int = 4,
     ) -> None:
         self.settings, self.group = settings, group
         self.statement_timeout_ms = statement_timeout_ms
-        self.lanes = lanes
+        self.connections = connections
         self._free: queue.SimpleQueue[int] = queue.SimpleQueue()
-        for lane in range(lanes):
-            self._free.put(lane)
+        for slot in range(connections):
+            self._free.put(slot)
         # One connection per lane, and one more (the last) for reading stored offsets, so that
         # never commits in the middle of a batch's transaction.
-        self._conns: list[psycopg.Connection[tuple[object, ...]] | None] = [None] * (lanes + 1)
+        self._conns: list[psycopg.Connection[tuple[object, ...]] | None] = [None] * (connections + 1)
         self._insert_metrics: sql.Composed | None = None
 
     def _connection(self, slot: int) -> psycopg.Connection[tuple[object, ...]]:
@@ -204,7 +208,7 @@ class BatchWriter:
     def stored_offsets(self, partitions: Iterable[Partition]) -> dict[Partition, int]:
         """The next offsets this group stored for the given partitions (absent: never written)."""
         wanted = list(partitions)
-        conn = self._connection(self.lanes)
+        conn = self._connection(self.connections)
         try:
             rows = conn.execute(
                 "SELECT topic, partition, next_offset FROM kafka_offsets WHERE consumer_group = %s"
@@ -213,7 +217,7 @@ class BatchWriter:
             ).fetchall()
             conn.commit()
         except psycopg.Error as e:
-            self._fail(self.lanes)
+            self._fail(self.connections)
             raise DatabaseError(f"reading stored offsets failed: {e}") from e
         return {(str(t), int(str(p))): int(str(o)) for t, p, o in rows}
 
@@ -221,8 +225,8 @@ class BatchWriter:
         """Store the batch and its offsets atomically; DatabaseError leaves nothing behind.
 
         `after` is called once the rows are staged and before anything else: it waits
-        for the previous batch and raises if that was not stored. At most `lanes`
-        writes may run at once.
+        for the previous batch and raises if that was not stored. At most
+        `connections` writes may run at once.
         """
         lane = self._free.get()
         try:

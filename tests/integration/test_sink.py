@@ -226,7 +226,7 @@ def test_sigterm_stores_the_batch_in_flight_and_exits_zero(
 
 def test_a_batch_never_commits_after_an_earlier_one_failed(migrated: DatabaseSettings) -> None:
     """Two lanes write at once, but in order: batch 1 fails, so batch 2 (staged meanwhile) is not stored."""
-    writer = BatchWriter(migrated, group="lanes", lanes=2)
+    writer = BatchWriter(migrated, group="lanes", connections=2)
     rows = [stage_row(json.dumps(sample(i)).encode()) for i in range(200)]
     # A negative offset breaks kafka_offsets' CHECK: batch 1 fails inside PostgreSQL, after its rows went in.
     first = Batch(rows=rows[:100], next_offsets={("raw", 0): -1})

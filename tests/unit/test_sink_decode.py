@@ -66,7 +66,7 @@ def test_valid_samples_and_events_are_batched_with_next_offsets() -> None:
         ],
         TOPICS,
         10_000,
-    )
+    )[0]
     assert len(out.batch.rows) == 3
     assert len(out.batch.events) == 1
     assert out.dead == []
@@ -88,7 +88,7 @@ def test_bad_records_are_dead_lettered_with_reasons_and_still_advance_offsets() 
         Msg("events", 6, json.dumps({**EVENT, "kind": "meteor"}).encode()),
         Msg("raw", 7, json.dumps(GOOD).encode()),
     ]
-    out = decode(msgs, TOPICS, 10_000)
+    out = decode(msgs, TOPICS, 10_000)[0]
     assert [(d.offset, d.category) for d in out.dead] == [
         (0, "contract"), (1, "contract"), (2, "empty"), (3, "oversized"),
         (4, "key"), (5, "topic"), (6, "contract"),
@@ -103,5 +103,16 @@ def test_bad_records_are_dead_lettered_with_reasons_and_still_advance_offsets() 
 
 
 def test_consumer_errors_are_not_records() -> None:
-    out = decode([Msg("raw", 0, None, error="transport")], TOPICS, 10_000)
-    assert (out.consumed, out.dead, out.batch.next_offsets) == (0, [], {})
+    assert decode([Msg("raw", 0, None, error="transport")], TOPICS, 10_000) == {}
+
+
+def test_lanes_split_by_partition_each_with_its_own_offsets_and_dead_letters() -> None:
+    msgs = [Msg("raw", 10 + p, json.dumps(GOOD).encode(), partition=p) for p in range(4)]
+    msgs.append(Msg("raw", 20, b"{oops", partition=3))
+    lanes = decode(msgs, TOPICS, 10_000, lanes=2)
+    assert sorted(lanes) == [0, 1]
+    assert lanes[0].batch.next_offsets == {("raw", 0): 11, ("raw", 2): 13}
+    assert lanes[1].batch.next_offsets == {("raw", 1): 12, ("raw", 3): 21}
+    assert [len(lanes[n].batch.rows) for n in (0, 1)] == [2, 2]
+    assert (lanes[0].dead, [d.offset for d in lanes[1].dead]) == ([], [20])
+    assert [lanes[n].consumed for n in (0, 1)] == [2, 3]
