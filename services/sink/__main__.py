@@ -18,7 +18,7 @@ from shared.errors import GpuHealthError
 from shared.kafka import make_consumer, make_producer
 from shared.service import serve_metrics, start_service, stop_on_signals
 
-from .loop import SinkLoop
+from .loop import DEPTH, SinkLoop
 from .maintenance import Retention
 from .metrics import SinkMetrics
 from .writer import BatchWriter
@@ -32,6 +32,8 @@ class SinkSection(BaseModel):
     group_id: str = Field(default="gpu-health-sink", min_length=1, max_length=200)
     batch_size: int = Field(default=20_000, ge=1, le=100_000)
     poll_timeout_s: float = Field(default=0.5, gt=0, le=30)
+    # Partition lanes written side by side, each on two connections (see SinkLoop).
+    lanes: int = Field(default=2, ge=1, le=16)
     max_message_bytes: int = Field(default=1_000_000, ge=1024, le=100_000_000)
     # A batch write slower than this fails and is retried: keeps the consumer inside
     # max.poll.interval.ms (5 minutes) however slow the database gets.
@@ -64,7 +66,12 @@ def main() -> int:
     except (GpuHealthError, OSError) as e:
         log.error("sink cannot start: %s", e)
         return 1
-    writer = BatchWriter(settings.db, group=cfg.group_id, statement_timeout_ms=cfg.statement_timeout_ms)
+    writer = BatchWriter(
+        settings.db,
+        group=cfg.group_id,
+        statement_timeout_ms=cfg.statement_timeout_ms,
+        connections=cfg.lanes * DEPTH,
+    )
     loop = SinkLoop(
         consumer=make_consumer(
             settings.kafka, group_id=cfg.group_id, overrides={"session.timeout.ms": cfg.session_timeout_ms}
