@@ -74,15 +74,21 @@ def _wait(futures: dict[str, Future[None]], what: str) -> dict[str, Exception | 
     return outcome
 
 
-def _wait_for_metadata(admin: AdminClient, names: list[str], timeout_s: float) -> dict[str, Any]:
-    """Topic metadata once every named topic shows in it (it can lag a creation)."""
+def _wait_for_metadata(admin: AdminClient, wanted: dict[str, int], timeout_s: float) -> dict[str, Any]:
+    """Topic metadata once every topic shows in it with at least its wanted partitions.
+
+    The brokers' metadata can lag a creation or a partition increase by a moment.
+    """
     deadline = time.monotonic() + timeout_s
     while True:
         topics = admin.list_topics(timeout=timeout_s).topics
-        if all(n in topics and topics[n].error is None for n in names):
+        if all(
+            n in topics and topics[n].error is None and len(topics[n].partitions) >= count
+            for n, count in wanted.items()
+        ):
             return dict(topics)
         if time.monotonic() > deadline:
-            raise KafkaTopicError(f"topics {names} exist but do not show in the metadata")
+            raise KafkaTopicError(f"topics {sorted(wanted)} do not show in the metadata as expected")
         time.sleep(0.2)
 
 
@@ -117,7 +123,7 @@ def ensure_topics(admin: AdminClient, specs: list[TopicSpec], timeout_s: float =
             # another runner made it meanwhile. Treat it as existing: grow and configure it.
             already.append(name)
         if already:
-            existing = _wait_for_metadata(admin, already, timeout_s)
+            existing = _wait_for_metadata(admin, dict.fromkeys(already, 1), timeout_s)
 
     present = [s for s in specs if s.name in existing and s.name not in done]
     grow = [s for s in present if len(existing[s.name].partitions) < s.partitions]
@@ -129,6 +135,7 @@ def ensure_topics(admin: AdminClient, specs: list[TopicSpec], timeout_s: float =
             if error is not None:
                 raise translate_error(error.args[0], f"grow topic {name}") from error
             done[name] = "partitions increased"
+        _wait_for_metadata(admin, {s.name: s.partitions for s in grow}, timeout_s)
 
     if present:
         resources = [
