@@ -86,7 +86,7 @@ def group_settled(admin: AdminClient, group: str, members: int) -> bool:
     )
 
 
-def sink_rate(kafka: KafkaSettings, db: DatabaseSettings, topic: str, processes: int) -> float:
+def sink_rate(kafka: KafkaSettings, db: DatabaseSettings, topic: str, processes: int, lanes: int) -> float:
     """Rows/s of `processes` sink services in one group, from a settled group to the last offset."""
     group = f"bench-{uuid.uuid4().hex[:8]}"
     env = {
@@ -97,7 +97,7 @@ def sink_rate(kafka: KafkaSettings, db: DatabaseSettings, topic: str, processes:
         "GPUHEALTH_DB__SEARCH_PATH": db.search_path or "",
         "GPUHEALTH_TOPICS__METRICS_RAW": topic, "GPUHEALTH_TOPICS__EVENTS": f"{topic}-events",
         "GPUHEALTH_TOPICS__DLQ": f"{topic}-dlq", "GPUHEALTH_SINK__GROUP_ID": group,
-        "GPUHEALTH_SINK__METRICS_PORT": "0",
+        "GPUHEALTH_SINK__METRICS_PORT": "0", "GPUHEALTH_SINK__LANES": str(lanes),
     }  # fmt: skip
     with tempfile.TemporaryFile() as log:
         procs = [
@@ -170,10 +170,10 @@ def in_fresh_schema(settings: Settings, measure: Callable[[DatabaseSettings], fl
         drop_schema(db)
 
 
-def one_sink_run(settings: Settings, processes: int) -> Callable[[DatabaseSettings], float]:
+def one_sink_run(settings: Settings, processes: int, lanes: int) -> Callable[[DatabaseSettings], float]:
     def measure(db: DatabaseSettings) -> float:
         with scratch_topic(settings.kafka, partitions=PARTITIONS) as topic:
-            return sink_rate(settings.kafka, db, topic, processes)
+            return sink_rate(settings.kafka, db, topic, processes, lanes)
 
     return measure
 
@@ -183,8 +183,8 @@ def main() -> int:
     wait_for_kafka(settings.kafka)
     rows = [stage_row(json.dumps(sample(i, GPUS)))[: len(METRIC_COLUMNS)] for i in range(N)]
     contenders: dict[str, Callable[[DatabaseSettings], float]] = {
-        "sink, 1 process": one_sink_run(settings, 1),
-        "sink, 2 processes": one_sink_run(settings, 2),
+        "sink, 1 process (2 lanes, the default)": one_sink_run(settings, 1, 2),
+        "sink, 2 processes (1 lane each)": one_sink_run(settings, 2, 1),
         BASELINE: partial(copy_rate, rows=rows),
     }
     # Round-robin, so every contender meets the same spells of noise from other tenants.
