@@ -32,7 +32,8 @@ case ${1:-status} in
     else
       # The supervisor writes its own pid file: `$!` after setsid can be a parent that already left.
       (cd "$root" && PYTHONPATH=$root setsid nohup "$py" -m shared.supervise "$spec" --logs "$logs" \
-         --pidfile "$pidfile" >>"$logs/supervise.log" 2>&1 </dev/null &)
+         --pidfile "$pidfile" >>"$logs/supervise.log" 2>&1 </dev/null &) >/dev/null 2>&1
+      # (the subshell's own output too: `make up | tee` must not wait on a pipe it holds open)
       for _ in $(seq 1 40); do running && break; sleep 0.25; done
       running || { echo "stack: the supervisor did not start; see $logs/supervise.log" >&2; exit 1; }
     fi
