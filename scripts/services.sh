@@ -150,7 +150,9 @@ unix_socket_directories = '$(cd "$pg_sock" && pwd)'
 shared_preload_libraries = 'timescaledb'
 timescaledb.telemetry_level = off
 max_connections = 200
-shared_buffers = 256MB
+# The sink's INSERTs go through shared buffers (a COPY uses a small ring of its own):
+# room for a few minutes of a large fleet's rows and indexes saves evicting dirty pages.
+shared_buffers = 2GB
 # The sink writes ~1 kB of WAL a sample: at the default 1GB, checkpoints (and the
 # full-page writes after each) would come every few hundred thousand samples.
 max_wal_size = 4GB
