@@ -187,11 +187,6 @@ class BatchWriter:
         conn = connect(self.settings)
         try:
             conn.execute(sql.SQL("SET statement_timeout = {}").format(sql.Literal(self.statement_timeout_ms)))
-            # A commit does not wait for its WAL flush. Safe here: Kafka is the durable log,
-            # and the offsets sit in the same transaction as the rows, so a PostgreSQL crash
-            # can only lose whole recent batches, rows and offsets together, which the sink
-            # then reads again. Batches no longer queue behind each other's fsync.
-            conn.execute("SET synchronous_commit = off")
             template = conn.execute("SELECT gpu_metrics_insert_sql('')").fetchone()
             if template is None:
                 raise DatabaseError("the schema has no gpu_metrics_insert_sql(): run the migrations")
