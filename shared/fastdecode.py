@@ -175,7 +175,12 @@ class FastDecoder:
         # hostname, model, cluster... for every sample of a GPU, so each is checked once.
         checks = sorted((self.fields.index(f), re.compile(p)) for f, p in patterns.items())
         self._checks = [(n, regex) for n, (_, regex) in enumerate(checks)]
-        self._labels = itemgetter(*(i for i, _ in checks), *(i for i, _ in checks[:1]))
+        positions = [i for i, _ in checks]
+        # itemgetter gives a bare value for a single position: asking for the first one again
+        # keeps the result a tuple (its extra last item is never checked).
+        self._labels: Callable[[list[Any]], tuple[Any, ...]] = (
+            itemgetter(*positions, *positions[:1]) if positions else (lambda _: ())
+        )
         self._labels_seen: set[tuple[Any, ...]] = set()
         times = [self.fields.index(f) for f in _time_fields(schema)]
         self._times = [(i, _Seen(lambda text: time_check(_parse_time(text)))) for i in times]
