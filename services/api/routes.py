@@ -171,8 +171,11 @@ async def gpu_detail(request: Request, gpu_uuid: GpuPath) -> dict[str, Any]:
 def time_range(
     request: Request, start: datetime | None, end: datetime | None, default: timedelta
 ) -> tuple[datetime, datetime]:
-    end = utc(end) if end else datetime.now(UTC)
-    start = utc(start) if start else end - default
+    try:
+        end = utc(end) if end else datetime.now(UTC)
+        start = utc(start) if start else end - default
+    except OverflowError:  # e.g. to=0001-01-01: in UTC, or a default window back, it is before year 1
+        raise HTTPException(400, "'from'/'to' lie outside the calendar once in UTC") from None
     if start >= end:
         raise HTTPException(400, "'from' must be before 'to'")
     if end - start > timedelta(days=request.app.state.api.max_range_days):
