@@ -75,9 +75,9 @@ def decode(
         if msg.error() is not None:
             continue  # consumer-level errors (e.g. a broker hiccup) are not records
         topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
-        lane = out.get(partition % lanes)
+        lane = out.get(n := partition % lanes)
         if lane is None:
-            lane = out[partition % lanes] = Decoded()
+            lane = out[n] = Decoded()
         lane.consumed += 1
         next_offsets = lane.batch.next_offsets
         if offset >= next_offsets.get((topic, partition), 0):

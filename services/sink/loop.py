@@ -189,32 +189,30 @@ class SinkLoop:
     def _retry(self, decoded: Decoded, first: Exception) -> WriteResult | None:
         error: Exception = first
         delay, paused = 0.5, False
-        if isinstance(first, EarlierBatchError) and self.generation == decoded.generation:
-            # Held back only because the batch before it failed, which is stored by now.
-            try:
-                return self._start(decoded).result()
-            except (DatabaseError, KafkaProduceError) as e:
-                error = e
+        # Held back only because the batch before it failed (stored by now): go again at once.
+        back_off = not isinstance(first, EarlierBatchError)
         try:
             while True:
-                self.metrics.db_retries.inc()
                 if self.generation != decoded.generation:
                     self.metrics.abandoned.inc()
                     log.warning(
                         "partitions moved while the batch waited; the new owner resumes from the database"
                     )
                     return None
-                if self.stop.is_set() and delay > 0.5:
-                    # Stopping while the database is away: nothing of this batch is stored,
-                    # so the next run re-reads it from the offsets in the database.
-                    log.warning("stopping with an unstored batch; it will be re-read on restart")
-                    return None
-                if not paused:
-                    self.consumer.pause(self.consumer.assignment())
-                    paused = True
-                log.error("batch not stored, retrying in %.1f s: %s", delay, error)
-                self._wait(delay)
-                delay = min(delay * 2, self.max_backoff_s)
+                if back_off:
+                    self.metrics.db_retries.inc()
+                    if self.stop.is_set() and delay > 0.5:
+                        # Stopping while the database is away: nothing of this batch is stored,
+                        # so the next run re-reads it from the offsets in the database.
+                        log.warning("stopping with an unstored batch; it will be re-read on restart")
+                        return None
+                    if not paused:
+                        self.consumer.pause(self.consumer.assignment())
+                        paused = True
+                    log.error("batch not stored, retrying in %.1f s: %s", delay, error)
+                    self._wait(delay)
+                    delay = min(delay * 2, self.max_backoff_s)
+                back_off = True
                 try:
                     return self._start(decoded).result()
                 except (DatabaseError, KafkaProduceError) as e:

@@ -174,8 +174,8 @@ class BatchWriter:
         self._free: queue.SimpleQueue[int] = queue.SimpleQueue()
         for slot in range(connections):
             self._free.put(slot)
-        # One connection per lane, and one more (the last) for reading stored offsets, so that
-        # never commits in the middle of a batch's transaction.
+        # One connection per concurrent write, and one more (the last) for reading stored
+        # offsets, so that never commits in the middle of a batch's transaction.
         self._conns: list[psycopg.Connection[tuple[object, ...]] | None] = [None] * (connections + 1)
         self._insert_metrics: sql.Composed | None = None
 
@@ -223,14 +223,14 @@ class BatchWriter:
         for the previous batch and raises if that was not stored. At most
         `connections` writes may run at once.
         """
-        lane = self._free.get()
+        slot = self._free.get()
         try:
-            return self._write(lane, batch, after)
+            return self._write(slot, batch, after)
         finally:
-            self._free.put(lane)
+            self._free.put(slot)
 
-    def _write(self, lane: int, batch: Batch, after: Callable[[], object] | None) -> WriteResult:
-        conn = self._connection(lane)
+    def _write(self, slot: int, batch: Batch, after: Callable[[], object] | None) -> WriteResult:
+        conn = self._connection(slot)
         result = WriteResult()
         try:
             with conn.cursor() as cur:
@@ -261,10 +261,10 @@ class BatchWriter:
                     )
             conn.commit()
         except EarlierBatchError:
-            self._fail(lane)
+            self._fail(slot)
             raise
         except psycopg.Error as e:
-            self._fail(lane)
+            self._fail(slot)
             raise DatabaseError(f"batch write failed: {e}") from e
         return result
 
