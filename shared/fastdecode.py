@@ -140,22 +140,7 @@ def _time_fields(schema: JsonSchema) -> list[str]:
     return [name for name, spec in schema["properties"].items() if is_time(spec)]
 
 
-_SEEN_LIMIT = 100_000  # remembered checks, per kind: a bound on memory, far above a fleet's GPUs
-
-
-class _Seen:
-    """Strings already checked, with their result: a fleet's samples share their poll times."""
-
-    def __init__(self, check: Callable[[str], Any]) -> None:
-        self.check = check
-        self.passed: dict[str | None, Any] = {None: None}
-
-    def get(self, text: str) -> Any:
-        """check(text), memoised when it passes; raises ValueError when it does not."""
-        if len(self.passed) > _SEEN_LIMIT:
-            self.passed = {None: None}
-        result = self.passed[text] = self.check(text)
-        return result
+_SEEN_LIMIT = 100_000  # checks remembered, per kind: a bound on memory, far above a fleet's GPUs
 
 
 class FastDecoder:
@@ -182,8 +167,9 @@ class FastDecoder:
             itemgetter(*positions, *positions[:1]) if positions else (lambda _: ())
         )
         self._labels_seen: set[tuple[Any, ...]] = set()
-        times = [self.fields.index(f) for f in _time_fields(schema)]
-        self._times = [(i, _Seen(lambda text: time_check(_parse_time(text)))) for i in times]
+        self._times = [self.fields.index(f) for f in _time_fields(schema)]
+        self._time_check = time_check
+        self._times_seen: dict[str, datetime] = {}  # a fleet's samples share their poll times
 
     def decode(self, raw: bytes | str) -> list[Any] | None:
         """The message's fields in `fields` order (nested objects as msgspec Structs), or None."""
@@ -192,12 +178,19 @@ class FastDecoder:
             labels = self._labels(values)
             if labels not in self._labels_seen:
                 self._check_labels(labels)
-            for i, seen in self._times:
-                text = values[i]
-                values[i] = seen.passed[text] if text in seen.passed else seen.get(text)
+            for i in self._times:
+                if (text := values[i]) is not None:
+                    values[i] = self._times_seen.get(text) or self._check_time(text)
         except (msgspec.DecodeError, ValueError):  # msgspec.ValidationError is a DecodeError
             return None
         return values
+
+    def _check_time(self, text: str) -> datetime:
+        checked = self._time_check(_parse_time(text))
+        if len(self._times_seen) > _SEEN_LIMIT:
+            self._times_seen.clear()
+        self._times_seen[text] = checked
+        return checked
 
     def _check_labels(self, labels: tuple[Any, ...]) -> None:
         for n, regex in self._checks:
