@@ -8,6 +8,7 @@ set by SIGTERM or SIGINT.
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 import threading
@@ -16,11 +17,13 @@ from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, start_http_server
 
-from shared.config import Settings, load_settings, log_settings
+from shared.config import DatabaseSettings, Settings, load_settings, log_settings
+from shared.db import wait_for_database
 from shared.errors import GpuHealthError
 from shared.logging import setup_logging
 
 S = TypeVar("S", bound=Settings)
+log = logging.getLogger(__name__)
 
 
 def start_service(cls: type[S], name: str) -> S | None:
@@ -39,6 +42,22 @@ def serve_metrics(registry: CollectorRegistry, port: int, bind: str) -> Callable
     """Serve /metrics; returns the function that stops serving. OSError if the port is taken."""
     server, _ = start_http_server(port, addr=bind, registry=registry)
     return server.shutdown
+
+
+def serve_when_ready(
+    name: str, registry: CollectorRegistry, port: int, bind: str, database: DatabaseSettings | None = None
+) -> Callable[[], None] | None:
+    """Wait for the database (for services that need one), then serve /metrics.
+
+    Returns the function that stops serving, or None after logging why the service cannot start.
+    """
+    try:
+        if database is not None:
+            wait_for_database(database, timeout_s=120).close()
+        return serve_metrics(registry, port, bind)
+    except (GpuHealthError, OSError) as e:
+        log.error("%s cannot start: %s", name, e)
+        return None
 
 
 def stop_on_signals() -> threading.Event:

@@ -19,10 +19,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from pydantic import BaseModel, Field
 
 from shared.config import Settings
-from shared.db import connect, wait_for_database
+from shared.db import connect
 from shared.errors import GpuHealthError
 from shared.kafka import JsonProducer, make_producer
-from shared.service import serve_metrics, start_service, stop_on_signals
+from shared.service import serve_when_ready, start_service, stop_on_signals
 
 from .cycle import CycleResult, run_cycle
 from .features import Conn
@@ -90,11 +90,8 @@ def main() -> int:
     cfg = settings.scorer
     registry = CollectorRegistry()
     metrics = ScorerMetrics(registry)
-    try:
-        wait_for_database(settings.db, timeout_s=120).close()
-        stop_metrics = serve_metrics(registry, cfg.metrics_port, cfg.metrics_bind)
-    except (GpuHealthError, OSError) as e:
-        log.error("scorer cannot start: %s", e)
+    stop_metrics = serve_when_ready("scorer", registry, cfg.metrics_port, cfg.metrics_bind, settings.db)
+    if stop_metrics is None:
         return 1
     producer = JsonProducer(make_producer(settings.kafka))
     topic = {"health": settings.topics.health, "alerts": settings.topics.alerts}

@@ -13,10 +13,8 @@ from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, Field
 
 from shared.config import Settings
-from shared.db import wait_for_database
-from shared.errors import GpuHealthError
 from shared.kafka import make_consumer, make_producer
-from shared.service import serve_metrics, start_service, stop_on_signals
+from shared.service import serve_when_ready, start_service, stop_on_signals
 
 from .loop import DEPTH, SinkLoop
 from .maintenance import Retention
@@ -60,11 +58,8 @@ def main() -> int:
     cfg = settings.sink
     registry = CollectorRegistry()
     metrics = SinkMetrics(registry)
-    try:
-        wait_for_database(settings.db, timeout_s=120).close()
-        stop_metrics = serve_metrics(registry, cfg.metrics_port, cfg.metrics_bind)
-    except (GpuHealthError, OSError) as e:
-        log.error("sink cannot start: %s", e)
+    stop_metrics = serve_when_ready("sink", registry, cfg.metrics_port, cfg.metrics_bind, settings.db)
+    if stop_metrics is None:
         return 1
     writer = BatchWriter(
         settings.db,
