@@ -26,11 +26,11 @@ import uvicorn
 from psycopg import sql
 
 from bench._common import report
-from bench.bench_sink import drop_schema, fresh_schema
 from services.api.app import create_app, reader_settings
 from services.api.settings import ApiSection
 from shared.config import Settings
 from shared.db import connect
+from shared.migrate import migrated_schema
 
 GPUS, HOURS, ROUNDS = 10_000, 24, 60
 NOW = datetime.now(UTC).replace(second=0, microsecond=0)
@@ -64,8 +64,7 @@ def percentiles(samples: list[float]) -> tuple[float, float]:
 
 def main() -> int:
     settings = Settings()
-    db = fresh_schema(settings.db)
-    try:
+    with migrated_schema(settings.db, "bench") as db:
         started = time.perf_counter()
         with connect(db) as conn:
             for statement in FILL:
@@ -113,8 +112,6 @@ def main() -> int:
                 report(f"{name} p99", p99, "ms", "same SQL via psycopg p99", d99)
         server.should_exit = True
         thread.join(10)
-    finally:
-        drop_schema(db)
     return 0
 
 

@@ -19,12 +19,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from psycopg import sql
 
 from bench._common import report
-from bench.bench_sink import drop_schema, fresh_schema
 from services.scorer.cycle import run_cycle
 from services.scorer.features import read_features
 from services.scorer.rules_config import load_rules
 from shared.config import Settings
 from shared.db import connect
+from shared.migrate import migrated_schema
 
 GPUS = 10_000
 NOW = datetime.now(UTC).replace(second=0, microsecond=0)
@@ -50,27 +50,23 @@ FROM gpu_assets a, generate_series(0, 59) m;
 
 def main() -> int:
     settings = Settings()
-    db = fresh_schema(settings.db)
-    try:
-        with connect(db) as conn:
-            for statement in FILL.split(";"):
-                if statement.strip():
-                    conn.execute(sql.SQL(statement), {"t": NOW, "n": GPUS})
-            conn.commit()
-            conn.execute("ANALYZE")
-            rules = load_rules()
-            start = time.perf_counter()
-            read_features(conn, NOW, rules)
-            sql_s = time.perf_counter() - start
-            start = time.perf_counter()
-            result = run_cycle(conn, NOW, rules, None)
-            first_s = time.perf_counter() - start
-            # Steady state: the verdicts exist, predictions are reused between their own runs.
-            start = time.perf_counter()
-            run_cycle(conn, NOW + timedelta(seconds=30), rules, result.predictions)
-            cycle_s = time.perf_counter() - start
-    finally:
-        drop_schema(db)
+    with migrated_schema(settings.db, "bench") as db, connect(db) as conn:
+        for statement in FILL.split(";"):
+            if statement.strip():
+                conn.execute(sql.SQL(statement), {"t": NOW, "n": GPUS})
+        conn.commit()
+        conn.execute("ANALYZE")
+        rules = load_rules()
+        start = time.perf_counter()
+        read_features(conn, NOW, rules)
+        sql_s = time.perf_counter() - start
+        start = time.perf_counter()
+        result = run_cycle(conn, NOW, rules, None)
+        first_s = time.perf_counter() - start
+        # Steady state: the verdicts exist, predictions are reused between their own runs.
+        start = time.perf_counter()
+        run_cycle(conn, NOW + timedelta(seconds=30), rules, result.predictions)
+        cycle_s = time.perf_counter() - start
     print(f"(cycle judged {result.gpus} GPUs: {result.states}; the first cycle, writing every verdict"
           f" and prediction, took {first_s:.2f} s)")  # fmt: skip
     report(

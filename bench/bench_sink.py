@@ -35,44 +35,22 @@ from statistics import median
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import psycopg
 from confluent_kafka.admin import AdminClient
 from psycopg import sql
 
 from bench._common import report, scratch_topic
+from evaluation.pipeline import stored_offsets_sum
 from services.sink.rows import METRIC_COLUMNS, STAGE_TYPES, stage_row
 from shared.config import DatabaseSettings, KafkaSettings, Settings
 from shared.db import connect
 from shared.kafka import make_admin, make_producer, wait_for_kafka
-from shared.migrate import apply_migrations, discover
+from shared.migrate import migrated_schema
 from tests.integration.sink_helpers import sample
 
 REPO = Path(__file__).resolve().parents[1]
 N, GPUS, PARTITIONS = 200_000, 1000, 6
 RUNS = 4  # each figure is the best of these: the least disturbed by other load
 BASELINE = "raw binary COPY"
-
-
-def fresh_schema(db: DatabaseSettings) -> DatabaseSettings:
-    name = f"bench_{uuid.uuid4().hex[:8]}"
-    with connect(db, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
-    scoped = db.model_copy(update={"search_path": name})
-    with connect(scoped) as conn:
-        apply_migrations(conn, discover())
-    return scoped
-
-
-def drop_schema(db: DatabaseSettings) -> None:
-    with connect(db.model_copy(update={"search_path": None}), autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(db.search_path or "")))
-
-
-def stored_offsets(conn: psycopg.Connection[tuple[object, ...]], group: str) -> int:
-    row = conn.execute(
-        "SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets WHERE consumer_group = %s", (group,)
-    ).fetchone()
-    return int(str(row[0])) if row else 0
 
 
 def group_settled(admin: AdminClient, group: str, members: int) -> bool:
@@ -116,7 +94,7 @@ def sink_rate(kafka: KafkaSettings, db: DatabaseSettings, topic: str, processes:
             fill_in_one_transaction(kafka, topic)
             start = time.perf_counter()
             with connect(db, autocommit=True) as watch:
-                while stored_offsets(watch, group) < N:
+                while stored_offsets_sum(watch, group) < N:
                     time.sleep(0.02)
             elapsed = time.perf_counter() - start
         finally:
@@ -162,14 +140,6 @@ def copy_rate(db: DatabaseSettings, rows: list[tuple[object, ...]]) -> float:
         return N / (time.perf_counter() - start)
 
 
-def in_fresh_schema(settings: Settings, measure: Callable[[DatabaseSettings], float]) -> float:
-    db = fresh_schema(settings.db)
-    try:
-        return measure(db)
-    finally:
-        drop_schema(db)
-
-
 def one_sink_run(settings: Settings, processes: int, lanes: int) -> Callable[[DatabaseSettings], float]:
     def measure(db: DatabaseSettings) -> float:
         with scratch_topic(settings.kafka, partitions=PARTITIONS) as topic:
@@ -191,7 +161,8 @@ def main() -> int:
     runs: dict[str, list[float]] = {name: [] for name in contenders}
     for _ in range(RUNS):
         for name, measure in contenders.items():
-            runs[name].append(in_fresh_schema(settings, measure))
+            with migrated_schema(settings.db, "bench") as db:
+                runs[name].append(measure(db))
     for name, rates in runs.items():
         print(f"  {name}: runs {', '.join(f'{r:,.0f}' for r in rates)} rows/s, median {median(rates):,.0f}")
     # Two estimates of the same ratio: best against best (the bench/ convention), and median

@@ -26,13 +26,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from psycopg import sql
-
 from evaluation.pipeline import Pipeline, pipeline
-from shared.config import DatabaseSettings, Settings, TopicSettings
-from shared.db import connect
+from shared.config import Settings, TopicSettings
 from shared.kafka import make_admin, wait_for_kafka
-from shared.migrate import apply_migrations, discover
+from shared.migrate import migrated_schema
 from shared.topics import TopicSpec, ensure_topics
 
 # (kind, params) per faulted GPU; the rest of the fleet stays healthy.
@@ -103,16 +100,13 @@ def evaluate(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
     topics = TopicSettings(metrics_raw=f"eval-raw-{suffix}", events=f"eval-events-{suffix}")
     admin = make_admin(settings.kafka)
     ensure_topics(admin, [TopicSpec(t, 3, 1) for t in (topics.metrics_raw, topics.events)])
-    schema = f"eval_{suffix}"
-    with connect(settings.db, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-    db: DatabaseSettings = settings.db.model_copy(update={"search_path": schema})
     try:
-        with connect(db) as conn:
-            apply_migrations(conn, discover())
-        with pipeline(
-            settings.kafka, db, topics, nodes=args.nodes, gpus=args.gpus, hours_back=args.hours + 1
-        ) as p:
+        with (
+            migrated_schema(settings.db, "eval") as db,
+            pipeline(
+                settings.kafka, db, topics, nodes=args.nodes, gpus=args.gpus, hours_back=args.hours + 1
+            ) as p,
+        ):
             faults = []
             for node, gpu, kind, params in place(p):
                 p.inject(node=node, gpu=gpu, kind=kind, params=params, after_s=args.faults_after_h * 3600)
@@ -125,8 +119,6 @@ def evaluate(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
             truth = p.fleet.ground_truth()["faults"]
             all_gpus = [g.uuid for n in p.fleet.nodes for g in n.gpus]
     finally:
-        with connect(settings.db, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
         admin.delete_topics([topics.metrics_raw, topics.events])
     return summarise(truth, seen, all_gpus)
 

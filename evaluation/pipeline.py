@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from prometheus_client import CollectorRegistry
 
 from services.collector.dcgm_source import DcgmSource
@@ -52,9 +53,14 @@ def make_loop(
 
 def stored_offsets_total(db: DatabaseSettings, group: str) -> int:
     with connect(db) as conn:
-        row = conn.execute(
-            "SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets WHERE consumer_group = %s", (group,)
-        ).fetchone()
+        return stored_offsets_sum(conn, group)
+
+
+def stored_offsets_sum(conn: psycopg.Connection[tuple[object, ...]], group: str) -> int:
+    """The next offsets `group` stored, summed over its partitions: the messages it has done."""
+    row = conn.execute(
+        "SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets WHERE consumer_group = %s", (group,)
+    ).fetchone()
     return int(str(row[0])) if row else 0
 
 

@@ -14,12 +14,16 @@ import hashlib
 import logging
 import re
 import sys
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
+from psycopg import sql
 
-from shared.config import Settings, load_settings
+from shared.config import DatabaseSettings, Settings, load_settings
 from shared.db import connect, timescale_info
 from shared.errors import GpuHealthError, MigrationError
 from shared.logging import setup_logging
@@ -112,6 +116,22 @@ def apply_migrations(
         conn.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_ID,))
         conn.commit()
     return applied_now
+
+
+@contextmanager
+def migrated_schema(db: DatabaseSettings, prefix: str) -> Iterator[DatabaseSettings]:
+    """A throwaway schema with every migration applied (benches, evaluations); dropped afterwards."""
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    with connect(db, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+    scoped = db.model_copy(update={"search_path": name})
+    try:
+        with connect(scoped) as conn:
+            apply_migrations(conn, discover())
+        yield scoped
+    finally:
+        with connect(db, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
 
 
 def main(argv: list[str] | None = None) -> int:
