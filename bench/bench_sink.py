@@ -43,7 +43,7 @@ from evaluation.pipeline import stored_offsets_sum
 from services.sink.rows import METRIC_COLUMNS, STAGE_TYPES, stage_row
 from shared.config import DatabaseSettings, KafkaSettings, Settings
 from shared.db import connect
-from shared.kafka import make_admin, make_producer, wait_for_kafka
+from shared.kafka import JsonProducer, make_admin, make_producer, wait_for_kafka
 from shared.migrate import migrated_schema
 from tests.integration.sink_helpers import sample
 
@@ -117,11 +117,13 @@ def fill_in_one_transaction(kafka: KafkaSettings, topic: str) -> None:
     )
     producer.init_transactions(30)
     producer.begin_transaction()
+    json_producer = JsonProducer(producer)  # encoded as the collector encodes them
     for i in range(N):
         s = sample(i, GPUS)
-        producer.produce(topic, json.dumps(s).encode(), s["gpu_uuid"].encode())
-        producer.poll(0)
+        json_producer.produce(topic, s["gpu_uuid"], s)
     producer.commit_transaction(120)
+    if json_producer.failed:
+        raise RuntimeError(f"{json_producer.failed} samples were not delivered: {json_producer.last_error}")
 
 
 def copy_rate(db: DatabaseSettings, rows: list[tuple[object, ...]]) -> float:
