@@ -8,14 +8,15 @@ Struct, which checks the same types and bounds in a few µs.
 It is a fast path, never a second authority: whatever it does not accept, the
 caller hands to pydantic, which accepts it (slowly) or refuses it with a reason.
 So it only has to be *no more lenient* than pydantic, and give the same values
-for what it accepts. Where the two could differ it declines:
+for what it accepts (one exception: an absent optional array is None, where
+pydantic gives []). Where the two could differ it declines:
 
 - regex patterns: pydantic anchors ``$`` at the very end; Python's ``$`` also
   matches before a final newline, so ``$`` is compiled as ``\\Z``;
 - ``date-time`` strings: only the plain RFC 3339 form
   (``2026-11-21T10:00:00.123Z`` or a ``±hh:mm`` offset, up to 6 fractional
-  digits) is parsed here; anything else goes to pydantic. The model's own
-  time check then runs on the result.
+  digits) is parsed here, by the decoder's hook as it meets them; anything
+  else goes to pydantic. The model's own time check then runs on the result.
 
 Schema keywords it does not know make compilation fail, so a new construct in
 the contract cannot be skipped silently. A unit test compares it with pydantic
@@ -44,6 +45,14 @@ _RFC3339 = re.compile(
 
 class SchemaNotSupportedError(ValueError):
     """The JSON Schema uses something this compiler does not translate."""
+
+
+class DecodedTime(datetime):
+    """A ``date-time`` field's value, parsed by FastDecoder's own hook.
+
+    A subclass, so that msgspec hands the string to the hook: it would parse a plain
+    datetime itself, and round where pydantic truncates.
+    """
 
 
 def python_pattern(pattern: str) -> str:
@@ -94,8 +103,10 @@ class _Compiler:
             _check_keys(s, {"type", "minLength", "maxLength", "pattern", "format"})
             if s.get("format", "date-time") != "date-time":
                 raise SchemaNotSupportedError(f"string format {s['format']!r}")
-            if "format" in s and set(s) & {"minLength", "maxLength", "pattern"}:
-                raise SchemaNotSupportedError(f"constraints on a date-time: {s}")
+            if "format" in s:
+                if set(s) & {"minLength", "maxLength", "pattern"}:
+                    raise SchemaNotSupportedError(f"constraints on a date-time: {s}")
+                return DecodedTime
             pattern = python_pattern(s["pattern"]) if "pattern" in s else None
             if pattern is not None and patterns is not None:
                 patterns[field], pattern = pattern, None
@@ -108,7 +119,12 @@ class _Compiler:
         raise SchemaNotSupportedError(f"unsupported schema {s}")
 
     def struct(
-        self, name: str, s: JsonSchema, order: Sequence[str] = (), patterns: dict[str, str] | None = None
+        self,
+        name: str,
+        s: JsonSchema,
+        order: Sequence[str] = (),
+        patterns: dict[str, str] | None = None,
+        namespace: dict[str, Any] | None = None,
     ) -> type[msgspec.Struct]:
         if name in self.structs:
             return self.structs[name]
@@ -116,45 +132,47 @@ class _Compiler:
         if s.get("type") != "object" or s.get("additionalProperties") is not False:
             raise SchemaNotSupportedError(f"{name}: only closed objects (additionalProperties: false)")
         props: dict[str, JsonSchema] = s["properties"]
+        if order and sorted(order) != sorted(props):
+            raise SchemaNotSupportedError(f"{name}: the order must name each property once: {order}")
         required = set(s.get("required", ()))
         fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
-        for field in [*order, *(n for n in props if n not in order)]:
+        for field in order or props:
             spec = props[field]
             kind = self.type_of(spec, patterns, field)
             if field in required:
                 fields.append((field, kind))
             elif spec.get("type") == "array":
-                fields.append((field, kind, msgspec.field(default_factory=list)))
+                fields.append((field, kind, None))  # absent: None (pydantic's default is [])
             else:
                 fields.append((field, kind, spec.get("default")))
         # gc=False: decoded messages hold no reference cycles, and tracking them costs time.
-        struct = msgspec.defstruct(name, fields, kw_only=True, forbid_unknown_fields=True, gc=False)
+        struct = msgspec.defstruct(
+            name, fields, kw_only=True, forbid_unknown_fields=True, gc=False, namespace=namespace
+        )
         self.structs[name] = struct
         return struct
-
-
-def _time_fields(schema: JsonSchema) -> list[str]:
-    def is_time(spec: JsonSchema) -> bool:
-        return spec.get("format") == "date-time" or any(is_time(o) for o in spec.get("anyOf", ()))
-
-    return [name for name, spec in schema["properties"].items() if is_time(spec)]
 
 
 _SEEN_LIMIT = 100_000  # checks remembered, per kind: a bound on memory, far above a fleet's GPUs
 
 
 class FastDecoder:
-    """Decodes JSON into a list of fields in a given order, or returns None to defer to pydantic."""
+    """Decodes JSON into a tuple of its fields in a given order, or returns None to defer to pydantic."""
 
     def __init__(
-        self, schema: JsonSchema, order: Sequence[str], time_check: Callable[[datetime], datetime]
+        self,
+        schema: JsonSchema,
+        order: Sequence[str],
+        time_check: Callable[[datetime], datetime],
+        finish: Callable[[Any], None] | None = None,
     ) -> None:
+        """`finish`, if given, is called on each decoded message (a msgspec Struct) as msgspec
+        builds it: the caller's own conversions of its fields, in place."""
         compiler = _Compiler(schema.get("$defs", {}))
         patterns: dict[str, str] = {}
-        top = compiler.struct(str(schema.get("title", "Message")), schema, order, patterns)
-        if any(_time_fields(d) for d in compiler.defs.values() if d.get("type") == "object"):
-            raise SchemaNotSupportedError("date-time fields are only translated at the top level")
-        self._decoder = msgspec.json.Decoder(top)
+        namespace = {"__post_init__": finish} if finish is not None else None
+        top = compiler.struct(str(schema.get("title", "Message")), schema, order, patterns, namespace)
+        self._decoder = msgspec.json.Decoder(top, dec_hook=self._decode_time)
         self.fields: tuple[str, ...] = top.__struct_fields__
         # The fields with a pattern, read together: a fleet repeats the same combination of
         # hostname, model, cluster... for every sample of a GPU, so each is checked once.
@@ -163,30 +181,33 @@ class FastDecoder:
         positions = [i for i, _ in checks]
         # itemgetter gives a bare value for a single position: asking for the first one again
         # keeps the result a tuple (its extra last item is never checked).
-        self._labels: Callable[[list[Any]], tuple[Any, ...]] = (
+        self._labels: Callable[[tuple[Any, ...]], tuple[Any, ...]] = (
             itemgetter(*positions, *positions[:1]) if positions else (lambda _: ())
         )
         self._labels_seen: set[tuple[Any, ...]] = set()
-        self._times = [self.fields.index(f) for f in _time_fields(schema)]
         self._time_check = time_check
-        self._times_seen: dict[str, datetime] = {}  # a fleet's samples share their poll times
+        self._times_seen: dict[str, DecodedTime] = {}  # a fleet's samples share their poll times
 
-    def decode(self, raw: bytes | str) -> list[Any] | None:
+    def decode(self, raw: bytes | str) -> tuple[Any, ...] | None:
         """The message's fields in `fields` order (nested objects as msgspec Structs), or None."""
         try:
-            values = list(msgspec.structs.astuple(self._decoder.decode(raw)))
+            values: tuple[Any, ...] = msgspec.structs.astuple(self._decoder.decode(raw))
             labels = self._labels(values)
             if labels not in self._labels_seen:
                 self._check_labels(labels)
-            for i in self._times:
-                if (text := values[i]) is not None:
-                    values[i] = self._times_seen.get(text) or self._check_time(text)
         except (msgspec.DecodeError, ValueError):  # msgspec.ValidationError is a DecodeError
             return None
         return values
 
-    def _check_time(self, text: str) -> datetime:
-        checked = self._time_check(_parse_time(text))
+    def _decode_time(self, kind: type, value: Any) -> DecodedTime:
+        """msgspec's hook for date-time fields; ValueError or TypeError declines the message."""
+        if kind is not DecodedTime or type(value) is not str:
+            raise TypeError(f"expected a date-time string, got {type(value).__name__}")
+        return self._times_seen.get(value) or self._check_time(value)
+
+    def _check_time(self, text: str) -> DecodedTime:
+        valid = self._time_check(_parse_time(text))
+        checked = DecodedTime.combine(valid.date(), valid.timetz())
         if len(self._times_seen) > _SEEN_LIMIT:
             self._times_seen.clear()
         self._times_seen[text] = checked

@@ -2,7 +2,9 @@
 
 `gpu_metrics` holds every sample field but the identity columns that live in
 `gpu_assets` (model, index, PCI bus, driver); the staging table carries those
-too, so one COPY feeds gpu_metrics, gpu_latest and gpu_assets.
+too, so one COPY feeds gpu_metrics, gpu_latest and gpu_assets. It also ends
+with the message's schema_version: the staging row is then the decoded
+message itself, in field order, without being copied into a narrower tuple.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ _PLAIN = (
     "namespace", "container", "source", "collector_id", "collection_latency_ms",
 )  # fmt: skip
 METRIC_COLUMNS: tuple[str, ...] = (*_PLAIN, "mig", *METRIC_FIELDS)
-STAGE_COLUMNS: tuple[str, ...] = (*METRIC_COLUMNS, *ASSET_ONLY)
+STAGE_COLUMNS: tuple[str, ...] = (*METRIC_COLUMNS, *ASSET_ONLY, "schema_version")
 
 
 def _pg_type(field: str) -> str:
@@ -35,7 +37,7 @@ _TEXT = "text"
 STAGE_TYPES: tuple[str, ...] = (
     "timestamptz", *([_TEXT] * 12), "double precision", "jsonb",
     *(_pg_type(f) for f in METRIC_FIELDS),
-    _TEXT, "smallint", _TEXT, _TEXT,
+    _TEXT, "smallint", _TEXT, _TEXT, "smallint",
 )  # fmt: skip
 
 _plain = attrgetter(*_PLAIN)
@@ -48,12 +50,17 @@ Row = tuple[Any, ...]
 
 def sample_row(s: GpuSample) -> Row:
     mig = Jsonb([m.model_dump() for m in s.mig]) if s.mig else None
-    return (*_plain(s), mig, *_metrics(s), *_assets(s))
+    return (*_plain(s), mig, *_metrics(s), *_assets(s), s.schema_version)
 
 
-# The contract's JSON Schema compiled into a decoder that yields fields in staging order.
-FAST_SAMPLE = FastDecoder(GpuSample.model_json_schema(), STAGE_COLUMNS, sane_time)
-_MIG, _WIDTH = STAGE_COLUMNS.index("mig"), len(STAGE_COLUMNS)
+def _stage_mig(message: Any) -> None:
+    """MIG instances as JSON, and none ([]) as NULL, as sample_row stores them."""
+    if (mig := message.mig) is not None:
+        message.mig = Jsonb(as_builtins(mig)) if mig else None
+
+
+# The contract's JSON Schema compiled into a decoder that yields staging rows.
+FAST_SAMPLE = FastDecoder(GpuSample.model_json_schema(), STAGE_COLUMNS, sane_time, _stage_mig)
 GPU_UUID, _TIME = STAGE_COLUMNS.index("gpu_uuid"), STAGE_COLUMNS.index("time")
 
 
@@ -63,12 +70,8 @@ def stage_row(raw: bytes | str) -> Row:
     The compiled decoder takes the common case; whatever it declines, the pydantic
     model decides (and names the reason when it refuses).
     """
-    values = FAST_SAMPLE.decode(raw)
-    if values is None:
-        return sample_row(parse_sample(raw))
-    mig = values[_MIG]
-    values[_MIG] = Jsonb(as_builtins(mig)) if mig else None
-    return tuple(values[:_WIDTH])
+    row = FAST_SAMPLE.decode(raw)
+    return row if row is not None else sample_row(parse_sample(raw))
 
 
 EVENT_COLUMNS: tuple[str, ...] = (
