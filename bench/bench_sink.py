@@ -1,7 +1,9 @@
 """Sink throughput from a pre-filled topic, next to a raw binary COPY of the same rows.
 
 Everything writes the same samples into a fresh `gpu_metrics` hypertable (each
-run in its own schema with the project's migrations). The sink is the real
+run in its own schema with the project's migrations). The samples are messages
+as the collector publishes them: every field of the contract, nulls included
+(~1.7 kB each). The sink is the real
 service, `python -m services.sink`, run as one process and then as two in one
 consumer group (the way it scales: one per core here). Its figure covers
 consume + decode/validate + COPY to staging + INSERT ... ON CONFLICT +
@@ -16,6 +18,11 @@ starts the clock; it stops when the last offset is stored in the database.
 The baseline is psycopg's binary COPY of the already-built rows straight into
 the hypertable over one connection: no Kafka, no validation, no idempotency.
 Target: ratio >= 0.5.
+
+It also prints where the CPU went, per row and by party (the sink's processes,
+PostgreSQL, Kafka, the whole machine), and the rate the machine's cores could
+reach at that cost if every one of them were busy all the time: every party
+shares the same cores, so the sink cannot beat that ceiling on this machine.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from statistics import median
+from typing import Any, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -39,16 +47,19 @@ from confluent_kafka.admin import AdminClient
 from psycopg import sql
 
 from bench._common import report, scratch_topic
+from bench.cpu import MACHINE, CpuMeter
 from evaluation.pipeline import stored_offsets_sum
 from services.sink.rows import METRIC_COLUMNS, STAGE_TYPES, stage_row
 from shared.config import DatabaseSettings, KafkaSettings, Settings
 from shared.db import connect
 from shared.kafka import JsonProducer, make_admin, make_producer, wait_for_kafka
 from shared.migrate import migrated_schema
+from shared.models import parse_sample, to_json
 from tests.integration.sink_helpers import sample
 
 REPO = Path(__file__).resolve().parents[1]
 N, GPUS, PARTITIONS = 200_000, 1000, 6
+SERVERS = {"PostgreSQL": "postgres", "Kafka": "java"}  # the servers' processes, by name
 RUNS = 4  # each figure is the best of these: the least disturbed by other load
 BASELINE = "raw binary COPY"
 
@@ -64,7 +75,12 @@ def group_settled(admin: AdminClient, group: str, members: int) -> bool:
     )
 
 
-def sink_rate(kafka: KafkaSettings, db: DatabaseSettings, topic: str, processes: int, lanes: int) -> float:
+class Run(NamedTuple):
+    rate: float  # rows/s
+    cpu: dict[str, float]  # CPU µs per row, by party (bench.cpu)
+
+
+def sink_rate(kafka: KafkaSettings, db: DatabaseSettings, topic: str, processes: int, lanes: int) -> Run:
     """Rows/s of `processes` sink services in one group, from a settled group to the last offset."""
     group = f"bench-{uuid.uuid4().hex[:8]}"
     env = {
@@ -92,18 +108,26 @@ def sink_rate(kafka: KafkaSettings, db: DatabaseSettings, topic: str, processes:
                     raise RuntimeError(f"the sinks did not settle:\n{log.read().decode()[-3000:]}")
                 time.sleep(0.05)
             fill_in_one_transaction(kafka, topic)
+            meter = CpuMeter(pids={"sink": lambda: [p.pid for p in procs]}, names=SERVERS)
+            meter.start()
             start = time.perf_counter()
             with connect(db, autocommit=True) as watch:
                 while stored_offsets_sum(watch, group) < N:
                     time.sleep(0.02)
             elapsed = time.perf_counter() - start
+            used = meter.stop()
         finally:
             for p in procs:
                 p.send_signal(signal.SIGTERM)
             codes = [p.wait(60) for p in procs]
     if any(codes):
         raise RuntimeError(f"a sink did not exit cleanly on SIGTERM: {codes}")
-    return N / elapsed
+    return Run(N / elapsed, per_row(used))
+
+
+def collector_message(i: int) -> dict[str, Any]:
+    """Sample i as the collector publishes it: every field of the contract, nulls included."""
+    return to_json(parse_sample(json.dumps(sample(i, GPUS))))
 
 
 def fill_in_one_transaction(kafka: KafkaSettings, topic: str) -> None:
@@ -119,31 +143,39 @@ def fill_in_one_transaction(kafka: KafkaSettings, topic: str) -> None:
     producer.begin_transaction()
     json_producer = JsonProducer(producer)  # encoded as the collector encodes them
     for i in range(N):
-        s = sample(i, GPUS)
-        json_producer.produce(topic, s["gpu_uuid"], s)
+        message = collector_message(i)
+        json_producer.produce(topic, message["gpu_uuid"], message)
     producer.commit_transaction(120)
     if json_producer.failed:
         raise RuntimeError(f"{json_producer.failed} samples were not delivered: {json_producer.last_error}")
 
 
-def copy_rate(db: DatabaseSettings, rows: list[tuple[object, ...]]) -> float:
+def per_row(used: dict[str, float]) -> dict[str, float]:
+    return {party: seconds / N * 1e6 for party, seconds in used.items()}
+
+
+def copy_rate(db: DatabaseSettings, rows: list[tuple[object, ...]]) -> Run:
     """Rows/s of one binary COPY of the already-built rows."""
     width = len(METRIC_COLUMNS)
     statement = sql.SQL("COPY gpu_metrics ({}) FROM STDIN (FORMAT BINARY)").format(
         sql.SQL(", ").join(sql.Identifier(c) for c in METRIC_COLUMNS)
     )
+    meter = CpuMeter(pids={"bench (psycopg)": lambda: [os.getpid()]}, names=SERVERS)
     with connect(db) as conn, conn.cursor() as cur:
+        meter.start()
         start = time.perf_counter()
         with cur.copy(statement) as copy:
             copy.set_types(STAGE_TYPES[:width])
             for row in rows:
                 copy.write_row(row)
         conn.commit()
-        return N / (time.perf_counter() - start)
+        elapsed = time.perf_counter() - start
+        used = meter.stop()
+    return Run(N / elapsed, per_row(used))
 
 
-def one_sink_run(settings: Settings, processes: int, lanes: int) -> Callable[[DatabaseSettings], float]:
-    def measure(db: DatabaseSettings) -> float:
+def one_sink_run(settings: Settings, processes: int, lanes: int) -> Callable[[DatabaseSettings], Run]:
+    def measure(db: DatabaseSettings) -> Run:
         with scratch_topic(settings.kafka, partitions=PARTITIONS) as topic:
             return sink_rate(settings.kafka, db, topic, processes, lanes)
 
@@ -153,20 +185,22 @@ def one_sink_run(settings: Settings, processes: int, lanes: int) -> Callable[[Da
 def main() -> int:
     settings = Settings()
     wait_for_kafka(settings.kafka)
-    rows = [stage_row(json.dumps(sample(i, GPUS)))[: len(METRIC_COLUMNS)] for i in range(N)]
-    contenders: dict[str, Callable[[DatabaseSettings], float]] = {
+    rows = [stage_row(json.dumps(collector_message(i)))[: len(METRIC_COLUMNS)] for i in range(N)]
+    contenders: dict[str, Callable[[DatabaseSettings], Run]] = {
         "sink, 1 process (2 lanes, the default)": one_sink_run(settings, 1, 2),
         "sink, 2 processes (1 lane each)": one_sink_run(settings, 2, 1),
         BASELINE: partial(copy_rate, rows=rows),
     }
     # Round-robin, so every contender meets the same spells of noise from other tenants.
-    runs: dict[str, list[float]] = {name: [] for name in contenders}
+    measured: dict[str, list[Run]] = {name: [] for name in contenders}
     for _ in range(RUNS):
         for name, measure in contenders.items():
             with migrated_schema(settings.db, "bench") as db:
-                runs[name].append(measure(db))
+                measured[name].append(measure(db))
+    runs = {name: [r.rate for r in results] for name, results in measured.items()}
     for name, rates in runs.items():
         print(f"  {name}: runs {', '.join(f'{r:,.0f}' for r in rates)} rows/s, median {median(rates):,.0f}")
+    print_cpu(measured, median(runs[BASELINE]))
     # Two estimates of the same ratio: best against best (the bench/ convention), and median
     # against median (steadier here: a 2 s COPY is likelier than a 4 s sink run to land in a
     # quiet spell of a shared host).
@@ -176,6 +210,24 @@ def main() -> int:
             report(f"{what}, best", max(runs[name]), "rows/s", BASELINE, max(runs[BASELINE]))
             report(f"{what}, median", median(runs[name]), "rows/s", BASELINE, median(runs[BASELINE]))
     return 0
+
+
+def print_cpu(measured: dict[str, list[Run]], baseline_rate: float) -> None:
+    """Where the cycles went, and the most this machine's cores allow at that cost per row."""
+    if not CpuMeter.available():
+        return
+    cores = os.cpu_count() or 1
+    print(f"  CPU per row, median of the runs (µs; user + system, from /proc; {cores} cores):")
+    for name, results in measured.items():
+        parties = sorted({p for r in results for p in r.cpu}, key=lambda p: (p == MACHINE, p))
+        cost = {p: median(r.cpu.get(p, 0.0) for r in results) for p in parties}
+        # every party shares the cores: at this cost the machine cannot go faster than this
+        ceiling = cores / cost[MACHINE] * 1e6 if cost.get(MACHINE) else float("inf")
+        shares = ", ".join(f"{p} {c:.1f}" for p, c in cost.items())
+        print(
+            f"    {name}: {shares}; ceiling at full use of {cores} cores {ceiling:,.0f} rows/s"
+            f" = {ceiling / baseline_rate:.2f} of raw COPY's median"
+        )
 
 
 if __name__ == "__main__":
