@@ -60,7 +60,7 @@ from tests.integration.sink_helpers import sample
 REPO = Path(__file__).resolve().parents[1]
 N, GPUS, PARTITIONS = 200_000, 1000, 6
 SERVERS = {"PostgreSQL": "postgres", "Kafka": "java"}  # the servers' processes, by name
-RUNS = 4  # each figure is the best of these: the least disturbed by other load
+RUNS = 4  # of each contender, interleaved; reported as best and as median
 BASELINE = "raw binary COPY"
 
 
@@ -108,21 +108,21 @@ def sink_rate(kafka: KafkaSettings, db: DatabaseSettings, topic: str, processes:
                     raise RuntimeError(f"the sinks did not settle:\n{log.read().decode()[-3000:]}")
                 time.sleep(0.05)
             fill_in_one_transaction(kafka, topic)
-            meter = CpuMeter(pids={"sink": lambda: [p.pid for p in procs]}, names=SERVERS)
-            meter.start()
-            start = time.perf_counter()
             with connect(db, autocommit=True) as watch:
-                while stored_offsets_sum(watch, group) < N:
-                    time.sleep(0.02)
-            elapsed = time.perf_counter() - start
-            used = meter.stop()
+
+                def all_stored() -> None:
+                    while stored_offsets_sum(watch, group) < N:
+                        time.sleep(0.02)
+
+                sinks = CpuMeter(pids={"sink": lambda: [p.pid for p in procs]}, names=SERVERS)
+                run = timed(sinks, all_stored)
         finally:
             for p in procs:
                 p.send_signal(signal.SIGTERM)
             codes = [p.wait(60) for p in procs]
     if any(codes):
         raise RuntimeError(f"a sink did not exit cleanly on SIGTERM: {codes}")
-    return Run(N / elapsed, per_row(used))
+    return run
 
 
 def collector_message(i: int) -> dict[str, Any]:
@@ -150,8 +150,14 @@ def fill_in_one_transaction(kafka: KafkaSettings, topic: str) -> None:
         raise RuntimeError(f"{json_producer.failed} samples were not delivered: {json_producer.last_error}")
 
 
-def per_row(used: dict[str, float]) -> dict[str, float]:
-    return {party: seconds / N * 1e6 for party, seconds in used.items()}
+def timed(meter: CpuMeter, work: Callable[[], object]) -> Run:
+    """The rate of `work` over the N samples, and the CPU each row cost each party meanwhile."""
+    meter.start()
+    start = time.perf_counter()
+    work()
+    elapsed = time.perf_counter() - start
+    used = meter.stop()
+    return Run(N / elapsed, {party: seconds / N * 1e6 for party, seconds in used.items()})
 
 
 def copy_rate(db: DatabaseSettings, rows: list[tuple[object, ...]]) -> Run:
@@ -160,18 +166,16 @@ def copy_rate(db: DatabaseSettings, rows: list[tuple[object, ...]]) -> Run:
     statement = sql.SQL("COPY gpu_metrics ({}) FROM STDIN (FORMAT BINARY)").format(
         sql.SQL(", ").join(sql.Identifier(c) for c in METRIC_COLUMNS)
     )
-    meter = CpuMeter(pids={"bench (psycopg)": lambda: [os.getpid()]}, names=SERVERS)
     with connect(db) as conn, conn.cursor() as cur:
-        meter.start()
-        start = time.perf_counter()
-        with cur.copy(statement) as copy:
-            copy.set_types(STAGE_TYPES[:width])
-            for row in rows:
-                copy.write_row(row)
-        conn.commit()
-        elapsed = time.perf_counter() - start
-        used = meter.stop()
-    return Run(N / elapsed, per_row(used))
+
+        def copy_all() -> None:
+            with cur.copy(statement) as copy:
+                copy.set_types(STAGE_TYPES[:width])
+                for row in rows:
+                    copy.write_row(row)
+            conn.commit()
+
+        return timed(CpuMeter(pids={"bench (psycopg)": lambda: [os.getpid()]}, names=SERVERS), copy_all)
 
 
 def one_sink_run(settings: Settings, processes: int, lanes: int) -> Callable[[DatabaseSettings], Run]:

@@ -48,15 +48,20 @@ _assets = attrgetter(*ASSET_ONLY)
 Row = tuple[Any, ...]
 
 
+def _mig_column(instances: list[dict[str, Any]]) -> Jsonb | None:
+    """MIG instances as JSON, and none ([]) as NULL."""
+    return Jsonb(instances) if instances else None
+
+
 def sample_row(s: GpuSample) -> Row:
-    mig = Jsonb([m.model_dump() for m in s.mig]) if s.mig else None
+    mig = _mig_column([m.model_dump() for m in s.mig])
     return (*_plain(s), mig, *_metrics(s), *_assets(s), s.schema_version)
 
 
 def _stage_mig(message: Any) -> None:
-    """MIG instances as JSON, and none ([]) as NULL, as sample_row stores them."""
+    """The fast decoder's MIG field in its column form, as msgspec builds the message."""
     if (mig := message.mig) is not None:
-        message.mig = Jsonb(as_builtins(mig)) if mig else None
+        message.mig = _mig_column(as_builtins(mig))
 
 
 # The contract's JSON Schema compiled into a decoder that yields staging rows.

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from bench.cpu import MACHINE, CpuMeter, _process_cpu
+from evaluation.pipeline import wait_until
 
 
 def spin(seconds: float) -> None:
@@ -31,18 +32,19 @@ def test_processes_are_found_by_name_and_one_born_meanwhile_counts_from_zero() -
     name = Path(sys.executable).name[:15]  # comm is at most 15 characters
     meter = CpuMeter(names={"pythons": name})
     meter.start()
+    # the child spins for 0.3 s of CPU, then waits for its stdin to close
     child = subprocess.Popen(
-        [sys.executable, "-c", "import time\nt=time.process_time()+0.3\nwhile time.process_time()<t: pass\n"
-         "time.sleep(5)"]
+        [sys.executable, "-c", "import sys, time\nt=time.process_time()+0.3\n"
+         "while time.process_time()<t: pass\nsys.stdin.read()"],
+        stdin=subprocess.PIPE,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 10
-        while (_process_cpu(child.pid) or 0.0) < 0.3 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: (_process_cpu(child.pid) or 0.0) >= 0.3, 10, "the child's CPU")
         used = meter.stop()
     finally:
-        child.kill()
-        child.wait()
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait(10)
     assert used["pythons"] >= 0.25  # the child's whole CPU, though it was not there at start
 
 
