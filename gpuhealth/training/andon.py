@@ -97,7 +97,7 @@ def idle_alert(s: GpuStatus, t: AndonThresholds, idle_s: float | None) -> Alert 
         return None
     return Alert(
         AlertKind.IDLE, "warning", s.index, s.uuid, idle_s, t.idle_for_s, "s",
-        f"idle/hang: utilisation below {t.idle_util_pct:g}% for {idle_s:.0f} s", s.time,
+        f"idle/hang: utilisation below {t.idle_util_pct:g}% for {idle_s:.1f} s", s.time,
         {"util_pct": s.util_pct, "util_below_pct": t.idle_util_pct},
     )  # fmt: skip
 
