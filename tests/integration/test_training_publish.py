@@ -18,7 +18,9 @@ def test_alerts_opened_and_resolved_are_published(
 ) -> None:
     topic = topic_factory(prefix="training-alerts")
     job = TrainingJob(id="job-42", name="tiny", hostname="node-1", pid=1234, rank=0)
-    publisher = AlertPublisher.connect(bootstrap_servers=kafka_settings.bootstrap_servers, topic=topic, job=job)
+    publisher = AlertPublisher.connect(
+        bootstrap_servers=kafka_settings.bootstrap_servers, topic=topic, job=job
+    )
     nvml = ScriptedNvml()
     nvml.temp_c = [92, 50]
     clock = [0.0]
@@ -31,8 +33,13 @@ def test_alerts_opened_and_resolved_are_published(
     andon.close()  # flushes
     messages = consume_all(kafka_settings, topic, expected=2)
     assert [m.key() for m in messages] == [H100.encode(), H100.encode()]
-    opened, resolved = (parse_training_alert(m.value()) for m in messages)
-    assert (opened.source, opened.kind, opened.state, opened.severity) == ("training", "thermal", "open", "critical")
+    opened, resolved = (parse_training_alert(m.value() or b"") for m in messages)
+    assert (opened.source, opened.kind, opened.state, opened.severity) == (
+        "training",
+        "thermal",
+        "open",
+        "critical",
+    )
     assert (opened.value, opened.threshold, opened.gpu_index) == (92.0, 82.0, 0)
     assert opened.job == job
     assert (resolved.kind, resolved.state) == ("thermal", "resolved")

@@ -62,15 +62,20 @@ def test_a_broken_rules_file_or_bad_override_is_a_config_error(tmp_path: Path) -
 finite = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False)
 
 
-@given(name=st.sampled_from(["thermal_c", "memory_used_ratio", "power_limit_ratio", "idle_for_s", "idle_util_pct"]),
-       value=st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.booleans(), st.text(max_size=3), finite))  # fmt: skip
+NAMES = ["thermal_c", "memory_used_ratio", "power_limit_ratio", "idle_for_s", "idle_util_pct"]
+JUNK = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.booleans(), st.text(max_size=3), finite)
+
+
+@given(name=st.sampled_from(NAMES), value=JUNK)
 def test_thresholds_accept_only_finite_numbers_in_range(name: str, value: object) -> None:
     try:
         t = T.override(**{name: value})
     except ConfigError:
         return
     got = getattr(t, name)
-    assert isinstance(got, int | float) and not isinstance(got, bool) and math.isfinite(got)
+    assert isinstance(got, int | float)
+    assert not isinstance(got, bool)
+    assert math.isfinite(got)
 
 
 temps = st.one_of(st.none(), st.floats(min_value=0, max_value=250))
@@ -84,11 +89,20 @@ def test_thermal_fires_exactly_at_or_above_the_limit(
 ) -> None:
     t = T.override(thermal_margin_c=margin, thermal_c=fixed)
     alert = thermal_alert(status(temp_c=temp, slowdown_c=slowdown), t)
-    limit = fixed if fixed is not None else (slowdown if slowdown is not None else T.default_slowdown_c) - margin
+    limit = (
+        fixed if fixed is not None else (slowdown if slowdown is not None else T.default_slowdown_c) - margin
+    )
     assert (alert is not None) == (temp is not None and temp >= limit)
     if alert is not None:
-        assert (alert.kind, alert.value, alert.threshold, alert.gpu_uuid) == (AlertKind.THERMAL, temp, limit, UUID)
-        at_slowdown = temp is not None and temp >= (slowdown if slowdown is not None else T.default_slowdown_c)
+        assert (alert.kind, alert.value, alert.threshold, alert.gpu_uuid) == (
+            AlertKind.THERMAL,
+            temp,
+            limit,
+            UUID,
+        )
+        at_slowdown = temp is not None and temp >= (
+            slowdown if slowdown is not None else T.default_slowdown_c
+        )
         assert alert.severity == ("critical" if at_slowdown else "warning")
 
 
@@ -112,7 +126,8 @@ def test_memory_pressure_fires_exactly_at_or_above_the_ratio(
     expected = used is not None and bool(total) and used / total >= ratio  # type: ignore[operator]
     assert (alert is not None) == expected
     if alert is not None:
-        assert alert.threshold == ratio and alert.value == used / total  # type: ignore[operator]
+        assert alert.threshold == ratio
+        assert alert.value == used / total  # type: ignore[operator]
 
 
 @given(power=st.one_of(st.none(), st.floats(min_value=0, max_value=2000)),
@@ -138,11 +153,14 @@ def test_idle_fires_after_utilisation_stays_below_for_long_enough(
     for i, util in enumerate(utils):
         now = i * step_s
         fired = [a for a in checker.evaluate(status(util_pct=util), now) if a.kind is AlertKind.IDLE]
-        idle_since = (idle_since if idle_since is not None else now) if util is not None and util < below else None
+        idle_since = (
+            (idle_since if idle_since is not None else now) if util is not None and util < below else None
+        )
         expected = idle_since is not None and now - idle_since >= for_s
         assert bool(fired) == expected, (i, util)
         if fired:
-            assert fired[0].value == now - idle_since and fired[0].threshold == for_s  # type: ignore[operator]
+            assert fired[0].value == now - idle_since  # type: ignore[operator]
+            assert fired[0].threshold == for_s
 
 
 def test_idle_alert_needs_a_duration() -> None:
@@ -155,7 +173,11 @@ def test_alerts_open_once_stay_active_and_resolve() -> None:
     first = checker.check([hot], 0)
     assert {a.kind for a in first.opened} == {AlertKind.THERMAL, AlertKind.MEMORY_PRESSURE}
     again = checker.check([hot], 1)
-    assert again.opened == [] and {a.kind for a in again.active} == {AlertKind.THERMAL, AlertKind.MEMORY_PRESSURE}
+    assert again.opened == []
+    assert {a.kind for a in again.active} == {
+        AlertKind.THERMAL,
+        AlertKind.MEMORY_PRESSURE,
+    }
     assert checker.check([], 2).resolved == []  # a GPU that was not read clears nothing
     cooled = checker.check([replace(hot, temp_c=60)], 3)
     assert [a.kind for a in cooled.resolved] == [AlertKind.THERMAL]
@@ -168,4 +190,5 @@ def test_an_alert_names_device_value_and_threshold() -> None:
     assert alert is not None
     assert alert.device == f"GPU 0 ({UUID})"
     assert (alert.value, alert.threshold, alert.unit, alert.severity) == (88, 82, "C", "critical")
-    assert "88 °C" in str(alert) and "limit 82 °C" in str(alert)
+    assert "88 °C" in str(alert)
+    assert "limit 82 °C" in str(alert)

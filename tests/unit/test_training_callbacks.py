@@ -24,7 +24,8 @@ import pytest
 from transformers import TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_callback import CallbackHandler
 
-from gpuhealth.training import Alert, AlertKind, Andon, AndonChecker, AndonThresholds, GpuMonitor
+from gpuhealth.training import Alert, AlertKind, Andon, AndonChecker, AndonThresholds, GpuMonitor, SourceError
+from gpuhealth.training.sources import SourceReading
 from tests.unit.scripted_nvml import ScriptedNvml
 
 EVERY_S, STEP_S, HEAT_AT = 5.0, 0.5, 32  # a check every 10 steps; the GPU overheats at step 32
@@ -64,10 +65,16 @@ def assert_stopped_on_thermal(stopped_at: int | None, nvml: ScriptedNvml, seen: 
 def test_transformers_trainer_callback_stops_training_on_thermal(tmp_path: Path) -> None:
     from gpuhealth.training.transformers import AndonCallback
 
-    nvml, clock, seen = ScriptedNvml(), Clock(), []
+    nvml, clock, seen = ScriptedNvml(), Clock(), list[Alert]()
     callback = AndonCallback(make_andon(nvml, clock, seen))
-    handler = CallbackHandler([callback], model=None, processing_class=None, optimizer=None, lr_scheduler=None)
-    args, state, control = TrainingArguments(output_dir=str(tmp_path), report_to=[]), TrainerState(), TrainerControl()
+    handler = CallbackHandler(  # type: ignore[no-untyped-call]
+        [callback], model=None, processing_class=None, optimizer=None, lr_scheduler=None
+    )
+    args, state, control = (
+        TrainingArguments(output_dir=str(tmp_path), report_to=[]),
+        TrainerState(),
+        TrainerControl(),
+    )
     control = handler.on_train_begin(args, state, control)
     stopped_at = None
     for step in range(100):  # the Trainer's inner loop: on_step_end, then it reads the control
@@ -86,7 +93,9 @@ def test_transformers_trainer_callback_stops_training_on_thermal(tmp_path: Path)
 @pytest.fixture
 def lightning_standin(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.ModuleType]:
     class Callback:  # Lightning's base class: every hook is a no-op to override
-        def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        def on_train_batch_end(
+            self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+        ) -> None:
             return None
 
     for name in ("lightning", "lightning.pytorch", "lightning.pytorch.callbacks"):
@@ -98,7 +107,7 @@ def lightning_standin(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.ModuleT
 
 
 def test_lightning_callback_stops_training_on_thermal(lightning_standin: types.ModuleType) -> None:
-    nvml, clock, seen = ScriptedNvml(), Clock(), []
+    nvml, clock, seen = ScriptedNvml(), Clock(), list[Alert]()
     callback = lightning_standin.AndonCallback(make_andon(nvml, clock, seen))
     trainer = SimpleNamespace(should_stop=False, world_size=1)
     stopped_at = None
@@ -112,18 +121,23 @@ def test_lightning_callback_stops_training_on_thermal(lightning_standin: types.M
 
 
 def test_lightning_callback_agrees_a_stop_across_ranks(lightning_standin: types.ModuleType) -> None:
-    nvml, clock, seen = ScriptedNvml(), Clock(), []
+    nvml, clock, seen = ScriptedNvml(), Clock(), list[Alert]()
     decisions: list[bool] = []
 
     def reduce_boolean_decision(decision: bool, all: bool = True) -> bool:
         decisions.append(decision)
         return True  # another rank saw an alert
 
-    trainer = SimpleNamespace(should_stop=False, world_size=2,
-                              strategy=SimpleNamespace(reduce_boolean_decision=reduce_boolean_decision))  # fmt: skip
+    trainer = SimpleNamespace(
+        should_stop=False,
+        world_size=2,
+        strategy=SimpleNamespace(reduce_boolean_decision=reduce_boolean_decision),
+    )
     callback = lightning_standin.AndonCallback(make_andon(nvml, clock, seen))
     callback.on_train_batch_end(trainer, None, None, None, 0)
-    assert decisions == [False] and trainer.should_stop and seen == []
+    assert decisions == [False]
+    assert trainer.should_stop
+    assert seen == []
 
 
 def test_lightning_callback_owns_and_closes_the_andon_it_builds(lightning_standin: types.ModuleType) -> None:
@@ -153,7 +167,7 @@ def keras_standin(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.ModuleType]
 
 
 def test_keras_callback_stops_training_on_thermal(keras_standin: types.ModuleType) -> None:
-    nvml, clock, seen = ScriptedNvml(), Clock(), []
+    nvml, clock, seen = ScriptedNvml(), Clock(), list[Alert]()
     callback = keras_standin.AndonCallback(make_andon(nvml, clock, seen))
     model = SimpleNamespace(stop_training=False)
     callback.set_model(model)
@@ -168,18 +182,20 @@ def test_keras_callback_stops_training_on_thermal(keras_standin: types.ModuleTyp
 
 
 def test_the_loop_helper_checks_every_n_seconds_and_stops() -> None:
-    nvml, clock, seen = ScriptedNvml(), Clock(), []
+    nvml, clock, seen = ScriptedNvml(), Clock(), list[Alert]()
     andon = make_andon(nvml, clock, seen)
     done = []
     for step in andon.steps(range(100)):
         done.append(step)
         step_clock(nvml, clock, step)
     assert done == list(range(40))  # the check before step 40 saw the heat of step 32
-    assert nvml.reads == 5 and andon.stop_requested and andon.stop_alert == seen[0]
+    assert nvml.reads == 5
+    assert andon.stop_requested
+    assert andon.stop_alert == seen[0]
 
 
 def test_alerts_not_in_stop_on_only_call_the_hook() -> None:
-    nvml, clock, seen = ScriptedNvml(), Clock(), []
+    nvml, clock, seen = ScriptedNvml(), Clock(), list[Alert]()
     nvml.mem_used_mib = [79 * 1024, 10]
     nvml.power_mw = [699_000, 10]
     andon = make_andon(nvml, clock, seen)
@@ -202,16 +218,25 @@ def test_a_failing_hook_publisher_or_read_never_breaks_training() -> None:
         def close(self) -> None:
             raise OSError("broker away")
 
-    andon = Andon(monitor=GpuMonitor(nvml=nvml, devices=[0, 1]), checker=AndonChecker(), every_s=1,
-                  stop_on={AlertKind.THERMAL}, on_alert=hook, publisher=BrokenPublisher(), clock=clock)  # fmt: skip
-    assert andon.tick() is True and len(andon.alerts) == 2
+    andon = Andon(
+        monitor=GpuMonitor(nvml=nvml, devices=[0, 1]),
+        checker=AndonChecker(),
+        every_s=1,
+        stop_on={AlertKind.THERMAL},
+        on_alert=hook,
+        publisher=BrokenPublisher(),
+        clock=clock,
+    )
+    assert andon.tick() is True
+    assert len(andon.alerts) == 2
 
-    def lost() -> None:
-        raise __import__("gpuhealth.training").training.SourceError("GPU is lost")
+    def lost() -> SourceReading:
+        raise SourceError("GPU is lost")
 
     andon.monitor.source.read = lost  # type: ignore[method-assign]
     clock.t += 1
-    assert andon.check_now() is None and andon.read_errors == 1
+    assert andon.check_now() is None
+    assert andon.read_errors == 1
     andon.close()
 
 
@@ -219,12 +244,22 @@ def test_the_background_watcher_sees_a_hang_while_no_step_runs() -> None:
     nvml = ScriptedNvml()
     nvml.util_pct = [0, 0]
     heard = threading.Event()
-    andon = Andon(monitor=GpuMonitor(nvml=nvml, devices=[0]), checker=AndonChecker(idle_for_s=0.05, idle_util_pct=5),
-                  every_s=0.02, background=True, stop_on={"idle"}, on_alert=lambda a: heard.set())  # fmt: skip
+    checker = AndonChecker(idle_for_s=0.05, idle_util_pct=5)
+    andon = Andon(
+        monitor=GpuMonitor(nvml=nvml, devices=[0]),
+        checker=checker,
+        every_s=0.02,
+        background=True,
+        stop_on={"idle"},
+        on_alert=lambda a: heard.set(),
+    )
     try:
         assert heard.wait(10), "no idle alert from the background watcher"
-        assert andon.tick() is True and andon.stop_alert is not None
-        assert andon.stop_alert.kind is AlertKind.IDLE and andon.stop_alert.value >= 0.05  # type: ignore[operator]
+        assert andon.tick() is True
+        assert andon.stop_alert is not None
+        assert andon.stop_alert.kind is AlertKind.IDLE
+        assert andon.stop_alert.value is not None
+        assert andon.stop_alert.value >= 0.05
     finally:
         andon.close()
     assert nvml.shut
@@ -252,7 +287,8 @@ def test_a_callback_without_its_framework_says_what_to_install(
 def test_the_library_imports_no_framework_and_no_kafka_client() -> None:
     code = (
         "import sys, gpuhealth.training\n"
-        "heavy = ('transformers', 'lightning', 'pytorch_lightning', 'keras', 'tensorflow', 'torch', 'confluent_kafka')\n"
+        "heavy = ('transformers', 'lightning', 'pytorch_lightning', 'keras', 'tensorflow', 'torch',\n"
+        "         'confluent_kafka')\n"
         "print(','.join(m for m in heavy if m in sys.modules))"
     )
     root = Path(__file__).resolve().parents[2]

@@ -12,7 +12,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuhealth.training import Alert, AlertKind, AlertPublisher, Andon, AndonChecker, AndonExporter, GpuMonitor
+from gpuhealth.training import (
+    Alert,
+    AlertKind,
+    AlertPublisher,
+    Andon,
+    AndonChecker,
+    AndonExporter,
+    GpuMonitor,
+)
 from gpuhealth.training.publish import alert_message, job_from_env
 from shared.errors import ContractError
 from shared.models_training import TrainingAlert, TrainingJob, parse_training_alert
@@ -77,7 +85,8 @@ def test_job_identity_comes_from_the_scheduler(monkeypatch: pytest.MonkeyPatch) 
     assert (job.id, job.name, job.rank) == ("4242", "llama-ft", 3)
     assert job_from_env({"GPUHEALTH_JOB_ID": "mine", "SLURM_JOB_ID": "1"}, name="x").id == "mine"
     fallback = job_from_env({})
-    assert fallback.id == f"{fallback.hostname}-{fallback.pid}" and fallback.rank is None
+    assert fallback.id == f"{fallback.hostname}-{fallback.pid}"
+    assert fallback.rank is None
 
 
 class RecordingProducer:
@@ -100,14 +109,16 @@ def test_published_alerts_are_valid_training_messages_keyed_by_gpu() -> None:
     publisher.publish(alert(), "open")
     publisher.publish(alert(), "resolved")
     publisher.close()
-    assert producer.flushed and publisher.published == 2
+    assert producer.flushed
+    assert publisher.published == 2
     (topic, key, value), (_, _, resolved) = producer.sent
     assert (topic, key) == ("alerts-x", UUID)
     msg = parse_training_alert(json.dumps(value))
     assert (msg.source, msg.kind, msg.state, msg.value, msg.threshold, msg.job.id) == (
         "training", "thermal", "open", 90.0, 82.0, "4242",
     )  # fmt: skip
-    assert value["time"] == "2026-11-22T12:00:00Z" and resolved["state"] == "resolved"
+    assert value["time"] == "2026-11-22T12:00:00Z"
+    assert resolved["state"] == "resolved"
 
 
 @given(value=st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)),
@@ -119,13 +130,19 @@ def test_a_message_that_breaks_the_contract_is_refused(value: float | None, summ
     except ValueError:  # pydantic's ValidationError
         return
     assert msg.value is None or abs(msg.value) <= 1e15
-    assert 1 <= len(msg.summary) <= 500 and msg.gpu_uuid.startswith(("GPU-", "MIG-"))
+    assert 1 <= len(msg.summary) <= 500
+    assert msg.gpu_uuid.startswith(("GPU-", "MIG-"))
     assert parse_training_alert(msg.model_dump_json()) == msg
 
 
 def test_unknown_versions_and_kinds_are_refused() -> None:
     good = alert_message(alert(), "open", TrainingJob(id="j", hostname="h", pid=1)).model_dump(mode="json")
     assert isinstance(parse_training_alert(json.dumps(good)), TrainingAlert)
-    for bad in ({**good, "schema_version": 2}, {**good, "kind": "xid"}, {**good, "source": "scorer"}, {**good, "x": 1}):
+    for bad in (
+        {**good, "schema_version": 2},
+        {**good, "kind": "xid"},
+        {**good, "source": "scorer"},
+        {**good, "x": 1},
+    ):
         with pytest.raises(ContractError):
             parse_training_alert(json.dumps(bad))

@@ -36,7 +36,8 @@ def test_reads_the_gpus_through_the_collectors_nvml_source() -> None:
     nvml.temp_c = [72, 46]
     monitor.read()
     assert monitor.series(H100, "temp_c") == [71, 72]
-    assert "temp 72°C" in monitor.summary() and "▁█" in monitor.summary()
+    assert "temp 72°C" in monitor.summary()
+    assert "▁█" in monitor.summary()
     monitor.close()
     assert nvml.shut
 
@@ -80,7 +81,9 @@ def test_no_source_at_all_is_a_source_error(monkeypatch: pytest.MonkeyPatch) -> 
         open_source("auto", nvml=BrokenNvml())
 
 
-values = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=True, allow_infinity=True))
+values = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=True, allow_infinity=True)
+)
 
 
 @given(temp=values, util=values, used=values, total=values, power=values, reasons=values)

@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 from gpuhealth.training import sparkline
 from gpuhealth.training.sparkline import BLOCKS, MISSING
 
-anything = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True), st.integers(-(10**20), 10**20))
+anything = st.one_of(
+    st.none(), st.floats(allow_nan=True, allow_infinity=True), st.integers(-(10**20), 10**20)
+)
 
 
 def known(v: float | int | None) -> bool:
@@ -36,10 +38,13 @@ def test_higher_values_never_get_lower_blocks(values: list[float | None]) -> Non
             if a < b:
                 assert level_a <= level_b
     if pairs and len({v for v, _ in pairs}) > 1:  # its own range: lowest at the bottom, highest at the top
-        assert min(level for _, level in pairs) == 0 and max(level for _, level in pairs) == len(BLOCKS) - 1
+        assert min(level for _, level in pairs) == 0
+        assert max(level for _, level in pairs) == len(BLOCKS) - 1
 
 
-@given(st.lists(st.floats(min_value=-1e6, max_value=1e6), max_size=40), st.integers(min_value=0, max_value=50))
+@given(
+    st.lists(st.floats(min_value=-1e6, max_value=1e6), max_size=40), st.integers(min_value=0, max_value=50)
+)
 def test_width_keeps_the_most_recent_values(values: list[float], width: int) -> None:
     line = sparkline(values, width=width, lo=-1e6, hi=1e6)
     assert len(line) == min(width, len(values))
