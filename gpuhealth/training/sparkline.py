@@ -33,7 +33,7 @@ def sparkline(
         raise ValueError("width must be >= 0")
     series = [_finite(v) for v in values]
     if width is not None:
-        series = series[len(series) - width :] if width else []
+        series = series[max(0, len(series) - width) :] if width else []
     known = [v for v in series if v is not None]
     if not known:
         return MISSING * len(series)
