@@ -90,6 +90,20 @@ def test_transformers_trainer_callback_stops_training_on_thermal(tmp_path: Path)
     assert not nvml.shut  # an Andon handed in stays open for its owner
 
 
+def import_on_standin(
+    monkeypatch: pytest.MonkeyPatch, module: str, callback_base: type, ours: str
+) -> Iterator[types.ModuleType]:
+    """Import gpuhealth.training.<ours> against a stand-in `module` (and its parents) holding `Callback`."""
+    parts = module.split(".")
+    for i in range(1, len(parts) + 1):
+        name = ".".join(parts[:i])
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    sys.modules[module].Callback = callback_base  # type: ignore[attr-defined]
+    monkeypatch.delitem(sys.modules, f"gpuhealth.training.{ours}", raising=False)
+    yield importlib.import_module(f"gpuhealth.training.{ours}")
+    sys.modules.pop(f"gpuhealth.training.{ours}", None)
+
+
 @pytest.fixture
 def lightning_standin(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.ModuleType]:
     class Callback:  # Lightning's base class: every hook is a no-op to override
@@ -98,12 +112,7 @@ def lightning_standin(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.ModuleT
         ) -> None:
             return None
 
-    for name in ("lightning", "lightning.pytorch", "lightning.pytorch.callbacks"):
-        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
-    sys.modules["lightning.pytorch.callbacks"].Callback = Callback  # type: ignore[attr-defined]
-    monkeypatch.delitem(sys.modules, "gpuhealth.training.lightning", raising=False)
-    yield importlib.import_module("gpuhealth.training.lightning")
-    sys.modules.pop("gpuhealth.training.lightning", None)
+    yield from import_on_standin(monkeypatch, "lightning.pytorch.callbacks", Callback, "lightning")
 
 
 def test_lightning_callback_stops_training_on_thermal(lightning_standin: types.ModuleType) -> None:
@@ -158,12 +167,7 @@ def keras_standin(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.ModuleType]
         def set_model(self, model: Any) -> None:
             self.model = model
 
-    for name in ("keras", "keras.callbacks"):
-        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
-    sys.modules["keras.callbacks"].Callback = Callback  # type: ignore[attr-defined]
-    monkeypatch.delitem(sys.modules, "gpuhealth.training.keras", raising=False)
-    yield importlib.import_module("gpuhealth.training.keras")
-    sys.modules.pop("gpuhealth.training.keras", None)
+    yield from import_on_standin(monkeypatch, "keras.callbacks", Callback, "keras")
 
 
 def test_keras_callback_stops_training_on_thermal(keras_standin: types.ModuleType) -> None:
