@@ -6,6 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+from services.collector.readings import SourceError
 from tests.unit.fake_nvml import FakeNvml
 
 
@@ -63,7 +64,10 @@ def smi_runner(values: dict[str, str]) -> Any:
     """An nvidia-smi stand-in for one GPU: answers each queried field from `values`, else [N/A]."""
 
     def run(args: list[str]) -> str:
-        fields = next(a for a in args if a.startswith("--query-gpu=")).split("=", 1)[1].split(",")
+        query = [a for a in args if a.startswith("--query-gpu=")]
+        if not query:  # e.g. `nvidia-smi -q -x`: not recorded, as on a driver that fails it
+            raise SourceError(f"nvidia-smi {' '.join(args)}: not recorded")
+        fields = query[0].split("=", 1)[1].split(",")
         return ", ".join(values.get(f, "[N/A]") for f in fields) + "\n"
 
     return run
