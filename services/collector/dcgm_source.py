@@ -18,6 +18,7 @@ count that falls (its window moved on) or disappears rises again from there.
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -34,6 +35,7 @@ _WORKLOAD_LABELS = {"pod": "pod", "namespace": "namespace", "container": "contai
                     "hpc_job": "job", "job": "job", "jobid": "job"}  # fmt: skip
 _MIG_FIELDS = frozenset(MigInstance.model_fields) - {"profile", "instance_id"}
 MAX_BODY_BYTES = 32 * 1024 * 1024
+_XID_CODE = re.compile(r"[0-9]{1,6}")  # ASCII digits: str.isdigit() also takes '²'
 MAX_XIDS_PER_SCRAPE = 1000  # per GPU: a count that jumps by billions is not a billion events
 
 
@@ -92,7 +94,7 @@ def _count_xid(gpu: GpuReading, code_text: str, value: float) -> None:
     """One DCGM_EXP_XID_ERRORS_COUNT series: how many XIDs of one code the exporter counted."""
     counts = gpu.xid_counts if gpu.xid_counts is not None else {}
     gpu.xid_counts = counts
-    if not code_text.isdigit() or is_blank(value, ValueKind.INT64) or not 0 <= value < 2**53:
+    if not _XID_CODE.fullmatch(code_text) or is_blank(value, ValueKind.INT64) or not 0 <= value < 2**53:
         return
     code = int(code_text)
     if 0 < code <= 100_000:

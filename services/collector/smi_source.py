@@ -106,6 +106,11 @@ def _value(text: str) -> MetricValue:
         return None
 
 
+def _median(values: list[MetricValue]) -> MetricValue:
+    known = sorted(v for v in values if v is not None)
+    return known[len(known) // 2] if known else None
+
+
 def _sample_value(sample_field: str, text: str) -> MetricValue:
     if sample_field == "gpu_recovery_action":
         return recovery_action_code(text)
@@ -124,14 +129,20 @@ class SmiSource:
         self.limits: dict[str, dict[str, MetricValue]] = {}
 
     def _read_limits(self, uuids: list[str]) -> None:
-        """Thresholds for GPUs not seen before; one XML report for all of them, tried once each."""
-        try:
-            found = parse_smi_xml(self.run(["-q", "-x"]))
-        except (SourceError, ValueError) as e:
-            log.warning("nvidia-smi -q -x gave no temperature thresholds: %s", e)
-            found = {}
+        """Thresholds for GPUs not seen before, tried once each: the median of three XML reports,
+        as a driver that derives them from the live temperature can be a degree off in one."""
+        reports: list[dict[str, dict[str, MetricValue]]] = []
+        for _ in range(3):
+            try:
+                reports.append(parse_smi_xml(self.run(["-q", "-x"])))
+            except (SourceError, ValueError) as e:
+                log.warning("nvidia-smi -q -x gave no temperature thresholds: %s", e)
+                break
         for uuid in uuids:
-            self.limits[uuid] = found.get(uuid, {})
+            self.limits[uuid] = {
+                name: _median([r.get(uuid, {}).get(name) for r in reports])
+                for name in ("slowdown_temp_c", "shutdown_temp_c")
+            }
 
     def _query(self) -> str:
         while self.fields:

@@ -40,7 +40,7 @@ _ACTION_WORDS = {
 def recovery_action_code(text: str) -> int | None:
     """NVML's recovery action code for nvidia-smi's words (or a number); None when unknown."""
     cleaned = text.strip()
-    if cleaned.isdigit():
+    if re.fullmatch(r"[0-9]{1,3}", cleaned):  # ASCII only: str.isdigit() takes '²' too
         return int(cleaned) if int(cleaned) <= 255 else None
     word = re.sub(r"[^a-z0-9]", "", cleaned.lower())
     action = _ACTION_WORDS.get(word)

@@ -70,6 +70,8 @@ class FakeNvml:
         self.pcie_bytes = [10_000_000, 20_000_000]  # cumulative TX; RX is half of it
         self.pcie_clock_us = 1_000_000
         self.memory_v2 = True
+        self.energy_mj = 123_456_789
+        self.dbe_volatile = 1
         self.calls: list[str] = []
         self._cost = call_cost_ms or {}
 
@@ -201,9 +203,9 @@ class FakeNvml:
             return None if self.recovery_action is None or not hopper else (uint, self.recovery_action)
         values: dict[int, tuple[int, int] | None] = {
             82: (uint, 71) if hopper else None,  # memory temperature
-            83: (ull, 123_456_789) if hopper else None,  # energy, mJ
+            83: (ull, self.energy_mj) if hopper else None,  # energy, mJ
             94: (uint, 3),  # PCIe replays
-            3: (ull, 12), 4: (ull, 1), 5: (ull, 40), 6: (ull, 2),  # ECC
+            3: (ull, 12), 4: (ull, self.dbe_volatile), 5: (ull, 40), 6: (ull, 2),  # ECC
             29: None if hopper else (uint, 2),  # Hopper remaps rows instead of retiring pages
             30: None if hopper else (uint, 0),
             31: None if hopper else (uint, 1),
