@@ -183,7 +183,7 @@ def test_the_sampling_period_follows_the_busiest_counter() -> None:
 
 def test_the_sampler_thread_keeps_the_counters_and_stops_on_close() -> None:
     fake = FakeNvml()
-    nvml = NvmlSource(fake)  # type: ignore[arg-type]
+    nvml = NvmlSource(fake)
     sampler = nvml.sampler
     assert sampler is not None
     deadline = time.monotonic() + 10
