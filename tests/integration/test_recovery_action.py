@@ -15,7 +15,9 @@ from shared.db import connect
 from tests.integration.sink_helpers import T0, gpu_uuid, sample
 
 
-def test_a_sample_carrying_a_recovery_action_makes_the_scorer_recommend_it(migrated: DatabaseSettings) -> None:
+def test_a_sample_carrying_a_recovery_action_makes_the_scorer_recommend_it(
+    migrated: DatabaseSettings,
+) -> None:
     rows = [
         sample(0, gpus=2, gpu_recovery_action=2, pcie_link_gen=4, pcie_link_gen_max=5,
                pcie_link_width=8, pcie_link_width_max=16),
@@ -32,7 +34,9 @@ def test_a_sample_carrying_a_recovery_action_makes_the_scorer_recommend_it(migra
             " FROM gpu_metrics ORDER BY gpu_uuid"
         ).fetchall()
         assert stored == [(gpu_uuid(0), 2, 4, 8, 16), (gpu_uuid(1), 0, None, None, None)]
-        latest = conn.execute("SELECT gpu_recovery_action FROM gpu_latest WHERE gpu_uuid = %s", (gpu_uuid(0),))
+        latest = conn.execute(
+            "SELECT gpu_recovery_action FROM gpu_latest WHERE gpu_uuid = %s", (gpu_uuid(0),)
+        )
         assert latest.fetchone() == (2,)
         rules = load_rules()
         features = read_features(conn, T0 + timedelta(seconds=5), rules)

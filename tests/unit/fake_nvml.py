@@ -2,8 +2,8 @@
 
 Field values answer per field, as NVML does: a field a GPU lacks gets its own
 NOT_SUPPORTED return while the others succeed. With `call_cost_ms` each call
-spends the time the real call took on an H100 (tests/unit/data/h100), so the
-collector bench can price a read without a GPU.
+spends the time the real call took on an H100 (and `field_cost_ms` each field
+of a field-values call), so the collector bench can price a read without a GPU.
 """
 
 from __future__ import annotations
@@ -61,7 +61,13 @@ class FakeNvml:
     NVML_FI_DEV_PCIE_COUNT_TX_BYTES, NVML_FI_DEV_PCIE_COUNT_RX_BYTES = 197, 198
     NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 230
 
-    def __init__(self, *, call_cost_ms: dict[str, float] | None = None, gpus: int = 2) -> None:
+    def __init__(
+        self,
+        *,
+        call_cost_ms: dict[str, float] | None = None,
+        field_cost_ms: dict[int, float] | None = None,
+        gpus: int = 2,
+    ) -> None:
         self.xid_queue: list[tuple[int, int]] = []  # (gpu index, code)
         self.shut = False
         self.gpus = gpus
@@ -74,17 +80,20 @@ class FakeNvml:
         self.dbe_volatile = 1
         self.calls: list[str] = []
         self._cost = call_cost_ms or {}
+        self._field_cost = field_cost_ms or {}
+        self._count_calls()
 
-    def __getattribute__(self, name: str) -> Any:
-        attr = object.__getattribute__(self, name)
-        if name.startswith("nvml") and callable(attr):
-            return self._counted(name, attr)
-        return attr
+    def _count_calls(self) -> None:
+        """Wrap every nvml* method once: each call is recorded and spends its cost."""
+        for name in dir(type(self)):
+            if name.startswith("nvml") and callable(getattr(type(self), name)):
+                setattr(self, name, self._counted(name, getattr(self, name)))
 
     def _counted(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        cost = self._cost.get(name, 0.0)
+
         def call(*args: Any, **kwargs: Any) -> Any:
             self.calls.append(name)
-            cost = self._cost.get(name)
             if cost:
                 _spin(cost)
             return fn(*args, **kwargs)
@@ -189,19 +198,15 @@ class FakeNvml:
         self._gpu(h)
         return 700_000
 
-    def _field(self, h: int, field_id: int) -> tuple[int, int] | None:
-        """(valueType, value) of one field, or None when this GPU does not support it."""
-        gpu = self._gpu(h)
-        hopper = gpu == 0
+    def _fields(self, h: int) -> dict[int, tuple[int, int] | None]:
+        """field id -> (valueType, value) for one GPU; absent or None: not supported there."""
+        hopper = self._gpu(h) == 0
         uint, ull = 1, 3
-        if field_id in (197, 198):
-            if not hopper:
-                return None
-            total = self.pcie_bytes[h % 2]
-            return ull, total if field_id == 197 else total // 2
-        if field_id == 230:
-            return None if self.recovery_action is None or not hopper else (uint, self.recovery_action)
-        values: dict[int, tuple[int, int] | None] = {
+        total = self.pcie_bytes[h % 2]
+        return {
+            197: (ull, total) if hopper else None,  # PCIe bytes sent, cumulative
+            198: (ull, total // 2) if hopper else None,
+            230: (uint, self.recovery_action) if hopper and self.recovery_action is not None else None,
             82: (uint, 71) if hopper else None,  # memory temperature
             83: (ull, self.energy_mj) if hopper else None,  # energy, mJ
             94: (uint, 3),  # PCIe replays
@@ -220,12 +225,13 @@ class FakeNvml:
             52: (ull, 0) if hopper else None,
             59: (ull, 0) if hopper else None,
         }  # fmt: skip
-        return values.get(field_id)
 
     def nvmlDeviceGetFieldValues(self, h: int, ids: list[int]) -> list[Any]:
+        _spin(sum(self._field_cost.get(i, 0.0) for i in ids))
+        table = self._fields(h)
         out = []
         for field_id in ids:
-            found = self._field(h, field_id)
+            found = table.get(field_id)
             value = SimpleNamespace(uiVal=0, ullVal=0, dVal=0.0)
             if found is not None:
                 kind, number = found
