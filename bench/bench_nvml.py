@@ -56,8 +56,8 @@ def per_gpu_ms(source: NvmlSource, reads: int) -> float:
 
 def main() -> int:
     fake = costed_fake()
-    poll = NvmlSource(fake, pcie_sampler=False)  # type: ignore[arg-type]
-    everything = NvmlSource(costed_fake(), slow_every_s=0, pcie_sampler=False)  # type: ignore[arg-type]
+    poll = NvmlSource(fake, pcie_sampler=False)
+    everything = NvmlSource(costed_fake(), slow_every_s=0, pcie_sampler=False)
     poll.read()  # the first read also fetches the slow fields
     read_ms = per_gpu_ms(poll, 50)
     full_ms = per_gpu_ms(everything, 20)
