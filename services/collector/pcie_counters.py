@@ -17,11 +17,13 @@ counters, nothing wraps and the period stays at its maximum.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+log = logging.getLogger(__name__)
 FASTEST_S, SLOWEST_S = 0.02, 1.0
 _MOVE_PER_SAMPLE = 1 / 8  # of the counter's range, at the rate last seen
 
@@ -94,7 +96,10 @@ class PcieSampler:
     def _run(self) -> None:
         while not self._stop.is_set():
             started = time.monotonic()
-            self._read_all()
+            try:
+                self._read_all()
+            except Exception:  # a sampler that dies would leave only per-poll (wrapping) rates
+                log.exception("PCIe counter sweep failed; trying again next period")
             self.sweeps += 1
             self._stop.wait(max(0.0, self.traffic.period_s() - (time.monotonic() - started)))
 

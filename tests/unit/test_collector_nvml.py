@@ -230,3 +230,21 @@ def test_the_field_tables_name_each_sample_field_once() -> None:
     assert len(names) == len(set(names))
     ids = [number for _, _, number in FAST_FIELDS + SLOW_FIELDS]
     assert len(ids) == len(set(ids))
+
+
+def test_a_failing_sweep_does_not_end_the_sampler() -> None:
+    from services.collector.pcie_counters import PcieSampler
+
+    failures = [RuntimeError("driver hiccup")]
+
+    def sweep() -> None:
+        if failures:
+            raise failures.pop()
+
+    sampler = PcieSampler(PcieTraffic(), sweep)
+    deadline = time.monotonic() + 10
+    while sampler.sweeps < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    sampler.stop()
+    assert sampler.sweeps >= 2
+    assert failures == []
