@@ -1,16 +1,19 @@
 """Reads GPUs through NVML (the `pynvml` module of nvidia-ml-py), one handle per GPU.
 
-A poll must stay cheap on an 8-GPU node, so the read is built around NVML's
-cost model (per-call latencies recorded on an H100, tests/unit/data/h100):
+A poll must stay cheap on an 8-GPU node, so the read follows what each query
+cost on an H100 (driver 580; tests/unit/data/h100/nvml-per-call.json). There a
+poll takes 0.8-1.0 ms per GPU, where one call per metric took 49 ms:
 
-- Related counters come in ONE ``nvmlDeviceGetFieldValues`` call per GPU:
-  ECC totals, retired pages, remapped rows, PCIe replays and byte counters,
-  NVLink error totals, memory temperature, energy and the GPU recovery action.
-  Each field has its own return code, so a field a GPU lacks is a null, not a
-  failed batch.
-- PCIe traffic is the difference of the PCIe byte counters between two reads
-  over the driver's own timestamps. ``nvmlDeviceGetPcieThroughput`` samples for
-  20 ms per call and is never called.
+- The counters come in ONE ``nvmlDeviceGetFieldValues`` call per GPU
+  (FAST_FIELDS): ECC totals, retired pages, remapped rows, PCIe replays and
+  byte counters, NVLink error totals, power violation time, memory
+  temperature, the GPU recovery action. Each field has its own return code, so
+  a field a GPU lacks is a null, not a failed batch. The two costly fields
+  (SLOW_FIELDS: energy 2.8 ms, thermal violation time 0.6 ms) are read every
+  `slow_every_s` and their last values carried in between.
+- PCIe traffic comes from the PCIe byte counters (pcie_counters: they wrap at
+  4 GiB, so a thread keeps them sampled). ``nvmlDeviceGetPcieThroughput``
+  samples for 20 ms per call and is never called.
 - Memory uses the v2 query: `used` excludes the driver's reserved memory,
   which is reported apart (as nvidia-smi does); v1 only where v2 is missing.
 - What never changes (name, PCI bus id, temperature thresholds, the link's
