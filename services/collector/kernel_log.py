@@ -181,7 +181,7 @@ class JournalFeed:
     def __init__(self, runner: Runner = run_journalctl) -> None:
         self.run = runner
         self.cursor: str | None = None
-        self._since = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        self._since = f"@{int(time.time())}"  # systemd's form of a UNIX time
         self.drain()  # fails now, not at the first poll, where the journal cannot be read
 
     def drain(self) -> list[KernelXid]:

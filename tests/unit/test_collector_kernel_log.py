@@ -120,7 +120,7 @@ def test_journal_feed_follows_its_cursor() -> None:
     assert [(x.xid, x.pci_bus_id) for x in found] == [(79, "00000000:3B:00.0"), (48, "00000000:3B:00.0")]
     assert found[0].time == datetime.fromtimestamp(1_795_370_000, UTC)
     assert feed.drain() == []
-    assert calls[0][-1].startswith("--since=")
+    assert calls[0][-1].startswith("--since=@")
     assert calls[-1][-1] == "--after-cursor=c3"
     assert all(c[:2] == ["-k", "-o"] for c in calls)
 
