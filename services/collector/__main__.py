@@ -135,7 +135,7 @@ def main() -> int:
     collector = Collector(
         sources=sources,
         enricher=enricher,
-        detector=EventDetector(collector_id=cfg.collector_id),
+        detector=EventDetector(collector_id=cfg.collector_id, local_hostname=socket.gethostname()),
         publisher=publisher,
         topics=settings.topics,
         metrics=metrics,

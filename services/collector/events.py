@@ -56,6 +56,8 @@ class _Last:
 @dataclass(slots=True)
 class EventDetector:
     collector_id: str
+    # Kernel-log XIDs are this host's: only its own GPUs (by sample hostname) are matched.
+    local_hostname: str | None = None
     _last: dict[str, _Last] = field(default_factory=dict)
     _present: dict[str, set[str]] = field(default_factory=dict)  # source target -> UUIDs
     _lost: dict[str, GpuSample] = field(default_factory=dict)
@@ -79,7 +81,7 @@ class EventDetector:
             if sample.gpu_uuid in self._lost:
                 del self._lost[sample.gpu_uuid]
                 events.append(self._event(sample, EventKind.GPU_BACK, sample.time, {}))
-            if sample.pci_bus_id:
+            if sample.pci_bus_id and self.local_hostname in (None, sample.hostname):
                 self._by_pci[normalize_pci(sample.pci_bus_id) or sample.pci_bus_id] = sample.gpu_uuid
             codes = listed.get(sample.gpu_uuid)
             for code in codes or ():

@@ -246,3 +246,10 @@ def test_kernel_log_off_by_default_and_a_feed_that_cannot_open_is_skipped(monkey
     monkeypatch.setattr(main, "open_kernel_log", lambda kind: FakeFeed([]))
     (feed,) = main.make_xid_feeds(main.CollectorSection(kernel_log="kmsg"))
     assert feed.name == "kmsg"
+
+
+def test_kernel_xids_only_match_this_hosts_gpus() -> None:
+    d = EventDetector(collector_id="c-1", local_hostname="elsewhere")
+    d.observe(TARGET, Source.NVML, [sample(T)], T)  # a GPU of node-7 with the same PCI address
+    assert d.kernel_xids("kmsg", [KernelXid(T, BUS, 79)], T) == []
+    assert d._pending  # held for a GPU of this host, which never comes
