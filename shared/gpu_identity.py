@@ -27,9 +27,14 @@ from shared.models_verify import GpuIdentity, HostIdentity, NvLink, SystemIdenti
 # FLIT mode from gen 6): the bandwidth a link of that generation implies.
 PCIE_GBPS_PER_LANE = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
 P2P_STATUS = {
-    0: "ok", 1: "chipset_not_supported", 2: "gpu_not_supported", 3: "topology_not_supported",
-    4: "disabled_by_regkey", 5: "not_supported", 6: "unknown",
-}  # fmt: skip
+    0: "ok",
+    1: "chipset_not_supported",
+    2: "gpu_not_supported",
+    3: "topology_not_supported",
+    4: "disabled_by_regkey",
+    5: "not_supported",
+    6: "unknown",
+}
 
 
 class GpuUnavailableError(GpuHealthError):
@@ -76,11 +81,19 @@ def build_system(
 ) -> SystemIdentity:
     """A SystemIdentity with its identity hash computed."""
     fields: dict[str, Any] = {
-        "schema_version": 1, "time": datetime.now(UTC), "hostname": hostname, "source": source,
-        "collector_id": collector_id, "host": host, "driver_version": driver_version,
-        "cuda_driver_version": cuda_driver_version, "nvml_version": nvml_version, "gpus": gpus,
-        "p2p": p2p, "identity_sha256": "0" * 64,
-    }  # fmt: skip
+        "schema_version": 1,
+        "time": datetime.now(UTC),
+        "hostname": hostname,
+        "source": source,
+        "collector_id": collector_id,
+        "host": host,
+        "driver_version": driver_version,
+        "cuda_driver_version": cuda_driver_version,
+        "nvml_version": nvml_version,
+        "gpus": gpus,
+        "p2p": p2p,
+        "identity_sha256": "0" * 64,
+    }
     draft = SystemIdentity.model_validate(fields)
     digest = SystemIdentity.identity_digest(draft.model_dump(mode="json"))
     return draft.model_copy(update={"identity_sha256": digest})
@@ -179,7 +192,9 @@ class NvmlReader:
             row: list[str | None] = []
             for j, b in enumerate(self.handles):
                 status = None if i == j else self._q("nvmlDeviceGetP2PStatus", a, b, read)
-                row.append("self" if i == j else P2P_STATUS.get(status, "unknown") if status is not None else None)
+                row.append(
+                    "self" if i == j else P2P_STATUS.get(status, "unknown") if status is not None else None
+                )
             matrix.append(row)
         return matrix
 
@@ -261,7 +276,8 @@ class SmiReader:
         return [row for row in csv.reader(io.StringIO(text), skipinitialspace=True) if row]
 
     def identity(self, hostname: str, collector_id: str | None = None) -> SystemIdentity:
-        gpus, driver = [], None
+        gpus: list[GpuIdentity] = []
+        driver: str | None = None
         for row in self._rows(SMI_IDENTITY):
             if len(row) != 14:
                 raise GpuUnavailableError(f"nvidia-smi answered {len(row)} fields, expected 14")
@@ -269,32 +285,52 @@ class SmiReader:
             driver = driver or _smi_value(row[6])
             gpus.append(
                 GpuIdentity(
-                    index=_smi_int(row[0]) or 0, uuid=_smi_value(row[1]) or f"GPU-unknown-index-{len(gpus)}",
-                    model=_smi_value(row[2]), serial=_smi_value(row[3]), pci_bus_id=_smi_value(row[4]),
-                    vbios_version=_smi_value(row[5]), max_sm_clock_mhz=_smi_int(row[7]),
-                    max_mem_clock_mhz=_smi_int(row[8]), memory_total_mib=_smi_int(row[9]),
-                    pcie_gen_current=gen_cur, pcie_gen_max=gen_max, pcie_width_current=width_cur,
-                    pcie_width_max=width_max, pcie_bandwidth_max_gbps=pcie_bandwidth_gbps(gen_max, width_max),
+                    index=_smi_int(row[0]) or 0,
+                    uuid=_smi_value(row[1]) or f"GPU-unknown-index-{len(gpus)}",
+                    model=_smi_value(row[2]),
+                    serial=_smi_value(row[3]),
+                    pci_bus_id=_smi_value(row[4]),
+                    vbios_version=_smi_value(row[5]),
+                    max_sm_clock_mhz=_smi_int(row[7]),
+                    max_mem_clock_mhz=_smi_int(row[8]),
+                    memory_total_mib=_smi_int(row[9]),
+                    pcie_gen_current=gen_cur,
+                    pcie_gen_max=gen_max,
+                    pcie_width_current=width_cur,
+                    pcie_width_max=width_max,
+                    pcie_bandwidth_max_gbps=pcie_bandwidth_gbps(gen_max, width_max),
                     pcie_bandwidth_current_gbps=pcie_bandwidth_gbps(gen_cur, width_cur),
                 )
-            )  # fmt: skip
+            )
         cuda = re.search(r"CUDA Version:\s*([0-9]+\.[0-9]+)", self.run([]))
         return build_system(
-            hostname=hostname, source="smi", collector_id=collector_id, host=host_identity(), gpus=gpus,
-            driver_version=driver, cuda_driver_version=cuda.group(1) if cuda else None,
-        )  # fmt: skip
+            hostname=hostname,
+            source="smi",
+            collector_id=collector_id,
+            host=host_identity(),
+            gpus=gpus,
+            driver_version=driver,
+            cuda_driver_version=cuda.group(1) if cuda else None,
+        )
 
     def loads(self) -> list[GpuLoad]:
-        out = []
+        out: list[GpuLoad] = []
         for row in self._rows(SMI_LOAD):
             power = _smi_value(row[3]) if len(row) == 4 else None
             try:
                 power_w = float(power) if power is not None else None
             except ValueError:
                 power_w = None
-            out.append(GpuLoad(uuid=_smi_value(row[1]) or f"GPU-unknown-index-{len(out)}", index=_smi_int(row[0]) or 0,
-                               memory_used_mib=_smi_int(row[2]), power_w=power_w, energy_mj=None,
-                               processes=None))  # fmt: skip
+            out.append(
+                GpuLoad(
+                    uuid=_smi_value(row[1]) or f"GPU-unknown-index-{len(out)}",
+                    index=_smi_int(row[0]) or 0,
+                    memory_used_mib=_smi_int(row[2]),
+                    power_w=power_w,
+                    energy_mj=None,
+                    processes=None,
+                )
+            )
         return out
 
     def close(self) -> None:
@@ -314,4 +350,6 @@ def open_reader(*, nvml: Any | None = None, run: Callable[[list[str]], str] | No
 
 def no_gpu_identity(hostname: str, collector_id: str | None = None) -> SystemIdentity:
     """The identity of a host without readable GPUs: host facts only."""
-    return build_system(hostname=hostname, source="none", collector_id=collector_id, host=host_identity(), gpus=[])
+    return build_system(
+        hostname=hostname, source="none", collector_id=collector_id, host=host_identity(), gpus=[]
+    )

@@ -1,4 +1,4 @@
-"""`python -m services.verifier {identity,compute,audit,describe,snapshot,diff}`: prove a GPU works, keep the proof.
+"""`python -m services.verifier {identity,compute,audit,describe,snapshot,diff}`: GPU proof, kept.
 
 Exit status: 0 when the answer is good (GPUs read, check passed, chain intact,
 run trustworthy), 1 when it is not, 2 when the command itself could not run
@@ -67,8 +67,17 @@ def cmd_compute(args: argparse.Namespace) -> int:
     from .compute import MatmulSpec, check_device, reference
 
     m, k, n = args.shape or (args.size, args.size, args.size)
-    spec = MatmulSpec(m=m, k=k, n=n, dtype=args.dtype, warmup=args.warmup, repeats=args.repeats,
-                      min_speedup=args.min_speedup, rtol=args.rtol, seed=args.seed)  # fmt: skip
+    spec = MatmulSpec(
+        m=m,
+        k=k,
+        n=n,
+        dtype=args.dtype,
+        warmup=args.warmup,
+        repeats=args.repeats,
+        min_speedup=args.min_speedup,
+        rtol=args.rtol,
+        seed=args.seed,
+    )
     backend, reasons = find_backend(args.backend)
     if backend is None:
         print(f"compute: FAIL, no GPU to check: {'; '.join(reasons)}. The check never falls back to the CPU.")
@@ -82,36 +91,61 @@ def cmd_compute(args: argparse.Namespace) -> int:
         settings = _settings()
         chain = KafkaChain(settings.kafka, _topic(args), partitions=settings.topics.partitions)
     ref = reference(spec)
-    print(f"matmul {m}x{k} @ {k}x{n} {spec.dtype}: CPU reference {ref.cpu_ms:.3f} ms (numpy, median of "
-          f"{spec.repeats} after {spec.warmup} warm-up); tolerance rtol={spec.tolerance:g}, "
-          f"required speed-up {spec.min_speedup:g}x; backend {backend.name}")  # fmt: skip
+    print(
+        f"matmul {m}x{k} @ {k}x{n} {spec.dtype}: CPU reference {ref.cpu_ms:.3f} ms (numpy, median of "
+        f"{spec.repeats} after {spec.warmup} warm-up); tolerance rtol={spec.tolerance:g}, "
+        f"required speed-up {spec.min_speedup:g}x; backend {backend.name}"
+    )
     failed = 0
     for device in devices:
         result = check_device(backend, device, ref, spec)
         failed += result.outcome is not Outcome.PASS
-        timing = (f"GPU {result.device_ms:.3f} ms, {result.speedup:.1f}x" if result.device_ms is not None
-                  and result.speedup is not None else "no timing")  # fmt: skip
+        timing = (
+            f"GPU {result.device_ms:.3f} ms, {result.speedup:.1f}x"
+            if result.device_ms is not None and result.speedup is not None
+            else "no timing"
+        )
         err = f", max rel err {result.max_rel_err:.2e}" if result.max_rel_err is not None else ""
-        print(f"GPU {device.index} {device.name} {device.uuid}: {result.outcome.value.upper()} "
-              f"({timing}{err}){': ' + result.reason if result.reason else ''}")  # fmt: skip
+        print(
+            f"GPU {device.index} {device.name} {device.uuid}: {result.outcome.value.upper()} "
+            f"({timing}{err}){': ' + result.reason if result.reason else ''}"
+        )
         if device.uuid is None:
             print(f"GPU {device.index}: the backend gives no UUID, so it cannot be recorded", file=sys.stderr)
             continue
-        record = chain.append({
-            "kind": RecordKind.COMPUTE_CHECK, "gpu_uuid": device.uuid, "hostname": args.hostname,
-            "verifier_id": args.hostname, "gpu_index": device.index, "gpu_model": device.name or None,
-            "name": "matmul", "backend": backend.name, "device": f"cuda:{device.index}",
-            "input_shape": [m, k, n], "dtype": spec.dtype, "outcome": result.outcome,
-            "reason": result.reason, "device_ms": result.device_ms, "cpu_ms": result.cpu_ms,
-            "speedup": result.speedup, "repeats": spec.repeats, "warmup": spec.warmup,
-            "rtol": spec.tolerance, "max_rel_err": result.max_rel_err, "min_speedup": spec.min_speedup,
-            "result": result.result,
-        })  # fmt: skip
+        record = chain.append(
+            {
+                "kind": RecordKind.COMPUTE_CHECK,
+                "gpu_uuid": device.uuid,
+                "hostname": args.hostname,
+                "verifier_id": args.hostname,
+                "gpu_index": device.index,
+                "gpu_model": device.name or None,
+                "name": "matmul",
+                "backend": backend.name,
+                "device": f"cuda:{device.index}",
+                "input_shape": [m, k, n],
+                "dtype": spec.dtype,
+                "outcome": result.outcome,
+                "reason": result.reason,
+                "device_ms": result.device_ms,
+                "cpu_ms": result.cpu_ms,
+                "speedup": result.speedup,
+                "repeats": spec.repeats,
+                "warmup": spec.warmup,
+                "rtol": spec.tolerance,
+                "max_rel_err": result.max_rel_err,
+                "min_speedup": spec.min_speedup,
+                "result": result.result,
+            }
+        )
         where = "not published (--no-publish)" if args.no_publish else f"recorded on {_topic(args)}"
         print(f"  {where}: seq {record.seq}, prev_sha256 {record.prev_sha256[:16]}…")
         if args.json:
             print(json.dumps(record_json(record)))
-    print(f"compute: {'PASS' if not failed else 'FAIL'} ({len(devices) - failed}/{len(devices)} GPU(s) passed)")
+    print(
+        f"compute: {'PASS' if not failed else 'FAIL'} ({len(devices) - failed}/{len(devices)} GPU(s) passed)"
+    )
     return 1 if failed else 0
 
 
@@ -138,7 +172,9 @@ def _load_identity(path: Path) -> SystemIdentity:
 
     raw = path.read_bytes()
     value = json.loads(raw)
-    return parse_snapshot(raw).identity if isinstance(value, dict) and "identity" in value else parse_system(raw)
+    return (
+        parse_snapshot(raw).identity if isinstance(value, dict) and "identity" in value else parse_system(raw)
+    )
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
@@ -182,8 +218,10 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
         reader.close()
     args.out.write_text(json.dumps(snap.model_dump(mode="json"), indent=2) + "\n")
     for gpu in snap.gpus:
-        print(f"GPU {gpu.index} {gpu.uuid}: memory used {gpu.memory_used_mib} MiB, "
-              f"average power {gpu.avg_power_w} W, compute processes {gpu.processes}")  # fmt: skip
+        print(
+            f"GPU {gpu.index} {gpu.uuid}: memory used {gpu.memory_used_mib} MiB, "
+            f"average power {gpu.avg_power_w} W, compute processes {gpu.processes}"
+        )
     print(f"snapshot written to {args.out} (identity sha256 {snap.identity.identity_sha256[:16]}…)")
     return 0
 
@@ -192,8 +230,12 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from .snapshot import diff, parse_snapshot
 
     before, after = parse_snapshot(args.before.read_bytes()), parse_snapshot(args.after.read_bytes())
-    report = diff(before, after, max_memory_delta_mib=args.max_memory_delta_mib,
-                  max_power_delta_w=args.max_power_delta_w)  # fmt: skip
+    report = diff(
+        before,
+        after,
+        max_memory_delta_mib=args.max_memory_delta_mib,
+        max_power_delta_w=args.max_power_delta_w,
+    )
     print(report.render())
     return 0 if report.trusted else 1
 
@@ -250,14 +292,20 @@ def parser() -> argparse.ArgumentParser:
 
 
 COMMANDS = {
-    "identity": cmd_identity, "compute": cmd_compute, "audit": cmd_audit,
-    "describe": cmd_describe, "snapshot": cmd_snapshot, "diff": cmd_diff,
-}  # fmt: skip
+    "identity": cmd_identity,
+    "compute": cmd_compute,
+    "audit": cmd_audit,
+    "describe": cmd_describe,
+    "snapshot": cmd_snapshot,
+    "diff": cmd_diff,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
+    )
     try:
         return COMMANDS[args.command](args)
     except (OSError, ValueError, KeyError) as e:

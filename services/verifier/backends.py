@@ -121,7 +121,11 @@ class CupyBackend:
         for i in range(count):
             props = cp.cuda.runtime.getDeviceProperties(i)
             name = props.get("name", b"")
-            out.append(Device(i, _uuid_text(props.get("uuid")), name.decode() if isinstance(name, bytes) else str(name)))
+            out.append(
+                Device(
+                    i, _uuid_text(props.get("uuid")), name.decode() if isinstance(name, bytes) else str(name)
+                )
+            )
         return out
 
     def matmul(

@@ -67,24 +67,12 @@ class MemoryChain(Chain):
         return 0, len(self.records) - 1
 
     def entries(self) -> list[ChainEntry]:
-        return [
-            ChainEntry(0, i, r.gpu_uuid.encode(), record_bytes(r)) for i, r in enumerate(self.records)
-        ]
+        return [ChainEntry(0, i, r.gpu_uuid.encode(), record_bytes(r)) for i, r in enumerate(self.records)]
 
 
-def verifications_topic_spec(name: str, partitions: int, replication_factor: int) -> Any:
-    """gpu-verifications is an audit log: no time- or size-based deletion, no compaction."""
-    from shared.topics import TopicSpec
-
-    return TopicSpec(
-        name=name,
-        partitions=partitions,
-        replication_factor=replication_factor,
-        config={"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"},
-    )
-
-
-def read_topic(settings: KafkaSettings, topic: str, timeout_s: float = 60.0) -> tuple[list[ChainEntry], list[BrokenLink]]:
+def read_topic(
+    settings: KafkaSettings, topic: str, timeout_s: float = 60.0
+) -> tuple[list[ChainEntry], list[BrokenLink]]:
     """Every record of `topic` up to its end when the read began, and partitions missing their start.
 
     A partition whose first offset is not 0 has lost records (deleted by retention
@@ -114,13 +102,17 @@ def read_topic(settings: KafkaSettings, topic: str, timeout_s: float = 60.0) -> 
                 gaps.append(BrokenLink(None, p, low, f"records before offset {low} were deleted"))
             if high > low:
                 ends[p] = high
-        consumer.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in ends])
+        consumer.assign(
+            [confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in ends]
+        )
         entries: list[ChainEntry] = []
         pending = set(ends)
         deadline = time.monotonic() + timeout_s
         while pending:
             if time.monotonic() > deadline:
-                raise KafkaUnavailableError(f"{topic} not read to its end within {timeout_s:g} s", retriable=True)
+                raise KafkaUnavailableError(
+                    f"{topic} not read to its end within {timeout_s:g} s", retriable=True
+                )
             for msg in consumer.consume(1000, 0.5):
                 p, err = msg.partition(), msg.error()
                 if err is not None:
@@ -128,10 +120,11 @@ def read_topic(settings: KafkaSettings, topic: str, timeout_s: float = 60.0) -> 
                         pending.discard(p)
                         continue
                     raise KafkaUnavailableError(f"reading {topic}: {err.str()}", retriable=err.retriable())
-                if p not in pending or msg.offset() >= ends[p]:
+                offset = msg.offset() or 0
+                if p not in pending or offset >= ends[p]:
                     continue  # written after the read began
-                entries.append(ChainEntry(p, msg.offset(), msg.key(), msg.value()))
-                if msg.offset() + 1 >= ends[p]:
+                entries.append(ChainEntry(p, offset, msg.key(), msg.value()))
+                if offset + 1 >= ends[p]:
                     pending.discard(p)
         return entries, gaps
     except confluent_kafka.KafkaException as e:
@@ -150,13 +143,15 @@ def audit_topic(settings: KafkaSettings, topic: str, timeout_s: float = 60.0) ->
 class KafkaChain(Chain):
     """Appends to the chain on the broker; the heads come from reading the topic first."""
 
-    def __init__(self, settings: KafkaSettings, topic: str, *, partitions: int = 6, timeout_s: float = 60.0) -> None:
+    def __init__(
+        self, settings: KafkaSettings, topic: str, *, partitions: int = 6, timeout_s: float = 60.0
+    ) -> None:
         import confluent_kafka
 
         from shared.kafka import make_admin, make_producer
-        from shared.topics import ensure_topics
+        from shared.topics import audit_log_spec, ensure_topics
 
-        ensure_topics(make_admin(settings), [verifications_topic_spec(topic, partitions, 1)], timeout_s)
+        ensure_topics(make_admin(settings), [audit_log_spec(topic, partitions, 1)], timeout_s)
         entries, _ = read_topic(settings, topic, timeout_s)
         super().__init__(verify_chain(entries).heads)
         self.topic, self.timeout_s = topic, timeout_s

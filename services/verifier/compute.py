@@ -82,8 +82,10 @@ def round_to(values: np.ndarray, dtype: str) -> np.ndarray:
     x = values.astype(np.float32)
     if dtype == "bfloat16":  # round to nearest even on the top 16 bits
         bits = x.view(np.uint32).astype(np.uint64)
-        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-        return bits.astype(np.uint32).view(np.float32)
+        rounded = (bits + np.uint64(0x7FFF) + ((bits >> np.uint64(16)) & np.uint64(1))) & np.uint64(
+            0xFFFF0000
+        )
+        return rounded.astype(np.uint32).view(np.float32)
     return x
 
 
@@ -130,7 +132,9 @@ def summarize(values: Any) -> ResultSummary:
     )
 
 
-def judge(product: np.ndarray, ref: Reference, spec: MatmulSpec, device_ms: float) -> tuple[Outcome, str | None, float | None, float]:
+def judge(
+    product: np.ndarray, ref: Reference, spec: MatmulSpec, device_ms: float
+) -> tuple[Outcome, str | None, float | None, float]:
     """(outcome, reason, max relative error, speedup) of one GPU product."""
     speedup = ref.cpu_ms / device_ms if device_ms > 0 else float("inf")
     if product.shape != ref.product.shape:
@@ -164,8 +168,17 @@ def check_device(backend: Backend, device: Device, ref: Reference, spec: MatmulS
             device.index, ref.a, ref.b, dtype=spec.dtype, warmup=spec.warmup, repeats=spec.repeats
         )
     except Exception as e:  # whatever the GPU stack raises is the verdict, not a crash
-        return CheckResult(device, backend.name, Outcome.ERROR, f"{type(e).__name__}: {e}"[:2000],
-                           None, ref.cpu_ms, None, None, None)  # fmt: skip
+        return CheckResult(
+            device,
+            backend.name,
+            Outcome.ERROR,
+            f"{type(e).__name__}: {e}"[:2000],
+            None,
+            ref.cpu_ms,
+            None,
+            None,
+            None,
+        )
     device_ms = statistics.median(timed.times_ms) if timed.times_ms else 0.0
     outcome, reason, err, speedup = judge(np.asarray(timed.result), ref, spec, device_ms)
     return CheckResult(

@@ -16,17 +16,43 @@ from shared.models_verify import SystemIdentity
 
 # The keys of systems/<name>.json, in the order submissions usually write them.
 KEYS = (
-    "submitter", "division", "status", "system_name", "system_type", "system_type_detail",
-    "number_of_nodes", "host_processor_model_name", "host_processors_per_node",
-    "host_processor_core_count", "host_processor_vcpu_count", "host_processor_frequency",
-    "host_processor_caches", "host_processor_interconnect", "host_memory_capacity",
-    "host_memory_configuration", "host_storage_type", "host_storage_capacity", "host_networking",
-    "host_networking_card_count", "host_networking_topology", "accelerators_per_node",
-    "accelerator_model_name", "accelerator_frequency", "accelerator_host_interconnect",
-    "accelerator_interconnect", "accelerator_interconnect_topology", "accelerator_memory_capacity",
-    "accelerator_memory_configuration", "accelerator_on-chip_memories", "cooling", "hw_notes",
-    "framework", "operating_system", "other_software_stack", "sw_notes",
-)  # fmt: skip
+    "submitter",
+    "division",
+    "status",
+    "system_name",
+    "system_type",
+    "system_type_detail",
+    "number_of_nodes",
+    "host_processor_model_name",
+    "host_processors_per_node",
+    "host_processor_core_count",
+    "host_processor_vcpu_count",
+    "host_processor_frequency",
+    "host_processor_caches",
+    "host_processor_interconnect",
+    "host_memory_capacity",
+    "host_memory_configuration",
+    "host_storage_type",
+    "host_storage_capacity",
+    "host_networking",
+    "host_networking_card_count",
+    "host_networking_topology",
+    "accelerators_per_node",
+    "accelerator_model_name",
+    "accelerator_frequency",
+    "accelerator_host_interconnect",
+    "accelerator_interconnect",
+    "accelerator_interconnect_topology",
+    "accelerator_memory_capacity",
+    "accelerator_memory_configuration",
+    "accelerator_on-chip_memories",
+    "cooling",
+    "hw_notes",
+    "framework",
+    "operating_system",
+    "other_software_stack",
+    "sw_notes",
+)
 
 
 def _one(values: list[Any]) -> Any:
@@ -49,7 +75,9 @@ def _nvlink(identity: SystemIdentity) -> str:
     return f"NVLink{gen}, {links}"
 
 
-def describe(identity: SystemIdentity, given: dict[str, str | int] | None = None) -> tuple[dict[str, Any], list[str]]:
+def describe(
+    identity: SystemIdentity, given: dict[str, str | int] | None = None
+) -> tuple[dict[str, Any], list[str]]:
     """The system description and the keys left for the user to fill in."""
     host, gpus = identity.host, identity.gpus
     models = [g.model for g in gpus]
@@ -67,7 +95,9 @@ def describe(identity: SystemIdentity, given: dict[str, str | int] | None = None
         "host_processors_per_node": host.cpu_sockets or "",
         "host_processor_core_count": per_socket or "",
         "host_processor_vcpu_count": host.cpu_threads or "",
-        "host_memory_capacity": f"{round(host.memory_total_bytes / 2**30)} GB" if host.memory_total_bytes else "",
+        "host_memory_capacity": f"{round(host.memory_total_bytes / 2**30)} GB"
+        if host.memory_total_bytes
+        else "",
         "accelerators_per_node": len(gpus),
         "accelerator_model_name": model or (" + ".join(sorted({m for m in models if m})) if gpus else ""),
         "accelerator_frequency": f"{clock} MHz" if clock else "",

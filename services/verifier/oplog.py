@@ -115,18 +115,36 @@ class OperationLog:
             self.synchronize()
         except Exception as e:
             elapsed = (time.perf_counter() - started) * 1000
-            self._record(name, input_shape, self._device(gpu), "cuda", elapsed, Outcome.ERROR,
-                         f"{type(e).__name__}: {e}"[:2000], None)  # fmt: skip
+            self._record(
+                name,
+                input_shape,
+                self._device(gpu),
+                "cuda",
+                elapsed,
+                Outcome.ERROR,
+                f"{type(e).__name__}: {e}"[:2000],
+                None,
+            )
             raise
         elapsed = (time.perf_counter() - started) * 1000
         kind, index = where_is(result)
         device = self._device(index if gpu is None else gpu)
         summary = summarize(to_host(result))
         if kind == "cpu":
-            self._record(name, input_shape, device, "cpu", elapsed, Outcome.ERROR,
-                         "the result is on the CPU: the operation did not run on the GPU", summary)  # fmt: skip
+            self._record(
+                name,
+                input_shape,
+                device,
+                "cpu",
+                elapsed,
+                Outcome.ERROR,
+                "the result is on the CPU: the operation did not run on the GPU",
+                summary,
+            )
         else:
-            self._record(name, input_shape, device, f"{kind}:{device.index}", elapsed, Outcome.RECORDED, None, summary)
+            self._record(
+                name, input_shape, device, f"{kind}:{device.index}", elapsed, Outcome.RECORDED, None, summary
+            )
         return result
 
     def _record(
@@ -142,13 +160,25 @@ class OperationLog:
     ) -> VerificationRecord:
         return self.chain.append(
             {
-                "kind": RecordKind.OPERATION, "gpu_uuid": device.uuid, "hostname": self.hostname,
-                "verifier_id": self.verifier_id, "gpu_index": device.index, "gpu_model": device.name or None,
-                "name": name, "backend": self.backend, "device": where, "input_shape": list(input_shape),
-                "dtype": summary.dtype if summary else None, "outcome": outcome, "reason": reason,
-                "device_ms": elapsed_ms, "repeats": 1, "warmup": 0, "result": summary,
+                "kind": RecordKind.OPERATION,
+                "gpu_uuid": device.uuid,
+                "hostname": self.hostname,
+                "verifier_id": self.verifier_id,
+                "gpu_index": device.index,
+                "gpu_model": device.name or None,
+                "name": name,
+                "backend": self.backend,
+                "device": where,
+                "input_shape": list(input_shape),
+                "dtype": summary.dtype if summary else None,
+                "outcome": outcome,
+                "reason": reason,
+                "device_ms": elapsed_ms,
+                "repeats": 1,
+                "warmup": 0,
+                "result": summary,
             }
-        )  # fmt: skip
+        )
 
 
 _default: OperationLog | None = None

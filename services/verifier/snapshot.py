@@ -29,8 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from shared.chain import parse_canonical_input
 from shared.errors import ContractError
 from shared.gpu_identity import GpuLoad, GpuReader
-from shared.models import GpuUuid
-from shared.models_verify import DYNAMIC_GPU_FIELDS, SystemIdentity, Time, Version, parse_system, record_json
+from shared.models import GpuUuid, Version
+from shared.models_verify import DYNAMIC_GPU_FIELDS, SystemIdentity, Time, parse_system, record_json
 
 
 class GpuState(BaseModel):
@@ -87,11 +87,14 @@ def take_snapshot(
         procs = [s.processes for s in series if s.processes is not None]
         states.append(
             GpuState(
-                uuid=gpu.uuid, index=gpu.index, memory_used_mib=max(used) if used else None,
+                uuid=gpu.uuid,
+                index=gpu.index,
+                memory_used_mib=max(used) if used else None,
                 avg_power_w=round(power, 3) if power is not None and power >= 0 else None,
-                energy_mj=last.energy_mj, processes=max(procs) if procs else None,
+                energy_mj=last.energy_mj,
+                processes=max(procs) if procs else None,
             )
-        )  # fmt: skip
+        )
     return Snapshot(time=datetime.now(UTC), window_s=round(elapsed, 3), identity=identity, gpus=states)
 
 
@@ -165,9 +168,12 @@ def diff(
     report.findings += [Finding(False, f"identity changed: {c}") for c in changes]
     if not changes:
         report.findings.append(
-            Finding(True, f"identity unchanged ({len(after.identity.gpus)} GPU(s), "
-                          f"sha256 {after.identity.identity_sha256[:16]}…)")
-        )  # fmt: skip
+            Finding(
+                True,
+                f"identity unchanged ({len(after.identity.gpus)} GPU(s), "
+                f"sha256 {after.identity.identity_sha256[:16]}…)",
+            )
+        )
     gap_s = (after.time - before.time).total_seconds()
     old = {g.uuid: g for g in before.gpus}
     for gpu in after.gpus:
@@ -175,19 +181,28 @@ def diff(
         if prev is None:
             continue  # already reported as an identity change
         name = f"GPU {gpu.index} ({gpu.uuid})"
-        report.findings.append(_delta(name, "memory used", prev.memory_used_mib, gpu.memory_used_mib,
-                                      max_memory_delta_mib, "MiB"))  # fmt: skip
-        report.findings.append(_delta(name, "average power", prev.avg_power_w, gpu.avg_power_w,
-                                      max_power_delta_w, "W"))  # fmt: skip
+        report.findings.append(
+            _delta(
+                name, "memory used", prev.memory_used_mib, gpu.memory_used_mib, max_memory_delta_mib, "MiB"
+            )
+        )
+        report.findings.append(
+            _delta(name, "average power", prev.avg_power_w, gpu.avg_power_w, max_power_delta_w, "W")
+        )
         if prev.processes is not None and gpu.processes is not None:
             more = gpu.processes > prev.processes
-            report.findings.append(Finding(not more, f"{name} compute processes: {prev.processes} -> {gpu.processes}"))
+            report.findings.append(
+                Finding(not more, f"{name} compute processes: {prev.processes} -> {gpu.processes}")
+            )
         if prev.energy_mj is not None and gpu.energy_mj is not None and gap_s > 0:
             used = (gpu.energy_mj - prev.energy_mj) / 1000
             report.findings.append(
-                Finding(True, f"{name} used {used:.0f} J between the snapshots "
-                              f"({gap_s:.1f} s, {used / gap_s:.1f} W on average)")
-            )  # fmt: skip
+                Finding(
+                    True,
+                    f"{name} used {used:.0f} J between the snapshots "
+                    f"({gap_s:.1f} s, {used / gap_s:.1f} W on average)",
+                )
+            )
     return report
 
 

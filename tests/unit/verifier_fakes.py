@@ -125,15 +125,24 @@ class FakeBackend:
 
     name = "fake"
 
-    def __init__(self, *, device_ms: float = 0.01, corrupt: float = 0.0, nan: bool = False,
-                 fail: Exception | None = None, gpus: int = 1) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        device_ms: float = 0.01,
+        corrupt: float = 0.0,
+        nan: bool = False,
+        fail: Exception | None = None,
+        gpus: int = 1,
+    ) -> None:
         self.device_ms, self.corrupt, self.nan, self.fail, self.gpus = device_ms, corrupt, nan, fail, gpus
         self.calls: list[tuple[int, str]] = []
 
     def devices(self) -> list[Device]:
         return [Device(i, UUIDS[i], "Fake H100") for i in range(self.gpus)]
 
-    def matmul(self, device: int, a: np.ndarray, b: np.ndarray, *, dtype: str, warmup: int, repeats: int) -> Timed:
+    def matmul(
+        self, device: int, a: np.ndarray, b: np.ndarray, *, dtype: str, warmup: int, repeats: int
+    ) -> Timed:
         self.calls.append((device, dtype))
         if self.fail is not None:
             raise self.fail
