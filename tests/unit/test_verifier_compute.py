@@ -29,10 +29,14 @@ def ref() -> Any:
 def test_correct_and_fast_passes(ref: Any) -> None:
     backend = FakeBackend(device_ms=ref.cpu_ms / 10)
     result = check_device(backend, backend.devices()[0], ref, SPEC)
-    assert result.outcome is Outcome.PASS and result.reason is None
+    assert result.outcome is Outcome.PASS
+    assert result.reason is None
     assert result.speedup == pytest.approx(10)
-    assert result.max_rel_err is not None and result.max_rel_err < SPEC.tolerance
-    assert result.result is not None and result.result.shape == [64, 32] and result.result.finite
+    assert result.max_rel_err is not None
+    assert result.max_rel_err < SPEC.tolerance
+    assert result.result is not None
+    assert result.result.shape == [64, 32]
+    assert result.result.finite
 
 
 def test_wrong_result_fails_with_the_error_named(ref: Any) -> None:
@@ -45,15 +49,19 @@ def test_wrong_result_fails_with_the_error_named(ref: Any) -> None:
 def test_nan_in_the_result_is_a_wrong_result(ref: Any) -> None:
     backend = FakeBackend(device_ms=ref.cpu_ms / 10, nan=True)
     result = check_device(backend, backend.devices()[0], ref, SPEC)
-    assert result.outcome is Outcome.WRONG_RESULT and "NaN" in (result.reason or "")
-    assert result.result is not None and not result.result.finite and result.result.sum is None
+    assert result.outcome is Outcome.WRONG_RESULT
+    assert "NaN" in (result.reason or "")
+    assert result.result is not None
+    assert not result.result.finite
+    assert result.result.sum is None
 
 
 def test_correct_but_too_slow_fails(ref: Any) -> None:
     backend = FakeBackend(device_ms=ref.cpu_ms / 1.5)  # 1.5x: below the 2x required
     result = check_device(backend, backend.devices()[0], ref, SPEC)
     assert result.outcome is Outcome.TOO_SLOW
-    assert "1.50x" in (result.reason or "") and "at least 2x" in (result.reason or "")
+    assert "1.50x" in (result.reason or "")
+    assert "at least 2x" in (result.reason or "")
 
 
 def test_the_required_speedup_is_configurable(ref: Any) -> None:
@@ -71,7 +79,8 @@ def test_the_tolerance_is_configurable(ref: Any) -> None:
 def test_a_backend_exception_is_an_error_verdict(ref: Any) -> None:
     backend = FakeBackend(fail=RuntimeError("CUDA error: an illegal memory access"))
     result = check_device(backend, backend.devices()[0], ref, SPEC)
-    assert result.outcome is Outcome.ERROR and "illegal memory access" in (result.reason or "")
+    assert result.outcome is Outcome.ERROR
+    assert "illegal memory access" in (result.reason or "")
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -105,7 +114,8 @@ def test_cli_no_gpu_fails_clearly_and_never_falls_back(
     monkeypatch.setattr(backends, "find_backend", lambda name: (None, ["torch: not installed"]))
     assert cli.main(["compute", "--no-publish"]) == 1
     out = capsys.readouterr().out
-    assert "FAIL, no GPU to check: torch: not installed" in out and "never falls back" in out
+    assert "FAIL, no GPU to check: torch: not installed" in out
+    assert "never falls back" in out
 
 
 def test_find_backend_without_any_gpu_stack_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -114,12 +124,17 @@ def test_find_backend_without_any_gpu_stack_says_why(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(backends.importlib, "import_module", missing)
     found, reasons = backends.find_backend("auto")
-    assert found is None and reasons == ["torch: not installed", "cupy: not installed"]
+    assert found is None
+    assert reasons == ["torch: not installed", "cupy: not installed"]
 
 
 @pytest.mark.parametrize(
     ("backend_kwargs", "code", "outcome"),
-    [({"device_ms": 1e-6}, 0, "pass"), ({"device_ms": 1e6}, 1, "too_slow"), ({"corrupt": 5.0}, 1, "wrong_result")],
+    [
+        ({"device_ms": 1e-6}, 0, "pass"),
+        ({"device_ms": 1e6}, 1, "too_slow"),
+        ({"corrupt": 5.0}, 1, "wrong_result"),
+    ],
 )
 def test_cli_compute_exit_code_follows_the_verdict(
     monkeypatch: pytest.MonkeyPatch,
@@ -165,20 +180,32 @@ class FakeTensor:
 def _oplog(synced: list[str]) -> tuple[OperationLog, MemoryChain]:
     chain = MemoryChain()
     devices = [Device(i, UUIDS[i], "Fake H100") for i in range(2)]
-    return OperationLog(chain, devices=devices, hostname="n1", synchronize=lambda: synced.append("sync")), chain
+    return OperationLog(
+        chain, devices=devices, hostname="n1", synchronize=lambda: synced.append("sync")
+    ), chain
 
 
 def test_log_operation_records_device_timing_and_result_and_chains_them() -> None:
     synced: list[str] = []
     oplog, chain = _oplog(synced)
     out = oplog.log_operation("scale", (2, 2), lambda: FakeTensor(np.full((2, 2), 3.0), index=1))
-    assert isinstance(out, FakeTensor) and synced == ["sync", "sync"]
+    assert isinstance(out, FakeTensor)
+    assert synced == ["sync", "sync"]
     oplog.log_operation("again", (2,), lambda: FakeTensor(np.ones(2), index=1))
     first, second = chain.records
-    assert first.kind is RecordKind.OPERATION and first.outcome is Outcome.RECORDED
-    assert (first.gpu_uuid, first.device, first.input_shape, first.name) == (UUIDS[1], "cuda:1", [2, 2], "scale")
-    assert first.result is not None and first.result.sum == 12.0 and first.device_ms is not None
-    assert second.seq == 1 and second.prev_sha256 == link_of(record_json(first))
+    assert first.kind is RecordKind.OPERATION
+    assert first.outcome is Outcome.RECORDED
+    assert (first.gpu_uuid, first.device, first.input_shape, first.name) == (
+        UUIDS[1],
+        "cuda:1",
+        [2, 2],
+        "scale",
+    )
+    assert first.result is not None
+    assert first.result.sum == 12.0
+    assert first.device_ms is not None
+    assert second.seq == 1
+    assert second.prev_sha256 == link_of(record_json(first))
     assert verify_chain(chain.entries()).intact
 
 
@@ -186,8 +213,10 @@ def test_log_operation_flags_a_result_that_stayed_on_the_cpu() -> None:
     oplog, chain = _oplog([])
     oplog.log_operation("fallback", (3,), lambda: np.ones(3))
     (record,) = chain.records
-    assert record.outcome is Outcome.ERROR and "did not run on the GPU" in (record.reason or "")
-    assert record.device == "cpu" and record.gpu_uuid == UUIDS[0]
+    assert record.outcome is Outcome.ERROR
+    assert "did not run on the GPU" in (record.reason or "")
+    assert record.device == "cpu"
+    assert record.gpu_uuid == UUIDS[0]
 
 
 def test_log_operation_records_the_exception_and_raises_it() -> None:
@@ -198,7 +227,8 @@ def test_log_operation_records_the_exception_and_raises_it() -> None:
 
     with pytest.raises(MemoryError):
         oplog.log_operation("oom", (1 << 20,), boom)
-    assert chain.records[0].outcome is Outcome.ERROR and "out of memory" in (chain.records[0].reason or "")
+    assert chain.records[0].outcome is Outcome.ERROR
+    assert "out of memory" in (chain.records[0].reason or "")
 
 
 def test_where_is_reads_torch_cupy_and_numpy_results() -> None:
