@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 from typing import Any
 
@@ -122,7 +123,7 @@ def test_find_backend_without_any_gpu_stack_says_why(monkeypatch: pytest.MonkeyP
     def missing(name: str) -> Any:
         raise ImportError(name)
 
-    monkeypatch.setattr(backends.importlib, "import_module", missing)
+    monkeypatch.setattr(importlib, "import_module", missing)
     found, reasons = backends.find_backend("auto")
     assert found is None
     assert reasons == ["torch: not installed", "cupy: not installed"]
