@@ -195,6 +195,7 @@ class RecordLoop:
                 break
             except (psycopg.Error, GpuHealthError) as e:
                 self._conn = None
+                self.metrics.db_retries.inc()
                 if self.stop.is_set():
                     stored = {}
                     break
