@@ -89,7 +89,12 @@ def cmd_compute(args: argparse.Namespace) -> int:
     chain: Chain = MemoryChain()
     if not args.no_publish:
         settings = _settings()
-        chain = KafkaChain(settings.kafka, _topic(args), partitions=settings.topics.partitions)
+        chain = KafkaChain(
+            settings.kafka,
+            _topic(args),
+            partitions=settings.topics.partitions,
+            replication_factor=settings.topics.replication_factor,
+        )
     ref = reference(spec)
     print(
         f"matmul {m}x{k} @ {k}x{n} {spec.dtype}: CPU reference {ref.cpu_ms:.3f} ms (numpy, median of "
@@ -247,6 +252,21 @@ def _shape(text: str) -> tuple[int, int, int]:
     return int(parts[0]), int(parts[1]), int(parts[2])
 
 
+def _bounded(low: float, high: float) -> Any:
+    """An argparse type: a finite number within [low, high]."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not low <= value <= high:  # NaN fails this too
+            raise argparse.ArgumentTypeError(f"{text} is outside [{low:g}, {high:g}]")
+        return value
+
+    return parse
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m services.verifier", description=__doc__)
     p.add_argument("--hostname", default=socket.gethostname(), help="this node's name in records")
@@ -261,8 +281,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--dtype", default="float32", choices=("float32", "float64", "float16", "bfloat16"))
     s.add_argument("--warmup", type=int, default=3, choices=range(0, 1001), metavar="N")
     s.add_argument("--repeats", type=int, default=10, choices=range(1, 1001), metavar="N")
-    s.add_argument("--rtol", type=float, help="relative tolerance (default by dtype)")
-    s.add_argument("--min-speedup", type=float, default=2.0)
+    s.add_argument("--rtol", type=_bounded(0, 1), help="relative tolerance (default by dtype)")
+    s.add_argument("--min-speedup", type=_bounded(0, 1e6), default=2.0)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--backend", default="auto", choices=("auto", "torch", "cupy"))
     s.add_argument("--gpu", type=int, action="append", help="only this GPU (repeatable)")
@@ -272,7 +292,7 @@ def parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("audit", help="re-read the audit log and check every link")
     s.add_argument("--topic")
-    s.add_argument("--timeout-s", type=float, default=60.0)
+    s.add_argument("--timeout-s", type=_bounded(1, 3600), default=60.0)
 
     s = sub.add_parser("describe", help="MLPerf Inference systems/<name>.json from identity")
     s.add_argument("--identity", type=Path, help="an identity or snapshot file instead of this machine")
@@ -281,13 +301,13 @@ def parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("snapshot", help="identity and GPU load, before or after a benchmark run")
     s.add_argument("--out", type=Path, required=True)
-    s.add_argument("--window-s", type=float, default=2.0)
+    s.add_argument("--window-s", type=_bounded(0, 3600), default=2.0)
 
     s = sub.add_parser("diff", help="compare two snapshots; non-zero exit when the run cannot be trusted")
     s.add_argument("before", type=Path)
     s.add_argument("after", type=Path)
-    s.add_argument("--max-memory-delta-mib", type=float, default=512.0)
-    s.add_argument("--max-power-delta-w", type=float, default=30.0)
+    s.add_argument("--max-memory-delta-mib", type=_bounded(0, 1e9), default=512.0)
+    s.add_argument("--max-power-delta-w", type=_bounded(0, 1e6), default=30.0)
     return p
 
 

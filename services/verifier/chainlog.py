@@ -144,14 +144,25 @@ class KafkaChain(Chain):
     """Appends to the chain on the broker; the heads come from reading the topic first."""
 
     def __init__(
-        self, settings: KafkaSettings, topic: str, *, partitions: int = 6, timeout_s: float = 60.0
+        self,
+        settings: KafkaSettings,
+        topic: str,
+        *,
+        partitions: int = 6,
+        replication_factor: int = 1,
+        timeout_s: float = 60.0,
     ) -> None:
         import confluent_kafka
 
         from shared.kafka import make_admin, make_producer
         from shared.topics import audit_log_spec, ensure_topics
 
-        ensure_topics(make_admin(settings), [audit_log_spec(topic, partitions, 1)], timeout_s)
+        try:
+            ensure_topics(
+                make_admin(settings), [audit_log_spec(topic, partitions, replication_factor)], timeout_s
+            )
+        except confluent_kafka.KafkaException as e:
+            raise KafkaUnavailableError(f"cannot prepare {topic}: {e}", retriable=True) from e
         entries, _ = read_topic(settings, topic, timeout_s)
         super().__init__(verify_chain(entries).heads)
         self.topic, self.timeout_s = topic, timeout_s

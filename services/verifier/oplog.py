@@ -92,7 +92,12 @@ class OperationLog:
         settings = load_settings(Settings)
         sync = getattr(getattr(found, "torch", None), "cuda", None)
         return cls(
-            KafkaChain(settings.kafka, topic),
+            KafkaChain(
+                settings.kafka,
+                topic,
+                partitions=settings.topics.partitions,
+                replication_factor=settings.topics.replication_factor,
+            ),
             devices=found.devices(),
             synchronize=sync.synchronize if sync is not None else lambda: None,
             backend=found.name,

@@ -88,11 +88,13 @@ def test_chain_on_the_broker_is_intact_then_a_forged_record_is_caught(
     assert record.prev_sha256 == chain.heads[UUIDS[0]].sha256
 
     # Someone rewrites history: a copy of seq 1 saying the check failed.
-    original = next(m for m in consume_all(kafka_env, topic, 6) if json.loads(m.value())["name"] == "a1")
-    forged = {**json.loads(original.value()), "outcome": "wrong_result", "reason": "edited"}
+    original = next(
+        m for m in consume_all(kafka_env, topic, 6) if json.loads(m.value() or b"")["name"] == "a1"
+    )
+    forged = {**json.loads(original.value() or b""), "outcome": "wrong_result", "reason": "edited"}
     produce_raw(kafka_env, topic, [(UUIDS[0].encode(), json.dumps(forged).encode())])
     (where,) = [
-        m for m in consume_all(kafka_env, topic, 7) if json.loads(m.value()).get("reason") == "edited"
+        m for m in consume_all(kafka_env, topic, 7) if json.loads(m.value() or b"").get("reason") == "edited"
     ]
 
     assert cli.main(["audit", "--topic", topic]) == 1
