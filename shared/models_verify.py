@@ -10,7 +10,6 @@ unknown schema versions are refused with the field named.
 
 from __future__ import annotations
 
-import json
 import sys
 from datetime import datetime
 from enum import StrEnum
@@ -20,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, ValidationEr
 
 from shared.chain import canonical_bytes, link_of, parse_canonical_input
 from shared.errors import ContractError
-from shared.models import JSON_SCHEMA_DIR, GpuUuid, Label, UtcTime, Version
+from shared.models import GpuUuid, Label, UtcTime, Version, write_json_schemas
 
 SCHEMA_VERSION = 1
 
@@ -224,10 +223,7 @@ def json_schemas() -> dict[str, dict[str, Any]]:
 
 def main() -> int:
     """Write the JSON Schemas under schema/json/ (commit the result)."""
-    JSON_SCHEMA_DIR.mkdir(parents=True, exist_ok=True)
-    for name, schema in json_schemas().items():
-        (JSON_SCHEMA_DIR / name).write_text(json.dumps(schema, indent=2, sort_keys=True) + "\n")
-        print(f"wrote schema/json/{name}")
+    write_json_schemas(json_schemas())
     return 0
 
 
