@@ -65,9 +65,9 @@ def canonical_bytes(value: Any) -> bytes:
     """The canonical serialisation defined in the module docstring."""
     try:
         text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    except ValueError as e:
+        return text.encode("utf-8")  # a lone surrogate (JSON "\ud800") has no UTF-8: refused here
+    except (ValueError, RecursionError) as e:
         raise ContractError(f"record cannot be serialised canonically: {e}") from e
-    return text.encode("utf-8")
 
 
 def link_of(value: dict[str, Any]) -> str:
@@ -122,13 +122,22 @@ class AuditReport:
         return min(self.broken, key=lambda b: (b.partition, b.offset)) if self.broken else None
 
 
-def _identify(entry: ChainEntry) -> tuple[dict[str, Any] | None, str | None, str | None]:
-    """(record, gpu_uuid, problem) for one entry, checking only what chaining needs."""
+@dataclass(frozen=True, slots=True)
+class _Linked:
+    entry: ChainEntry
+    seq: int
+    prev: str
+    link: str  # this record's own hash
+
+
+def _identify(entry: ChainEntry) -> tuple[_Linked | None, str | None, str | None]:
+    """(the record's chain fields, gpu_uuid, problem), checking only what chaining needs."""
     key = entry.key.decode("utf-8", "replace") if entry.key is not None else None
     if entry.value is None:
         return None, key, "record has no value"
     try:
         record = parse_canonical_input(entry.value)
+        link = link_of(record)
     except ContractError as e:
         return None, key, str(e)
     uuid, seq, prev = record.get("gpu_uuid"), record.get("seq"), record.get("prev_sha256")
@@ -140,7 +149,7 @@ def _identify(entry: ChainEntry) -> tuple[dict[str, Any] | None, str | None, str
         return None, uuid, f"seq {seq!r} is not a non-negative integer"
     if not isinstance(prev, str) or len(prev) != 64 or prev.strip("0123456789abcdef"):
         return None, uuid, f"prev_sha256 {prev!r} is not 64 lowercase hex digits"
-    return record, uuid, None
+    return _Linked(entry, seq, prev, link), uuid, None
 
 
 def verify_chain(entries: Iterable[ChainEntry]) -> AuditReport:
@@ -153,19 +162,19 @@ def verify_chain(entries: Iterable[ChainEntry]) -> AuditReport:
     break is reported too, not only the first.
     """
     report = AuditReport()
-    per_gpu: dict[str, dict[int, list[tuple[ChainEntry, dict[str, Any]]]]] = {}
+    per_gpu: dict[str, dict[int, list[_Linked]]] = {}
     for entry in entries:
         report.records += 1
-        record, uuid, problem = _identify(entry)
-        if problem is not None or record is None or uuid is None:
+        linked, uuid, problem = _identify(entry)
+        if problem is not None or linked is None or uuid is None:
             report.broken.append(BrokenLink(uuid, entry.partition, entry.offset, problem or "unreadable"))
             continue
-        per_gpu.setdefault(uuid, {}).setdefault(entry.partition, []).append((entry, record))
+        per_gpu.setdefault(uuid, {}).setdefault(entry.partition, []).append(linked)
     for uuid, partitions in per_gpu.items():
-        ordered = sorted(partitions.values(), key=lambda items: int(items[0][1]["seq"]))
+        ordered = sorted(partitions.values(), key=lambda items: items[0].seq)
         head: ChainHead | None = None
-        for entry, record in (item for items in ordered for item in items):
-            seq, prev = int(record["seq"]), str(record["prev_sha256"])
+        for item in (item for items in ordered for item in items):
+            entry, seq, prev = item.entry, item.seq, item.prev
             problem = None
             if head is None:
                 if seq != 0 or prev != GENESIS:
@@ -180,7 +189,7 @@ def verify_chain(entries: Iterable[ChainEntry]) -> AuditReport:
                 problem = f"seq {seq} does not follow seq {head.seq}"
             if problem is not None:
                 report.broken.append(BrokenLink(uuid, entry.partition, entry.offset, problem))
-            head = ChainHead(seq, link_of(record), entry.partition, entry.offset)
+            head = ChainHead(seq, item.link, entry.partition, entry.offset)
         if head is not None:
             report.heads[uuid] = head
     report.broken.sort(key=lambda b: (b.partition, b.offset))

@@ -122,8 +122,8 @@ def decode_records(messages: Sequence[Record], topics: TopicSettings, max_bytes:
                     )
             else:
                 refused = ("topic", f"this loop does not read topic {topic!r}")
-        except ContractError as e:
-            refused = ("contract", str(e))
+        except (ContractError, ValueError, RecursionError) as e:  # whatever a record is, it is not a crash
+            refused = ("contract", str(e)[:4000])
         if refused is not None:
             batch.dead.append(DeadLetter(key, value, topic, partition, offset, *refused))
     return batch

@@ -62,6 +62,15 @@ def test_what_is_not_a_json_object_is_refused(raw: bytes) -> None:
         parse_canonical_input(raw)
 
 
+def test_a_lone_surrogate_has_no_canonical_form_and_is_a_broken_link_not_a_crash() -> None:
+    raw = b'{"gpu_uuid": "GPU-11111111-2222-3333-4444-555555555555", "name": "\\ud800"}'
+    with pytest.raises(ContractError, match="canonically"):
+        link_of(parse_canonical_input(raw))
+    report = verify_chain([ChainEntry(0, 0, UUIDS[0].encode(), raw)])
+    assert report.first_broken is not None
+    assert "canonically" in report.first_broken.reason
+
+
 def test_records_chain_per_gpu_from_genesis() -> None:
     chain = chain_of([3, 2])
     a0, b0, a1, _b1, a2 = chain.records

@@ -109,6 +109,9 @@ def test_bad_records_are_dead_lettered_with_a_reason_and_the_good_ones_kept() ->
         Msg(TOPICS.verifications, UUIDS[0].encode(), b" " * 20_000, 5),
         Msg(TOPICS.systems, b"node-1", json.dumps(forged_identity).encode(), 6),
         Msg(TOPICS.systems, b"other-node", system_bytes(), 7),
+        Msg(
+            TOPICS.verifications, UUIDS[0].encode(), good.replace(b'"name":"matmul"', b'"name":"\\ud800"'), 9
+        ),
         Msg(TOPICS.verifications, UUIDS[0].encode(), good, 8),
     ]
     batch = decode_records(messages, TOPICS, 10_000)
@@ -125,6 +128,7 @@ def test_bad_records_are_dead_lettered_with_a_reason_and_the_good_ones_kept() ->
     assert reasons[5][0] == "oversized"
     assert "identity_sha256 does not match" in reasons[6][1]
     assert reasons[7] == ("key", "message key does not match hostname")
+    assert reasons[9][0] == "contract"  # a lone surrogate: not storable, not a crash
     headers = dict(batch.dead[0].headers())
     assert headers["dlq.source.topic"] == TOPICS.verifications.encode()
     assert headers["dlq.source.offset"] == b"0"
