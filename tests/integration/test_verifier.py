@@ -288,3 +288,27 @@ def test_records_loop_keeps_retrying_while_the_database_is_away(
         threading.Event().wait(0.1)
     loop.db = migrated  # the database is back
     assert wait_for_rows(migrated, "SELECT count(*) FROM gpu_verifications", 1) == 1
+
+
+def test_compute_command_appends_each_gpus_verdict_to_the_chain(
+    kafka_env: KafkaSettings,
+    audit_topic_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from services.verifier import backends
+    from tests.unit.verifier_fakes import FakeBackend
+
+    monkeypatch.setattr(backends, "find_backend", lambda name: (FakeBackend(gpus=2, device_ms=1e-6), []))
+    args = ["compute", "--topic", audit_topic_name, "--size", "40", "--repeats", "2"]
+    assert cli.main(args) == 0
+    monkeypatch.setattr(backends, "find_backend", lambda name: (FakeBackend(gpus=2, corrupt=3.0), []))
+    assert cli.main(args) == 1  # a wrong result fails the command, and is recorded all the same
+    assert f"recorded on {audit_topic_name}: seq 1" in capsys.readouterr().out
+    report = audit_topic(kafka_env, audit_topic_name)
+    assert report.intact
+    assert {u: h.seq for u, h in report.heads.items()} == {UUIDS[0]: 1, UUIDS[1]: 1}
+    outcomes = sorted(
+        json.loads(m.value() or b"")["outcome"] for m in consume_all(kafka_env, audit_topic_name, 4)
+    )
+    assert outcomes == ["pass", "pass", "wrong_result", "wrong_result"]
