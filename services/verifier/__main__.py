@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from shared.errors import GpuHealthError
+from shared.errors import ContractError, GpuHealthError
 from shared.gpu_identity import GpuUnavailableError, no_gpu_identity, open_reader
 from shared.models_verify import Outcome, RecordKind, SystemIdentity, parse_system, record_json
 
@@ -331,9 +331,12 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError, KeyError) as e:
         print(f"{args.command}: cannot run: {e}", file=sys.stderr)
         return 2
+    except ContractError as e:  # an input file that is not what it claims to be
+        print(f"{args.command}: cannot run: {e}", file=sys.stderr)
+        return 2
     except GpuHealthError as e:
         print(f"{args.command}: {type(e).__name__}: {e}", file=sys.stderr)
-        return 2 if args.command == "diff" else 1
+        return 1
 
 
 if __name__ == "__main__":

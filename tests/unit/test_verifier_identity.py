@@ -256,6 +256,9 @@ def test_cli_snapshot_and_diff_exit_codes(tmp_path: Path, monkeypatch: pytest.Mo
     assert cli.main(["diff", str(before), str(after)]) == 2
     assert cli.main(["describe", "--identity", str(before), "--out", str(tmp_path / "d.json")]) == 0
     assert json.loads((tmp_path / "d.json").read_text())["accelerators_per_node"] == 2
+    (tmp_path / "forged.json").write_text(json.dumps({**json.loads(before.read_text()), "window_s": -1}))
+    assert cli.main(["describe", "--identity", str(tmp_path / "forged.json")]) == 2
+    assert cli.main(["diff", str(before), str(tmp_path / "missing.json")]) == 2
 
 
 def test_a_snapshot_with_a_forged_identity_hash_is_refused() -> None:
