@@ -7,6 +7,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -197,6 +198,7 @@ def test_sink_stores_records_dead_letters_bad_ones_and_the_api_serves_them(
     chain.append(check(UUIDS[1]))
     identity = NvmlReader(FakeNvml()).identity("node-1", "c1")
     newer = NvmlReader(FakeNvml(driver="555.42.02")).identity("node-1", "c1")
+    newer = newer.model_copy(update={"time": identity.time + timedelta(seconds=1)})  # the driver upgraded
     good = [(r.gpu_uuid.encode(), record_bytes(r)) for r in chain.records]
     produce_raw(
         kafka_settings,
