@@ -16,6 +16,7 @@ from shared.models import JSON_SCHEMA_DIR
 from shared.models_verify import (
     Outcome,
     RecordKind,
+    VerificationRecord,
     json_schemas,
     parse_verification,
     record_bytes,
@@ -200,3 +201,27 @@ def test_verify_chain_survives_any_topic_content(messages: list[tuple[bytes | No
     report = verify_chain(entries)
     assert report.records == len(entries)
     assert len(report.broken) <= len(entries)
+
+
+@given(
+    st.sampled_from(sorted(VerificationRecord.model_fields)),
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=30) | st.lists(st.integers()),
+)
+@settings(max_examples=300)
+def test_a_record_with_any_field_replaced_parses_or_is_refused_with_the_field_named(
+    field: str, value: Any
+) -> None:
+    good = json.loads(record_bytes(chain_of([1]).records[0]))
+    try:
+        raw = json.dumps({**good, field: value})
+    except ValueError:  # NaN/inf: json.dumps writes them only with allow_nan, which the parser refuses anyway
+        raw = json.dumps({**good, field: value}, allow_nan=True)
+    outcome: Any
+    try:
+        outcome = parse_verification(raw)
+    except ContractError as e:
+        outcome = str(e)
+    if isinstance(outcome, str):
+        assert field in outcome or "schema_version" in outcome or "JSON constant" in outcome, outcome
+    else:
+        assert getattr(outcome, field) is not None or value is None
