@@ -44,6 +44,9 @@ class TopicSettings(BaseModel):
     health: str = "gpu-health"
     alerts: str = "gpu-alerts"
     dlq: str = "gpu-metrics-dlq"
+    # compute checks and logged operations, chained per GPU: kept forever (retention.ms=-1)
+    verifications: str = "gpu-verifications"
+    systems: str = "gpu-systems"  # each node's identity, at collector start and on change
     partitions: int = Field(default=6, ge=1, le=10_000)
     replication_factor: int = Field(default=1, ge=1, le=10)
     # Raw samples are re-readable for a week; the database is the long-term store.

@@ -299,12 +299,17 @@ def json_schemas() -> dict[str, dict[str, Any]]:
     }
 
 
-def main() -> int:
-    """Write the JSON Schemas under schema/json/ (commit the result)."""
+def write_json_schemas(schemas: dict[str, dict[str, Any]]) -> None:
+    """Write each schema under schema/json/ as the committed files have them."""
     JSON_SCHEMA_DIR.mkdir(parents=True, exist_ok=True)
-    for name, schema in json_schemas().items():
+    for name, schema in schemas.items():
         (JSON_SCHEMA_DIR / name).write_text(json.dumps(schema, indent=2, sort_keys=True) + "\n")
         print(f"wrote schema/json/{name}")
+
+
+def main() -> int:
+    """Write the JSON Schemas under schema/json/ (commit the result)."""
+    write_json_schemas(json_schemas())
     return 0
 
 

@@ -41,6 +41,16 @@ class TopicSpec:
     config: dict[str, str] = field(default_factory=dict)
 
 
+def audit_log_spec(name: str, partitions: int, replication_factor: int) -> TopicSpec:
+    """An audit log (gpu-verifications): never deleted by time or size, never compacted."""
+    return TopicSpec(
+        name=name,
+        partitions=partitions,
+        replication_factor=replication_factor,
+        config={"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"},
+    )
+
+
 def project_topics(topics: TopicSettings) -> list[TopicSpec]:
     """The topics of DESIGN.md, named and sized by configuration."""
 
@@ -58,6 +68,8 @@ def project_topics(topics: TopicSettings) -> list[TopicSpec]:
         spec(topics.health, topics.audit_retention_ms),
         spec(topics.alerts, topics.audit_retention_ms),
         spec(topics.dlq, topics.audit_retention_ms),
+        audit_log_spec(topics.verifications, topics.partitions, topics.replication_factor),
+        spec(topics.systems, topics.audit_retention_ms),
     ]
 
 

@@ -100,6 +100,8 @@ def create_app(db: DatabaseSettings, api: ApiSection, registry: CollectorRegistr
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     from .routes import router
+    from .routes_verify import router as verify_router
 
     app.include_router(router)
+    app.include_router(verify_router)
     return app

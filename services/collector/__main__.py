@@ -41,6 +41,7 @@ from .poller import Collector
 from .publisher import Publisher, collector_producer
 from .readings import GpuSource, SourceError
 from .smi_source import SmiSource
+from .systems import local_identity, start_announcer
 
 log = logging.getLogger("services.collector")
 
@@ -64,6 +65,8 @@ class CollectorSection(BaseModel):
     metrics_port: int = Field(default=9500, ge=0, le=65535)
     metrics_bind: str = "127.0.0.1"
     kernel_log: Literal["off", "auto", "kmsg", "journal"] = "off"
+    # NVML/smi nodes: how often identity is re-read for gpu-systems (0: only at start)
+    systems_interval_s: float = Field(default=300.0, ge=0, le=86_400)
 
 
 class CollectorSettings(Settings):
@@ -143,6 +146,14 @@ def main() -> int:
         xid_feeds=(feeds := make_xid_feeds(cfg)),
     )
     stop = stop_on_signals()
+    if sources[0].kind in (Source.NVML, Source.SMI):  # this node's own GPUs: announce its identity
+        start_announcer(
+            read=local_identity(cfg.collector_id),
+            publisher=publisher,
+            topic=settings.topics.systems,
+            interval_s=cfg.systems_interval_s,
+            stop=stop,
+        )
     log.info("collecting", extra={"sources": [s.target for s in sources], "interval_s": cfg.interval_s})
     try:
         collector.run(stop)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import logging
 import sys
+import threading
 
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, Field
@@ -19,6 +20,7 @@ from shared.service import serve_when_ready, start_service, stop_on_signals
 from .loop import DEPTH, SinkLoop
 from .maintenance import Retention
 from .metrics import SinkMetrics
+from .verifications import RecordLoop
 from .writer import BatchWriter
 
 log = logging.getLogger("services.sink")
@@ -90,10 +92,22 @@ def main() -> int:
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)
     loop.stop = stop_on_signals()
+    # gpu-verifications and gpu-systems: a small loop of their own (services/sink/verifications.py)
+    records = RecordLoop(
+        consumer=make_consumer(settings.kafka, group_id=f"{cfg.group_id}-records"),
+        dlq_producer=make_producer(settings.kafka), db=settings.db, topics=settings.topics,
+        group=f"{cfg.group_id}-records", metrics=metrics, max_message_bytes=cfg.max_message_bytes,
+        max_backoff_s=cfg.max_backoff_s,
+    )  # fmt: skip
+    records.stop = loop.stop
+    records_thread = threading.Thread(target=records.run, name="sink-records", daemon=True)
+    records_thread.start()
     log.info("sinking", extra={"topics": [settings.topics.metrics_raw, settings.topics.events]})
     try:
         loop.run()
     finally:
+        records_thread.join(60)
+        records.consumer.close()
         loop.consumer.close()
         writer.close()
         stop_metrics()

@@ -37,7 +37,7 @@ def test_gpu_metrics_has_every_contract_field_with_its_type(migrated: DatabaseSe
                 " WHERE hypertable_schema = current_schema()"
             ).fetchall()
         }
-        assert hypertables == {"gpu_metrics", "gpu_events", "gpu_metrics_1min"}
+        assert hypertables == {"gpu_metrics", "gpu_events", "gpu_metrics_1min", "gpu_verifications"}
 
 
 def test_retention_drops_only_old_chunks(migrated: DatabaseSettings) -> None:
