@@ -1,4 +1,4 @@
-"""The FastAPI app factory: lifespan-managed pools (read-only role; acknowledging role), health, metrics, errors.
+"""The FastAPI app factory: pools for the read-only and the acknowledging logins, health, metrics, errors.
 
 Every answer to a bad request is a 4xx with a message in `detail`; a database
 that is down is a 503, never a stack trace. The outermost layer is
@@ -36,7 +36,7 @@ def reader_settings(db: DatabaseSettings, api: ApiSection) -> DatabaseSettings:
 
 
 def acknowledger_settings(db: DatabaseSettings, api: ApiSection) -> DatabaseSettings:
-    """The owner's address and schema with the acknowledging role's credentials (nothing else may acknowledge)."""
+    """The owner's address and schema with the acknowledging login (the only one that may acknowledge)."""
     return db.model_copy(update={"user": api.acknowledger_user, "password": api.acknowledger_password,
                                  "application_name": "gpu-health-api-ack"})  # fmt: skip
 
@@ -73,7 +73,7 @@ def create_app(db: DatabaseSettings, api: ApiSection, registry: CollectorRegistr
     app.state.ack_pool = ack_pool
     app.state.api = api
     app.add_middleware(
-        RequestGuard,  # type: ignore[arg-type]
+        RequestGuard,
         api_key=api.api_key,
         max_body_bytes=api.max_body_bytes,
         body_timeout_s=api.body_timeout_s,

@@ -28,7 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
-class Refusal(Exception):
+class RefusalError(Exception):
     """A request refused before the application sees it: its status and the reason given."""
 
     def __init__(self, status: int, detail: str) -> None:
@@ -37,13 +37,13 @@ class Refusal(Exception):
         self.detail = detail
 
 
-def key_refusal(configured: SecretStr | None, presented: str | None) -> Refusal | None:
+def key_refusal(configured: SecretStr | None, presented: str | None) -> RefusalError | None:
     """Why `presented` may not write, or None when it is the configured key (compared in constant time)."""
     if configured is None:
-        return Refusal(403, "acknowledging is disabled: no API key is configured")
+        return RefusalError(403, "acknowledging is disabled: no API key is configured")
     expected = configured.get_secret_value().encode()
     if presented is None or not hmac.compare_digest(presented.encode("utf-8", "surrogateescape"), expected):
-        return Refusal(401, "a valid X-API-Key header is required")
+        return RefusalError(401, "a valid X-API-Key header is required")
     return None
 
 
@@ -52,12 +52,12 @@ def _header(scope: Scope, name: bytes) -> list[bytes]:
 
 
 def declared_length(scope: Scope) -> int | None:
-    """The request's Content-Length; None when it has none. Refusal(400) when it is not one number."""
+    """The request's Content-Length; None when it has none. RefusalError(400) when it is not one number."""
     values = {v.strip() for v in _header(scope, b"content-length")}
     if not values:
         return None
     if len(values) > 1 or not next(iter(values)).isdigit():
-        raise Refusal(400, "Content-Length must be one non-negative integer")
+        raise RefusalError(400, "Content-Length must be one non-negative integer")
     return int(next(iter(values)))
 
 
@@ -86,7 +86,7 @@ class RequestGuard:
         try:
             length = declared_length(scope)
             if length is not None and length > self.max_body_bytes:
-                raise Refusal(413, f"a request body may have at most {self.max_body_bytes} bytes")
+                raise RefusalError(413, f"a request body may have at most {self.max_body_bytes} bytes")
             if scope["method"] not in SAFE_METHODS:
                 keys = _header(scope, b"x-api-key")
                 presented = keys[0].decode("latin-1") if len(keys) == 1 else None
@@ -97,7 +97,7 @@ class RequestGuard:
                 await self.app(scope, receive, send)
                 return
             body = await self._read_body(receive)
-        except Refusal as refusal:
+        except RefusalError as refusal:
             self.on_refusal(refusal.status)
             await refuse(send, refusal)
             return
@@ -113,13 +113,15 @@ class RequestGuard:
             try:
                 message = await asyncio.wait_for(receive(), max(deadline - time.monotonic(), 0))
             except TimeoutError:
-                raise Refusal(408, f"the request body did not arrive within {self.body_timeout_s:g} s") from None
+                raise RefusalError(
+                    408, f"the request body did not arrive within {self.body_timeout_s:g} s"
+                ) from None
             if message["type"] == "http.disconnect":
                 return None
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body_bytes:
-                raise Refusal(413, f"a request body may have at most {self.max_body_bytes} bytes")
+                raise RefusalError(413, f"a request body may have at most {self.max_body_bytes} bytes")
             parts.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(parts)
@@ -137,7 +139,7 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replayed
 
 
-async def refuse(send: Send, refusal: Refusal) -> None:
+async def refuse(send: Send, refusal: RefusalError) -> None:
     payload = json.dumps({"detail": refusal.detail}).encode()
     await send({
         "type": "http.response.start",

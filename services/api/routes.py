@@ -288,7 +288,9 @@ async def acknowledge(
         raise HTTPException(refusal.status, refusal.detail)
     ack_pool: AsyncConnectionPool = request.app.state.ack_pool
     async with ack_pool.connection() as conn:
-        cur = await conn.execute("SELECT * FROM acknowledge_alert(%(id)s, %(by)s)", {"id": alert_id, "by": by})
+        cur = await conn.execute(
+            "SELECT * FROM acknowledge_alert(%(id)s, %(by)s)", {"id": alert_id, "by": by}
+        )
         done: list[dict[str, Any]] = await cur.fetchall()  # type: ignore[assignment]
     if done:
         return done[0]

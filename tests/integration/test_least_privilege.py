@@ -56,9 +56,10 @@ FORBIDDEN = [
 OPEN_ROUTINES = """
     SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
      WHERE has_function_privilege(current_user, p.oid, 'EXECUTE')
-       AND (p.prosecdef OR (n.nspname = 'pg_catalog' AND (p.proname LIKE 'lo\\_%%' OR p.proname IN ('loread', 'lowrite'))))
-       AND (n.nspname = current_schema()
-            OR NOT EXISTS (SELECT FROM pg_class c WHERE c.relnamespace = n.oid AND c.relname = 'schema_migrations'))
+       AND (p.prosecdef OR (n.nspname = 'pg_catalog'
+                            AND (p.proname LIKE 'lo\\_%%' OR p.proname IN ('loread', 'lowrite'))))
+       AND (n.nspname = current_schema() OR NOT EXISTS (
+            SELECT FROM pg_class c WHERE c.relnamespace = n.oid AND c.relname = 'schema_migrations'))
 """  # fmt: skip
 
 
@@ -67,25 +68,29 @@ def open_alert(owner: DatabaseSettings) -> int:
         now = datetime.now(UTC)
         row = conn.execute(
             "INSERT INTO gpu_alerts (gpu_uuid, kind, severity, state, summary, opened_at, updated_at)"
-            " VALUES ('GPU-11111111-2222-3333-4444-555555555555', 'thermal', 'warning', 'open', 'hot', %s, %s)"
+            " VALUES ('GPU-11111111-2222-3333-4444-555555555555', 'thermal', 'warning', 'open', 'hot',"
+            " %s, %s)"
             " RETURNING id",
             (now, now),
         ).fetchone()
         conn.commit()
     assert row is not None
-    return int(row[0])  # type: ignore[call-overload]
+    return int(str(row[0]))
 
 
-def test_the_reader_reads_every_table_and_view_the_api_and_dashboards_show(migrated: DatabaseSettings) -> None:
+def test_the_reader_reads_every_table_and_view_the_api_and_dashboards_show(
+    migrated: DatabaseSettings,
+) -> None:
     with connect(reader_settings(migrated, ApiSection())) as conn:
         for name in READS:
-            assert conn.execute(f"SELECT count(*) FROM {name}").fetchone() == (0,), name  # noqa: S608
+            assert conn.execute(f"SELECT count(*) FROM {name}").fetchone() == (0,), name
 
 
 @pytest.mark.parametrize("statement", FORBIDDEN)
 def test_the_reader_is_refused(migrated: DatabaseSettings, statement: str) -> None:
-    with connect(reader_settings(migrated, ApiSection())) as conn, pytest.raises(
-        psycopg.errors.InsufficientPrivilege
+    with (
+        connect(reader_settings(migrated, ApiSection())) as conn,
+        pytest.raises(psycopg.errors.InsufficientPrivilege),
     ):
         conn.execute(statement)
 
@@ -103,16 +108,23 @@ def test_no_security_definer_routine_nor_large_object_function_is_open_to_the_ap
 
 def test_only_the_acknowledger_acknowledges_and_it_can_do_nothing_else(migrated: DatabaseSettings) -> None:
     alert = open_alert(migrated)
-    with connect(reader_settings(migrated, ApiSection())) as conn, pytest.raises(
-        psycopg.errors.InsufficientPrivilege
+    with (
+        connect(reader_settings(migrated, ApiSection())) as conn,
+        pytest.raises(psycopg.errors.InsufficientPrivilege),
     ):
         conn.execute("SELECT * FROM acknowledge_alert(%s, 'reader')", (alert,))
     with connect(acknowledger_settings(migrated, ApiSection())) as conn:
-        row = conn.execute("SELECT state, acknowledged_by FROM acknowledge_alert(%s, 'oncall')", (alert,)).fetchone()
+        row = conn.execute(
+            "SELECT state, acknowledged_by FROM acknowledge_alert(%s, 'oncall')", (alert,)
+        ).fetchone()
         conn.commit()
         assert row == ("acknowledged", "oncall")
-        for statement in ("SELECT * FROM gpu_alerts", "CREATE TEMP TABLE scratch (x int)",
-                          "SELECT lo_from_bytea(0, 'x')", "UPDATE gpu_alerts SET state = 'open'"):  # fmt: skip
+        for statement in (
+            "SELECT * FROM gpu_alerts",
+            "CREATE TEMP TABLE scratch (x int)",
+            "SELECT lo_from_bytea(0, 'x')",
+            "UPDATE gpu_alerts SET state = 'open'",
+        ):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(statement)
             conn.rollback()
@@ -122,9 +134,10 @@ def test_the_migration_can_run_again_in_the_same_schema(migrated: DatabaseSettin
     """Roles are cluster-wide and already exist: the file must not trip over them."""
     (path,) = SCHEMA_DIR.glob("0012_*.sql")
     with connect(migrated) as conn:
-        conn.execute(path.read_text())  # type: ignore[call-overload]
+        conn.execute(path.read_text())
         conn.commit()
-    with connect(reader_settings(migrated, ApiSection())) as conn, pytest.raises(
-        psycopg.errors.InsufficientPrivilege
+    with (
+        connect(reader_settings(migrated, ApiSection())) as conn,
+        pytest.raises(psycopg.errors.InsufficientPrivilege),
     ):
         conn.execute("SELECT * FROM acknowledge_alert(1, 'reader')")
