@@ -9,6 +9,7 @@ dcgm-exporter, then NVML, then nvidia-smi, in that order.
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import socket
 import sys
@@ -21,7 +22,6 @@ from pydantic import BaseModel, Field
 
 from shared.config import Settings
 from shared.errors import GpuHealthError
-from shared.kafka import JsonProducer
 from shared.models import Source
 from shared.service import serve_metrics, start_service, stop_on_signals
 
@@ -34,6 +34,7 @@ from .poller import Collector
 from .publisher import Publisher, collector_producer
 from .readings import GpuSource, SourceError
 from .smi_source import SmiSource
+from .spool import SpoolFile, SpoolingProducer, delivered_already
 
 log = logging.getLogger("services.collector")
 
@@ -56,6 +57,20 @@ class CollectorSection(BaseModel):
     max_queued: int = Field(default=500_000, ge=100, le=10_000_000)
     metrics_port: int = Field(default=9500, ge=0, le=65535)
     metrics_bind: str = "127.0.0.1"
+    # At shutdown, how long the broker gets to take what is queued; the rest is spooled to
+    # spool_path (default: ~/.cache/gpu-health/spool/collector-<collector_id>.jsonl), at most
+    # spool_max_bytes (beyond it, the newest are dropped and logged), and sent first at the next start.
+    shutdown_flush_s: float = Field(default=5.0, ge=0, le=600)
+    spool_path: Path | None = None
+    spool_max_bytes: int = Field(default=256 * 1024 * 1024, ge=4096, le=64 * 1024**3)
+    # Before resending, how long to read Kafka back for spooled messages it already has.
+    spool_check_timeout_s: float = Field(default=15.0, gt=0, le=600)
+
+    def spool_file(self) -> Path:
+        if self.spool_path is not None:
+            return self.spool_path
+        name = re.sub(r"[^A-Za-z0-9._-]", "_", self.collector_id)
+        return Path.home() / ".cache" / "gpu-health" / "spool" / f"collector-{name}.jsonl"
 
 
 class CollectorSettings(Settings):
@@ -103,8 +118,8 @@ def main() -> int:
     except (GpuHealthError, OSError) as e:
         log.error("collector cannot start: %s", e)
         return 1
-    producer = JsonProducer(collector_producer(settings.kafka, cfg.max_queued))
-    publisher = Publisher(producer, metrics)
+    producer = SpoolingProducer(collector_producer(settings.kafka, cfg.max_queued))
+    publisher = Publisher(producer, metrics, SpoolFile(cfg.spool_file(), cfg.spool_max_bytes))
     enricher = Enricher(
         collector_id=cfg.collector_id,
         local_hostname=socket.gethostname(),
@@ -124,11 +139,13 @@ def main() -> int:
     stop = stop_on_signals()
     log.info("collecting", extra={"sources": [s.target for s in sources], "interval_s": cfg.interval_s})
     try:
+        # What the last run could not deliver goes first, but not what the broker has already.
+        publisher.resume(
+            lambda pending: delivered_already(settings.kafka, pending, cfg.spool_check_timeout_s)
+        )
         collector.run(stop)
     finally:
-        remaining = publisher.flush(30)
-        if remaining:
-            log.error("exiting with undelivered messages", extra={"undelivered": remaining})
+        publisher.close(cfg.shutdown_flush_s)
         for source in sources:
             source.close()
         stop_metrics()
