@@ -162,8 +162,6 @@ def test_spooled_messages_the_broker_already_has_are_not_resent_and_the_rest_kee
     earlier = make_producer(kafka_settings)
     for i, r in enumerate(records[:4]):
         earlier.produce(topic, value=r.value, key=r.key, headers=list(r.headers), timestamp=now_ms + i)
-            topic, value=r.value, key=r.key, headers=list(r.headers), timestamp=now_ms + int(r.key[4:])
-        )
     assert earlier.flush(30) == 0
     path = tmp_path / "spool.jsonl"
     SpoolFile(path, 1 << 20).save(records)
