@@ -169,7 +169,12 @@ class Publisher:
             self._spool.close()
             return 0
         records = self._producer.purge() + [record for _, record in self._resend]
-        lost = self._spool.save(records)
+        try:
+            lost = self._spool.save(records)
+        except OSError as e:
+            lost = len(records)
+            log.error("the spool could not be written: %d undelivered messages are lost: %s", lost, e,
+                      extra={"spool": str(self._spool.path)})  # fmt: skip
         self._metrics.spooled.inc(len(records) - lost)
         self._metrics.spool_lost.inc(lost)
         log.warning(

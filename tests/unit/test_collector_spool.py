@@ -140,3 +140,15 @@ def test_a_spooled_record_keeps_its_headers_and_timestamp_through_the_producer(t
     assert resumed.resume() == 1
     resumed.close(0.2)
     assert [r for _, r in SpoolFile(path, 1 << 20).load()] == [with_headers]
+
+
+def test_a_spool_that_cannot_be_written_is_a_logged_loss_not_a_crash(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    stuck = publisher(blocked / "spool.jsonl")
+    assert stuck.publish("raw", "GPU-0", {"i": 0})
+    with caplog.at_level(logging.ERROR):
+        assert stuck.close(0.1) == 1
+    assert "1 undelivered messages are lost" in caplog.text
