@@ -184,6 +184,10 @@ SELECT format('ALTER ROLE gpuhealth_reader LOGIN PASSWORD %L', :'reader_pass') \
 SELECT format('CREATE ROLE gpuhealth_acknowledger LOGIN PASSWORD %L', :'ack_pass')
  WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'gpuhealth_acknowledger') \gexec
 SELECT format('ALTER ROLE gpuhealth_acknowledger LOGIN PASSWORD %L', :'ack_pass') \gexec
+-- The other databases are no business of the API's logins: there, large objects and
+-- temporary tables would still be theirs to create. Only the project's owner keeps them.
+REVOKE CONNECT, TEMPORARY ON DATABASE postgres, template1 FROM PUBLIC;
+SELECT format('GRANT CONNECT, TEMPORARY ON DATABASE postgres, template1 TO %I', :'user') \gexec
 SQL
   # TimescaleDB is not a trusted extension: the superuser creates it once, and
   # the migrations' `CREATE EXTENSION IF NOT EXISTS` is then a no-op.

@@ -130,6 +130,19 @@ def test_only_the_acknowledger_acknowledges_and_it_can_do_nothing_else(migrated:
             conn.rollback()
 
 
+@pytest.mark.parametrize("login", [reader_settings, acknowledger_settings])
+@pytest.mark.parametrize("database", ["postgres", "template1"])
+def test_the_api_logins_cannot_enter_the_clusters_other_databases(
+    migrated: DatabaseSettings, login: object, database: str
+) -> None:
+    """There, large objects and temporary tables would still be open to them."""
+    settings = login(migrated, ApiSection())  # type: ignore[operator]
+    with pytest.raises(psycopg.OperationalError, match="CONNECT privilege"):
+        psycopg.connect(
+            settings.model_copy(update={"name": database, "search_path": None}).conninfo()
+        ).close()
+
+
 def test_the_migration_can_run_again_in_the_same_schema(migrated: DatabaseSettings) -> None:
     """Roles are cluster-wide and already exist: the file must not trip over them."""
     (path,) = SCHEMA_DIR.glob("0012_*.sql")
