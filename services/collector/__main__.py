@@ -15,6 +15,7 @@ and runs without it.
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import socket
 import sys
@@ -27,7 +28,6 @@ from pydantic import BaseModel, Field
 
 from shared.config import Settings
 from shared.errors import GpuHealthError
-from shared.kafka import JsonProducer
 from shared.models import Source
 from shared.service import serve_metrics, start_service, stop_on_signals
 
@@ -42,6 +42,7 @@ from .publisher import Publisher, collector_producer
 from .readings import GpuSource, SourceError
 from .smi_source import SmiSource
 from .systems import local_identity, start_announcer
+from .spool import SpoolFile, SpoolingProducer, delivered_already
 
 log = logging.getLogger("services.collector")
 
@@ -67,6 +68,20 @@ class CollectorSection(BaseModel):
     kernel_log: Literal["off", "auto", "kmsg", "journal"] = "off"
     # NVML/smi nodes: how often identity is re-read for gpu-systems (0: only at start)
     systems_interval_s: float = Field(default=300.0, ge=0, le=86_400)
+    # At shutdown, how long the broker gets to take what is queued; the rest is spooled to
+    # spool_path (default: ~/.cache/gpu-health/spool/collector-<collector_id>.jsonl), at most
+    # spool_max_bytes (beyond it, the newest are dropped and logged), and sent first at the next start.
+    shutdown_flush_s: float = Field(default=5.0, ge=0, le=600)
+    spool_path: Path | None = None
+    spool_max_bytes: int = Field(default=256 * 1024 * 1024, ge=4096, le=64 * 1024**3)
+    # Before resending, how long to read Kafka back for spooled messages it already has.
+    spool_check_timeout_s: float = Field(default=15.0, gt=0, le=600)
+
+    def spool_file(self) -> Path:
+        if self.spool_path is not None:
+            return self.spool_path
+        name = re.sub(r"[^A-Za-z0-9._-]", "_", self.collector_id)
+        return Path.home() / ".cache" / "gpu-health" / "spool" / f"collector-{name}.jsonl"
 
 
 class CollectorSettings(Settings):
@@ -126,8 +141,8 @@ def main() -> int:
     except (GpuHealthError, OSError) as e:
         log.error("collector cannot start: %s", e)
         return 1
-    producer = JsonProducer(collector_producer(settings.kafka, cfg.max_queued))
-    publisher = Publisher(producer, metrics)
+    producer = SpoolingProducer(collector_producer(settings.kafka, cfg.max_queued))
+    publisher = Publisher(producer, metrics, SpoolFile(cfg.spool_file(), cfg.spool_max_bytes))
     enricher = Enricher(
         collector_id=cfg.collector_id,
         local_hostname=socket.gethostname(),
@@ -156,11 +171,13 @@ def main() -> int:
         )
     log.info("collecting", extra={"sources": [s.target for s in sources], "interval_s": cfg.interval_s})
     try:
+        # What the last run could not deliver goes first, but not what the broker has already.
+        publisher.resume(
+            lambda pending: delivered_already(settings.kafka, pending, cfg.spool_check_timeout_s)
+        )
         collector.run(stop)
     finally:
-        remaining = publisher.flush(30)
-        if remaining:
-            log.error("exiting with undelivered messages", extra={"undelivered": remaining})
+        publisher.close(cfg.shutdown_flush_s)
         for source in sources:
             source.close()
         for feed in feeds:
