@@ -41,8 +41,8 @@ from .poller import Collector
 from .publisher import Publisher, collector_producer
 from .readings import GpuSource, SourceError
 from .smi_source import SmiSource
-from .systems import local_identity, start_announcer
 from .spool import SpoolFile, SpoolingProducer, delivered_already
+from .systems import local_identity, start_announcer
 
 log = logging.getLogger("services.collector")
 
