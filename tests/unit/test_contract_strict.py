@@ -1,4 +1,4 @@
-"""The contract is strict where the database is: version stated, details typed, text storable, depth bounded."""
+"""The contract is strict where the database is: version stated, details typed, text storable, bounded."""
 
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ UNSTORABLE = st.sampled_from(["\x00", "\ud800", "\udfff", "\udc00\ud800"])
 
 
 def put(message: dict[str, Any], where: str, text: str) -> dict[str, Any]:
-    out = json.loads(json.dumps(message))
+    out: dict[str, Any] = json.loads(json.dumps(message))
     if where == "mig.profile":
         out["mig"][0]["profile"] = text
     elif where == "details.last_seen":
