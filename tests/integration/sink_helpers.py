@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from services.sink.loop import SinkLoop
-from shared.config import DatabaseSettings, KafkaSettings
+from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
 from shared.db import connect
 from shared.kafka import JsonProducer, make_producer
 
@@ -80,3 +80,15 @@ def sink_process(env: dict[str, str]) -> subprocess.Popen[str]:
         [sys.executable, "-m", "services.sink"], cwd=REPO, env={**os.environ, **env},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
+
+
+def env_for(kafka: KafkaSettings, db: DatabaseSettings, topics: TopicSettings, group: str) -> dict[str, str]:
+    return {
+        "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS": kafka.bootstrap_servers,
+        "GPUHEALTH_DB__HOST": db.host, "GPUHEALTH_DB__PORT": str(db.port),
+        "GPUHEALTH_DB__SEARCH_PATH": db.search_path or "",
+        "GPUHEALTH_TOPICS__METRICS_RAW": topics.metrics_raw, "GPUHEALTH_TOPICS__EVENTS": topics.events,
+        "GPUHEALTH_TOPICS__DLQ": topics.dlq, "GPUHEALTH_SINK__GROUP_ID": group,
+        "GPUHEALTH_SINK__METRICS_PORT": "0", "GPUHEALTH_SINK__BATCH_SIZE": "500",
+        "GPUHEALTH_SINK__SESSION_TIMEOUT_MS": "6000",
+    }  # fmt: skip

@@ -23,6 +23,7 @@ from tests.integration.sink_helpers import (
     REPO,
     count,
     counter_value,
+    env_for,
     produce_samples,
     running,
     sample,
@@ -37,18 +38,6 @@ def topics(topic_factory: Callable[..., str]) -> TopicSettings:
         events=topic_factory(partitions=2, prefix="events"),
         dlq=topic_factory(partitions=1, prefix="dlq"),
     )
-
-
-def env_for(kafka: KafkaSettings, db: DatabaseSettings, topics: TopicSettings, group: str) -> dict[str, str]:
-    return {
-        "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS": kafka.bootstrap_servers,
-        "GPUHEALTH_DB__HOST": db.host, "GPUHEALTH_DB__PORT": str(db.port),
-        "GPUHEALTH_DB__SEARCH_PATH": db.search_path or "",
-        "GPUHEALTH_TOPICS__METRICS_RAW": topics.metrics_raw, "GPUHEALTH_TOPICS__EVENTS": topics.events,
-        "GPUHEALTH_TOPICS__DLQ": topics.dlq, "GPUHEALTH_SINK__GROUP_ID": group,
-        "GPUHEALTH_SINK__METRICS_PORT": "0", "GPUHEALTH_SINK__BATCH_SIZE": "500",
-        "GPUHEALTH_SINK__SESSION_TIMEOUT_MS": "6000",
-    }  # fmt: skip
 
 
 def test_n_samples_give_n_rows_and_a_replay_adds_none(
