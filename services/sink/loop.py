@@ -74,6 +74,8 @@ class SinkLoop:
             metrics=metrics, reader=dlq_reader,
         )  # fmt: skip
         self._next_relay = 0.0
+        self._held: list[confluent_kafka.Message] = []  # polled while backing off, not yet batched
+        self._given_up: dict[int, int] = {}  # lane -> the newest generation it gave a batch up in
         # Partition lanes, each with up to DEPTH batches in flight: one running its statements,
         # the next being staged. The writer has a connection for each.
         self.lanes = max(1, writer.connections // DEPTH)
@@ -91,6 +93,7 @@ class SinkLoop:
         self, consumer: confluent_kafka.Consumer, partitions: list[confluent_kafka.TopicPartition]
     ) -> None:
         self.generation += 1
+        self._held = []  # from the old assignment: re-read from the stored offsets
         delay = 0.5
         while True:
             try:
@@ -120,6 +123,7 @@ class SinkLoop:
         self, consumer: confluent_kafka.Consumer, partitions: list[confluent_kafka.TopicPartition]
     ) -> None:
         self.generation += 1
+        self._held = []
         self.owned = set()
         self.metrics.assigned.set(0)
         log.info(
@@ -143,50 +147,58 @@ class SinkLoop:
         try:
             while not self.stop.is_set():
                 messages = self.consumer.consume(self.batch_size, self.poll_timeout_s)
+                if self._held:  # polled while paused: they come first, as they were fetched first
+                    messages, self._held = [*self._held, *messages], []
                 lanes = self._decode(messages) if messages else {}
                 # Finish what is done (everything, when idle), and make room in busy lanes.
                 for lane, queue in in_flight.items():
                     while queue and (
                         not lanes or queue[0][1].done() or (lane in lanes and len(queue) >= DEPTH)
                     ):
-                        self._finish(queue)
+                        self._finish(lane, queue)
                 for lane, decoded in lanes.items():
+                    if decoded.generation <= self._given_up.get(lane, -1):
+                        self._give_up(decoded)  # consumed after a batch that was given up
+                        continue
                     queue = in_flight.setdefault(lane, deque())
                     previous = queue[-1][1] if queue else None
                     queue.append((decoded, self._start(decoded, previous)))
                 self.housekeeping()
                 self._relay_now_and_then()
                 self._report_lag()
-            for queue in in_flight.values():
+            for lane, queue in in_flight.items():
                 while queue:
-                    self._finish(queue)
+                    self._finish(lane, queue)
             self.relay.deliver_pending()
         finally:
             self._executor.shutdown(wait=True)
             self.relay.close()
             self.dlq.flush(30)
 
-    def _finish(self, queue: deque[tuple[Decoded, Future[WriteResult]]]) -> None:
+    def _finish(self, lane: int, queue: deque[tuple[Decoded, Future[WriteResult]]]) -> None:
         """Complete the lane's oldest batch; if it was given up, give up the ones after it too.
 
-        They were consumed after it, so storing one would move the offsets over its records.
-        Later batches from a newer assignment start again from the stored offsets: they stay.
+        They were consumed after it, so storing one would move the offsets over its records;
+        so are the lane's batches consumed later from the same assignment (stop or rebalance
+        follows a give-up, and a new assignment starts again from the stored offsets).
         """
         decoded, future = queue.popleft()
         if self._complete(decoded, future):
             return
+        self._given_up[lane] = max(self._given_up.get(lane, -1), decoded.generation)
         while queue and queue[0][0].generation <= decoded.generation:
             later, pending = queue.popleft()
             try:
                 pending.result()  # it waits for the given-up one, so it fails and stores nothing
-            except (DatabaseError, EarlierBatchError):
+            except DatabaseError:
                 pass
             else:  # pragma: no cover - a write never commits after the batch before it failed
                 log.error("a batch after one given up was stored")
-            self.metrics.abandoned.inc()
-            log.warning(
-                "batch given up: the one before it in its lane was", extra={"records": later.consumed}
-            )
+            self._give_up(later)
+
+    def _give_up(self, decoded: Decoded) -> None:
+        self.metrics.abandoned.inc()
+        log.warning("batch given up: one before it in its lane was", extra={"records": decoded.consumed})
 
     def _decode(self, messages: list[confluent_kafka.Message]) -> dict[int, Decoded]:
         lanes = decode(messages, self.topics, self.max_message_bytes, self.lanes)
@@ -256,10 +268,17 @@ class SinkLoop:
                 self.consumer.resume(self.consumer.assignment())
 
     def _wait(self, seconds: float) -> None:
-        """Back off while polling the (paused) consumer, so it keeps its place in the group."""
+        """Back off while polling the (paused) consumer, so it keeps its place in the group.
+
+        Pausing stops fetching, but what was fetched before can still come out of poll():
+        it is held for the next batch, never dropped (dropped, the consumer's position
+        would pass it, and the next stored offsets with it).
+        """
         deadline = time.monotonic() + seconds
         while (left := deadline - time.monotonic()) > 0:
-            self.consumer.poll(min(left, 0.5))
+            msg = self.consumer.poll(min(left, 0.5))
+            if msg is not None:
+                self._held.append(msg)
             self._report_lag(paused=True)
 
     def _relay_now_and_then(self, every_s: float = 5.0) -> None:
