@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from functools import partial
 
 import confluent_kafka
 import pytest
@@ -111,6 +112,9 @@ class Lines:
 
     def count(self, text: str) -> int:
         return sum(text in line for line in list(self.lines))
+
+    def count_at_least(self, text: str, n: int) -> bool:
+        return self.count(text) >= n
 
 
 def test_sigterm_during_a_retry_loses_nothing(
@@ -229,7 +233,7 @@ def test_dead_letters_are_not_repeated_by_restarts(
         log = Lines(proc)
         try:
             wait_until(
-                lambda log=log: log.count("partitions assigned") > 0, 60, "the sink to own its partitions"
+                partial(log.count_at_least, "partitions assigned", 1), 60, "the sink to own its partitions"
             )
             wait_until(lambda: stored_offsets_total(migrated, group) == 6000 + bad, 120, "every record done")
         finally:
