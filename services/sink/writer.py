@@ -288,6 +288,9 @@ class BatchWriter:
         except psycopg.Error as e:
             self._fail(slot)
             raise DatabaseError(f"batch write failed: {e}") from e
+        except Exception as e:  # e.g. a value psycopg could not send over a connection that broke
+            self._fail(slot)
+            raise DatabaseError(f"batch write failed ({type(e).__name__}): {e}") from e
         return result
 
     def _stage(
