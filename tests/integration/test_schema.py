@@ -62,7 +62,8 @@ def test_retention_forgets_dead_letters_delivered_long_ago(migrated: DatabaseSet
         for offset, delivered in ((0, timedelta(days=200)), (1, timedelta(days=1)), (2, None)):
             conn.execute(
                 "INSERT INTO sink_dead_letters (consumer_group, source_topic, source_partition,"
-                " source_offset, category, reason, delivered_at) VALUES ('g', 't', 0, %s, 'contract', 'r', %s)",
+                " source_offset, category, reason, delivered_at)"
+                " VALUES ('g', 't', 0, %s, 'contract', 'r', %s)",
                 (offset, datetime.now(UTC) - delivered if delivered else None),
             )
         conn.commit()
