@@ -17,7 +17,6 @@ from typing import Any, Protocol
 
 from shared.config import TopicSettings
 from shared.errors import ContractError
-from shared.jsonlimits import check_bounds
 from shared.models import parse_event
 
 from .deadletters import DeadLetter
@@ -72,45 +71,38 @@ def decode(
         if offset >= next_offsets.get((topic, partition), 0):
             next_offsets[(topic, partition)] = offset + 1
         value, key = msg.value(), msg.key()
+        batch = lane.batch
+        refused: tuple[str, str] | None = None  # (category, reason)
         try:
-            refused = _add(lane.batch, topics, max_bytes, topic, partition, offset, key, value)
+            if value is None:
+                refused = ("empty", "message has no value")
+            elif len(value) > max_bytes:
+                refused = ("oversized", f"message of {len(value)} bytes exceeds {max_bytes}")
+            # No parser here recurses unbounded: the compiled fast path declines nesting its types
+            # do not have, and the contract's parsers check the depth (shared.jsonlimits) first.
+            elif topic == topics.metrics_raw:
+                try:
+                    row = stage_row(value)
+                except ContractError as e:
+                    refused = ("contract", str(e))
+                else:
+                    # the key must be the GPU's UUID (ASCII by the contract), or partitioning lies
+                    if key is None or key == row[GPU_UUID].encode():
+                        batch.rows.append(row)
+                        batch.row_origins.append((topic, partition, offset, key, value))
+                    else:
+                        refused = ("key", "message key does not match gpu_uuid")
+            elif topic == topics.events:
+                try:
+                    batch.events.append(parse_event(value))
+                    batch.event_origins.append((topic, partition, offset, key, value))
+                except ContractError as e:
+                    refused = ("contract", str(e))
+            else:
+                refused = ("topic", f"the sink does not read topic {topic!r}")
         except Exception as e:  # whatever it is, it is this record's and no one else's
             log.exception("record %s[%d]@%d could not be decoded", topic, partition, offset)
             refused = ("decode", f"{type(e).__name__}: {e}")
         if refused is not None:
-            lane.batch.dead.append(DeadLetter(key, value, topic, partition, offset, *refused))
+            batch.dead.append(DeadLetter(key, value, topic, partition, offset, *refused))
     return out
-
-
-def _add(
-    batch: Batch,
-    topics: TopicSettings,
-    max_bytes: int,
-    topic: str,
-    partition: int,
-    offset: int,
-    key: bytes | None,
-    value: bytes | None,
-) -> tuple[str, str] | None:
-    """Decode one record into the batch; (category, reason) if it is refused instead."""
-    if value is None:
-        return ("empty", "message has no value")
-    if len(value) > max_bytes:
-        return ("oversized", f"message of {len(value)} bytes exceeds {max_bytes}")
-    try:
-        check_bounds(value, max_bytes)
-        if topic == topics.metrics_raw:
-            row = stage_row(value)
-            # the key must be the GPU's UUID (ASCII by the contract), or partitioning lies
-            if key is not None and key != row[GPU_UUID].encode():
-                return ("key", "message key does not match gpu_uuid")
-            batch.rows.append(row)
-            batch.row_origins.append((topic, partition, offset, key, value))
-        elif topic == topics.events:
-            batch.events.append(parse_event(value))
-            batch.event_origins.append((topic, partition, offset, key, value))
-        else:
-            return ("topic", f"the sink does not read topic {topic!r}")
-    except ContractError as e:
-        return ("contract", str(e))
-    return None
