@@ -122,8 +122,7 @@ def test_lanes_split_by_partition_each_with_its_own_offsets_and_dead_letters() -
 
 def test_any_exception_while_decoding_refuses_that_record_only(monkeypatch: pytest.MonkeyPatch) -> None:
     import services.sink.decode as decode_module
-
-    real = decode_module.stage_row
+    from services.sink.rows import stage_row as real
 
     def fragile(raw: bytes | str) -> Any:
         if b"boom" in (raw if isinstance(raw, bytes) else raw.encode()):
