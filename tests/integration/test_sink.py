@@ -28,16 +28,14 @@ from tests.integration.sink_helpers import (
     running,
     sample,
     sink_process,
+    sink_topics,
+    sink_until,
 )
 
 
 @pytest.fixture
 def topics(topic_factory: Callable[..., str]) -> TopicSettings:
-    return TopicSettings(
-        metrics_raw=topic_factory(partitions=4, prefix="raw"),
-        events=topic_factory(partitions=2, prefix="events"),
-        dlq=topic_factory(partitions=1, prefix="dlq"),
-    )
+    return sink_topics(topic_factory)
 
 
 def test_n_samples_give_n_rows_and_a_replay_adds_none(
@@ -140,12 +138,7 @@ def test_kill_9_mid_stream_then_restart_gives_exactly_n(
         first.kill()
     at_kill = count(migrated, "gpu_metrics")
     assert at_kill < n, "the sink finished before it could be killed; raise n"
-    second = sink_process(env)
-    try:
-        wait_until(lambda: stored_offsets_total(migrated, group) == n, 120, "the restarted sink to finish")
-    finally:
-        second.send_signal(signal.SIGTERM)
-        assert second.wait(30) == 0
+    sink_until(env, lambda: stored_offsets_total(migrated, group) == n, "the restarted sink to finish")
     assert count(migrated, "gpu_metrics") == n
 
 

@@ -31,7 +31,7 @@ from shared.db import connect
 from shared.errors import ContractError
 from shared.kafka import make_consumer, make_producer
 from shared.models import parse_event, parse_sample
-from tests.integration.sink_helpers import T0, count, env_for, sample, sink_process
+from tests.integration.sink_helpers import T0, count, env_for, sample, sink_process, sink_topics
 
 MAX_BYTES = 4096
 REFUSE = "refuse-me"  # a collector_id the contract takes and this test's CHECK refuses
@@ -230,11 +230,7 @@ def _drain(run: Run) -> int:
 
 @pytest.fixture
 def topics(topic_factory: Callable[..., str]) -> TopicSettings:
-    return TopicSettings(
-        metrics_raw=topic_factory(partitions=4, prefix="raw"),
-        events=topic_factory(partitions=2, prefix="events"),
-        dlq=topic_factory(partitions=2, prefix="dlq"),
-    )
+    return sink_topics(topic_factory, dlq_partitions=2)
 
 
 def test_hostile_records_never_stop_the_sink_and_each_record_ends_up_in_exactly_one_place(

@@ -29,18 +29,23 @@ from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
 from shared.db import connect
 from shared.kafka import make_consumer, make_producer
 from tests.integration.kafka_helpers import consume_all, header_map
-from tests.integration.sink_helpers import count, counter_value, env_for, running, sample, sink_process
+from tests.integration.sink_helpers import (
+    count,
+    counter_value,
+    env_for,
+    running,
+    sample,
+    sink_process,
+    sink_topics,
+    sink_until,
+)
 
 Placed = dict[tuple[int, int], tuple[str, str]]  # (partition, offset) -> (gpu_uuid, time)
 
 
 @pytest.fixture
 def topics(topic_factory: Callable[..., str]) -> TopicSettings:
-    return TopicSettings(
-        metrics_raw=topic_factory(partitions=4, prefix="raw"),
-        events=topic_factory(partitions=1, prefix="events"),
-        dlq=topic_factory(partitions=1, prefix="dlq"),
-    )
+    return sink_topics(topic_factory)
 
 
 def produce_placed(kafka: KafkaSettings, topic: str, start: int, stop: int, placed: Placed) -> None:
@@ -141,12 +146,7 @@ def test_sigterm_during_a_retry_loses_nothing(
         proc.kill()
     assert unstored_below_stored_offsets(migrated, group, topics.metrics_raw, placed) == 0
     assert stored_offsets_total(migrated, group) == count(migrated, "gpu_metrics")
-    again = sink_process(env)
-    try:
-        wait_until(lambda: stored_offsets_total(migrated, group) == n, 120, "the restarted sink to finish")
-    finally:
-        again.send_signal(signal.SIGTERM)
-        assert again.wait(30) == 0
+    sink_until(env, lambda: stored_offsets_total(migrated, group) == n, "the restarted sink to finish")
     assert count(migrated, "gpu_metrics") == n  # 0 lost, 0 twice
 
 
