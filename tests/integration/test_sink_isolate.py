@@ -26,8 +26,8 @@ def event(i: int, details: dict[str, Any]) -> GpuEvent:
     """An event as a buggy producer would build it: model_construct skips the contract."""
     return GpuEvent.model_construct(
         schema_version=1, time=datetime(2026, 11, 1, 0, 0, i, tzinfo=UTC), kind=EventKind.XID,
-        gpu_uuid="GPU-00000000-0000-4000-8000-000000000000", hostname="h", source=Source.MOCK, collector_id="c",
-        cluster=None, datacenter=None, rack=None, details=details,
+        gpu_uuid="GPU-00000000-0000-4000-8000-000000000000", hostname="h", source=Source.MOCK,
+        collector_id="c", cluster=None, datacenter=None, rack=None, details=details,
     )  # fmt: skip
 
 
