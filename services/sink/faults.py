@@ -2,12 +2,14 @@
 
 PostgreSQL says why in the SQLSTATE's class: 22 (data exception: a NUL in
 jsonb, a number out of range, bad text) and 23 (a constraint the row breaks)
-belong to the record, and so does 54 (a program limit, e.g. a value too big
-to index). A value psycopg cannot even send (text that is not UTF-8, an int
-too big for bigint) fails in Python before PostgreSQL sees it: the record's
-fault too. Everything else (connection lost, server shutting down, statement
-timeout, deadlock, out of memory, a missing table) is retried: the same batch
-can succeed later, and splitting it would only dead-letter good records.
+belong to the record, and so do 54 (a program limit, e.g. a value too big to
+index) and 21 (a batch holding the same key twice: split, it goes in). A
+value psycopg cannot even send (text that is not UTF-8, an int too big for
+bigint, a type it cannot adapt) fails in Python before PostgreSQL sees it:
+the record's fault too. Everything else (connection lost, server shutting
+down, statement timeout, deadlock, out of memory, a missing table) is
+retried: the same batch can succeed later, and splitting it would only
+dead-letter good records.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import psycopg
 
 from .deadletters import printable
 
-_DATA_CLASSES = frozenset({"22", "23", "54"})
+_DATA_CLASSES = frozenset({"21", "22", "23", "54"})
 
 
 def is_data_fault(error: BaseException, conn: psycopg.Connection[tuple[object, ...]]) -> bool:
@@ -25,8 +27,8 @@ def is_data_fault(error: BaseException, conn: psycopg.Connection[tuple[object, .
         return False
     if isinstance(error, psycopg.Error):
         state = error.sqlstate
-        if state is None:  # raised by psycopg itself: only its DataError is about values
-            return isinstance(error, psycopg.DataError)
+        if state is None:  # raised by psycopg itself, about a value unless about the connection
+            return not isinstance(error, psycopg.OperationalError | psycopg.InterfaceError)
         return state[:2] in _DATA_CLASSES
     return True  # a value Python could not convert for PostgreSQL (UnicodeEncodeError, OverflowError...)
 

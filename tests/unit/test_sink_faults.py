@@ -33,6 +33,8 @@ def fault(sqlstate: str) -> psycopg.Error:
         fault("23502"),  # NOT NULL
         fault("54000"),  # a value over a program limit
         psycopg.DataError("PostgreSQL text fields cannot contain NUL (0x00) bytes"),  # client side
+        psycopg.ProgrammingError("cannot adapt type 'object'"),  # client side
+        fault("21000"),  # the same key twice in one statement
         UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed"),
         OverflowError("int too big to convert"),
     ],
