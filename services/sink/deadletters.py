@@ -132,7 +132,7 @@ class DeadLetterRelay:
         group: str,
         metrics: SinkMetrics,
         reader: Callable[[], confluent_kafka.Consumer] | None = None,
-        lease_s: float = 120.0,
+        lease_s: float = 60.0,  # longer than a produce and its flush (30 s) take
         limit: int = 1000,
     ) -> None:
         self.settings, self.producer, self.topic, self.group = settings, producer, topic, group
@@ -171,7 +171,7 @@ class DeadLetterRelay:
                 self.close()
                 return delivered
             for p in pending:
-                if p.letter.source in sent:
+                if p.letter.source in done:
                     self.metrics.dead_letters.labels(p.letter.category).inc()
                     log.warning(
                         "dead letter: %s", printable(p.letter.reason, 500),
