@@ -17,14 +17,26 @@ import json
 import sys
 import time
 from datetime import UTC, datetime, timedelta
-from enum import StrEnum
+from enum import Enum, StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
 
 from shared.dcgm import INT64_BLANK
 from shared.errors import ContractError
+from shared.event_details import DETAILS_BY_KIND
+from shared.jsonlimits import check_bounds
 
 SCHEMA_VERSION = 1
 JSON_SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schema" / "json"
@@ -66,8 +78,38 @@ def _not_bool(value: Any) -> Any:
     return value
 
 
+class _Unstated(Enum):
+    """The value of a schema_version a message did not state (an enum: it has a JSON form)."""
+
+    UNSTATED = "unstated"
+
+
+UNSTATED: Any = _Unstated.UNSTATED
+
+
+def _stated(value: Any, info: ValidationInfo) -> Any:
+    """On the wire (JSON) schema_version is required and never assumed: JSON without it is
+    refused. A message built in Python (a producer's `GpuSample(...)`) gets the version this
+    code writes. Strict validation takes no JSON-decoded dict (times must be datetimes
+    there), so this is no back door for JSON."""
+    if value is UNSTATED:
+        if info.mode == "python":
+            return SCHEMA_VERSION
+        raise ValueError("schema_version is required")
+    return value
+
+
+def _version_required(schema: dict[str, Any]) -> None:
+    """The JSON Schema of a top-level message: schema_version required, with no default."""
+    schema["properties"]["schema_version"].pop("default", None)
+    schema["required"] = ["schema_version", *(r for r in schema.get("required", ()) if r != "schema_version")]
+
+
 UtcTime = Annotated[datetime, AfterValidator(sane_time)]
-Version = Annotated[Literal[1], BeforeValidator(_not_bool)]
+# validators run last-first: the unstated check, then the type's own
+Version = Annotated[
+    Literal[1], BeforeValidator(_not_bool), BeforeValidator(_stated), Field(validate_default=True)
+]
 Label = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[^\x00-\x1f\x7f]*$")]
 GpuUuid = Annotated[str, Field(pattern=r"^(GPU|MIG)-[A-Za-z0-9/-]{8,96}$")]
 
@@ -117,7 +159,9 @@ class MigInstance(_Strict):
 class GpuSample(_Strict):
     """One GPU, one poll: identity, placement, workload, and every metric the source reported."""
 
-    schema_version: Version = 1
+    model_config = ConfigDict(json_schema_extra=_version_required)
+
+    schema_version: Version = UNSTATED
     time: UtcTime
     source: Source
     collector_id: Label
@@ -214,13 +258,30 @@ class EventKind(StrEnum):
     GPU_BACK = "gpu_back"
 
 
+# What a producer hands GpuEvent as `details`; the contract then holds it to its kind's shape.
 Details = dict[str, int | float | str | bool | list[str] | None]
+
+_DETAILS_CHECK: dict[EventKind, TypeAdapter[Any]] = {
+    EventKind(kind): TypeAdapter(shape) for kind, shape in DETAILS_BY_KIND.items()
+}
+
+
+def _event_schema(schema: dict[str, Any]) -> None:
+    """The event's JSON Schema: schema_version required, and the details each kind carries."""
+    _version_required(schema)
+    schema["allOf"] = [
+        {
+            "if": {"properties": {"kind": {"const": kind.value}}, "required": ["kind"]},
+            "then": {"properties": {"details": _DETAILS_CHECK[kind].json_schema()}},
+        }
+        for kind in _DETAILS_CHECK
+    ]
 
 
 class GpuEvent(_Strict):
     """Something that happened between two polls of one GPU."""
 
-    schema_version: Version = 1
+    schema_version: Version = UNSTATED
     time: UtcTime
     kind: EventKind
     gpu_uuid: GpuUuid
@@ -230,8 +291,20 @@ class GpuEvent(_Strict):
     cluster: Label | None = None
     datacenter: Label | None = None
     rack: Label | None = None
-    # kind-specific facts: the XID code, the DBE increment, the throttle reasons...
-    details: Details = Field(default_factory=dict, max_length=32)
+    # kind-specific facts, one shape per kind (DETAILS_BY_KIND): the XID code, the DBE increment...
+    details: Details = Field(default_factory=dict, max_length=16)
+
+    model_config = ConfigDict(json_schema_extra=_event_schema)
+
+    @model_validator(mode="after")
+    def _details_fit_the_kind(self) -> GpuEvent:
+        try:
+            checked = _DETAILS_CHECK[self.kind].validate_python(self.details, strict=True)
+        except ValidationError as e:
+            raise ValueError(f"details of a {self.kind.value} event: {_reason(e)}") from None
+        if checked != self.details or any(type(checked[k]) is not type(v) for k, v in self.details.items()):
+            self.__dict__["details"] = checked  # e.g. a whole number of seconds as the float it is
+        return self
 
 
 METRIC_FIELDS: tuple[str, ...] = tuple(
@@ -256,9 +329,11 @@ def _reason(e: ValidationError) -> str:
 def _check_version(raw: bytes | str) -> None:
     """A clear 'unknown schema version' before field errors that would only confuse."""
     try:
-        head = json.loads(raw)
-    except ValueError:
+        head = json.loads(raw)  # bounded in depth by check_bounds, but never let it decide anything
+    except (ValueError, RecursionError):
         return  # the model's own parser reports malformed JSON
+    if isinstance(head, dict) and "schema_version" not in head:
+        raise ContractError("schema_version is required")
     if isinstance(head, dict) and head.get("schema_version") != SCHEMA_VERSION:
         raise ContractError(f"unknown schema_version {head.get('schema_version')!r}")
 
@@ -267,6 +342,7 @@ M = TypeVar("M", bound=BaseModel)
 
 
 def _parse(model: type[M], raw: bytes | str) -> M:
+    check_bounds(raw)
     try:
         return model.model_validate_json(raw)
     except ValidationError as e:

@@ -85,6 +85,8 @@ def main() -> int:
             settings.db, metrics, keep_raw_days=cfg.keep_raw_days, keep_events_days=cfg.keep_events_days,
             keep_rollup_days=cfg.keep_rollup_days, interval_s=cfg.retention_interval_s,
         ),
+        # reads the dead-letter topic (never commits) to check a letter whose delivery was in doubt
+        dlq_reader=lambda: make_consumer(settings.kafka, group_id=f"{cfg.group_id}-dlq-check"),
     )  # fmt: skip
     # The sink allocates ~100 short-lived objects a message. Startup objects are frozen out
     # of the collector's way, and young collections run every 50k allocations rather than

@@ -48,6 +48,14 @@ class Retention:
         dropped: dict[str, int] = {}
         try:
             with connect(self.settings) as conn:
+                # delivered dead letters are kept as long as events, then forgotten
+                deleted = conn.execute(
+                    "DELETE FROM sink_dead_letters WHERE delivered_at < now() - make_interval(days => %s)",
+                    (self.keep_events_days,),
+                ).rowcount
+                conn.commit()
+                if deleted:
+                    log.info("forgot %d delivered dead letters", deleted)
                 if timescale_info(conn).full_features:
                     return dropped  # retention policies do it
                 if not conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (_LOCK_ID,)).fetchone()[0]:  # type: ignore[index]
