@@ -35,7 +35,14 @@ _CLOSED = ConfigDict(extra="forbid", strict=True)
 
 @with_config(_CLOSED)
 class XidDetails(TypedDict):
+    """An XID; one read from the kernel log also says where and what the kernel wrote."""
+
     xid: Annotated[int, Field(ge=1, le=100_000)]
+    origin: NotRequired[Literal["kmsg", "journal"]]
+    pci_bus_id: NotRequired[Annotated[str, Field(pattern=r"^[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$")]]
+    kernel_message: NotRequired[Annotated[str, Field(max_length=500, pattern=r"^[^\x00-\x1f\x7f]*$")]]
+    gpu_instance: NotRequired[Annotated[int, Field(ge=0, le=999)] | None]
+    compute_instance: NotRequired[Annotated[int, Field(ge=0, le=999)] | None]
 
 
 @with_config(_CLOSED)

@@ -40,6 +40,8 @@ _XID_LINE = re.compile(
     r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}(?:\.[0-7])?)"
     r"(?P<extra>[^)]{0,64})\):\s*(?P<code>\d{1,9})\b,?\s?(?P<message>.*)"
 )
+# Control characters and lone surrogates: the contract refuses them (PostgreSQL cannot store NUL).
+_UNSTORABLE = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
 _INSTANCE = re.compile(r"GPU-I:(?P<gi>\d{1,3})(?:\s+GPU-CI:(?P<ci>\d{1,3}))?")
 _PCI = re.compile(
     r"^(?:(?P<domain>[0-9A-Fa-f]{1,8}):)?(?P<bus>[0-9A-Fa-f]{1,2}):(?P<dev>[0-9A-Fa-f]{1,2})(?:\.(?P<fn>[0-7]))?$"
@@ -91,7 +93,7 @@ def parse_xid_line(line: str, at: datetime) -> KernelXid | None:
         time=at,
         pci_bus_id=pci,
         xid=code,
-        message=match["message"].strip()[:MAX_MESSAGE_CHARS],
+        message=_UNSTORABLE.sub("?", match["message"]).strip()[:MAX_MESSAGE_CHARS],
         gpu_instance=int(instance["gi"]) if instance else None,
         compute_instance=int(instance["ci"]) if instance and instance["ci"] else None,
     )

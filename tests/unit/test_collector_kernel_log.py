@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import TypeAdapter
 
 from services.collector.kernel_log import (
     JournalFeed,
@@ -25,6 +26,7 @@ from services.collector.kernel_log import (
     parse_xid_line,
 )
 from services.collector.readings import SourceError
+from shared.event_details import XidDetails
 
 DATA = Path(__file__).parent / "data"
 AT = datetime(2026, 11, 22, 17, 0, tzinfo=UTC)
@@ -139,6 +141,21 @@ def test_pci_addresses_in_any_of_the_kernels_forms(text: str, bus: str | None) -
 def test_any_line_is_an_xid_or_nothing(line: str) -> None:
     xid = parse_xid_line(line, AT)
     assert xid is None or (0 < xid.xid <= 100_000 and normalize_pci(xid.pci_bus_id) == xid.pci_bus_id)
+
+
+@settings(max_examples=300, deadline=None)
+@given(code=st.integers(1, 100_000), message=st.text(max_size=700), gi=st.booleans())
+def test_whatever_the_kernel_wrote_the_xid_passes_the_contract(
+    code: int, message: str, gi: bool
+) -> None:
+    instance = " GPU-I:3 GPU-CI:1" if gi else ""
+    xid = parse_xid_line(f"NVRM: Xid (PCI:0000:3b:00{instance}): {code}, {message}", AT)
+    assert xid is not None
+    details = {
+        "xid": xid.xid, "origin": "kmsg", "pci_bus_id": xid.pci_bus_id, "kernel_message": xid.message,
+        "gpu_instance": xid.gpu_instance, "compute_instance": xid.compute_instance,
+    }  # fmt: skip
+    assert TypeAdapter(XidDetails).validate_python(details) == details
 
 
 @settings(max_examples=300, deadline=None)
