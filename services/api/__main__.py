@@ -5,7 +5,9 @@ from __future__ import annotations
 import sys
 
 import uvicorn
+from prometheus_client import CollectorRegistry
 
+from shared import otlp
 from shared.service import start_service
 
 from .app import create_app
@@ -16,9 +18,12 @@ def main() -> int:
     settings = start_service(ApiSettings, "api")
     if settings is None:
         return 2
-    app = create_app(settings.db, settings.api)
+    registry = CollectorRegistry()
+    otlp.export_registry(registry)
+    app = create_app(settings.db, settings.api, registry)
     # uvicorn handles SIGTERM itself: it stops accepting, finishes requests in flight, exits 0.
     uvicorn.run(app, host=settings.api.bind, port=settings.api.port, log_config=None, access_log=False)
+    otlp.shutdown()
     return 0
 
 

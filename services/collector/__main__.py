@@ -19,6 +19,7 @@ import httpx
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, Field
 
+from shared import otlp
 from shared.config import Settings
 from shared.errors import GpuHealthError
 from shared.kafka import JsonProducer
@@ -28,6 +29,7 @@ from shared.service import serve_metrics, start_service, stop_on_signals
 from .dcgm_source import DcgmSource
 from .enrich import Enricher, Placement, load_inventory
 from .events import EventDetector
+from .gpu_otlp import GpuInstruments
 from .metrics import CollectorMetrics
 from .nvml_source import NvmlSource
 from .poller import Collector
@@ -112,6 +114,7 @@ def main() -> int:
         inventory=inventory,
         on_invalid=lambda field: metrics.invalid.labels(field).inc(),
     )
+    gpu_meter = otlp.meter("gpuhealth.collector")  # None unless OTLP export is on
     collector = Collector(
         sources=sources,
         enricher=enricher,
@@ -120,6 +123,7 @@ def main() -> int:
         topics=settings.topics,
         metrics=metrics,
         interval_s=cfg.interval_s,
+        on_samples=GpuInstruments(gpu_meter).observe if gpu_meter else None,
     )
     stop = stop_on_signals()
     log.info("collecting", extra={"sources": [s.target for s in sources], "interval_s": cfg.interval_s})

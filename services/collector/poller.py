@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from shared.config import TopicSettings
-from shared.models import to_json
+from shared.models import GpuSample, to_json
 
 from .enrich import Enricher, reading_time
 from .events import EventDetector
@@ -37,8 +37,10 @@ class Collector:
         metrics: CollectorMetrics,
         interval_s: float,
         monotonic: Callable[[], float] = time.monotonic,
+        on_samples: Callable[[list[GpuSample]], None] | None = None,
     ) -> None:
         self.sources, self.enricher, self.detector = sources, enricher, detector
+        self.on_samples = on_samples  # e.g. the OTLP GPU instruments
         self.publisher, self.topics, self.metrics = publisher, topics, metrics
         self.interval_s, self._monotonic = interval_s, monotonic
 
@@ -55,6 +57,8 @@ class Collector:
                 continue
             samples = [s for s in (self.enricher.sample(g, reading) for g in reading.gpus) if s]
             self.metrics.gpus.labels(source.target).set(len(samples))
+            if self.on_samples is not None:
+                self.on_samples(samples)
             for sample in samples:
                 if self.publisher.publish(self.topics.metrics_raw, sample.gpu_uuid, to_json(sample)):
                     samples_queued += 1
