@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import logging
 import sys
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, Field
@@ -41,6 +42,11 @@ class SinkSection(BaseModel):
     keep_events_days: int = Field(default=180, ge=1)
     keep_rollup_days: int = Field(default=365, ge=1)
     retention_interval_s: float = Field(default=600, ge=10)
+    # Chunks past retention are written here as Parquet before they are dropped (archive.py);
+    # unset: they are dropped without a copy.
+    archive_dir: Path | None = None
+    archive_batch_rows: int = Field(default=100_000, ge=1000, le=2_000_000)
+    archive_zstd_level: int = Field(default=9, ge=1, le=22)
     # How long a dead sink holds its partitions before the group hands them on.
     session_timeout_ms: int = Field(default=45_000, ge=6000, le=300_000)
     metrics_port: int = Field(default=9501, ge=0, le=65535)
@@ -67,6 +73,12 @@ def main() -> int:
         statement_timeout_ms=cfg.statement_timeout_ms,
         connections=cfg.lanes * DEPTH,
     )
+    retention = Retention(
+        settings.db, metrics, keep_raw_days=cfg.keep_raw_days, keep_events_days=cfg.keep_events_days,
+        keep_rollup_days=cfg.keep_rollup_days, interval_s=cfg.retention_interval_s,
+        archive_dir=cfg.archive_dir, archive_batch_rows=cfg.archive_batch_rows,
+        archive_zstd_level=cfg.archive_zstd_level,
+    )  # fmt: skip
     loop = SinkLoop(
         consumer=make_consumer(
             settings.kafka, group_id=cfg.group_id, overrides={"session.timeout.ms": cfg.session_timeout_ms}
@@ -79,11 +91,8 @@ def main() -> int:
         poll_timeout_s=cfg.poll_timeout_s,
         max_message_bytes=cfg.max_message_bytes,
         max_backoff_s=cfg.max_backoff_s,
-        housekeeping=Retention(
-            settings.db, metrics, keep_raw_days=cfg.keep_raw_days, keep_events_days=cfg.keep_events_days,
-            keep_rollup_days=cfg.keep_rollup_days, interval_s=cfg.retention_interval_s,
-        ),
-    )  # fmt: skip
+        housekeeping=retention,
+    )
     # The sink allocates ~100 short-lived objects a message. Startup objects are frozen out
     # of the collector's way, and young collections run every 50k allocations rather than
     # 700: measured ~2 µs less CPU a message. Nothing here builds reference cycles.
@@ -94,6 +103,7 @@ def main() -> int:
     try:
         loop.run()
     finally:
+        retention.close()
         loop.consumer.close()
         writer.close()
         stop_metrics()

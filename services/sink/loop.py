@@ -269,6 +269,8 @@ class SinkLoop:
         self.metrics.batches.inc()
         self.metrics.rows.labels("gpu_metrics").inc(metrics_in)
         self.metrics.rows.labels("gpu_events").inc(events_in)
+        if metrics_in:  # the rollup is folded in the same statement as the rows
+            self.metrics.rollup_last_refresh.set_to_current_time()
         self.metrics.duplicates.labels("gpu_metrics").inc(len(batch.rows) - metrics_in)
         self.metrics.duplicates.labels("gpu_events").inc(len(batch.events) - events_in)
 
