@@ -33,7 +33,8 @@ def fill(db: DatabaseSettings, *, gpus: int = 4, step: str = "5 minutes", days: 
             " xid_last, prof_sm_active_ratio)"
             " SELECT t, format('GPU-%%s-0000-4000-8000-000000000000', lpad(g::text, 8, '0')),"
             "        'node-' || (g / 8), 'c1', E'r\"1,\\n', CASE WHEN g %% 2 = 0 THEN 'pod-' || g END,"
-            "        'mock', 'itest', CASE WHEN g = 1 THEN '[{\"profile\": \"1g.10gb\", \"instance_id\": 1}]'::jsonb END,"
+            "        'mock', 'itest',"
+            '        CASE WHEN g = 1 THEN \'[{"profile": "1g.10gb", "instance_id": 1}]\'::jsonb END,'
             "        40 + (random() * 30)::int, round((100 + random() * 500)::numeric, 2),"
             "        CASE WHEN random() < 0.1 THEN NULL ELSE (random() * 100)::int END,"
             "        (extract(epoch FROM t)::bigint - 1700000000) * 300, g * 3, NULL, random()"
@@ -50,7 +51,8 @@ def fill(db: DatabaseSettings, *, gpus: int = 4, step: str = "5 minutes", days: 
             "INSERT INTO gpu_events (time, gpu_uuid, kind, hostname, source, collector_id, details)"
             " SELECT t, 'GPU-ev-' || g, CASE WHEN g %% 2 = 0 THEN 'xid' ELSE 'ecc_dbe' END, 'node-0', 'mock',"
             "        'itest', jsonb_build_object('code', g, 'note', E'quote \" and \\\\ and ü')"
-            " FROM generate_series(now() - interval '200 days', now() - interval '181 days', interval '7 hours')"
+            " FROM generate_series(now() - interval '200 days', now() - interval '181 days',"
+            "                      interval '7 hours')"
             "      AS t, generate_series(1, %s) AS g",
             (gpus,),
         )
@@ -62,7 +64,8 @@ def fill(db: DatabaseSettings, *, gpus: int = 4, step: str = "5 minutes", days: 
             "INSERT INTO gpu_metrics_1min (bucket, gpu_uuid, samples, gpu_temp_c_sum, gpu_temp_c_n,"
             " gpu_temp_c_max, clocks_event_reasons_any)"
             " SELECT date_trunc('minute', t), 'GPU-roll-' || g, 6, 300.5, 6, 55, 4"
-            " FROM generate_series(now() - interval '380 days', now() - interval '366 days', interval '3 hours')"
+            " FROM generate_series(now() - interval '380 days', now() - interval '366 days',"
+            "                      interval '3 hours')"
             "      AS t, generate_series(1, %s) AS g",
             (gpus,),
         )
