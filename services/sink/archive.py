@@ -203,7 +203,7 @@ def write_atomically(path: Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
-class _DayFile:
+class DayFile:
     """One day's part of a chunk: written to a hidden temporary file, published by finish()."""
 
     def __init__(self, final: Path, schema: pa.Schema, time_column: str, zstd_level: int) -> None:
@@ -261,6 +261,14 @@ def manifest_path(parquet: Path) -> Path:
     return parquet.with_name(parquet.name.removesuffix(".parquet") + ".manifest.json")
 
 
+def to_arrow(rows: list[tuple[Any, ...]], schema: pa.Schema) -> pa.Table:
+    """Database rows as an Arrow table of `schema` (an Arrow error or ValueError if they do not fit)."""
+    columns = zip(*rows, strict=True)
+    return pa.Table.from_arrays(
+        [pa.array(values, type=f.type) for values, f in zip(columns, schema, strict=True)], schema=schema
+    )
+
+
 def by_day(table: pa.Table, time_column: str) -> Iterator[tuple[date, pa.Table]]:
     """The rows of `table` split by the UTC day of `time_column` (usually all one day)."""
     days = pc.cast(table[time_column], pa.date32())
@@ -310,23 +318,17 @@ class ParquetArchive:
         query = sql.SQL("SELECT {} FROM {} ORDER BY {}").format(
             select, chunk.ident, sql.SQL(", ").join(order)
         )
-        files: dict[date, _DayFile] = {}
+        files: dict[date, DayFile] = {}
         try:
             with conn.cursor(name=f"archive_{chunk.name}") as cursor:
                 cursor.execute(query)
                 while rows := cursor.fetchmany(self.batch_rows):
                     if stop is not None and stop.is_set():
                         raise ArchiveInterruptedError(f"stopping: {chunk.name} left for the next run")
-                    table = pa.Table.from_arrays(
-                        [
-                            pa.array(col, type=f.type)
-                            for col, f in zip(zip(*rows, strict=True), schema, strict=True)
-                        ],
-                        schema=schema,
-                    )
+                    table = to_arrow(rows, schema)
                     for day, part in by_day(table, chunk.time_column):
                         if day not in files:
-                            files[day] = _DayFile(
+                            files[day] = DayFile(
                                 self.path_for(chunk, day), schema, chunk.time_column, self.zstd_level
                             )
                         files[day].write(part)
