@@ -129,20 +129,34 @@ def expired_chunks(conn: Conn, table: str, older_than: datetime) -> list[Chunk]:
     return [Chunk(table, str(r[1]), str(r[2]), r[3], r[4], str(r[5])) for r in rows]
 
 
-def chunk_columns(conn: Conn, chunk: Chunk) -> list[tuple[str, str]]:
-    """(column, PostgreSQL type) of the chunk, in table order."""
+def columns_of(conn: Conn, relation: str) -> list[tuple[str, str]]:
+    """(column, PostgreSQL type) of a table or chunk (a name as regclass reads it), in table order."""
     rows = conn.execute(
         "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute"
         " WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
-        (f"{sql.Identifier(chunk.schema, chunk.name).as_string(conn)}",),
+        (relation,),
     ).fetchall()
     return [(str(r[0]), str(r[1])) for r in rows]
 
 
-def archive_schema(columns: list[tuple[str, str]], chunk: Chunk) -> pa.Schema:
+def arrow_schema(columns: list[tuple[str, str]], metadata: dict[str, str] | None = None) -> pa.Schema:
+    """The archive's Arrow types for these columns (text for any type without its own)."""
     fields = [pa.field(name, ARROW_TYPES.get(pg_type, pa.string())) for name, pg_type in columns]
-    return pa.schema(
-        fields,
+    return pa.schema(fields, metadata=metadata)
+
+
+def select_list(columns: list[tuple[str, str]]) -> sql.Composable:
+    """The columns as archived: as they are, or as their text when Arrow has no type for them."""
+    as_text = sql.SQL("{}::text")
+    return sql.SQL(", ").join(
+        sql.Identifier(name) if pg_type in ARROW_TYPES else as_text.format(sql.Identifier(name))
+        for name, pg_type in columns
+    )
+
+
+def archive_schema(columns: list[tuple[str, str]], chunk: Chunk) -> pa.Schema:
+    return arrow_schema(
+        columns,
         metadata={
             "gpuhealth.table": chunk.hypertable,
             "gpuhealth.chunk": f"{chunk.schema}.{chunk.name}",
@@ -303,14 +317,9 @@ class ParquetArchive:
 
     def write_chunk(self, conn: Conn, chunk: Chunk, stop: threading.Event | None = None) -> ArchivedChunk:
         """Stream the chunk into its day files and publish them; ArchiveError if anything is off."""
-        columns = chunk_columns(conn, chunk)
+        columns = columns_of(conn, chunk.ident.as_string(conn))
         schema = archive_schema(columns, chunk)
-        select = sql.SQL(", ").join(
-            sql.Identifier(name)
-            if pg_type in ARROW_TYPES
-            else sql.SQL("{}::text").format(sql.Identifier(name))
-            for name, pg_type in columns
-        )
+        select = select_list(columns)
         # GPU then time: a GPU's readings side by side is what makes the columns compress.
         names = {name for name, _ in columns}
         order = [sql.Identifier("gpu_uuid")] if "gpu_uuid" in names else []

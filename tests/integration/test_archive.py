@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import csv
+import io
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -14,6 +20,8 @@ from shared.db import connect
 
 from .archive_helpers import KEYS, TABLES, archived_rows, check_manifests, fill, snapshot
 from .sink_helpers import counter_value
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_archive_then_drop_keeps_every_row(migrated: DatabaseSettings, tmp_path: Path) -> None:
@@ -79,3 +87,51 @@ def test_without_an_archive_dir_retention_only_drops(migrated: DatabaseSettings)
             "SELECT count(*) FROM gpu_metrics WHERE time < now() - interval '30 days'"
         ).fetchone()
     assert left == (0,)
+
+
+def readme_archive_query() -> str:
+    text = (REPO / "README.md").read_text()
+    block = text.split("<!-- archive-query -->", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    return block.strip().replace("~/.cache/gpu-health/venv/bin/python", sys.executable)
+
+
+def query_env(db: DatabaseSettings, archive: Path) -> dict[str, str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("GPUHEALTH_", "OTEL_"))}
+    return {**clean, "GPUHEALTH_DB__HOST": db.host, "GPUHEALTH_DB__PORT": str(db.port),
+            "GPUHEALTH_DB__SEARCH_PATH": db.search_path or "",
+            "GPUHEALTH_SINK__ARCHIVE_DIR": str(archive)}  # fmt: skip
+
+
+def test_the_readme_one_liner_queries_archive_and_database_together(
+    migrated: DatabaseSettings, tmp_path: Path
+) -> None:
+    fill(migrated, days=2)
+    with connect(migrated) as conn:
+        want = {
+            str(day): int(n)
+            for day, n in conn.execute(
+                "SELECT (time AT TIME ZONE 'UTC')::date, count(*) FROM gpu_metrics GROUP BY 1"
+            ).fetchall()
+        }
+    Retention(migrated, SinkMetrics(CollectorRegistry()), archive_dir=tmp_path).run_once()
+    assert archived_rows(tmp_path, "gpu_metrics"), "the query must span both sides"
+    done = subprocess.run(["bash", "-c", readme_archive_query()], cwd=REPO, env=query_env(migrated, tmp_path),
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    got = {m[0]: int(m[1]) for m in re.findall(r"(\d{4}-\d\d-\d\d)\s*│\s*(\d+)\s*│", done.stdout)}
+    assert got == want
+
+
+def test_the_query_tool_counts_every_table_exactly_once(migrated: DatabaseSettings, tmp_path: Path) -> None:
+    fill(migrated, days=1)
+    before = {table: len(snapshot(migrated, table)) for table in TABLES}
+    Retention(migrated, SinkMetrics(CollectorRegistry()), archive_dir=tmp_path).run_once()
+    union = " UNION ALL ".join(f"SELECT '{t}' AS t, count(*) AS n FROM {t}" for t in TABLES)
+    done = subprocess.run(
+        [sys.executable, "-m", "services.sink.archive_query", "--format", "csv", union],
+        cwd=REPO, env={**query_env(migrated, tmp_path), "PYTHONPATH": str(REPO)},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    got = {row["t"]: int(row["n"]) for row in csv.DictReader(io.StringIO(done.stdout))}
+    assert got == before
