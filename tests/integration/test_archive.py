@@ -108,7 +108,7 @@ def test_the_readme_one_liner_queries_archive_and_database_together(
     fill(migrated, days=2)
     with connect(migrated) as conn:
         want = {
-            str(day): int(n)
+            str(day): int(str(n))
             for day, n in conn.execute(
                 "SELECT (time AT TIME ZONE 'UTC')::date, count(*) FROM gpu_metrics GROUP BY 1"
             ).fetchall()
