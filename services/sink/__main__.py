@@ -45,7 +45,7 @@ class SinkSection(BaseModel):
     # Chunks past retention are written here as Parquet before they are dropped (archive.py);
     # unset: they are dropped without a copy.
     archive_dir: Path | None = None
-    archive_batch_rows: int = Field(default=100_000, ge=1000, le=2_000_000)
+    archive_block_kib: int = Field(default=16 << 10, ge=1024, le=1 << 20)  # CSV read per Arrow batch
     archive_zstd_level: int = Field(default=9, ge=1, le=22)
     # How long a dead sink holds its partitions before the group hands them on.
     session_timeout_ms: int = Field(default=45_000, ge=6000, le=300_000)
@@ -76,7 +76,7 @@ def main() -> int:
     retention = Retention(
         settings.db, metrics, keep_raw_days=cfg.keep_raw_days, keep_events_days=cfg.keep_events_days,
         keep_rollup_days=cfg.keep_rollup_days, interval_s=cfg.retention_interval_s,
-        archive_dir=cfg.archive_dir, archive_batch_rows=cfg.archive_batch_rows,
+        archive_dir=cfg.archive_dir, archive_block_kib=cfg.archive_block_kib,
         archive_zstd_level=cfg.archive_zstd_level,
     )  # fmt: skip
     loop = SinkLoop(

@@ -32,6 +32,7 @@ import logging
 import os
 import threading
 from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -45,24 +46,11 @@ from psycopg import sql
 
 from shared.errors import GpuHealthError
 
+from .chunk_reader import arrow_schema, copy_batches
+
 log = logging.getLogger(__name__)
 
 Conn = psycopg.Connection[tuple[Any, ...]]
-
-# PostgreSQL type (format_type) -> Arrow type. Anything else (jsonb, uuid, numeric...) is
-# archived as its text form, which loses nothing.
-ARROW_TYPES: dict[str, pa.DataType] = {
-    "timestamp with time zone": pa.timestamp("us", tz="UTC"),
-    "timestamp without time zone": pa.timestamp("us"),
-    "double precision": pa.float64(),
-    "real": pa.float32(),
-    "bigint": pa.int64(),
-    "integer": pa.int32(),
-    "smallint": pa.int16(),
-    "boolean": pa.bool_(),
-    "text": pa.string(),
-    "date": pa.date32(),
-}
 
 
 class ArchiveError(GpuHealthError):
@@ -137,21 +125,6 @@ def columns_of(conn: Conn, relation: str) -> list[tuple[str, str]]:
         (relation,),
     ).fetchall()
     return [(str(r[0]), str(r[1])) for r in rows]
-
-
-def arrow_schema(columns: list[tuple[str, str]], metadata: dict[str, str] | None = None) -> pa.Schema:
-    """The archive's Arrow types for these columns (text for any type without its own)."""
-    fields = [pa.field(name, ARROW_TYPES.get(pg_type, pa.string())) for name, pg_type in columns]
-    return pa.schema(fields, metadata=metadata)
-
-
-def select_list(columns: list[tuple[str, str]]) -> sql.Composable:
-    """The columns as archived: as they are, or as their text when Arrow has no type for them."""
-    as_text = sql.SQL("{}::text")
-    return sql.SQL(", ").join(
-        sql.Identifier(name) if pg_type in ARROW_TYPES else as_text.format(sql.Identifier(name))
-        for name, pg_type in columns
-    )
 
 
 def archive_schema(columns: list[tuple[str, str]], chunk: Chunk) -> pa.Schema:
@@ -275,14 +248,6 @@ def manifest_path(parquet: Path) -> Path:
     return parquet.with_name(parquet.name.removesuffix(".parquet") + ".manifest.json")
 
 
-def to_arrow(rows: list[tuple[Any, ...]], schema: pa.Schema) -> pa.Table:
-    """Database rows as an Arrow table of `schema` (an Arrow error or ValueError if they do not fit)."""
-    columns = zip(*rows, strict=True)
-    return pa.Table.from_arrays(
-        [pa.array(values, type=f.type) for values, f in zip(columns, schema, strict=True)], schema=schema
-    )
-
-
 def by_day(table: pa.Table, time_column: str) -> Iterator[tuple[date, pa.Table]]:
     """The rows of `table` split by the UTC day of `time_column` (usually all one day)."""
     days = pc.cast(table[time_column], pa.date32())
@@ -300,8 +265,8 @@ def by_day(table: pa.Table, time_column: str) -> Iterator[tuple[date, pa.Table]]
 class ParquetArchive:
     """Writes chunks under `root`; the caller holds the chunk's lock and drops it afterwards."""
 
-    def __init__(self, root: Path, *, batch_rows: int = 100_000, zstd_level: int = 9) -> None:
-        self.root, self.batch_rows, self.zstd_level = root, batch_rows, zstd_level
+    def __init__(self, root: Path, *, batch_bytes: int = 16 << 20, zstd_level: int = 9) -> None:
+        self.root, self.batch_bytes, self.zstd_level = root, batch_bytes, zstd_level
 
     def path_for(self, chunk: Chunk, day: date) -> Path:
         return self.root / f"table={chunk.hypertable}" / f"day={day.isoformat()}" / file_name(chunk)
@@ -319,27 +284,23 @@ class ParquetArchive:
         """Stream the chunk into its day files and publish them; ArchiveError if anything is off."""
         columns = columns_of(conn, chunk.ident.as_string(conn))
         schema = archive_schema(columns, chunk)
-        select = select_list(columns)
         # GPU then time: a GPU's readings side by side is what makes the columns compress.
-        names = {name for name, _ in columns}
-        order = [sql.Identifier("gpu_uuid")] if "gpu_uuid" in names else []
-        order.append(sql.Identifier(chunk.time_column))
-        query = sql.SQL("SELECT {} FROM {} ORDER BY {}").format(
-            select, chunk.ident, sql.SQL(", ").join(order)
-        )
+        order = ["gpu_uuid"] if "gpu_uuid" in {name for name, _ in columns} else []
+        order.append(chunk.time_column)
         files: dict[date, DayFile] = {}
         try:
-            with conn.cursor(name=f"archive_{chunk.name}") as cursor:
-                cursor.execute(query)
-                while rows := cursor.fetchmany(self.batch_rows):
+            # closing(): a failure while the COPY is still streaming must end it before the rollback
+            batches = closing(
+                copy_batches(conn, chunk.ident, columns, schema, order_by=order, block_bytes=self.batch_bytes)
+            )
+            with batches as tables:
+                for table in tables:
                     if stop is not None and stop.is_set():
                         raise ArchiveInterruptedError(f"stopping: {chunk.name} left for the next run")
-                    table = to_arrow(rows, schema)
                     for day, part in by_day(table, chunk.time_column):
                         if day not in files:
-                            files[day] = DayFile(
-                                self.path_for(chunk, day), schema, chunk.time_column, self.zstd_level
-                            )
+                            path = self.path_for(chunk, day)
+                            files[day] = DayFile(path, schema, chunk.time_column, self.zstd_level)
                         files[day].write(part)
             archived = ArchivedChunk(chunk, [files.pop(day).finish(chunk) for day in sorted(files)])
         finally:

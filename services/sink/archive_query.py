@@ -20,7 +20,6 @@ import csv
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import duckdb
 import psycopg
@@ -32,7 +31,8 @@ from shared.db import connect
 from shared.errors import GpuHealthError
 
 from .__main__ import SinkSettings
-from .archive import Conn, arrow_schema, columns_of, select_list, to_arrow
+from .archive import Conn, columns_of
+from .chunk_reader import arrow_schema, copy_batches
 
 TABLES = ("gpu_metrics", "gpu_events", "gpu_metrics_1min")
 
@@ -49,15 +49,13 @@ def live_rows(conn: Conn, table: str, since: datetime | None) -> tuple[pa.Table,
     ).fetchone()
     time_column = str(time_row[0]) if time_row else "time"
     schema = arrow_schema(columns)
-    query = sql.SQL("SELECT {} FROM {}").format(select_list(columns), sql.Identifier(table))
-    params: tuple[Any, ...] = ()
-    if since is not None:
-        query += sql.SQL(" WHERE {} >= %s").format(sql.Identifier(time_column))
-        params = (since,)
-    rows = conn.execute(query, params).fetchall()
-    if not rows:
-        return schema.empty_table(), time_column
-    return to_arrow(rows, schema), time_column
+    where = sql.SQL("{} >= %s").format(sql.Identifier(time_column)) if since else None
+    batches = list(
+        copy_batches(
+            conn, sql.Identifier(table), columns, schema, where=where, params=(since,) if since else ()
+        )
+    )
+    return (pa.concat_tables(batches) if batches else schema.empty_table()), time_column
 
 
 def utc_time(text: str) -> datetime:

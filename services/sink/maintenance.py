@@ -45,7 +45,7 @@ class Retention:
     keep_rollup_days: int = 365
     interval_s: float = 600.0
     archive_dir: Path | None = None
-    archive_batch_rows: int = 100_000
+    archive_block_kib: int = 16 << 10
     archive_zstd_level: int = 9
     _next_run: float = 0.0
     _thread: threading.Thread | None = None
@@ -82,7 +82,7 @@ class Retention:
         archive = None
         if self.archive_dir is not None:
             archive = ParquetArchive(
-                self.archive_dir, batch_rows=self.archive_batch_rows, zstd_level=self.archive_zstd_level
+                self.archive_dir, batch_bytes=self.archive_block_kib << 10, zstd_level=self.archive_zstd_level
             )
         try:
             with connect(self.settings, autocommit=True) as conn:

@@ -31,7 +31,7 @@ def main() -> int:
     retention = Retention(
         settings.db, SinkMetrics(CollectorRegistry()), keep_raw_days=cfg.keep_raw_days,
         keep_events_days=cfg.keep_events_days, keep_rollup_days=cfg.keep_rollup_days,
-        archive_dir=cfg.archive_dir, archive_batch_rows=cfg.archive_batch_rows,
+        archive_dir=cfg.archive_dir, archive_block_kib=cfg.archive_block_kib,
         archive_zstd_level=cfg.archive_zstd_level,
     )  # fmt: skip
     try:

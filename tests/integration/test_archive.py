@@ -28,7 +28,7 @@ def test_archive_then_drop_keeps_every_row(migrated: DatabaseSettings, tmp_path:
     fill(migrated)
     before = {table: snapshot(migrated, table) for table in TABLES}
     metrics = SinkMetrics(CollectorRegistry())
-    retention = Retention(migrated, metrics, archive_dir=tmp_path, archive_batch_rows=1000)
+    retention = Retention(migrated, metrics, archive_dir=tmp_path, archive_block_kib=1024)
 
     dropped = retention.run_once()
 

@@ -41,7 +41,7 @@ def retention_env(db: DatabaseSettings, archive: Path) -> dict[str, str]:
         GPUHEALTH_DB__PASSWORD=db.password.get_secret_value(),
         GPUHEALTH_DB__SEARCH_PATH=str(db.search_path),
         GPUHEALTH_SINK__ARCHIVE_DIR=str(archive),
-        GPUHEALTH_SINK__ARCHIVE_BATCH_ROWS="1000",
+        GPUHEALTH_SINK__ARCHIVE_BLOCK_KIB="1024",
         GPUHEALTH_LOG__LEVEL="WARNING",
     )
     return env

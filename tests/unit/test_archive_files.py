@@ -22,7 +22,6 @@ from services.sink.archive import (
     by_day,
     file_name,
     manifest_path,
-    to_arrow,
 )
 
 COLUMNS = [("time", "timestamp with time zone"), ("gpu_uuid", "text"), ("gpu_temp_c", "double precision"),
@@ -48,6 +47,10 @@ rows = st.lists(
 )
 
 
+def to_arrow(rows: list[tuple[Any, ...]], schema: pa.Schema) -> pa.Table:
+    return pa.Table.from_pylist([dict(zip(schema.names, r, strict=True)) for r in rows], schema=schema)
+
+
 def same(a: Any, b: Any) -> bool:
     return (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b)) or a == b
 
@@ -64,14 +67,6 @@ def test_rows_split_by_day_lose_and_move_nothing(rows: list[tuple[Any, ...]]) ->
     back = sorted((r for _, part in parts for r in part.to_pylist()), key=repr)
     want = sorted((dict(zip([c for c, _ in COLUMNS], r, strict=True)) for r in rows), key=repr)
     assert all(same(b[k], w[k]) for b, w in zip(back, want, strict=True) for k in w)
-
-
-def test_rows_that_do_not_fit_the_schema_are_refused() -> None:
-    schema = archive_schema(COLUMNS, CHUNK)
-    with pytest.raises((pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError)):
-        to_arrow([(datetime(2026, 10, 1, tzinfo=UTC), "GPU-1", "hot", 1, None, 1)], schema)
-    with pytest.raises(ValueError, match="zip"):
-        to_arrow([(datetime(2026, 10, 1, tzinfo=UTC), "GPU-1")], schema)  # a short row
 
 
 def test_names_depend_only_on_the_chunk() -> None:
