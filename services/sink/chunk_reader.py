@@ -1,7 +1,7 @@
 """Rows of a table or chunk as Arrow record batches, fast: COPY ... TO STDOUT (CSV) parsed by Arrow's C++.
 
-Going through Python objects row by row (a cursor, then pa.array) costs ~15x a
-bare COPY (bench/bench_archive.py); here PostgreSQL writes CSV and Arrow parses
+Going through Python objects row by row (a cursor, then pa.array) archived
+~4,000 rows/s where this does ~29,000 (bench/bench_archive.py); here PostgreSQL writes CSV and Arrow parses
 it in blocks, so Python never touches a row. What makes the round trip exact:
 timestamps travel as integer microseconds since the epoch (no time zone or
 DateStyle in play), NULL is an unquoted empty field while an empty string is
