@@ -261,9 +261,13 @@ def start_export(
         return None
     if _active is not None:
         return _active
+    try:
+        exporter = make_exporter(target.protocol)
+    except (ValueError, TypeError) as e:  # the SDK's word on an invalid OTEL_EXPORTER_OTLP_* value
+        raise ConfigError(f"OTLP exporter: {e}") from e
     export = OtlpExport(
         resource=service_resource(service),
-        exporter=make_exporter(target.protocol),
+        exporter=exporter,
         interval_s=target.interval_s,
         timeout_s=target.timeout_s,
     )

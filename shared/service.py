@@ -42,7 +42,11 @@ def start_service(cls: type[S], name: str) -> S | None:
         return None
     setup_logging(settings.log.level, json_format=settings.log.json_format, service=name)
     log_settings(settings, name)
-    otlp.start_export(name, otlp_section)
+    try:
+        otlp.start_export(name, otlp_section)
+    except GpuHealthError as e:
+        log.error("%s cannot start: %s", name, e)
+        return None
     return settings
 
 

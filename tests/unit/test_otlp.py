@@ -240,3 +240,10 @@ def test_an_unreachable_receiver_counts_a_failure_and_never_raises(monkeypatch: 
     )
     assert export.export_once() is False
     assert export.exports["failed"] == 1
+
+
+def test_an_invalid_exporter_variable_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "soon")
+    with pytest.raises(ConfigError, match="OTLP exporter"):
+        otlp.start_export("api", OtlpSection(enabled=True, protocol="grpc"))
+    assert otlp.meter("x") is None  # nothing half-started
