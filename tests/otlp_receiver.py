@@ -19,7 +19,7 @@ from typing import Any
 
 import grpc
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 
 @dataclass(frozen=True)
@@ -161,8 +161,3 @@ def http_receiver() -> Iterator[tuple[str, Received]]:
     finally:
         server.shutdown()
         server.server_close()
-
-
-def kv(key: str, value: str) -> KeyValue:
-    """A string attribute, for building requests in unit tests."""
-    return KeyValue(key=key, value=AnyValue(string_value=value))

@@ -12,7 +12,7 @@ its range.
 
 Crash safety, step by step, inside one transaction that holds a SHARE lock on
 the chunk (late rows for that time range wait rather than slip in between
-the copy and the drop): rows are streamed from a server-side cursor into a
+the copy and the drop): rows are streamed (COPY, see chunk_reader.py) into a
 hidden temporary file; the file is closed and fsynced, re-read (its footer
 and its whole time column) and its row count checked; it is renamed to its
 final name and the directory fsynced; the manifest is written the same way;
