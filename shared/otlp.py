@@ -60,6 +60,7 @@ Protocol = Literal["grpc", "http/protobuf"]
 PROTOCOLS: tuple[Protocol, ...] = ("grpc", "http/protobuf")
 ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
 PROMETHEUS_SCOPE = InstrumentationScope("gpuhealth.prometheus")
+FLUSH_TIMEOUT_S = 5.0  # the last export on SIGTERM waits at most this long
 
 
 class OtlpSection(BaseModel):
@@ -212,16 +213,21 @@ class OtlpExport:
             scopes.append(ScopeMetrics(scope=PROMETHEUS_SCOPE, metrics=bridged, schema_url=""))
         return MetricsData([ResourceMetrics(resource=self.resource, scope_metrics=scopes, schema_url="")])
 
-    def export_once(self) -> bool:
+    def export_once(self, timeout_s: float | None = None) -> bool:
         """Collect and export now; False (logged, at most once a minute) when the receiver failed."""
-        with self._export_lock:
-            if self._closed:
-                return False
+        deadline_s = self.timeout_s if timeout_s is None else timeout_s
+        if not self._export_lock.acquire(timeout=deadline_s):  # the previous export is still stuck
+            result = MetricExportResult.FAILURE
+        else:
             try:
-                result = self.exporter.export(self.collect(), timeout_millis=self.timeout_s * 1000)
+                if self._closed:
+                    return False
+                result = self.exporter.export(self.collect(), timeout_millis=deadline_s * 1000)
             except Exception as e:  # an exporter bug must not end the service
                 log.warning("OTLP export raised: %s", e)
                 result = MetricExportResult.FAILURE
+            finally:
+                self._export_lock.release()
         ok = result is MetricExportResult.SUCCESS
         self.exports["ok" if ok else "failed"] += 1
         now = time.monotonic()
@@ -235,17 +241,23 @@ class OtlpExport:
             self.export_once()
 
     def shutdown(self) -> None:
-        """Stop the timer, export what is there once more (the flush), close the exporter."""
+        """Stop the timer, export what is there once more (the flush), close the exporter.
+
+        Bounded by FLUSH_TIMEOUT_S or so: a receiver that hangs must not hold a stopping
+        service past its orchestrator's grace period.
+        """
         if self._stop.is_set():
             return
         self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(self.timeout_s + 1)
-        self.export_once()
-        with self._export_lock:
-            self._closed = True
-            self.exporter.shutdown(timeout_millis=self.timeout_s * 1000)
-            self._provider.shutdown()
+        flush_s = min(self.timeout_s, FLUSH_TIMEOUT_S)
+        self.export_once(timeout_s=flush_s)
+        if self._export_lock.acquire(timeout=flush_s):
+            try:
+                self._closed = True
+                self.exporter.shutdown(timeout_millis=flush_s * 1000)
+                self._provider.shutdown()
+            finally:
+                self._export_lock.release()
 
 
 _active: OtlpExport | None = None

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import socket
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -247,3 +249,24 @@ def test_an_invalid_exporter_variable_is_a_config_error(monkeypatch: pytest.Monk
     with pytest.raises(ConfigError, match="OTLP exporter"):
         otlp.start_export("api", OtlpSection(enabled=True, protocol="grpc"))
     assert otlp.meter("x") is None  # nothing half-started
+
+
+def test_a_receiver_that_hangs_cannot_hold_shutdown(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as listener:  # accepts connections, never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{listener.getsockname()[1]}")
+        export = OtlpExport(
+            resource=service_resource("api"),
+            exporter=make_exporter("http/protobuf"),
+            interval_s=0.05,
+            timeout_s=60,
+        )
+        export.start()
+        listener.settimeout(30)
+        connection, _ = listener.accept()  # the periodic export is now stuck on the silent receiver
+        started = time.monotonic()
+        export.shutdown()
+        assert time.monotonic() - started < otlp.FLUSH_TIMEOUT_S * 3
+        connection.close()
+    assert export.exports["ok"] == 0
