@@ -26,6 +26,7 @@ import httpx
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, Field
 
+from shared import otlp
 from shared.config import Settings
 from shared.errors import GpuHealthError
 from shared.models import Source
@@ -34,6 +35,7 @@ from shared.service import serve_metrics, start_service, stop_on_signals
 from .dcgm_source import DcgmSource
 from .enrich import Enricher, Placement, load_inventory
 from .events import EventDetector
+from .gpu_otlp import GpuInstruments
 from .kernel_log import XidFeed, open_kernel_log
 from .metrics import CollectorMetrics
 from .nvml_source import NvmlSource
@@ -150,6 +152,7 @@ def main() -> int:
         inventory=inventory,
         on_invalid=lambda field: metrics.invalid.labels(field).inc(),
     )
+    gpu_meter = otlp.meter("gpuhealth.collector")  # None unless OTLP export is on
     collector = Collector(
         sources=sources,
         enricher=enricher,
@@ -159,6 +162,7 @@ def main() -> int:
         metrics=metrics,
         interval_s=cfg.interval_s,
         xid_feeds=(feeds := make_xid_feeds(cfg)),
+        on_samples=GpuInstruments(gpu_meter).observe if gpu_meter else None,
     )
     stop = stop_on_signals()
     if sources[0].kind in (Source.NVML, Source.SMI):  # this node's own GPUs: announce its identity

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from shared.config import TopicSettings
-from shared.models import GpuEvent, to_json
+from shared.models import GpuEvent, GpuSample, to_json
 
 from .enrich import Enricher, reading_time
 from .events import EventDetector
@@ -40,9 +40,11 @@ class Collector:
         interval_s: float,
         monotonic: Callable[[], float] = time.monotonic,
         xid_feeds: Sequence[XidFeed] = (),
+        on_samples: Callable[[list[GpuSample]], None] | None = None,
     ) -> None:
         self.sources, self.enricher, self.detector = sources, enricher, detector
         self.xid_feeds = xid_feeds  # XIDs from the kernel log, beside the sources
+        self.on_samples = on_samples  # e.g. the OTLP GPU instruments
         self.publisher, self.topics, self.metrics = publisher, topics, metrics
         self.interval_s, self._monotonic = interval_s, monotonic
 
@@ -59,6 +61,8 @@ class Collector:
                 continue
             samples = [s for s in (self.enricher.sample(g, reading) for g in reading.gpus) if s]
             self.metrics.gpus.labels(source.target).set(len(samples))
+            if self.on_samples is not None:
+                self.on_samples(samples)
             for sample in samples:
                 if self.publisher.publish(self.topics.metrics_raw, sample.gpu_uuid, to_json(sample)):
                     samples_queued += 1

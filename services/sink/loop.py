@@ -304,6 +304,8 @@ class SinkLoop:
         self.metrics.batches.inc()
         self.metrics.rows.labels("gpu_metrics").inc(result.metrics_inserted)
         self.metrics.rows.labels("gpu_events").inc(result.events_inserted)
+        if result.metrics_inserted:  # the rollup is folded in the same statement as the rows
+            self.metrics.rollup_last_refresh.set_to_current_time()
         # records the database refused are neither rows nor duplicates: they are dead letters
         rows_skipped = len(batch.rows) - result.refused_rows - result.metrics_inserted
         events_skipped = len(batch.events) - result.refused_events - result.events_inserted

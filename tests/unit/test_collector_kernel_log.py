@@ -145,9 +145,7 @@ def test_any_line_is_an_xid_or_nothing(line: str) -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(code=st.integers(1, 100_000), message=st.text(max_size=700), gi=st.booleans())
-def test_whatever_the_kernel_wrote_the_xid_passes_the_contract(
-    code: int, message: str, gi: bool
-) -> None:
+def test_whatever_the_kernel_wrote_the_xid_passes_the_contract(code: int, message: str, gi: bool) -> None:
     instance = " GPU-I:3 GPU-CI:1" if gi else ""
     xid = parse_xid_line(f"NVRM: Xid (PCI:0000:3b:00{instance}): {code}, {message}", AT)
     assert xid is not None
