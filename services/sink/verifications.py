@@ -29,10 +29,11 @@ from psycopg.types.json import Jsonb
 from shared.chain import link_of, parse_canonical_input
 from shared.config import DatabaseSettings, TopicSettings
 from shared.db import connect
-from shared.errors import ContractError, DatabaseError, GpuHealthError, KafkaProduceError
+from shared.errors import DatabaseError, GpuHealthError, KafkaProduceError
 from shared.models_verify import parse_system, parse_verification, record_json
 
-from .decode import DeadLetter, Record
+from .deadletters import DeadLetter
+from .decode import Record
 from .metrics import SinkMetrics
 
 log = logging.getLogger(__name__)
@@ -122,7 +123,7 @@ def decode_records(messages: Sequence[Record], topics: TopicSettings, max_bytes:
                     )
             else:
                 refused = ("topic", f"this loop does not read topic {topic!r}")
-        except (ContractError, ValueError, RecursionError) as e:  # whatever a record is, it is not a crash
+        except Exception as e:  # whatever a record is, it is not a crash
             refused = ("contract", str(e)[:4000])
         if refused is not None:
             batch.dead.append(DeadLetter(key, value, topic, partition, offset, *refused))
