@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, ValidationEr
 
 from shared.chain import canonical_bytes, link_of, parse_canonical_input
 from shared.errors import ContractError
-from shared.models import GpuUuid, Label, UtcTime, Version, write_json_schemas
+from shared.models import UNSTATED, GpuUuid, Label, UtcTime, Version, _version_required, write_json_schemas
 
 SCHEMA_VERSION = 1
 
@@ -70,7 +70,9 @@ class ResultSummary(_Strict):
 class VerificationRecord(_Strict):
     """One check or operation on one GPU, chained to that GPU's previous record."""
 
-    schema_version: Version = 1
+    model_config = ConfigDict(json_schema_extra=_version_required)
+
+    schema_version: Version = UNSTATED
     kind: RecordKind
     time: Time
     gpu_uuid: GpuUuid
@@ -149,7 +151,9 @@ DYNAMIC_GPU_FIELDS = frozenset({"pcie_gen_current", "pcie_bandwidth_current_gbps
 class SystemIdentity(_Strict):
     """A node's hardware and driver identity (gpu-systems, keyed by hostname)."""
 
-    schema_version: Version = 1
+    model_config = ConfigDict(json_schema_extra=_version_required)
+
+    schema_version: Version = UNSTATED
     time: Time
     hostname: Label
     source: Literal["nvml", "smi", "none"]

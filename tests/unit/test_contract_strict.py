@@ -59,7 +59,9 @@ def test_schema_version_is_required_on_the_wire_and_never_defaulted() -> None:
         with pytest.raises(ContractError):
             parse(json.dumps({**message, "schema_version": None}))
     assert FAST_SAMPLE.decode(json.dumps({k: v for k, v in SAMPLE.items() if k != "schema_version"})) is None
-    for schema in json_schemas().values():
+    from shared import models_verify
+
+    for schema in [*json_schemas().values(), *models_verify.json_schemas().values()]:
         assert "schema_version" in schema["required"]
         assert "default" not in schema["properties"]["schema_version"]
 
