@@ -30,8 +30,8 @@ py=${GPUHEALTH_VENV:-$GPUHEALTH_CACHE/venv}/bin/python
 test_ports=(19092 15432 18000 19399 19400 19401 19402 19403 19090)
 log() { echo "compose-test: $*" >&2; }
 die() { log "$*"; exit 1; }
-compose() { "$DOCKER" compose -p "$GPUHEALTH_COMPOSE_PROJECT" -f "$root/docker-compose.yml" \
-  -f "$root/deploy/docker/compose.local-images.yml" "$@"; }
+compose=("$DOCKER" compose -p "$GPUHEALTH_COMPOSE_PROJECT" -f "$root/docker-compose.yml"
+         -f "$root/deploy/docker/compose.local-images.yml")
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 started=$SECONDS
 mkdir -p "$work/logs"
@@ -47,12 +47,12 @@ cleanup() {
   trap - EXIT INT TERM
   if ((rc != 0)) && timeout 10 "$DOCKER" info >/dev/null 2>&1; then
     log "failed (exit $rc): the stack's state and logs follow"
-    timeout 60 compose ps --all >&2 || true
-    timeout 60 compose logs --no-color --tail 40 >"$work/logs/compose-test-failure.log" 2>&1 || true
+    timeout 60 "${compose[@]}" ps --all >&2 || true
+    timeout 60 "${compose[@]}" logs --no-color --tail 40 >"$work/logs/compose-test-failure.log" 2>&1 || true
     tail -n 150 "$work/logs/compose-test-failure.log" >&2 || true
   fi
   if timeout 10 "$DOCKER" info >/dev/null 2>&1; then
-    timeout 180 compose --profile grafana down -v --remove-orphans --timeout 20 >/dev/null 2>&1 ||
+    timeout 180 "${compose[@]}" --profile grafana down -v --remove-orphans --timeout 20 >/dev/null 2>&1 ||
       { log "docker compose down failed"; rc=1; }
     local left
     left=$("$DOCKER" ps -aq --filter "label=com.docker.compose.project=$GPUHEALTH_COMPOSE_PROJECT")
@@ -64,31 +64,31 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-"$here/install-docker.sh" start
+timeout 900 "$here/install-docker.sh" start
 
 # A stack left over by an interrupted run of this very script is ours to remove;
 # a port held by anything else is a collision this run must not walk into.
-timeout 180 compose --profile grafana down -v --remove-orphans --timeout 20 >/dev/null 2>&1 || true
+timeout 180 "${compose[@]}" --profile grafana down -v --remove-orphans --timeout 20 >/dev/null 2>&1 || true
 for p in "${test_ports[@]}"; do
   port_open "$p" && die "port $p is taken; deploy/docker/compose.local-images.yml publishes it"
 done
 
 t=$SECONDS
-"$here/compose-images.sh"
+timeout 1800 "$here/compose-images.sh"
 log "building the app image on the local Python"
-timeout 1800 compose build setup >"$work/logs/compose-build.log" 2>&1 ||
+timeout 900 "${compose[@]}" build setup >"$work/logs/compose-build.log" 2>&1 ||
   { tail -n 40 "$work/logs/compose-build.log" >&2; die "building the app image failed"; }
 images_s=$((SECONDS - t))
 
 t=$SECONDS
 log "docker compose up -d --wait"
-timeout 900 compose up -d --wait --wait-timeout 600 >"$work/logs/compose-up.log" 2>&1 ||
+timeout 660 "${compose[@]}" up -d --wait --wait-timeout 600 >"$work/logs/compose-up.log" 2>&1 ||
   { tail -n 40 "$work/logs/compose-up.log" >&2; die "docker compose up did not bring every service up"; }
 up_s=$((SECONDS - t))
 
 t=$SECONDS
 log "checking the stack from the host"
-(cd "$root" && PYTHONPATH=$root timeout 900 "$py" -m pytest -p no:cacheprovider -q tests/compose/stack_checks.py)
+(cd "$root" && PYTHONPATH=$root timeout 600 "$py" -m pytest -p no:cacheprovider -q tests/compose/stack_checks.py)
 checks_s=$((SECONDS - t))
 
 for p in "${native_up[@]}"; do
@@ -96,7 +96,7 @@ for p in "${native_up[@]}"; do
 done
 
 t=$SECONDS
-timeout 180 compose --profile grafana down -v --remove-orphans --timeout 20 >/dev/null 2>&1 ||
+timeout 180 "${compose[@]}" --profile grafana down -v --remove-orphans --timeout 20 >/dev/null 2>&1 ||
   die "docker compose down failed"
 down_s=$((SECONDS - t))
 
