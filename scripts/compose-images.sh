@@ -65,11 +65,14 @@ LIST
 
 build() { # build NAME DOCKERFILE [docker build options...]
   local name=$1 file=$2; shift 2
-  local started=$SECONDS
-  "$docker" build --progress=plain -t "$name" -f "$root/$file" \
-    --build-context hostca=/usr/local/share/ca-certificates "$@" "$root" \
-    >"$work/logs/build-${name//[\/:]/_}.log" 2>&1 ||
-    { tail -n 40 "$work/logs/build-${name//[\/:]/_}.log" >&2; die "building $name failed"; }
+  local started=$SECONDS try buildlog=$work/logs/build-${name//[\/:]/_}.log
+  # A second try for a registry that dropped a download; the layer cache keeps what worked.
+  for try in 1 2; do
+    "$docker" build --progress=plain -t "$name" -f "$root/$file" \
+      --build-context hostca=/usr/local/share/ca-certificates "$@" "$root" >"$buildlog" 2>&1 && break
+    ((try == 2)) && { tail -n 40 "$buildlog" >&2; die "building $name failed"; }
+    log "building $name failed; trying once more"
+  done
   log "$name ready ($((SECONDS - started)) s)"
 }
 
@@ -102,6 +105,8 @@ main() {
   build "gpu-health-local/timescaledb:$GPUHEALTH_TIMESCALEDB_TAG" deploy/docker/timescaledb.Dockerfile \
     --build-context "timescaledb=$(timescaledb_stage)"
   build gpu-health-local/prometheus:bookworm deploy/docker/prometheus.Dockerfile
+  # Layers of earlier builds that no tag uses any more.
+  "$docker" image prune -f >/dev/null
 }
 
 main "$@"

@@ -76,8 +76,11 @@ done
 t=$SECONDS
 timeout 1800 "$here/compose-images.sh"
 log "building the app image on the local Python"
-timeout 900 "${compose[@]}" build setup >"$work/logs/compose-build.log" 2>&1 ||
-  { tail -n 40 "$work/logs/compose-build.log" >&2; die "building the app image failed"; }
+for try in 1 2; do  # a second try for a registry that dropped a download
+  timeout 900 "${compose[@]}" build setup >"$work/logs/compose-build.log" 2>&1 && break
+  ((try == 2)) && { tail -n 40 "$work/logs/compose-build.log" >&2; die "building the app image failed"; }
+  log "building the app image failed; trying once more"
+done
 images_s=$((SECONDS - t))
 
 t=$SECONDS

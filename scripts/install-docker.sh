@@ -77,11 +77,45 @@ ours_running() {
     grep -q dockerd "/proc/$(cat "$pidfile")/cmdline" 2>/dev/null
 }
 
+# dockerd turns on IP forwarding, sets the FORWARD policy to DROP and has bridged
+# traffic go through iptables (br_netfilter). Harmless to loopback, where the
+# native services live, but not what the host had: `stop` puts these back as
+# `start` found them, and removes the default bridge, so the host's networking is
+# as before once the engine that `start` started is gone.
+host_net=$work/host-net.saved
+sysctl_value() { if [[ -f /proc/sys/$1 ]]; then cat "/proc/sys/$1"; else echo 0; fi; }
+
+save_host_net() {
+  [[ -f $host_net ]] && return 0  # a saved state from before a crashed run is the one to keep
+  {
+    echo "ip_forward=$(sysctl_value net/ipv4/ip_forward)"
+    echo "bridge_iptables=$(sysctl_value net/bridge/bridge-nf-call-iptables)"
+    echo "bridge_ip6tables=$(sysctl_value net/bridge/bridge-nf-call-ip6tables)"
+    echo "forward_policy=$(iptables -S FORWARD 2>/dev/null | awk '$1 == "-P" {print $3}')"
+  } > "$host_net"
+}
+
+restore_host_net() {
+  [[ -f $host_net ]] || return 0
+  local ip_forward bridge_iptables bridge_ip6tables forward_policy
+  # shellcheck disable=SC1090  # written by save_host_net
+  source "$host_net"
+  echo "$ip_forward" > /proc/sys/net/ipv4/ip_forward
+  [[ -f /proc/sys/net/bridge/bridge-nf-call-iptables ]] &&
+    echo "$bridge_iptables" > /proc/sys/net/bridge/bridge-nf-call-iptables &&
+    echo "$bridge_ip6tables" > /proc/sys/net/bridge/bridge-nf-call-ip6tables
+  [[ -n $forward_policy ]] && iptables -P FORWARD "$forward_policy"
+  ip link show docker0 >/dev/null 2>&1 && ip link delete docker0
+  rm -f "$host_net"
+  log "host networking restored (ip_forward=$ip_forward, FORWARD policy ${forward_policy:-unchanged})"
+}
+
 start_engine() {
   if engine_answers; then log "dockerd already answers"; return 0; fi
   ours_running && die "dockerd (pid $(cat "$pidfile")) runs but does not answer; see $work/dockerd.log"
   [[ $(id -u) -eq 0 ]] || die "dockerd must be started as root"
   mkdir -p "$work/engine"
+  save_host_net
   # Images, build cache and volumes live in the cache, beside everything else the
   # project builds; the socket is the standard one, so a plain `docker` finds it.
   log "starting dockerd (data in $work/engine, log in $work/dockerd.log)"
@@ -99,7 +133,7 @@ start_engine() {
 }
 
 stop_engine() {
-  ours_running || { rm -f "$pidfile"; return 0; }
+  ours_running || { rm -f "$pidfile"; restore_host_net; return 0; }
   local pid; pid=$(cat "$pidfile")
   log "stopping dockerd (pid $pid)"
   kill -TERM "$pid"
@@ -109,6 +143,7 @@ stop_engine() {
     sleep 0.5
   done
   rm -f "$pidfile"
+  restore_host_net
 }
 
 case ${1:-install} in
