@@ -42,9 +42,7 @@ rootfs() {
         { apt-get update -qq && apt-get install -y -qq --no-install-recommends debootstrap >/dev/null; }
     }
     local mirror tmp
-    mirror=$(grep -hE '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}' | grep -v security | head -n1 || true)
-    [[ -n $mirror ]] || mirror=$(grep -hE '^deb ' /etc/apt/sources.list 2>/dev/null | awk '{print $2}' | grep -v security | head -n1 || true)
-    [[ -n $mirror ]] || die "no Debian mirror found in the apt configuration"
+    mirror=$(debian_mirror)
     tmp=$(mktemp -d "$work/rootfs.XXXXXX")
     log "debootstrap --variant=minbase bookworm from $mirror"
     debootstrap --variant=minbase bookworm "$tmp" "$mirror" >"$work/logs/debootstrap.log" 2>&1 ||

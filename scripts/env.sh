@@ -51,3 +51,13 @@ export GPUHEALTH_CACHE GPUHEALTH_RUN GPUHEALTH_KAFKA_VERSION GPUHEALTH_KAFKA_POR
   GPUHEALTH_SCORER_METRICS_PORT GPUHEALTH_API_PORT GPUHEALTH_MOCK_URLS \
   GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS GPUHEALTH_DB__PORT GPUHEALTH_DB__NAME GPUHEALTH_DB__USER GPUHEALTH_DB__PASSWORD \
   GPUHEALTH_API__READER_PASSWORD
+
+# The machine's Debian mirror, from its deb822 or one-line apt sources (the
+# install scripts fetch trixie's packages and the image base from it).
+debian_mirror() {
+  local m
+  m=$(grep -hE '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}' | grep -v security | head -n1 || true)
+  [[ -n $m ]] || m=$(grep -hE '^deb ' /etc/apt/sources.list 2>/dev/null | awk '{print $2}' | grep -v security | head -n1 || true)
+  [[ -n $m ]] || { echo "no Debian mirror found in the apt configuration" >&2; return 1; }
+  echo "$m"
+}

@@ -34,18 +34,10 @@ installed() {
   "$docker_bin" compose version >/dev/null 2>&1 && "$docker_bin" buildx version >/dev/null 2>&1
 }
 
-mirror() { # the machine's Debian mirror, from its deb822 or one-line sources
-  local m
-  m=$(grep -hE '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}' | grep -v security | head -n1 || true)
-  [[ -n $m ]] || m=$(grep -hE '^deb ' /etc/apt/sources.list 2>/dev/null | awk '{print $2}' | grep -v security | head -n1 || true)
-  [[ -n $m ]] || die "no Debian mirror found in the apt configuration"
-  echo "$m"
-}
-
 install_packages() {
   installed && return 0
   local m key=/usr/share/keyrings/debian-archive-keyring.gpg
-  m=$(mirror)
+  m=$(debian_mirror)
   mkdir -p "$work/apt/lists/partial" "$work/apt/parts" "$work/apt/preferences.d" "$work/apt/archives/partial"
   cat > "$work/apt/sources.list" <<LIST
 deb [signed-by=$key] $m bookworm main
