@@ -161,8 +161,9 @@ def test_the_dcgm_exporter_is_checked_without_curl_and_names_the_node(compose: d
     assert "curl" not in check
     assert "wget" not in check
     assert "/dev/tcp/127.0.0.1/9400" in check
-    assert "NODE_NAME" in " ".join(exporter["entrypoint"])
-    assert "/etc/hostname:/etc/node-hostname:ro" in exporter["volumes"]
+    # The node's host name, not the container id, labels the exporter's series and NVML's samples.
+    for name in ("dcgm-exporter", "collector-gpu", "collector-nvml"):
+        assert compose["services"][name]["uts"] == "host", name
 
 
 def test_prometheus_scrapes_the_node_exporters_and_every_service(compose: dict[str, Any]) -> None:
