@@ -19,6 +19,9 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
+from shared.config import Settings
+from tests.unit.image_files import SERVICE_SETTINGS, ImageFiles, app_image_misses
+
 REPO = Path(__file__).resolve().parents[2]
 DOCKER = os.environ.get("DOCKER", "docker")
 PROJECT = os.environ.get("GPUHEALTH_COMPOSE_PROJECT", "gpu-health-compose-test")
@@ -79,6 +82,23 @@ def test_every_service_is_healthy_or_completed() -> None:
         completed = c["State"] == "exited" and c["ExitCode"] == 0
         assert healthy or completed, f"{service}: {c['State']} {c['Health']} exit {c['ExitCode']}"
     assert states["setup"]["State"] == "exited", "the one-shot setup is still running"
+
+
+def test_every_service_finds_its_command_settings_and_mounts_in_its_container() -> None:
+    # The unit test reads the Dockerfile; this asks the image that really runs.
+    services = json.loads(compose("config", "--format", "json"))["services"]
+    app = {name: s for name, s in services.items() if "build" in s}
+    assert len({s["image"] for s in app.values()}) == 1, "the app services run one image"
+    listing = compose("exec", "-T", "api", "find", "/app", "-type", "f").split()
+    files = ImageFiles("/app", frozenset(listing))
+    for name, service in app.items():
+        misses = app_image_misses(service, SERVICE_SETTINGS.get(name, Settings), files, REPO)
+        assert not misses, f"{name}: its container lacks {misses}"
+    running = set(compose("ps", "--services", "--status", "running").split())
+    for name, service in services.items():
+        for volume in service.get("volumes", []):
+            if volume["type"] == "bind" and name in running:
+                compose("exec", "-T", name, "test", "-e", volume["target"])
 
 
 def test_the_api_counts_every_mock_gpu_with_a_verdict(fleet: dict[str, Any]) -> None:

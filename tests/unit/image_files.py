@@ -18,6 +18,20 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from services.api.settings import ApiSettings
+from services.collector.__main__ import CollectorSettings
+from services.mock_dcgm.__main__ import MockDcgmSettings
+from services.scorer.__main__ import ScorerSettings
+from services.sink.__main__ import SinkSettings
+from shared.config import Settings
+
+# Each compose service of the project's image and the settings it reads (the rest read Settings).
+SERVICE_SETTINGS: dict[str, type[Settings]] = {
+    "mock": MockDcgmSettings, "collector-0": CollectorSettings, "collector-1": CollectorSettings,
+    "collector-2": CollectorSettings, "collector-3": CollectorSettings, "collector-gpu": CollectorSettings,
+    "collector-nvml": CollectorSettings, "sink": SinkSettings, "scorer": ScorerSettings, "api": ApiSettings,
+}  # fmt: skip
+
 
 def _instructions(dockerfile: str) -> list[tuple[str, str]]:
     """(keyword, arguments) of each instruction, continuations joined, heredoc bodies left out."""
@@ -140,8 +154,9 @@ def app_image_misses(
             needed.add(str(workdir / path.relative_to(repo).as_posix()))
         else:
             needed.add(str(workdir / path.as_posix()))  # an absolute path stays itself
-    # What a volume mounts is there whatever the image holds.
-    mounts = [str(v).split(":")[1] for v in service.get("volumes", []) if ":" in str(v)]
+    # What a volume mounts is there whatever the image holds (short "src:dst" or resolved form).
+    volumes = service.get("volumes", [])
+    mounts = [v["target"] if isinstance(v, dict) else str(v).split(":")[1] for v in volumes]
     return sorted(
         p for p in needed if not files.holds(p) and not any(p == m or p.startswith(m + "/") for m in mounts)
     )

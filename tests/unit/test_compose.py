@@ -12,15 +12,11 @@ from typing import Any
 import pytest
 import yaml
 
-from services.api.settings import ApiSettings
-from services.collector.__main__ import CollectorSettings
-from services.mock_dcgm.__main__ import MockDcgmSettings
 from services.scorer.__main__ import ScorerSettings
-from services.sink.__main__ import SinkSettings
 from shared.config import Settings
 from shared.dcgm import FIELDS
 from shared.dcgm_counters import COUNTERS_CSV, render
-from tests.unit.image_files import app_image_misses, image_files
+from tests.unit.image_files import SERVICE_SETTINGS, app_image_misses, image_files
 
 REPO = Path(__file__).resolve().parents[2]
 OVERRIDE = REPO / "deploy" / "docker" / "compose.local-images.yml"
@@ -84,11 +80,7 @@ def test_every_dependency_waits_for_a_healthcheck(compose: dict[str, Any]) -> No
                 assert "healthcheck" in services[dependency], f"{dependency} has no healthcheck"
 
 
-SETTINGS = {
-    "mock": MockDcgmSettings, "collector-0": CollectorSettings, "collector-1": CollectorSettings,
-    "collector-2": CollectorSettings, "collector-3": CollectorSettings, "collector-gpu": CollectorSettings,
-    "collector-nvml": CollectorSettings, "sink": SinkSettings, "scorer": ScorerSettings, "api": ApiSettings,
-}  # fmt: skip
+SETTINGS = SERVICE_SETTINGS
 
 
 def app_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
