@@ -39,8 +39,12 @@ mkdir -p "$work/logs"
 native_up=()
 for p in "$GPUHEALTH_KAFKA_PORT" "$GPUHEALTH_PG_PORT"; do port_open "$p" && native_up+=("$p"); done
 
+# Someone else's engine stays as it was; one that install-docker.sh started (this
+# run, or one killed before it could stop it) is stopped at the end.
 engine_was_running=0
-timeout 10 "$DOCKER" info >/dev/null 2>&1 && engine_was_running=1
+if timeout 10 "$DOCKER" info >/dev/null 2>&1 && ! "$here/install-docker.sh" started-by-us; then
+  engine_was_running=1
+fi
 
 cleanup() {
   local rc=$?
