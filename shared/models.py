@@ -104,8 +104,14 @@ class MigInstance(_Strict):
     fb_used_mib: Mib = None
     fb_free_mib: Mib = None
     gpu_util_pct: Pct = None
+    # every profiling (DCP) field dcgm-exporter gives per instance, not only the GR engine
+    pcie_tx_bytes_per_s: Rate = None
+    pcie_rx_bytes_per_s: Rate = None
     prof_gr_engine_active_ratio: Ratio = None
     prof_sm_active_ratio: Ratio = None
+    prof_sm_occupancy_ratio: Ratio = None
+    prof_tensor_active_ratio: Ratio = None
+    prof_dram_active_ratio: Ratio = None
 
 
 class GpuSample(_Strict):
@@ -153,6 +159,11 @@ class GpuSample(_Strict):
     pcie_tx_bytes_per_s: Rate = None
     pcie_rx_bytes_per_s: Rate = None
     pcie_replay_total: Count = None
+    # link generation and lane count, now and at most (a link trained below its max is degraded)
+    pcie_link_gen: Annotated[int | None, Field(ge=1, le=16)] = None
+    pcie_link_gen_max: Annotated[int | None, Field(ge=1, le=16)] = None
+    pcie_link_width: Annotated[int | None, Field(ge=1, le=64)] = None
+    pcie_link_width_max: Annotated[int | None, Field(ge=1, le=64)] = None
     # errors, throttling
     xid_last: Annotated[int | None, Field(ge=0, le=100_000)] = None
     clocks_event_reasons: Annotated[int | None, Field(ge=0, le=2**32 - 1)] = None
@@ -186,6 +197,10 @@ class GpuSample(_Strict):
     slowdown_temp_c: Temp = None
     shutdown_temp_c: Temp = None
     power_limit_w: Watts = None
+    # what the driver says the GPU needs to recover (NVML's GPU recovery action,
+    # shared.dcgm.GpuRecoveryAction: 0 none, 1 GPU reset, 2 node reboot, 3 drain P2P,
+    # 4 drain and reset); null where the driver does not report it
+    gpu_recovery_action: Annotated[int | None, Field(ge=0, le=255)] = None
 
 
 class EventKind(StrEnum):
@@ -275,9 +290,12 @@ def to_json(model: BaseModel) -> dict[str, Any]:
 
 
 def json_schemas() -> dict[str, dict[str, Any]]:
+    from shared.models_training import TrainingAlert  # it builds on this module's types
+
     return {
         "gpu-sample.v1.schema.json": GpuSample.model_json_schema(),
         "gpu-event.v1.schema.json": GpuEvent.model_json_schema(),
+        "gpu-alert-training.v1.schema.json": TrainingAlert.model_json_schema(),
     }
 
 

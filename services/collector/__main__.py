@@ -4,6 +4,12 @@ Source choice (GPUHEALTH_COLLECTOR__SOURCE): `dcgm` scrapes dcgm-exporter at
 each of `dcgm_urls`; `mock` is the same against the mock fleet (samples say
 source=mock); `nvml` and `smi` read the local GPUs; `auto` tries a reachable
 dcgm-exporter, then NVML, then nvidia-smi, in that order.
+
+GPUHEALTH_COLLECTOR__KERNEL_LOG (`off`, `auto`, `kmsg`, `journal`; default
+`off`) adds the kernel log as a second place XIDs come from, beside any source:
+it must be this host's log, so it suits nvml/smi/a local dcgm-exporter, not a
+collector scraping other nodes. Where it cannot be read the collector says so
+and runs without it.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from shared.service import serve_metrics, start_service, stop_on_signals
 from .dcgm_source import DcgmSource
 from .enrich import Enricher, Placement, load_inventory
 from .events import EventDetector
+from .kernel_log import XidFeed, open_kernel_log
 from .metrics import CollectorMetrics
 from .nvml_source import NvmlSource
 from .poller import Collector
@@ -56,6 +63,7 @@ class CollectorSection(BaseModel):
     max_queued: int = Field(default=500_000, ge=100, le=10_000_000)
     metrics_port: int = Field(default=9500, ge=0, le=65535)
     metrics_bind: str = "127.0.0.1"
+    kernel_log: Literal["off", "auto", "kmsg", "journal"] = "off"
 
 
 class CollectorSettings(Settings):
@@ -89,6 +97,18 @@ def make_sources(cfg: CollectorSection) -> list[GpuSource]:
     raise SourceError("no GPU source found: no dcgm-exporter answered, NVML and nvidia-smi are absent")
 
 
+def make_xid_feeds(cfg: CollectorSection) -> list[XidFeed]:
+    if cfg.kernel_log == "off":
+        return []
+    try:
+        feed = open_kernel_log(cfg.kernel_log)
+    except SourceError as e:
+        log.warning("kernel log XIDs off: %s", e)
+        return []
+    log.info("reading XIDs from the kernel log", extra={"feed": feed.name})
+    return [feed]
+
+
 def main() -> int:
     settings = start_service(CollectorSettings, "collector")
     if settings is None:
@@ -115,11 +135,12 @@ def main() -> int:
     collector = Collector(
         sources=sources,
         enricher=enricher,
-        detector=EventDetector(collector_id=cfg.collector_id),
+        detector=EventDetector(collector_id=cfg.collector_id, local_hostname=socket.gethostname()),
         publisher=publisher,
         topics=settings.topics,
         metrics=metrics,
         interval_s=cfg.interval_s,
+        xid_feeds=(feeds := make_xid_feeds(cfg)),
     )
     stop = stop_on_signals()
     log.info("collecting", extra={"sources": [s.target for s in sources], "interval_s": cfg.interval_s})
@@ -131,6 +152,8 @@ def main() -> int:
             log.error("exiting with undelivered messages", extra={"undelivered": remaining})
         for source in sources:
             source.close()
+        for feed in feeds:
+            feed.close()
         stop_metrics()
     log.info("stopped")
     return 0

@@ -1,5 +1,6 @@
 """House rules that a linter cannot say: each service is `python -m services.<name>` with a
-`main() -> int`, and services import `shared`, never each other."""
+`main() -> int`, services import `shared`, never each other, and the users' library (gpuhealth)
+reaches services only through its two bridge modules."""
 
 from __future__ import annotations
 
@@ -45,8 +46,33 @@ def test_each_service_has_a_main_returning_int(service: str) -> None:
     assert inspect.signature(module.main).return_annotation in ("int", int)
 
 
+# The users' library (gpuhealth) reaches services only through these modules, and only these of theirs:
+# the collector's sources (their public read interface) and the scorer's rules loader.
+LIBRARY_BRIDGES = {
+    "gpuhealth/training/sources.py": {
+        "services.collector.nvml_source", "services.collector.readings", "services.collector.smi_source",
+    },
+    "gpuhealth/training/thresholds.py": {"services.scorer.rules_config"},
+}  # fmt: skip
+
+
+def test_the_library_reaches_services_only_through_its_bridges() -> None:
+    for path in (REPO / "gpuhealth").rglob("*.py"):
+        used = {m for m in imported_modules(path) if m.split(".")[0] == "services"}
+        allowed = LIBRARY_BRIDGES.get(str(path.relative_to(REPO)), set())
+        assert used <= allowed, f"{path.relative_to(REPO)} imports {sorted(used - allowed)}"
+
+
+def test_services_and_shared_never_import_the_library() -> None:
+    for path in sorted((REPO / "services").rglob("*.py")) + sorted((REPO / "shared").rglob("*.py")):
+        assert not [m for m in imported_modules(path) if m.split(".")[0] == "gpuhealth"], path
+
+
 @pytest.mark.parametrize(
-    "path", sorted((REPO / "services").rglob("*.py")) + sorted((REPO / "shared").rglob("*.py"))
+    "path",
+    sorted((REPO / "services").rglob("*.py"))
+    + sorted((REPO / "shared").rglob("*.py"))
+    + sorted((REPO / "gpuhealth").rglob("*.py")),
 )
 def test_modules_have_a_docstring_and_stay_readable(path: Path) -> None:
     text = path.read_text()
