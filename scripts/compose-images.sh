@@ -38,8 +38,9 @@ rootfs() {
   if [[ ! -f $tarball ]]; then
     command -v debootstrap >/dev/null || {
       log "apt-get install debootstrap"
-      apt-get install -y -qq --no-install-recommends debootstrap >/dev/null 2>&1 ||
-        { apt-get update -qq && apt-get install -y -qq --no-install-recommends debootstrap >/dev/null; }
+      local lock=(-o DPkg::Lock::Timeout=600)
+      apt-get "${lock[@]}" install -y -qq --no-install-recommends debootstrap >/dev/null 2>&1 ||
+        { apt-get "${lock[@]}" update -qq && apt-get "${lock[@]}" install -y -qq --no-install-recommends debootstrap >/dev/null; }
     }
     local mirror tmp
     mirror=$(debian_mirror)

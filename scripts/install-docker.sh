@@ -49,12 +49,13 @@ LIST
   local apt_opts=(-o "Dir::Etc::SourceList=$work/apt/sources.list" -o "Dir::Etc::SourceParts=$work/apt/parts"
                   -o "Dir::Etc::Preferences=$work/apt/preferences" -o "Dir::Etc::PreferencesParts=$work/apt/preferences.d"
                   -o "Dir::State::Lists=$work/apt/lists" -o "Dir::Cache::Archives=$work/apt/archives"
-                  -o "Dir::Cache::pkgcache=" -o "Dir::Cache::srcpkgcache=" -o "APT::Sandbox::User=root")
+                  -o "Dir::Cache::pkgcache=" -o "Dir::Cache::srcpkgcache=" -o "APT::Sandbox::User=root"
+                  -o "DPkg::Lock::Timeout=600")  # another apt run (a test tool's install) finishes first
   log "apt-get install ${packages[*]} (trixie, through a private apt configuration)"
   as_root apt-get "${apt_opts[@]}" update -qq
-  # The packages' maintainer scripts would start the engine through its init
-  # script; `start` below decides how and whether it runs instead.
-  as_root env DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 apt-get "${apt_opts[@]}" install -y -qq \
+  # Where the package's own scripts start an engine (an init system that allows it),
+  # `start` finds it answering and uses it, and never stops it.
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get "${apt_opts[@]}" install -y -qq \
     --no-install-recommends "${packages[@]/%//trixie}" >"$work/apt-install.log" 2>&1 ||
     { tail -n 30 "$work/apt-install.log" >&2; die "installing the docker packages failed"; }
   installed || die "docker packages installed, but '$docker_bin compose/buildx version' fail"
