@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -201,3 +202,22 @@ def test_the_exporter_counters_cover_every_field_the_scorer_reads(compose: dict[
     exporter = compose["services"]["dcgm-exporter"]
     mounted = {v.split(":")[1] for v in exporter["volumes"] if v.startswith("./deploy/dcgm-exporter/")}
     assert exporter["environment"]["DCGM_EXPORTER_COLLECTORS"] in mounted
+
+
+def test_the_override_leaves_no_registry_image_to_pull() -> None:
+    # Every service `make compose-test` starts runs a local image (a new service of the
+    # project's image needs its line in the override, or CI would try a registry).
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUHEALTH_", "COMPOSE_"))}
+    for profiles in ([], ["--profile", "gpu", "--profile", "gpu-nvml"]):
+        done = subprocess.run(
+            [docker_cli(), "compose", "--project-directory", str(REPO), "-f", "docker-compose.yml",
+             "-f", LOCAL, *profiles, "config", "--format", "json"],
+            capture_output=True, text=True, timeout=60, check=True, cwd=REPO, env=env,
+        )  # fmt: skip
+        services = json.loads(done.stdout)["services"]
+        for name, service in services.items():
+            if name == "dcgm-exporter":  # NVIDIA's exporter: only on a real GPU node, never in CI
+                continue
+            assert service["image"].startswith("gpu-health-local/"), f"{name} runs {service['image']}"
+            if "build" in service:
+                assert service["build"]["args"]["PYTHON_IMAGE"] == "gpu-health-local/python:3.11", name
