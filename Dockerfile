@@ -1,5 +1,8 @@
 # One image for every gpu-health service: `python -m services.<name>` or `python -m shared.<tool>`.
-FROM python:3.11-slim AS base
+# PYTHON_IMAGE is the official image anywhere a registry answers; `make compose-test`
+# passes its local stand-in (deploy/docker/python.Dockerfile) instead.
+ARG PYTHON_IMAGE=python:3.11-slim
+FROM ${PYTHON_IMAGE} AS base
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /app
 
@@ -10,9 +13,12 @@ import tomllib
 print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))
 PY
 
+# Everything a service reads at run time: code, migrations, and config/ (the
+# scorer's health rules; without it the scorer exits 2 at start).
 COPY shared ./shared
 COPY services ./services
 COPY schema ./schema
+COPY config ./config
 RUN useradd --system --uid 10001 --home-dir /app gpuhealth
 USER gpuhealth
 ENV PYTHONPATH=/app

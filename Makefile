@@ -16,7 +16,7 @@ ARGS ?=
 
 .PHONY: help venv services services-down services-status migrate topics up down \
         test test-unit test-integration lint format bench evaluate \
-        kafka-console-consumer kafka-topics kafka-consumer-groups psql
+        kafka-console-consumer kafka-topics kafka-consumer-groups psql compose-test
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-24s %s\n", $$1, $$2}'
@@ -35,23 +35,13 @@ services-status: ## show whether Kafka and PostgreSQL are up
 	@scripts/services.sh status
 
 migrate: venv ## apply schema/*.sql migrations (each once)
-	@$(PY) -m shared.migrate
+	@source scripts/env.sh && $(PY) -m shared.migrate
 
 topics: venv ## create the project's Kafka topics (idempotent)
-	@$(PY) -m shared.topics
+	@source scripts/env.sh && $(PY) -m shared.topics
 
 up: services migrate topics ## run the whole pipeline locally (mock fleet, collector, sink, scorer, API)
 	@scripts/stack.sh up
-	@echo
-	@echo "gpu-health is up:"
-	@scripts/services.sh status
-	@echo "  REST API:     http://127.0.0.1:8000/api/v1/fleet/summary  (OpenAPI: http://127.0.0.1:8000/docs)"
-	@echo "  mock fleet:   http://127.0.0.1:9400/metrics ... :9403 (admin, faults, ground truth: :9399)"
-	@echo "  metrics:      collector :9500, sink :9501, scorer :9502 (/metrics)"
-	@echo "  logs:         $${GPUHEALTH_RUN:-$(GPUHEALTH_CACHE)/run}/logs/"
-	@echo "  watch Kafka:  make kafka-console-consumer TOPIC=gpu-metrics-raw"
-	@echo "  database:     make psql   (try: SELECT * FROM v_fleet_health_summary;)"
-	@echo "  stop:         make down"
 
 down: ## stop everything `make up` started
 	@scripts/stack.sh down
@@ -59,6 +49,9 @@ down: ## stop everything `make up` started
 
 test: services venv ## start the services, then run the whole test suite
 	@$(PY) -m pytest $(PYTEST_ARGS)
+
+compose-test: venv ## docker compose for real: install Docker, build local images, up, check from the host, down
+	@scripts/compose-test.sh
 
 test-unit: venv ## unit tests only (no services needed)
 	@$(PY) -m pytest tests/unit $(PYTEST_ARGS)

@@ -14,6 +14,13 @@
 : "${GPUHEALTH_DB_PASSWORD:=gpuhealth}"
 : "${GPUHEALTH_DB_READER_PASSWORD:=gpuhealth_reader}"   # the query API's read-only login
 : "${GPUHEALTH_DB_ACKNOWLEDGER_PASSWORD:=gpuhealth_acknowledger}"   # the API's login for acknowledging only
+# The pipeline `make up` runs (deploy/local-stack.toml): every port it listens on.
+: "${GPUHEALTH_MOCK_ADMIN_PORT:=9399}"                   # mock fleet: faults, ground truth
+: "${GPUHEALTH_MOCK_BASE_PORT:=9400}"                    # mock node i answers on this + i
+: "${GPUHEALTH_COLLECTOR_METRICS_PORT:=9500}"
+: "${GPUHEALTH_SINK_METRICS_PORT:=9501}"
+: "${GPUHEALTH_SCORER_METRICS_PORT:=9502}"
+: "${GPUHEALTH_API_PORT:=8000}"
 # PostgreSQL refuses to run as root, and root's home is closed to other users,
 # so as root the cluster belongs to `postgres` and lives outside $HOME.
 if [[ $(id -u) -eq 0 ]]; then
@@ -23,7 +30,36 @@ else
 fi
 GPUHEALTH_KAFKA_LIB=$GPUHEALTH_CACHE/kafka-$GPUHEALTH_KAFKA_VERSION/lib
 GPUHEALTH_KAFKA_BOOTSTRAP=127.0.0.1:$GPUHEALTH_KAFKA_PORT
+# The four nodes of `make up`'s mock fleet, as the collector's JSON list.
+GPUHEALTH_MOCK_URLS=
+for _node in 0 1 2 3; do
+  GPUHEALTH_MOCK_URLS+="${GPUHEALTH_MOCK_URLS:+,}\"http://127.0.0.1:$((GPUHEALTH_MOCK_BASE_PORT + _node))/metrics\""
+done
+GPUHEALTH_MOCK_URLS="[$GPUHEALTH_MOCK_URLS]"
+unset _node
+# The services' own settings follow these unless set explicitly.
+: "${GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS:=$GPUHEALTH_KAFKA_BOOTSTRAP}"
+: "${GPUHEALTH_DB__PORT:=$GPUHEALTH_PG_PORT}"
+: "${GPUHEALTH_DB__NAME:=$GPUHEALTH_DB_NAME}"
+: "${GPUHEALTH_DB__USER:=$GPUHEALTH_DB_USER}"
+: "${GPUHEALTH_DB__PASSWORD:=$GPUHEALTH_DB_PASSWORD}"
+: "${GPUHEALTH_API__READER_PASSWORD:=$GPUHEALTH_DB_READER_PASSWORD}"
+: "${GPUHEALTH_API__ACKNOWLEDGER_PASSWORD:=$GPUHEALTH_DB_ACKNOWLEDGER_PASSWORD}"
 export GPUHEALTH_CACHE GPUHEALTH_RUN GPUHEALTH_KAFKA_VERSION GPUHEALTH_KAFKA_PORT \
   GPUHEALTH_KAFKA_CONTROLLER_PORT GPUHEALTH_KAFKA_HEAP GPUHEALTH_PG_PORT GPUHEALTH_PG_BIN \
   GPUHEALTH_DB_NAME GPUHEALTH_DB_USER GPUHEALTH_DB_PASSWORD GPUHEALTH_DB_READER_PASSWORD GPUHEALTH_DB_ACKNOWLEDGER_PASSWORD GPUHEALTH_PG_DATA \
-  GPUHEALTH_KAFKA_LIB GPUHEALTH_KAFKA_BOOTSTRAP
+  GPUHEALTH_KAFKA_LIB GPUHEALTH_KAFKA_BOOTSTRAP \
+  GPUHEALTH_MOCK_ADMIN_PORT GPUHEALTH_MOCK_BASE_PORT GPUHEALTH_COLLECTOR_METRICS_PORT GPUHEALTH_SINK_METRICS_PORT \
+  GPUHEALTH_SCORER_METRICS_PORT GPUHEALTH_API_PORT GPUHEALTH_MOCK_URLS \
+  GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS GPUHEALTH_DB__PORT GPUHEALTH_DB__NAME GPUHEALTH_DB__USER GPUHEALTH_DB__PASSWORD \
+  GPUHEALTH_API__READER_PASSWORD GPUHEALTH_API__ACKNOWLEDGER_PASSWORD
+
+# The machine's Debian mirror, from its deb822 or one-line apt sources (the
+# install scripts fetch trixie's packages and the image base from it).
+debian_mirror() {
+  local m
+  m=$(grep -hE '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}' | grep -v security | head -n1 || true)
+  [[ -n $m ]] || m=$(grep -hE '^deb ' /etc/apt/sources.list 2>/dev/null | awk '{print $2}' | grep -v security | head -n1 || true)
+  [[ -n $m ]] || { echo "no Debian mirror found in the apt configuration" >&2; return 1; }
+  echo "$m"
+}

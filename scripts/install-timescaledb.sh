@@ -37,12 +37,7 @@ fi
 mkdir -p "$work"
 src=$(find "$work" -maxdepth 1 -type d -name 'timescaledb-*' | head -n1)
 if [[ -z $src ]]; then
-  # The machine's Debian mirror, read from its deb822 or one-line sources.
-  mirror=$(grep -hE '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}' | grep -v security | head -n1 || true)
-  if [[ -z $mirror ]]; then
-    mirror=$(grep -hE '^deb ' /etc/apt/sources.list 2>/dev/null | awk '{print $2}' | grep -v security | head -n1 || true)
-  fi
-  [[ -n $mirror ]] || { log "no Debian mirror found in the apt configuration"; exit 1; }
+  mirror=$(source "$(dirname "$0")/env.sh" && debian_mirror)
   mkdir -p "$work/apt/lists/partial" "$work/apt/parts"
   echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror trixie main" > "$work/apt/sources.list"
   apt_opts=(-o "Dir::Etc::SourceList=$work/apt/sources.list" -o "Dir::Etc::SourceParts=$work/apt/parts"

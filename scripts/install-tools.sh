@@ -2,9 +2,12 @@
 # Tools the tests use:
 #   promtool  (Debian package `prometheus`) - checks the mock exporter's exposition; unpacked
 #             into the cache with dpkg -x, which gives the binary without a Prometheus server;
-#   chromium + chromium-driver (Debian) - the fleet page's browser test.
+#   chromium + chromium-driver (Debian) - the fleet page's browser test;
+#   docker CLI + compose (trixie's, through install-docker.sh) - `docker compose config`
+#             validates docker-compose.yml in the unit tests (no engine is started).
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
+"$(dirname "$0")/install-docker.sh" install
 bin=$GPUHEALTH_CACHE/bin
 if [[ ! -x /usr/bin/chromium || ! -x /usr/bin/chromedriver ]]; then
   echo "install-tools: apt-get install chromium chromium-driver" >&2

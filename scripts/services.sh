@@ -5,6 +5,7 @@
 #   services.sh start [kafka|postgres]   start what is not running, wait until healthy
 #   services.sh stop  [kafka|postgres]   stop what this script started
 #   services.sh status                    exit 0 when both are up
+#   services.sh jars                      fetch the Kafka jars only (the compose Kafka stand-in uses them)
 #
 # Kafka runs from Maven Central jars with the machine's JDK; PostgreSQL is the
 # Debian build plus TimescaleDB compiled by install-timescaledb.sh. Data, logs
@@ -211,6 +212,7 @@ case $cmd in
     case $what in kafka) kafka_start ;; postgres) postgres_start ;; all) postgres_start; kafka_start ;; *) die "unknown service $what" ;; esac ;;
   stop)
     case $what in kafka) kafka_stop ;; postgres) postgres_stop ;; all) kafka_stop; postgres_stop ;; *) die "unknown service $what" ;; esac ;;
+  jars) kafka_jars ;;
   status)
     rc=0
     if kafka_running && port_open "$GPUHEALTH_KAFKA_PORT"; then echo "kafka     up   $GPUHEALTH_KAFKA_BOOTSTRAP (pid $(cat "$kafka_pidfile"))"; else echo "kafka     down"; rc=3; fi

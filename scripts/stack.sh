@@ -17,11 +17,13 @@ running() {
 }
 
 ready_urls() {
-  "$py" - "$spec" <<'PY'
+  (cd "$root" && PYTHONPATH=$root "$py" - "$spec" <<'PY'
 import sys, tomllib
+from shared.supervise import expand
 for p in tomllib.load(open(sys.argv[1], "rb"))["process"].values():
-    if "ready_url" in p: print(p["ready_url"])
+    if "ready_url" in p: print(expand(p["ready_url"]))
 PY
+)
 }
 
 case ${1:-status} in
@@ -45,6 +47,16 @@ case ${1:-status} in
       curl -fsS -o /dev/null "$url" 2>/dev/null || { echo "stack: $url did not answer; see $logs" >&2; exit 1; }
     done
     echo "stack: every process is up"
+    echo
+    echo "gpu-health is up:"
+    "$here/services.sh" status || true
+    echo "  REST API:     http://127.0.0.1:$GPUHEALTH_API_PORT/api/v1/fleet/summary  (OpenAPI: http://127.0.0.1:$GPUHEALTH_API_PORT/docs)"
+    echo "  mock fleet:   http://127.0.0.1:$GPUHEALTH_MOCK_BASE_PORT/metrics ... :$((GPUHEALTH_MOCK_BASE_PORT + 3)) (admin, faults, ground truth: :$GPUHEALTH_MOCK_ADMIN_PORT)"
+    echo "  metrics:      collector :$GPUHEALTH_COLLECTOR_METRICS_PORT, sink :$GPUHEALTH_SINK_METRICS_PORT, scorer :$GPUHEALTH_SCORER_METRICS_PORT (/metrics)"
+    echo "  logs:         $logs/"
+    echo "  watch Kafka:  make kafka-console-consumer TOPIC=gpu-metrics-raw"
+    echo "  database:     make psql   (try: SELECT * FROM v_fleet_health_summary;)"
+    echo "  stop:         make down"
     ;;
   down)
     if running; then

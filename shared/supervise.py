@@ -20,8 +20,10 @@ import sys
 import threading
 import time
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from string import Template
 from typing import IO, Any
 
 from shared.logging import setup_logging
@@ -61,14 +63,23 @@ class Child:
         return code
 
 
+def expand(value: object, environ: Mapping[str, str] | None = None) -> str:
+    """`${NAME}` in a spec value, from the environment (scripts/env.sh exports the stack's ports).
+
+    A name that is not set is an error (KeyError), not an empty string: a stack
+    must not start on a half-written address.
+    """
+    return Template(str(value)).substitute(os.environ if environ is None else environ)
+
+
 def load(path: Path, logs: Path) -> list[Child]:
     spec: dict[str, Any] = tomllib.loads(path.read_text())
     logs.mkdir(parents=True, exist_ok=True)
     return [
         Child(
             name=name,
-            command=list(p["command"]),
-            env={k: str(v) for k, v in p.get("env", {}).items()},
+            command=[expand(part) for part in p["command"]],
+            env={k: expand(v) for k, v in p.get("env", {}).items()},
             log_path=logs / f"{name}.log",
         )
         for name, p in spec.get("process", {}).items()
@@ -120,7 +131,7 @@ def main() -> int:
     setup_logging("INFO", service="supervise")
     try:
         children = load(args.spec, args.logs)
-    except (OSError, tomllib.TOMLDecodeError, KeyError) as e:
+    except (OSError, tomllib.TOMLDecodeError, KeyError, ValueError) as e:
         log.error("cannot read %s: %s", args.spec, e)
         return 2
     stop = threading.Event()
