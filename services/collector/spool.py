@@ -37,6 +37,7 @@ from typing import IO, Any
 import confluent_kafka
 
 from shared.config import KafkaSettings
+from shared.durable import fsync_dir
 from shared.errors import KafkaProduceError
 from shared.kafka import JsonProducer, make_consumer
 
@@ -126,7 +127,7 @@ class SpoolFile:
             os.fsync(out.fileno())
         os.replace(temporary, self.path)
         self.delivered_path.unlink(missing_ok=True)  # it spoke of the spool just replaced
-        _sync_folder(self.path.parent)
+        fsync_dir(self.path.parent)
         return len(records) - kept
 
     def load(self) -> list[tuple[int, SpooledRecord]]:
@@ -192,14 +193,6 @@ class SpoolFile:
         self.close()
         self.path.unlink(missing_ok=True)
         self.delivered_path.unlink(missing_ok=True)
-
-
-def _sync_folder(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class _RecordingProducer:

@@ -44,6 +44,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from psycopg import sql
 
+from shared.durable import fsync_dir, fsync_file
 from shared.errors import GpuHealthError
 
 from .chunk_reader import arrow_schema, copy_batches
@@ -142,22 +143,6 @@ def file_name(chunk: Chunk) -> str:
     """Depends only on the chunk: a re-run replaces the same file instead of adding another."""
     start = chunk.start.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
     return f"{start}-{chunk.name}.parquet"
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def make_dirs(path: Path) -> None:
