@@ -2,7 +2,10 @@
 
 - ``xid``: the last-XID value changed to a non-zero code (dcgm-exporter shows
   only the latest XID, so a repeat of the same code between two polls is not
-  visible through it; the NVML source sees every XID through NVML's events);
+  visible through it; the NVML source sees every XID through NVML's events).
+  A GPU that comes back after being lost was re-initialised, so a non-zero
+  last XID on its first sample back is a new XID even if it equals the one
+  before the loss (a second fall off the bus logs XID 79 again);
 - ``ecc_dbe``: the volatile double-bit ECC count grew;
 - ``row_remap_failure`` / ``retirement_pending``: the flag or count went up;
 - ``throttle_start`` / ``throttle_end``: a throttling reason (power cap, HW
@@ -51,10 +54,11 @@ class EventDetector:
         events: list[GpuEvent] = []
         seen = {s.gpu_uuid for s in samples}
         for sample in samples:
-            if sample.gpu_uuid in self._lost:
+            returned = sample.gpu_uuid in self._lost
+            if returned:
                 del self._lost[sample.gpu_uuid]
                 events.append(self._event(sample, EventKind.GPU_BACK, sample.time, {}))
-            events += self._compare(sample)
+            events += self._compare(sample, returned=returned)
         for uuid in sorted(self._present.get(target, set()) - seen):
             last = self._last.get(uuid)
             if last is not None and uuid not in self._lost:
@@ -71,7 +75,7 @@ class EventDetector:
         self._present[target] = seen
         return events
 
-    def _compare(self, now: GpuSample) -> list[GpuEvent]:
+    def _compare(self, now: GpuSample, *, returned: bool = False) -> list[GpuEvent]:
         last = self._last.get(now.gpu_uuid)
         self._last[now.gpu_uuid] = state = _Last(now, last.throttle_since if last else None)
         if last is None:
@@ -80,7 +84,7 @@ class EventDetector:
             return []
         before, t = last.sample, now.time
         events = []
-        if now.xid_last and now.xid_last != before.xid_last:
+        if now.xid_last and (returned or now.xid_last != before.xid_last):
             events.append(self._event(now, EventKind.XID, t, {"xid": now.xid_last}))
         if _grew(before.ecc_dbe_volatile_total, now.ecc_dbe_volatile_total):
             grown = (now.ecc_dbe_volatile_total or 0) - (before.ecc_dbe_volatile_total or 0)
