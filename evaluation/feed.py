@@ -18,15 +18,44 @@ from datetime import UTC, datetime
 from services.collector.dcgm_source import parse_exposition
 from services.collector.enrich import Enricher, Placement, reading_time
 from services.collector.events import EventDetector
-from services.collector.readings import SourceReading
+from services.collector.readings import GpuReading, MetricValue, SourceReading
 from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
+from services.mock_dcgm.simulation import NodeSim
 from services.scorer.cycle import CycleResult, run_cycle
 from services.scorer.rules_config import Rules
 from services.sink.rows import sample_row
 from services.sink.writer import Batch, BatchWriter
 from shared.config import DatabaseSettings
 from shared.db import connect
+from shared.dcgm import FIELDS, ValueKind
 from shared.models import Source
+
+
+def node_readings(node: NodeSim, *, driver_version: str, at: datetime) -> list[GpuReading]:
+    """What parse_exposition makes of the node's rendered page, without rendering and parsing it.
+
+    The exposition's parser is ~90% of a simulated poll; tests pin this to the parsed page
+    (same fields, same values, unsupported ones None) so the shortcut cannot drift.
+    """
+    out = []
+    for gpu in node.gpus:
+        if not gpu.present:
+            continue
+        values = gpu.values()
+        metrics: dict[str, MetricValue] = {}
+        for f in FIELDS:
+            value = values.get(f.sample_field)
+            if value is None or f.name in gpu.model.unsupported:
+                metrics[f.sample_field] = None
+            else:
+                metrics[f.sample_field] = int(value) if f.kind is ValueKind.INT64 else float(f"{value:f}")
+        job = gpu.job
+        out.append(GpuReading(
+            uuid=gpu.uuid, index=gpu.index, model=gpu.model.name, pci_bus_id=gpu.pci_bus_id,
+            driver_version=driver_version, hostname=node.hostname, time=at, metrics=metrics,
+            workload={"pod": job.pod, "namespace": job.namespace, "container": job.container} if job else {},
+        ))  # fmt: skip
+    return out
 
 
 class _HandClock:
@@ -40,7 +69,10 @@ class _HandClock:
 class SimFeed:
     """A fleet on a hand-moved clock, polled into the database every `poll_s` simulated seconds."""
 
-    def __init__(self, db: DatabaseSettings, spec: FleetSpec, *, start_s: float, rules: Rules) -> None:
+    def __init__(
+        self, db: DatabaseSettings, spec: FleetSpec, *, start_s: float, rules: Rules, exposition: bool = False
+    ) -> None:
+        self.exposition = exposition  # render and parse each page (slow) instead of node_readings
         self.hand = _HandClock()
         self.fleet = Fleet(spec, SimClock(start_s=start_s, monotonic=self.hand))
         self.db, self.rules = db, rules
@@ -53,24 +85,35 @@ class SimFeed:
     def now_s(self) -> float:
         return self.fleet.clock.now()
 
-    def poll(self) -> None:
-        """One poll of every node, written as one batch."""
-        batch = Batch()
+    def poll(self, batch: Batch | None = None) -> None:
+        """One poll of every node, into `batch`, or written as a batch of its own."""
+        own = batch is None
+        batch = Batch() if batch is None else batch
         for i, url in enumerate(self.urls):
-            text, _delay = self.fleet.scrape(i, timestamps=True)
-            at = datetime.fromtimestamp(self.now_s, UTC)
-            reading = SourceReading(
-                source=Source.MOCK, target=url, gpus=parse_exposition(text, scraped_at=at), read_at=at, latency_ms=1.0
-            )
+            at = datetime.fromtimestamp(int(self.now_s * 1000) / 1000, UTC)
+            if self.exposition:
+                text, _delay = self.fleet.scrape(i, timestamps=True)
+                gpus = parse_exposition(text, scraped_at=at)
+            else:
+                node = self.fleet.nodes[i]
+                with node.lock:
+                    node.advance(self.now_s)
+                    gpus = node_readings(node, driver_version=self.fleet.spec.driver_version, at=at)
+            reading = SourceReading(source=Source.MOCK, target=url, gpus=gpus, read_at=at, latency_ms=1.0)
             samples = [s for s in (self.enricher.sample(g, reading) for g in reading.gpus) if s]
             batch.rows.extend(sample_row(s) for s in samples)
             batch.events.extend(self.detector.observe(url, reading.source, samples, reading_time(reading)))
-        self.writer.write(batch)
+        if own:
+            self.writer.write(batch)
 
     def advance(self, seconds: float, poll_s: float) -> None:
+        """Poll every `poll_s` for `seconds`; the polls go to the database in one transaction."""
+        batch = Batch()
         for _ in range(int(round(seconds / poll_s))):
             self.hand.t += poll_s
-            self.poll()
+            self.poll(batch)
+        if batch.rows or batch.events:
+            self.writer.write(batch)
 
     def score(self, *, predict: bool) -> CycleResult:
         """One scoring cycle as of now (predictions only when asked: they are hourly)."""
@@ -83,9 +126,15 @@ class SimFeed:
 
 
 @contextmanager
-def sim_feed(db: DatabaseSettings, spec: FleetSpec, *, hours: float, rules: Rules) -> Iterator[SimFeed]:
-    """A feed whose simulated clock starts `hours` before now, so the whole run lies in the past."""
-    feed = SimFeed(db, spec, start_s=time.time() - hours * 3600 - 3600, rules=rules)
+def sim_feed(
+    db: DatabaseSettings, spec: FleetSpec, *, hours: float, rules: Rules, exposition: bool = False
+) -> Iterator[SimFeed]:
+    """A feed whose simulated clock starts `hours` before now, so the whole run lies in the past.
+
+    The start is rounded to a whole minute plus 17.5 s, so polls never sit on the rollup's
+    minute boundaries and faults scheduled at odd seconds fall between polls."""
+    start = (int(time.time() - hours * 3600 - 3600) // 60) * 60 + 17.5
+    feed = SimFeed(db, spec, start_s=start, rules=rules, exposition=exposition)
     try:
         yield feed
     finally:

@@ -84,7 +84,7 @@ DEFAULT_PARAMS: dict[FaultKind, dict[str, float]] = {
     FaultKind.SBE_STORM: {"rate_per_hour": 20.0, "growth_per_hour": 4.0},
     FaultKind.REMAPPED_ROWS: {"rows_per_hour": 0.5, "growth_per_hour": 0.05},
     FaultKind.THERMAL_CREEP: {"c_per_hour": 0.4, "max_c": 25.0},
-    FaultKind.HEAVY_WORKLOAD: {"level": 1.0, "extra_c": 10.0},
+    FaultKind.HEAVY_WORKLOAD: {"level": 1.0, "extra_c": 13.0},  # 2-4 C under slowdown at full load
     FaultKind.DBE: {"count": 1.0},
     FaultKind.RETIRED_PAGES: {"pages_per_hour": 30.0, "growth_per_hour": 0.0},
     FaultKind.PENDING_RETIREMENT: {"pages": 1.0},
