@@ -33,11 +33,15 @@ from .scenario import Scenario, generated_scenario, load_scenario
 EVAL_SEEDS = (101, 102, 103)
 
 
-def suite(seeds: tuple[int, ...] = EVAL_SEEDS, hours: float = 72.0, **shape: Any) -> list[tuple[Scenario, int]]:
+def suite(
+    seeds: tuple[int, ...] = EVAL_SEEDS, hours: float = 72.0, **shape: Any
+) -> list[tuple[Scenario, int]]:
     return [(generated_scenario(seed, hours=hours, **shape), seed) for seed in seeds]
 
 
-def evaluate(settings: Settings, runs: list[tuple[Scenario, int]], rules: Rules) -> tuple[list[Summary], dict[str, Any]]:
+def evaluate(
+    settings: Settings, runs: list[tuple[Scenario, int]], rules: Rules
+) -> tuple[list[Summary], dict[str, Any]]:
     summaries = [summarise(run_scenario(settings.db, sc, seed, rules), rules) for sc, seed in runs]
     return summaries, totals(summaries)
 
@@ -81,12 +85,16 @@ def render(summaries: list[Summary], total: dict[str, Any], rules: Rules) -> str
     lines.append(f"  {'p30 bin':<10}{'n':>7}{'mean p':>9}{'observed':>10}")
     for row in cal["table"]:
         lines.append(f"  {row['bin']:<10}{row['n']:>7}{row['mean_p']:>9.3f}{row['observed']:>10.3f}")
-    lines.append(f"\nsuite (threshold p30 >= {rules.prediction.threshold:g}): precision {_pct(total['precision'])}, "
+    threshold = rules.prediction.threshold
+    lines.append(f"\nsuite (threshold p30 >= {threshold:g}): precision {_pct(total['precision'])}, "
                  f"recall before failure {_pct(total['recall_before_failure'])} (precursor >= 48 h ahead: "
                  f"{_pct(total['recall_long_lead'])}), median lead {total['median_lead_h_long'] or 0:.1f} h, "
                  f"max p30 on healthy GPUs {total['healthy_p30_max']:.3f}")  # fmt: skip
     for name, ok in total["targets"].items():
         lines.append(f"  [{'ok' if ok else 'MISSED'}] {name}")
+    misses = [f"  {x.scenario} seed {x.seed}: {m}" for x in summaries for m in x.misses]
+    if misses:
+        lines += ["\nwhat went wrong:", *misses]
     return "\n".join(lines)
 
 
@@ -94,10 +102,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m evaluation", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("--scenario", type=Path, help="a scenario JSON file (default: the generated suite)")
-    parser.add_argument("--seeds", type=int, nargs="+", help="seeds to run (default: the file's, or 101 102 103)")
+    parser.add_argument(
+        "--seeds", type=int, nargs="+", help="seeds to run (default: the file's, or 101 102 103)"
+    )
     parser.add_argument("--hours", type=float, default=72.0, help="simulated hours of the generated suite")
     parser.add_argument("--rules", type=Path, default=DEFAULT_RULES)
-    parser.add_argument("--write-scenario", type=Path, help="write the generated scenario of the first seed here")
+    parser.add_argument(
+        "--write-scenario", type=Path, help="write the generated scenario of the first seed here"
+    )
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     args = parser.parse_args(argv)
     rules = load_rules(args.rules)

@@ -76,10 +76,14 @@ class SimFeed:
         self.hand = _HandClock()
         self.fleet = Fleet(spec, SimClock(start_s=start_s, monotonic=self.hand))
         self.db, self.rules = db, rules
-        self.enricher = Enricher(collector_id="eval", local_hostname="eval", placement=Placement(cluster="sim"))
+        self.enricher = Enricher(
+            collector_id="eval", local_hostname="eval", placement=Placement(cluster="sim")
+        )
         self.detector = EventDetector(collector_id="eval")
         self.writer = BatchWriter(db, group="eval-feed", connections=1)
         self.urls = [f"mock://{n.hostname}" for n in self.fleet.nodes]
+        self.next_poll_t: float | None = None
+        self.last_poll_s: float | None = None
 
     @property
     def now_s(self) -> float:
@@ -107,17 +111,25 @@ class SimFeed:
             self.writer.write(batch)
 
     def advance(self, seconds: float, poll_s: float) -> None:
-        """Poll every `poll_s` for `seconds`; the polls go to the database in one transaction."""
+        """Move the clock by exactly `seconds`, polling on the fixed poll_s grid on the way (so
+        polls and scoring cycles need not line up); the polls go to the database together."""
         batch = Batch()
-        for _ in range(int(round(seconds / poll_s))):
-            self.hand.t += poll_s
+        end = self.hand.t + seconds
+        if self.next_poll_t is None:
+            self.next_poll_t = self.hand.t + poll_s
+        while self.next_poll_t <= end:
+            self.hand.t = self.next_poll_t
             self.poll(batch)
+            self.last_poll_s = self.now_s
+            self.next_poll_t += poll_s
+        self.hand.t = end
         if batch.rows or batch.events:
             self.writer.write(batch)
 
     def score(self, *, predict: bool) -> CycleResult:
-        """One scoring cycle as of now (predictions only when asked: they are hourly)."""
-        as_of = datetime.fromtimestamp(self.now_s, UTC)
+        """One scoring cycle as of the newest poll, as the scorer's `latest` mode judges a simulated
+        fleet (predictions only when asked: they are hourly)."""
+        as_of = datetime.fromtimestamp(self.last_poll_s or self.now_s, UTC)
         with connect(self.db) as conn:
             return run_cycle(conn, as_of, self.rules, None if predict else {})
 

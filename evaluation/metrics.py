@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,6 +65,7 @@ class Summary:
     long_leads_h: list[float] = field(default_factory=list)
     healthy_p30_max: float = 0.0
     calibration: list[tuple[float, int]] = field(default_factory=list)  # (p30, label)
+    misses: list[str] = field(default_factory=list)  # what went wrong, in words, for the report
 
 
 def _state_at(rec: Record, gpu: str, sub: str, at_ms: int) -> tuple[int, str] | None:
@@ -97,6 +99,12 @@ def _age_out_s(fault: dict[str, Any], rules: Rules) -> float:
     return rules.windows.long_s
 
 
+def _lasts_past(fault: dict[str, Any], at_ms: int, rules: Rules, cycle: float) -> bool:
+    """Whether this fault's evidence can still hold a verdict at at_ms."""
+    end = fault["end_ms"]
+    return end is None or end + (_age_out_s(fault, rules) + cycle) * 1000 > at_ms
+
+
 def summarise(rec: Record, rules: Rules) -> Summary:
     s = Summary(scenario=rec.scenario, seed=rec.seed)
     faults = rec.truth["faults"]
@@ -115,6 +123,9 @@ def summarise(rec: Record, rules: Rules) -> Summary:
             if seen is not None:
                 s.hard_delays_s.append((seen - start) / 1000)
                 s.hard_within_cycle += (seen - start) / 1000 <= cycle
+            if seen is None or (seen - start) / 1000 > cycle:
+                late = "never" if seen is None else f"after {(seen - start) / 1000:.0f} s"
+                s.misses.append(f"{f['kind']} {f['params']} on {gpu} at {start}: {sub} unhealthy {late}")
         elif sub is not None:
             seen = _first(rec, gpu, sub, start, ("degraded", "unhealthy"))
             s.other_delays.setdefault(f["kind"], []).append(None if seen is None else (seen - start) / 1000)
@@ -122,7 +133,7 @@ def summarise(rec: Record, rules: Rules) -> Summary:
         if sub is not None and f["end_ms"] is not None:
             due = f["end_ms"] + int((_age_out_s(f, rules) + cycle) * 1000)
             later = [g for g in by_gpu[gpu] if g is not f and g["subsystem"] == sub and g["start_ms"] <= due
-                     and (g["end_ms"] is None or g["end_ms"] + _age_out_s(g, rules) * 1000 + cycle * 1000 > f["end_ms"])]  # fmt: skip
+                     and _lasts_past(g, f["end_ms"], rules, cycle)]  # fmt: skip
             got = None if later or due > rec.end_ms else _state_at(rec, gpu, sub, due)
             if got is not None:
                 s.ended_faults += 1
@@ -134,7 +145,9 @@ def summarise(rec: Record, rules: Rules) -> Summary:
         for f in offs[1:]:
             end = f["end_ms"] or rec.end_ms
             s.fall_off_repeats += 1
-            s.fall_off_repeats_inspect += _max_action(rec, gpu, f["start_ms"], end + int(cycle * 1000)) == "inspect"
+            s.fall_off_repeats_inspect += (
+                _max_action(rec, gpu, f["start_ms"], end + int(cycle * 1000)) == "inspect"
+            )
         apps = [f for f in fs if f["kind"] == "xid" and int(f["params"]["code"]) in app_codes]
         if apps and kinds == {"xid"} and len(apps) == len(fs):
             if len(apps) == 1:
@@ -159,18 +172,31 @@ def summarise(rec: Record, rules: Rules) -> Summary:
     return s
 
 
-def _prediction(s: Summary, rec: Record, rules: Rules, failures: dict[str, dict[str, Any]], healthy: list[str]) -> None:
+def _prediction(
+    s: Summary, rec: Record, rules: Rules, failures: dict[str, dict[str, Any]], healthy: list[str]
+) -> None:
     threshold = rules.prediction.threshold
+    faults = rec.truth["faults"]
     for g in rec.gpus:
         fail = failures.get(g)
-        before = [(t, p[g]) for t, p in rec.predictions if g in p and (fail is None or t < fail["failure_ms"])]
-        s.calibration += [(p, int(fail is not None)) for _, p in before]
+        before = [
+            (t, p[g]) for t, p in rec.predictions if g in p and (fail is None or t < fail["failure_ms"])
+        ]
+        if fail is None or fail["precursor_start_ms"] is not None:  # a sudden failure has nothing to see
+            s.calibration += [(p, int(fail is not None)) for _, p in before]
         first = next((t for t, p in before if p >= threshold), None)
         if g in healthy:
-            s.healthy_p30_max = max([s.healthy_p30_max, *(p for _, p in before)])
+            top = max((p for _, p in before), default=0.0)
+            if top >= 0.1:
+                s.misses.append(f"healthy {g} reached p30 {top}: {rec.peaks.get(g)}")
+            s.healthy_p30_max = max(s.healthy_p30_max, top)
         if first is not None:
             s.predicted += 1
             s.true_predicted += fail is not None
+            if fail is None:
+                peak = rec.peaks.get(g)
+                kinds = sorted({f["kind"] for f in faults if f["gpu_uuid"] == g})
+                s.misses.append(f"false prediction on {g} {kinds}: {peak}")
         if fail is None or fail["precursor_start_ms"] is None:
             continue
         s.with_precursor += 1
@@ -195,7 +221,7 @@ def calibration(pairs: list[tuple[float, int]]) -> dict[str, Any]:
         return {"brier": None, "n": 0, "table": []}
     brier = sum((p - y) ** 2 for p, y in pairs) / len(pairs)
     table = []
-    for lo, hi in zip(_BINS, _BINS[1:], strict=False):
+    for lo, hi in itertools.pairwise(_BINS):
         inside = [(p, y) for p, y in pairs if lo <= p < hi]
         if inside:
             table.append({"bin": f"{lo:.1f}-{min(hi, 1.0):.1f}", "n": len(inside),
@@ -206,6 +232,7 @@ def calibration(pairs: list[tuple[float, int]]) -> dict[str, Any]:
 
 def totals(summaries: list[Summary]) -> dict[str, Any]:
     """The suite's figures over every scenario and seed, with the issue's targets checked."""
+
     def add(name: str) -> int:
         return sum(getattr(x, name) for x in summaries)
 

@@ -37,6 +37,8 @@ class Record:
     predictions: list[tuple[int, dict[str, float]]] = field(default_factory=list)
     # per prediction: (time ms, {gpu: raw precursor inputs}); filled only when asked (training)
     features: list[tuple[int, dict[str, dict[str, float]]]] = field(default_factory=list)
+    # per GPU: its highest p_fail_30d, when, and the reasons then (to explain false alarms)
+    peaks: dict[str, tuple[float, int, list[dict[str, Any]]]] = field(default_factory=dict)
 
 
 def _snapshot(feed: SimFeed) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
@@ -56,7 +58,13 @@ def inject_all(feed: SimFeed, faults: list[dict[str, Any]]) -> None:
 
 
 def run_scenario(
-    db: DatabaseSettings, scenario: Scenario, seed: int, rules: Rules, *, score: bool = True, features: bool = False
+    db: DatabaseSettings,
+    scenario: Scenario,
+    seed: int,
+    rules: Rules,
+    *,
+    score: bool = True,
+    features: bool = False,
 ) -> Record:
     """Simulate the scenario's hours; score every score_every_s, predict every predict_every_s.
 
@@ -64,13 +72,17 @@ def run_scenario(
     """
     spec = FleetSpec(nodes=scenario.nodes, gpus_per_node=scenario.gpus_per_node,
                      models=tuple(scenario.models), seed=seed)  # fmt: skip
-    with migrated_schema(db, "eval") as scoped, sim_feed(scoped, spec, hours=scenario.hours, rules=rules) as feed:
+    with (
+        migrated_schema(db, "eval") as scoped,
+        sim_feed(scoped, spec, hours=scenario.hours, rules=rules) as feed,
+    ):
         inject_all(feed, scenario.faults)
         gpus = [g.uuid for n in feed.fleet.nodes for g in n.gpus]
         step = scenario.score_every_s if score else scenario.predict_every_s
         per_prediction = max(1, round(scenario.predict_every_s / step))
         cycles = int(scenario.hours * 3600 // step)
-        rec = Record(scenario=scenario.name, seed=seed, poll_s=scenario.poll_s, score_every_s=scenario.score_every_s,
+        rec = Record(scenario=scenario.name, seed=seed, poll_s=scenario.poll_s,
+                     score_every_s=scenario.score_every_s,
                      end_ms=0, truth={}, gpus=gpus)  # fmt: skip
         for i in range(1, cycles + 1):
             feed.advance(step, scenario.poll_s)
@@ -81,8 +93,11 @@ def run_scenario(
                 rec.cycles.append((now_ms, *_snapshot(feed)))
                 if predict:
                     rec.predictions.append((now_ms, {u: p.p_fail_30d for u, p in result.predictions.items()}))
+                    for u, p in result.predictions.items():
+                        if p.p_fail_30d > rec.peaks.get(u, (-1.0, 0, []))[0]:
+                            rec.peaks[u] = (p.p_fail_30d, now_ms, p.reasons)
             elif predict:
-                as_of = datetime.fromtimestamp(feed.now_s, UTC)
+                as_of = datetime.fromtimestamp(feed.last_poll_s or feed.now_s, UTC)
                 with connect(feed.db) as conn:
                     raw = precursor_features(conn, as_of, rules)
                 rec.predictions.append((now_ms, {u: predict_one(u, x, rules.predictor).p_fail_30d

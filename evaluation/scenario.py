@@ -105,7 +105,11 @@ _PRECURSORS: list[tuple[str, dict[str, float], dict[str, Any]]] = [
     ("pcie_replay_storm", {"replays_per_minute": 0.5, "growth_per_hour": 0.3}, {"kind": "fall_off_bus"}),
     ("thermal_creep", {"c_per_hour": 0.35, "max_c": 25.0}, {"kind": "xid", "params": {"code": 79}}),
 ]
-_AMPERE_ROWS = ("remapped_rows", {"rows_per_hour": 0.3, "growth_per_hour": 0.1}, {"kind": "row_remap_failure"})
+_AMPERE_ROWS = (
+    "remapped_rows",
+    {"rows_per_hour": 0.3, "growth_per_hour": 0.1},
+    {"kind": "row_remap_failure"},
+)
 _VOLTA_PAGES = ("retired_pages", {"pages_per_hour": 0.2, "growth_per_hour": 0.05}, {"kind": "dbe"})
 
 
@@ -149,9 +153,17 @@ def generated_scenario(seed: int, *, hours: float = 72.0, nodes: int = 4, gpus_p
     if slots:  # falls off the bus three times, back each time: the repeats must escalate to inspect
         slot, first = slots.pop(), rng.uniform(2, max(2.0, hours - 16))
         for k in range(3):
-            add(slot, "fall_off_bus", round((first + 6 * k) * HOUR + rng.uniform(1, 59), 3), duration_s=1200.0)
+            add(
+                slot, "fall_off_bus", round((first + 6 * k) * HOUR + rng.uniform(1, 59), 3), duration_s=1200.0
+            )
     if slots:  # one application XID alone: stays restart_workload and clears
-        add(slots.pop(), "xid", at(2, hours - 4), duration_s=300.0, params={"code": rng.choice((13, 31, 43, 45))})
+        add(
+            slots.pop(),
+            "xid",
+            at(2, hours - 4),
+            duration_s=300.0,
+            params={"code": rng.choice((13, 31, 43, 45))},
+        )
     if slots:  # a burst of five on one GPU within two hours: escalates
         slot, burst = slots.pop(), rng.uniform(2, hours - 4)
         for k in range(5):

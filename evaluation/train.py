@@ -74,7 +74,9 @@ def fit(x: np.ndarray, y: np.ndarray, l2: float = L2) -> tuple[float, np.ndarray
         active = [i for i in active if i not in negative]
 
 
-def write_weights(path: Path, intercept: float, weights: np.ndarray, seeds: tuple[int, ...], note: str) -> None:
+def write_weights(
+    path: Path, intercept: float, weights: np.ndarray, seeds: tuple[int, ...], note: str
+) -> None:
     lines = [
         "# The failure predictor's fitted weights: written by `make train-predictor` (evaluation/train.py),",
         "# reviewed like config/health-rules.toml. Inputs: services/scorer/predict.py (TERMS);",

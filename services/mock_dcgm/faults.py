@@ -215,7 +215,9 @@ def counter_totals(fault: Fault, t: float, model: GpuModel) -> dict[str, float]:
                 out["retired_pages_dbe"] = n
             return out
         case FaultKind.RETIRED_PAGES:
-            return {"retired_pages_sbe": _growing(fault.p("pages_per_hour"), fault.p("growth_per_hour"), hours)}
+            return {
+                "retired_pages_sbe": _growing(fault.p("pages_per_hour"), fault.p("growth_per_hour"), hours)
+            }
         case FaultKind.REMAPPED_ROWS:
             rows = _growing(fault.p("rows_per_hour"), fault.p("growth_per_hour"), hours)
             # Each row is remapped after correctable errors on it: a few SBEs per row.

@@ -84,7 +84,12 @@ def failure_times(faults: list[Fault], uuid_of: Callable[[Fault], str]) -> dict[
                          "failure_kind": f.kind.value, "precursor_start_ms": None}  # fmt: skip
     for f in sorted(faults, key=lambda f: f.start_s):
         entry = out.get(uuid_of(f))
-        if entry and f.precursor and entry["precursor_start_ms"] is None and f.start_s * 1000 < entry["failure_ms"]:
+        if (
+            entry
+            and f.precursor
+            and entry["precursor_start_ms"] is None
+            and f.start_s * 1000 < entry["failure_ms"]
+        ):
             entry["precursor_start_ms"] = int(f.start_s * 1000)
     return out
 

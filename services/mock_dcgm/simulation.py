@@ -313,12 +313,18 @@ def build_node(*, index: int, hostname: str, model: GpuModel, gpus: int, seed: i
             },
         )
         noise = random.Random(f"{seed}:{index}:{g}:background")  # noqa: S311 - reproducible
-        sbe_bg, pcie_bg = noise.choice((0.0, 0.0, 0.0, 0.05, 0.2, 1.0)), noise.choice((0.0, 0.0, 0.5, 2.0, 6.0))
-        gpu.t0, gpu.background = t0, {
-            "ecc_sbe_volatile_total": sbe_bg,
-            "ecc_sbe_aggregate_total": sbe_bg,
-            "pcie_replay_total": pcie_bg,
-        }
+        sbe_bg, pcie_bg = (
+            noise.choice((0.0, 0.0, 0.0, 0.05, 0.2, 1.0)),
+            noise.choice((0.0, 0.0, 0.5, 2.0, 6.0)),
+        )
+        gpu.t0, gpu.background = (
+            t0,
+            {
+                "ecc_sbe_volatile_total": sbe_bg,
+                "ecc_sbe_aggregate_total": sbe_bg,
+                "pcie_replay_total": pcie_bg,
+            },
+        )
         gpu.temp_c = AMBIENT_C + 8 + rng.uniform(-2, 2)
         gpu.power_w = model.idle_power_w
         gpu.sm_clock_mhz = model.idle_sm_clock_mhz

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .features import XidCounts
+from .features import XidCounts, XidValue
 from .rules_config import LADDER, Action, Rules
 
 FELL_OFF_THE_BUS = 79
@@ -31,7 +31,7 @@ def escalate(action: Action, repeats: int) -> Action:
     return LADDER[min(LADDER.index(action) + repeats, len(LADDER) - 1)]
 
 
-def xid_counts(value: tuple[int, ...]) -> XidCounts:
+def xid_counts(value: XidValue) -> XidCounts:
     """Plain (recent, total) tuples are read as counts with no repeat window or times."""
     return value if isinstance(value, XidCounts) else XidCounts(int(value[0]), int(value[1]))
 
@@ -47,7 +47,7 @@ def fall_off_episodes(xid79_total: int, lost_times: tuple[str, ...]) -> int:
     return max(xid79_total, len(lost_times))
 
 
-def fall_off_action(base: Action, xid79: tuple[int, ...] | None, lost_times: tuple[str, ...]) -> Decision:
+def fall_off_action(base: Action, xid79: XidValue | None, lost_times: tuple[str, ...]) -> Decision:
     counts = xid_counts(xid79) if xid79 is not None else XidCounts(0, 0)
     episodes = fall_off_episodes(counts.total, lost_times)
     return Decision(
@@ -59,7 +59,9 @@ def fall_off_action(base: Action, xid79: tuple[int, ...] | None, lost_times: tup
     )
 
 
-def xid_action(code: int, value: tuple[int, ...], base: Action, rules: Rules, lost_times: tuple[str, ...]) -> Decision:
+def xid_action(
+    code: int, value: XidValue, base: Action, rules: Rules, lost_times: tuple[str, ...]
+) -> Decision:
     """The action for an XID seen within its time-to-clear, given its history on this GPU."""
     counts = xid_counts(value)
     if code == FELL_OFF_THE_BUS:

@@ -29,6 +29,9 @@ class XidCounts(NamedTuple):
     times: tuple[str, ...] = ()  # the newest occurrences, ISO-8601, newest first
 
 
+XidValue = XidCounts | tuple[int, int]
+
+
 @dataclass(slots=True)
 class GpuFeatures:
     gpu_uuid: str
@@ -64,7 +67,7 @@ class GpuFeatures:
     # increments over elapsed time (None: fall back to the number of minutes seen)
     span_long_s: float | None = None
     # XIDs: code -> XidCounts (or a plain (recent, total) tuple)
-    xids: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    xids: dict[int, XidValue] = field(default_factory=dict)
     # times this GPU was lost (gpu_lost events) in the escalation window, newest first
     lost_times: tuple[str, ...] = ()
 

@@ -9,13 +9,16 @@ uncorrectable remapped row or a critical XID is a verdict, not a predictor):
   (the recent rate minus the rate over the rest of the trend window);
 - retired pages (SBE) and correctable remapped rows per day over the window;
 - PCIe replays per hour recently, and their growth; NVLink CRC errors per hour;
-- heat not explained by load: the recent temperature above what the GPU's own
-  power-to-temperature line over the earlier window predicts (a hot GPU at
-  full power is on its line; a failing fan or heatsink drifts above it);
+- heat not explained by load: the median, over the recent window, of the
+  temperature above what the GPU's own power-to-temperature line over the
+  earlier window predicts, less one degree (the sensor's resolution); a hot
+  GPU at full power is on its line, a failing fan or heatsink drifts above it,
+  and a half-hour spike does not move a median;
 - the fraction of the window spent in hardware thermal slowdown.
 
 Rates divide increments by elapsed time between rollup minutes, so they do not
-depend on the poll cadence. Counts enter as log(1 + x). p(fail within 7 days)
+depend on the poll cadence. Growth and heat need 6 h of history before the
+recent window, so a GPU seen for a few hours has no trend yet. Counts enter as log(1 + x). p(fail within 7 days)
 assumes a constant hazard over the 30 days.
 """
 
@@ -65,22 +68,30 @@ WITH r AS (
     SELECT gpu_uuid,
            regr_slope(temp, power) FILTER (WHERE NOT recent AND power > 0) AS slope,
            regr_intercept(temp, power) FILTER (WHERE NOT recent AND power > 0) AS icept,
-           count(*) FILTER (WHERE NOT recent AND power > 0) AS n_fit
+           min(power) FILTER (WHERE NOT recent AND power > 0) AS p_lo,
+           max(power) FILTER (WHERE NOT recent AND power > 0) AS p_hi
     FROM r GROUP BY gpu_uuid
+), resid AS (
+    -- the recent minutes' temperature above the earlier power-to-temperature line, where the
+    -- line was seen (no extrapolation beyond the earlier window's range of power)
+    SELECT r.gpu_uuid, percentile_cont(0.5) WITHIN GROUP (ORDER BY r.temp - (f.icept + f.slope * r.power)) AS heat
+    FROM r JOIN fit f USING (gpu_uuid)
+    WHERE r.recent AND r.power BETWEEN f.p_lo AND f.p_hi AND f.slope IS NOT NULL
+    GROUP BY r.gpu_uuid
 )
 SELECT r.gpu_uuid,
        extract(epoch FROM min(r.bucket)), extract(epoch FROM max(r.bucket)),
        coalesce(sum(d_sbe) FILTER (WHERE recent), 0), coalesce(sum(d_sbe) FILTER (WHERE NOT recent), 0),
        coalesce(sum(d_pcie) FILTER (WHERE recent), 0), coalesce(sum(d_pcie) FILTER (WHERE NOT recent), 0),
        coalesce(sum(d_rows), 0), coalesce(sum(d_crc) FILTER (WHERE recent), 0),
-       avg(temp) FILTER (WHERE recent AND power > 0), avg(power) FILTER (WHERE recent AND power > 0),
-       min(f.slope), min(f.icept), min(f.n_fit),
-       count(*) FILTER (WHERE hw_thermal)::float / count(*)
-FROM r JOIN fit f USING (gpu_uuid)
+       min(h.heat), count(*) FILTER (WHERE hw_thermal)::float / count(*)
+FROM r LEFT JOIN resid h USING (gpu_uuid)
 GROUP BY r.gpu_uuid
 """
 
 _MIN_HOURS = 1.0  # a rate over less than this is not yet a rate
+_MIN_EARLIER_H = 6.0  # a trend needs this much history before the recent window
+_HEAT_DEADBAND_C = 1.0  # GPU temperatures are whole degrees: less than one is noise
 
 
 @dataclass(slots=True)
@@ -103,22 +114,20 @@ def precursor_features(conn: Conn, as_of: datetime, rules: Rules) -> dict[str, d
     cut = as_of.timestamp() - pr.recent_s
     out: dict[str, dict[str, float]] = {}
     for row in conn.execute(_QUERY, params):
-        (uuid, first, last, sbe_r, sbe_e, pcie_r, pcie_e, rows, crc_r,
-         temp_r, power_r, slope, icept, n_fit, hw_frac) = row  # fmt: skip
+        (uuid, first, last, sbe_r, sbe_e, pcie_r, pcie_e, rows, crc_r, heat_c, hw_frac) = row
         first, last = float(first), float(last)
         recent_h = (last - max(first, cut)) / 3600
         earlier_h = (min(last, cut) - first) / 3600
         whole_h = (last - first) / 3600
         sbe_recent, pcie_recent = _rate(float(sbe_r), recent_h), _rate(float(pcie_r), recent_h)
-        heat = 0.0
-        if temp_r is not None and power_r is not None and slope is not None and icept is not None and n_fit >= 30:
-            heat = max(float(temp_r) - (float(icept) + float(slope) * float(power_r)), 0.0)
+        trend = earlier_h >= _MIN_EARLIER_H
+        heat = max(float(heat_c) - _HEAT_DEADBAND_C, 0.0) if trend and heat_c is not None else 0.0
         out[str(uuid)] = {
             "sbe_per_hour": sbe_recent,
-            "sbe_growth_per_hour": max(sbe_recent - _rate(float(sbe_e), earlier_h), 0.0) if earlier_h else 0.0,
+            "sbe_growth_per_hour": max(sbe_recent - _rate(float(sbe_e), earlier_h), 0.0) if trend else 0.0,
             "memory_rows_per_day": _rate(float(rows), whole_h) * 24,
             "pcie_replays_per_hour": pcie_recent,
-            "pcie_growth_per_hour": max(pcie_recent - _rate(float(pcie_e), earlier_h), 0.0) if earlier_h else 0.0,
+            "pcie_growth_per_hour": max(pcie_recent - _rate(float(pcie_e), earlier_h), 0.0) if trend else 0.0,
             "nvlink_crc_per_hour": _rate(float(crc_r), recent_h),
             "heat_unexplained_c": heat,
             "hw_thermal_slowdown_fraction": float(hw_frac or 0.0),

@@ -17,7 +17,7 @@ from .escalation import FELL_OFF_THE_BUS, escalate, fall_off_action, xid_action,
 from .features import GpuFeatures
 from .rules_config import LADDER, Action, Rules
 
-__all__ = ["SUBSYSTEMS", "STATES", "Verdict", "escalate", "evaluate", "overall", "score"]
+__all__ = ["STATES", "SUBSYSTEMS", "Verdict", "escalate", "evaluate", "overall", "score"]
 
 SUBSYSTEMS = ("memory", "thermal", "power", "pcie", "nvlink", "xid", "availability")
 STATES = ("healthy", "degraded", "unhealthy")

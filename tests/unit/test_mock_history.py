@@ -74,7 +74,8 @@ def test_a_heavy_workload_runs_hot_but_never_reaches_slowdown() -> None:
         hw |= gpu.reasons & (Reason.HW_THERMAL_SLOWDOWN | Reason.HW_SLOWDOWN)
         assert gpu.load > 0.9  # around the clock
     slowdown = gpu.model.slowdown_temp_c
-    assert slowdown - 7 < min(temps[6:]) and max(temps) < slowdown  # hot, yet under slowdown
+    assert slowdown - 7 < min(temps[6:])
+    assert max(temps) < slowdown
     assert hw == 0
 
 
@@ -95,7 +96,8 @@ def test_the_ground_truth_carries_the_failure_time_after_its_precursor() -> None
     assert failures[uuid]["precursor_start_ms"] == int((T0 + 3 * HOUR + 7.5) * 1000)
     assert failures[fleet.nodes[V100].gpus[1].uuid]["precursor_start_ms"] is None
     kinds = {(f["kind"], f["hard_failure"], f["precursor"]) for f in truth["faults"]}
-    assert ("sbe_storm", False, True) in kinds and ("xid", False, False) in kinds
+    assert ("sbe_storm", False, True) in kinds
+    assert ("xid", False, False) in kinds
     ended = next(f for f in truth["faults"] if f["kind"] == "fall_off_bus")
     assert ended["end_ms"] == int((T0 + 1500) * 1000)
 
