@@ -30,6 +30,8 @@ from shared.db import connect
 from shared.dcgm import FIELDS, ValueKind
 from shared.models import Source
 
+from .pipeline import HandClock
+
 
 def node_readings(node: NodeSim, *, driver_version: str, at: datetime) -> list[GpuReading]:
     """What parse_exposition makes of the node's rendered page, without rendering and parsing it.
@@ -58,14 +60,6 @@ def node_readings(node: NodeSim, *, driver_version: str, at: datetime) -> list[G
     return out
 
 
-class _HandClock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 class SimFeed:
     """A fleet on a hand-moved clock, polled into the database every `poll_s` simulated seconds."""
 
@@ -73,7 +67,7 @@ class SimFeed:
         self, db: DatabaseSettings, spec: FleetSpec, *, start_s: float, rules: Rules, exposition: bool = False
     ) -> None:
         self.exposition = exposition  # render and parse each page (slow) instead of node_readings
-        self.hand = _HandClock()
+        self.hand = HandClock()
         self.fleet = Fleet(spec, SimClock(start_s=start_s, monotonic=self.hand))
         self.db, self.rules = db, rules
         self.enricher = Enricher(
