@@ -182,8 +182,11 @@ def _prediction(
         before = [
             (t, p[g]) for t, p in rec.predictions if g in p and (fail is None or t < fail["failure_ms"])
         ]
-        if fail is None or fail["precursor_start_ms"] is not None:  # a sudden failure has nothing to see
-            s.calibration += [(p, int(fail is not None)) for _, p in before]
+        # calibrated on the population the model is fitted on (evaluation/train.py): healthy GPUs,
+        # and failing ones once their precursor began; a sudden failure has nothing to see
+        start = None if fail is None else fail["precursor_start_ms"]
+        if fail is None or start is not None:
+            s.calibration += [(p, int(fail is not None)) for t, p in before if start is None or t >= start]
         first = next((t for t, p in before if p >= threshold), None)
         if g in healthy:
             top = max((p for _, p in before), default=0.0)

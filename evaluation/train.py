@@ -3,12 +3,14 @@
 Simulates the default suite's scenario for each TRAINING seed (never one the
 evaluation reports on), reads the predictor's inputs every simulated hour with
 the scorer's own query, and labels each (GPU, hour) 1 when the GPU's ground
-truth has a hard failure later in the run, 0 when it has none; hours after a
-failure are left out (the failure is a verdict by then). GPUs whose failure
-has no precursor (sudden DBEs, XIDs, repeated falls off the bus) are left out
-as well: nothing in their history could predict them, and at the suite's
-density (one GPU in eight failing suddenly within three days, far above any
-real fleet) they would only teach the intercept the simulation's failure rate.
+truth has a hard failure later in the run, 0 when it has none. Left out: the
+hours after a failure (it is a verdict by then); the hours of a failing GPU
+before its precursor began (nothing observable tells it from a healthy one);
+and GPUs whose failure has no precursor at all (sudden DBEs, XIDs, repeated
+falls off the bus). The last two are not learnable from any precursor, and at
+the suite's density (a quarter of the fleet failing within three days, far
+above any real fleet) they would only teach the intercept the simulation's
+failure rate. The evaluation's calibration figures use the same population.
 
 The model is a logistic regression fitted by Newton's method with a small L2
 penalty; a term whose weight comes out negative (more of a precursor would
@@ -43,7 +45,9 @@ def samples(rec: Record) -> tuple[list[list[float]], list[int]]:
     for t, per_gpu in rec.features:
         for gpu, raw in per_gpu.items():
             fail = failures.get(gpu)
-            if gpu in sudden or (fail is not None and t >= fail["failure_ms"]):
+            if gpu in sudden or (
+                fail is not None and not fail["precursor_start_ms"] <= t < fail["failure_ms"]
+            ):
                 continue
             xs.append(model_inputs(raw))
             ys.append(int(fail is not None))
