@@ -1,4 +1,4 @@
-"""Fitting the predictor (issue 16): reproducible, non-negative, labelled by the ground truth's failure time."""
+"""Fitting the predictor (issue 16): reproducible, non-negative, labelled by the failure time."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def test_the_fit_is_reproducible_and_never_rewards_a_precursor_with_less_risk(tm
     assert [r["factor"] for r in sick.reasons] == ["sbe_growth_per_hour"]
 
 
-def test_training_samples_are_labelled_by_the_failure_time_and_leave_out_what_cannot_be_learnt() -> None:
+def test_training_samples_follow_the_failure_time_and_leave_out_what_cannot_be_learnt() -> None:
     failures = {
         "GPU-a": {"failure_ms": 50 * H, "precursor_start_ms": 10 * H},
         "GPU-sudden": {"failure_ms": 30 * H, "precursor_start_ms": None},
