@@ -48,8 +48,9 @@ def test_training_samples_follow_the_failure_time_and_leave_out_what_cannot_be_l
         "GPU-a": {"failure_ms": 50 * H, "precursor_start_ms": 10 * H},
         "GPU-sudden": {"failure_ms": 30 * H, "precursor_start_ms": None},
     }
-    rec = Record(scenario="t", seed=1, poll_s=120, score_every_s=300, end_ms=72 * H,
-                 truth={"faults": [], "failures": failures}, gpus=["GPU-a", "GPU-ok", "GPU-sudden"])  # fmt: skip
+    truth = {"faults": [], "failures": failures}
+    rec = Record(scenario="t", seed=1, poll_s=120, score_every_s=300, end_ms=72 * H, truth=truth,
+                 gpus=["GPU-a", "GPU-ok", "GPU-sudden"])  # fmt: skip
     raw = {"sbe_per_hour": 1.0}
     rec.features = [(t * H, {"GPU-a": raw, "GPU-ok": raw, "GPU-sudden": raw}) for t in (5, 20, 49, 51)]
     xs, ys = samples(rec)
