@@ -145,3 +145,11 @@ def test_a_written_scenario_loads_back(tmp_path: Path) -> None:
     again = load_scenario(path)
     assert again.faults == json.loads(path.read_text())["faults"]
     assert again.hours == 50
+
+
+def test_the_committed_scenario_file_loads_with_every_model_and_its_failures() -> None:
+    path = Path(__file__).resolve().parents[2] / "evaluation" / "scenarios" / "precursors-and-repeats.json"
+    s = load_scenario(path)
+    assert s.hours >= 48
+    assert len(s.seeds) >= 2
+    assert {f["node"] % len(s.models) for f in s.faults} == set(range(len(s.models)))
