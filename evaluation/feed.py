@@ -22,6 +22,7 @@ from services.collector.readings import GpuReading, MetricValue, SourceReading
 from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
 from services.mock_dcgm.simulation import NodeSim
 from services.scorer.cycle import CycleResult, run_cycle
+from services.scorer.predict import Prediction
 from services.scorer.rules_config import Rules
 from services.sink.rows import sample_row
 from services.sink.writer import Batch, BatchWriter
@@ -78,6 +79,7 @@ class SimFeed:
         self.urls = [f"mock://{n.hostname}" for n in self.fleet.nodes]
         self.next_poll_t: float | None = None
         self.last_poll_s: float | None = None
+        self.predictions: dict[str, Prediction] = {}
 
     @property
     def now_s(self) -> float:
@@ -125,7 +127,10 @@ class SimFeed:
         fleet (predictions only when asked: they are hourly)."""
         as_of = datetime.fromtimestamp(self.last_poll_s or self.now_s, UTC)
         with connect(self.db) as conn:
-            return run_cycle(conn, as_of, self.rules, None if predict else {})
+            # between predictions the scorer keeps its last ones, as services/scorer/__main__.py does
+            result = run_cycle(conn, as_of, self.rules, None if predict else self.predictions)
+        self.predictions = result.predictions
+        return result
 
     def close(self) -> None:
         self.writer.close()

@@ -6,7 +6,8 @@ signs of a coming failure only, never the failure itself (a DBE, an
 uncorrectable remapped row or a critical XID is a verdict, not a predictor):
 
 - corrected (SBE) errors per hour of elapsed time, recently, and their growth
-  (the recent rate minus the rate over the rest of the trend window);
+  (the recent rate minus the rate over the rest of the trend window, less one
+  count over the recent window: counters are whole numbers);
 - retired pages (SBE) and correctable remapped rows per day over the window;
 - PCIe replays per hour recently, and their growth; NVLink CRC errors per hour;
 - heat not explained by load: the median, over the recent window, of the
@@ -122,12 +123,16 @@ def precursor_features(conn: Conn, as_of: datetime, rules: Rules) -> dict[str, d
         sbe_recent, pcie_recent = _rate(float(sbe_r), recent_h), _rate(float(pcie_r), recent_h)
         trend = earlier_h >= _MIN_EARLIER_H
         heat = max(float(heat_c) - _HEAT_DEADBAND_C, 0.0) if trend and heat_c is not None else 0.0
+        # Counters are whole counts: a difference of one count over the recent window is resolution.
+        resolution = 1 / recent_h if recent_h >= _MIN_HOURS else 0.0
+        sbe_growth = sbe_recent - _rate(float(sbe_e), earlier_h) - resolution
+        pcie_growth = pcie_recent - _rate(float(pcie_e), earlier_h) - resolution
         out[str(uuid)] = {
             "sbe_per_hour": sbe_recent,
-            "sbe_growth_per_hour": max(sbe_recent - _rate(float(sbe_e), earlier_h), 0.0) if trend else 0.0,
+            "sbe_growth_per_hour": max(sbe_growth, 0.0) if trend else 0.0,
             "memory_rows_per_day": _rate(float(rows), whole_h) * 24,
             "pcie_replays_per_hour": pcie_recent,
-            "pcie_growth_per_hour": max(pcie_recent - _rate(float(pcie_e), earlier_h), 0.0) if trend else 0.0,
+            "pcie_growth_per_hour": max(pcie_growth, 0.0) if trend else 0.0,
             "nvlink_crc_per_hour": _rate(float(crc_r), recent_h),
             "heat_unexplained_c": heat,
             "hw_thermal_slowdown_fraction": float(hw_frac or 0.0),
