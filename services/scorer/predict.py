@@ -90,7 +90,7 @@ FROM r LEFT JOIN resid h USING (gpu_uuid)
 GROUP BY r.gpu_uuid
 """
 
-_MIN_HOURS = 1.0  # a rate over less than this is not yet a rate
+_MIN_HOURS = 1.0  # rates are over at least an hour, so a GPU seen for minutes cannot spike one
 _MIN_EARLIER_H = 6.0  # a trend needs this much history before the recent window
 _HEAT_DEADBAND_C = 1.0  # GPU temperatures are whole degrees: less than one is noise
 
@@ -104,7 +104,7 @@ class Prediction:
 
 
 def _rate(count: float, hours: float) -> float:
-    return count / hours if hours >= _MIN_HOURS else 0.0
+    return count / max(hours, _MIN_HOURS)
 
 
 def precursor_features(conn: Conn, as_of: datetime, rules: Rules) -> dict[str, dict[str, float]]:
@@ -124,7 +124,7 @@ def precursor_features(conn: Conn, as_of: datetime, rules: Rules) -> dict[str, d
         trend = earlier_h >= _MIN_EARLIER_H
         heat = max(float(heat_c) - _HEAT_DEADBAND_C, 0.0) if trend and heat_c is not None else 0.0
         # Counters are whole counts: a difference of one count over the recent window is resolution.
-        resolution = 1 / recent_h if recent_h >= _MIN_HOURS else 0.0
+        resolution = 1 / max(recent_h, _MIN_HOURS)
         sbe_growth = sbe_recent - _rate(float(sbe_e), earlier_h) - resolution
         pcie_growth = pcie_recent - _rate(float(pcie_e), earlier_h) - resolution
         out[str(uuid)] = {
