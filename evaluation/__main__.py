@@ -91,7 +91,7 @@ def render(summaries: list[Summary], total: dict[str, Any], rules: Rules) -> str
                  f"{_pct(total['recall_long_lead'])}), median lead {total['median_lead_h_long'] or 0:.1f} h, "
                  f"max p30 on healthy GPUs {total['healthy_p30_max']:.3f}")  # fmt: skip
     for name, ok in total["targets"].items():
-        lines.append(f"  [{'ok' if ok else 'MISSED'}] {name}")
+        lines.append(f"  [{'n/a' if ok is None else 'ok' if ok else 'MISSED'}] {name}")
     misses = [f"  {x.scenario} seed {x.seed}: {m}" for x in summaries for m in x.misses]
     if misses:
         lines += ["\nwhat went wrong:", *misses]
