@@ -5,11 +5,12 @@ config/predictor-weights.toml (`make train-predictor`). The inputs are slow
 signs of a coming failure only, never the failure itself (a DBE, an
 uncorrectable remapped row or a critical XID is a verdict, not a predictor):
 
-- corrected (SBE) errors per hour of elapsed time, recently, and their growth
-  (the recent rate minus the rate over the rest of the trend window, less one
-  count over the recent window: counters are whole numbers);
+- the growth of corrected (SBE) errors per hour of elapsed time: the recent
+  rate minus the rate over the rest of the trend window, less one count over
+  the recent window (counters are whole numbers); a steady rate, however
+  high, is the GPU's baseline and not a sign (a storm is a verdict's business);
 - retired pages (SBE) and correctable remapped rows per day over the window;
-- PCIe replays per hour recently, and their growth; NVLink CRC errors per hour;
+- the growth of PCIe replays per hour, likewise; NVLink CRC errors per hour;
 - heat not explained by load: the median, over the recent window, of the
   temperature above what the GPU's own power-to-temperature line over the
   earlier window predicts, less one degree (the sensor's resolution); a hot
@@ -35,18 +36,18 @@ from shared.dcgm import ClockEventReason as Reason
 from .features import Conn
 from .rules_config import PredictorWeights, Rules
 
-# The model's inputs, in a fixed order (the trainer and the weights file use these names).
+# The model's inputs, in a fixed order (the trainer and the weights file use these names). A
+# steady error rate is a GPU's baseline, not a sign: rates enter only as growth over the GPU's
+# own earlier rate (precursor_features also returns the plain rates, for the reasons' context).
 TERMS = (
-    "sbe_per_hour",
     "sbe_growth_per_hour",
     "memory_rows_per_day",
-    "pcie_replays_per_hour",
     "pcie_growth_per_hour",
     "nvlink_crc_per_hour",
     "heat_unexplained_c",
     "hw_thermal_slowdown_fraction",
 )
-_LOG_TERMS = frozenset(TERMS[:6])
+_LOG_TERMS = frozenset(TERMS[:4])
 
 _QUERY = """
 WITH r AS (

@@ -100,13 +100,13 @@ def test_overall_state_action_and_score() -> None:
 def test_the_prediction_is_monotone_in_its_precursors_and_explains_itself() -> None:
     # Changed by issue 16: a logistic model over precursors replaced the hazard sum over
     # DBEs, critical XIDs and hot minutes (the failure itself, and heat, are not predictors).
-    model = PredictorWeights(intercept=-4.0, weights={"sbe_per_hour": 1.0, "sbe_growth_per_hour": 0.5})
+    model = PredictorWeights(intercept=-4.0, weights={"memory_rows_per_day": 1.0, "sbe_growth_per_hour": 0.5})
     calm = predict_one("g", {}, model)
-    sick = predict_one("g", {"sbe_per_hour": 500.0, "sbe_growth_per_hour": 40.0}, model)
+    sick = predict_one("g", {"memory_rows_per_day": 500.0, "sbe_growth_per_hour": 40.0}, model)
     assert 0 < calm.p_fail_7d < calm.p_fail_30d < 0.02
     assert sick.p_fail_30d > 0.5
     assert sick.p_fail_7d < sick.p_fail_30d
-    assert [r["factor"] for r in sick.reasons] == ["sbe_per_hour", "sbe_growth_per_hour"]
+    assert [r["factor"] for r in sick.reasons] == ["memory_rows_per_day", "sbe_growth_per_hour"]
     assert calm.reasons == []
     assert set(RULES.predictor.weights) <= set(TERMS)
 
