@@ -15,7 +15,7 @@ TOPIC ?= gpu-metrics-raw
 ARGS ?=
 
 .PHONY: help venv services services-down services-status migrate topics up down \
-        test test-unit test-integration lint format bench evaluate \
+        test test-unit test-integration lint format bench evaluate train-predictor \
         kafka-console-consumer kafka-topics kafka-consumer-groups psql compose-test
 
 help: ## list the targets
@@ -68,8 +68,12 @@ format: venv ## apply ruff's formatting and safe fixes
 	@$(VENV)/bin/ruff format .
 	@$(VENV)/bin/ruff check --fix .
 
-evaluate: services venv ## score a simulated fleet with injected faults against its ground truth
-	@GPUHEALTH_LOG__LEVEL=WARNING $(PY) -m evaluation $(ARGS)
+SCENARIO ?=
+evaluate: services venv ## score simulated fleets against their ground truth (SCENARIO=file.json, else the default suite)
+	@GPUHEALTH_LOG__LEVEL=WARNING $(PY) -m evaluation $(if $(SCENARIO),--scenario $(SCENARIO)) $(ARGS)
+
+train-predictor: services venv ## fit the failure predictor on simulated fleets (training seeds only) -> config/predictor-weights.toml
+	@GPUHEALTH_LOG__LEVEL=WARNING $(PY) -m evaluation.train $(ARGS)
 
 bench: services venv ## run every benchmark in bench/ (prints figures next to their baselines)
 	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) "$$b"; done

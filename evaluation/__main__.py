@@ -1,199 +1,134 @@
-"""`python -m evaluation` (`make evaluate`): how well does the scorer tell the truth about a fleet?
+"""`python -m evaluation` (`make evaluate [SCENARIO=file.json]`): does the scorer tell the truth?
 
-Runs the real pipeline (mock fleet -> collector -> Kafka -> sink -> TimescaleDB
--> scorer) on simulated time against a scenario of injected faults and healthy
-GPUs, scores the fleet every few simulated minutes, and compares the verdicts
-with the mock's ground truth:
+Without a scenario file it runs the default suite: the generated scenario of
+each evaluation seed (evaluation/scenario.py: 72 simulated hours of a 32-GPU
+fleet of every model, precursors then failures, sudden failures, repeats,
+transients, hot-but-healthy GPUs), none of whose seeds the predictor was fitted
+on. Each run feeds the simulated fleet through the collector's parser and
+event detector and the sink's writer into a throwaway schema, scores it every
+few simulated minutes with the real scorer, and compares with the mock's
+ground truth (evaluation/metrics.py says what is measured and how).
 
-- per fault type: detection rate and time to detect (fault start to the first
-  non-healthy verdict of the subsystem the fault belongs to; for a hang, the
-  idle-while-allocated alert);
-- false alarms: healthy GPUs that were ever judged unhealthy (or degraded);
-- prediction: precision and recall of p(fail in 30 days) >= threshold for the
-  GPUs with a degrading fault, and the lead time between the first such
-  prediction and the GPU's first unhealthy verdict.
-
-Needs the services of `make services`; uses its own topics and schema and
-drops them afterwards.
+Needs the database of `make services`; the Kafka path is exercised by the
+integration tests (evaluation/pipeline.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import statistics
 import sys
-import uuid
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
-from evaluation.pipeline import Pipeline, pipeline
-from shared.config import Settings, TopicSettings
-from shared.kafka import make_admin, wait_for_kafka
-from shared.migrate import migrated_schema
-from shared.topics import TopicSpec, ensure_topics
+from services.scorer.rules_config import DEFAULT_RULES, Rules, load_rules
+from shared.config import Settings
 
-# (kind, params) per faulted GPU; the rest of the fleet stays healthy.
-SCENARIO: list[tuple[str, dict[str, float]]] = [
-    ("sbe_storm", {}),  # 20/h, growing: degrades over hours
-    ("dbe", {}),
-    ("row_remap_failure", {}),
-    ("xid", {"code": 79}),
-    ("xid", {"code": 94}),
-    ("thermal_runaway", {"c_per_minute": 2}),
-    ("power_brake", {}),
-    ("pcie_replay_storm", {"replays_per_minute": 50}),
-    ("nvlink_errors", {}),
-    ("fall_off_bus", {"scrape_delay_s": 0}),
-    ("retired_pages", {}),  # Volta: accumulates towards the 63-page limit
-    ("pending_retirement", {}),
-]
-DEGRADING = {"sbe_storm", "retired_pages", "dbe", "row_remap_failure", "pending_retirement"}
+from .metrics import Summary, summarise, totals
+from .run import run_scenario
+from .scenario import Scenario, generated_scenario, load_scenario
+
+EVAL_SEEDS = (101, 102, 103)
 
 
-@dataclass(slots=True)
-class Observed:
-    first_bad: dict[str, datetime] = field(default_factory=dict)  # subsystem -> first non-healthy
-    first_unhealthy: datetime | None = None
-    first_predicted: datetime | None = None
-    alerts: set[str] = field(default_factory=set)
+def suite(
+    seeds: tuple[int, ...] = EVAL_SEEDS, hours: float = 72.0, **shape: Any
+) -> list[tuple[Scenario, int]]:
+    return [(generated_scenario(seed, hours=hours, **shape), seed) for seed in seeds]
 
 
-def place(p: Pipeline) -> list[tuple[int, int, str, dict[str, float]]]:
-    """Each fault on its own GPU, on a model that has the feature it needs."""
-    slots = [(n.index, g.index, g.model) for n in p.fleet.nodes for g in n.gpus]
-    placed, used = [], set()
-    for kind, params in SCENARIO:
-        for node, gpu, model in slots:
-            if (node, gpu) in used:
-                continue
-            if kind in ("retired_pages", "pending_retirement") and not model.page_retirement:
-                continue
-            if kind == "row_remap_failure" and not model.row_remapping:
-                continue
-            placed.append((node, gpu, kind, params))
-            used.add((node, gpu))
-            break
-    return placed
+def evaluate(
+    settings: Settings, runs: list[tuple[Scenario, int]], rules: Rules
+) -> tuple[list[Summary], dict[str, Any]]:
+    summaries = [summarise(run_scenario(settings.db, sc, seed, rules), rules) for sc, seed in runs]
+    return summaries, totals(summaries)
 
 
-def observe(p: Pipeline, seen: dict[str, Observed], threshold: float) -> None:
-    result = p.score()
-    at = result.as_of
-    for uuid_, sub, state in p.query("SELECT gpu_uuid, subsystem, state FROM gpu_health_current"):
-        o = seen.setdefault(str(uuid_), Observed())
-        if state != "healthy":
-            o.first_bad.setdefault(str(sub), at)
-        if state == "unhealthy" and o.first_unhealthy is None:
-            o.first_unhealthy = at
-    for uuid_, p30 in p.query(
-        "SELECT gpu_uuid, max(p_fail_30d) FROM gpu_failure_predictions WHERE time = %s GROUP BY gpu_uuid", at
-    ):
-        o = seen.setdefault(str(uuid_), Observed())
-        if float(p30) >= threshold and o.first_predicted is None:
-            o.first_predicted = at
-    for uuid_, kind in p.query("SELECT gpu_uuid, kind FROM gpu_alerts"):
-        seen.setdefault(str(uuid_), Observed()).alerts.add(str(kind))
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0%}"
 
 
-def evaluate(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
-    suffix = uuid.uuid4().hex[:8]
-    topics = TopicSettings(metrics_raw=f"eval-raw-{suffix}", events=f"eval-events-{suffix}")
-    admin = make_admin(settings.kafka)
-    ensure_topics(admin, [TopicSpec(t, 3, 1) for t in (topics.metrics_raw, topics.events)])
-    try:
-        with (
-            migrated_schema(settings.db, "eval") as db,
-            pipeline(
-                settings.kafka, db, topics, nodes=args.nodes, gpus=args.gpus, hours_back=args.hours + 1
-            ) as p,
-        ):
-            faults = []
-            for node, gpu, kind, params in place(p):
-                p.inject(node=node, gpu=gpu, kind=kind, params=params, after_s=args.faults_after_h * 3600)
-                faults.append((p.gpu(node, gpu), kind))
-            seen: dict[str, Observed] = {}
-            steps = int(args.hours * 3600 // args.score_every_s)
-            for _ in range(steps):
-                p.run(args.score_every_s, step_s=args.step_s)
-                observe(p, seen, args.threshold)
-            truth = p.fleet.ground_truth()["faults"]
-            all_gpus = [g.uuid for n in p.fleet.nodes for g in n.gpus]
-    finally:
-        admin.delete_topics([topics.metrics_raw, topics.events])
-    return summarise(truth, seen, all_gpus)
+def _med(xs: list[float], scale: float = 1.0, unit: str = "") -> str:
+    return f"{statistics.median(xs) / scale:.1f}{unit}" if xs else "-"
 
 
-def summarise(truth: list[dict[str, Any]], seen: dict[str, Observed], all_gpus: list[str]) -> dict[str, Any]:
-    per_kind: dict[str, list[float | None]] = {}
-    for f in truth:
-        o = seen.get(f["gpu_uuid"], Observed())
-        start = datetime.fromisoformat(f["start"])
-        if f["subsystem"]:
-            detected_at = o.first_bad.get(f["subsystem"])
-        else:  # a hang has no subsystem: its finding is the idle-while-allocated alert
-            detected_at = start if "idle_while_allocated" in o.alerts else None
-        delay = (detected_at - start).total_seconds() if detected_at and detected_at >= start else None
-        name = f["kind"] if f["kind"] != "xid" else f"xid_{int(f['params']['code'])}"
-        per_kind.setdefault(name, []).append(delay)
-    faulty = {f["gpu_uuid"] for f in truth}
-    healthy = [g for g in all_gpus if g not in faulty]
-    false_unhealthy = [g for g in healthy if seen.get(g, Observed()).first_unhealthy]
-    false_degraded = [g for g in healthy if seen.get(g, Observed()).first_bad]
-    degrading = {f["gpu_uuid"] for f in truth if f["kind"] in DEGRADING}
-    predicted = {g for g, o in seen.items() if o.first_predicted}
-    tp, fp, fn = len(predicted & degrading), len(predicted - degrading), len(degrading - predicted)
-    leads = [
-        (o.first_unhealthy - o.first_predicted).total_seconds() / 3600
-        for g in degrading & predicted
-        if (o := seen[g]).first_unhealthy and o.first_predicted and o.first_predicted <= o.first_unhealthy
+def render(summaries: list[Summary], total: dict[str, Any], rules: Rules) -> str:
+    lines = [
+        f"{'scenario':<18}{'seed':>5}{'hard det.':>11}{'median':>8}{'healthy':>8}{'hot':>4}{'false U':>8}"
+        f"{'false D':>8}{'cleared':>9}{'off-bus->insp':>14}{'1 app XID>rw':>13}{'prec':>6}{'recall':>7}"
+        f"{'rec48':>7}{'lead48 h':>9}{'max p30 ok':>11}",
     ]
-    return {
-        "per_kind": per_kind,
-        "healthy_gpus": len(healthy),
-        "false_unhealthy": len(false_unhealthy),
-        "false_degraded": len(false_degraded),
-        "precision": tp / (tp + fp) if tp + fp else None,
-        "recall": tp / (tp + fn) if tp + fn else None,
-        "lead_hours": leads,
-    }
+    for x in summaries:
+        lines.append(
+            f"{x.scenario:<18}{x.seed:>5}{f'{x.hard_within_cycle}/{x.hard_faults}':>11}"
+            f"{_med(x.hard_delays_s, 60, 'm'):>8}{x.healthy_gpus:>8}{x.hot_gpus:>4}{x.false_unhealthy:>8}"
+            f"{x.false_degraded:>8}{f'{x.cleared}/{x.ended_faults}':>9}"
+            f"{f'{x.fall_off_repeats_inspect}/{x.fall_off_repeats}':>14}"
+            f"{f'{x.single_app_xid_past_restart}/{x.single_app_xids}':>13}"
+            f"{_pct(x.true_predicted / x.predicted if x.predicted else None):>6}"
+            f"{f'{x.with_precursor_predicted}/{x.with_precursor}':>7}"
+            f"{f'{x.long_lead_predicted}/{x.long_lead}':>7}{_med(x.long_leads_h):>9}{x.healthy_p30_max:>11.3f}"
+        )
+    kinds: dict[str, list[float | None]] = {}
+    for x in summaries:
+        for k, v in x.other_delays.items():
+            kinds.setdefault(k, []).extend(v)
+    lines.append("\nother faults: detected / injected, median time to detect")
+    for k, delays in sorted(kinds.items()):
+        found = [d for d in delays if d is not None]
+        lines.append(f"  {k:<20}{len(found):>3}/{len(delays):<3}{_med(found, 60, ' min'):>12}")
+    cal = total["calibration"]
+    lines.append(f"\ncalibration of p(fail 30 d) over {cal['n']} predictions before a failure: "
+                 f"Brier {cal['brier'] if cal['brier'] is None else round(cal['brier'], 4)}")  # fmt: skip
+    lines.append(f"  {'p30 bin':<10}{'n':>7}{'mean p':>9}{'observed':>10}")
+    for row in cal["table"]:
+        lines.append(f"  {row['bin']:<10}{row['n']:>7}{row['mean_p']:>9.3f}{row['observed']:>10.3f}")
+    threshold = rules.prediction.threshold
+    lines.append(f"\nsuite (threshold p30 >= {threshold:g}): precision {_pct(total['precision'])}, "
+                 f"recall before failure {_pct(total['recall_before_failure'])} (precursor >= 48 h ahead: "
+                 f"{_pct(total['recall_long_lead'])}), median lead {total['median_lead_h_long'] or 0:.1f} h, "
+                 f"max p30 on healthy GPUs {total['healthy_p30_max']:.3f}")  # fmt: skip
+    for name, ok in total["targets"].items():
+        lines.append(f"  [{'n/a' if ok is None else 'ok' if ok else 'MISSED'}] {name}")
+    misses = [f"  {x.scenario} seed {x.seed}: {m}" for x in summaries for m in x.misses]
+    if misses:
+        lines += ["\nwhat went wrong:", *misses]
+    return "\n".join(lines)
 
 
-def fmt(x: float | None) -> str:
-    return "-" if x is None else f"{x:.2f}"
-
-
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m evaluation", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    parser.add_argument("--hours", type=float, default=6.0, help="simulated hours to run")
+    parser.add_argument("--scenario", type=Path, help="a scenario JSON file (default: the generated suite)")
     parser.add_argument(
-        "--faults-after-h", type=float, default=1.0, help="faults begin after this many hours"
+        "--seeds", type=int, nargs="+", help="seeds to run (default: the file's, or 101 102 103)"
     )
-    parser.add_argument("--nodes", type=int, default=4)
-    parser.add_argument("--gpus", type=int, default=8)
-    parser.add_argument("--step-s", type=float, default=60.0, help="simulated seconds between polls")
+    parser.add_argument("--hours", type=float, default=72.0, help="simulated hours of the generated suite")
+    parser.add_argument("--rules", type=Path, default=DEFAULT_RULES)
     parser.add_argument(
-        "--score-every-s", type=float, default=600.0, help="simulated seconds between scorings"
+        "--write-scenario", type=Path, help="write the generated scenario of the first seed here"
     )
-    parser.add_argument(
-        "--threshold", type=float, default=0.2, help="p(fail in 30 days) that counts as a prediction"
-    )
-    args = parser.parse_args()
-    settings = Settings()
-    wait_for_kafka(settings.kafka)
-    r = evaluate(settings, args)
-    print(f"Evaluation: {args.nodes}x{args.gpus} GPUs, {args.hours:g} simulated hours, faults from hour "
-          f"{args.faults_after_h:g}, scored every {args.score_every_s:g} s\n")  # fmt: skip
-    print(f"{'fault':<22}{'detected':>10}{'time to detect':>18}")
-    for kind, delays in sorted(r["per_kind"].items()):
-        found = [d for d in delays if d is not None]
-        when = f"{sum(found) / len(found) / 60:.1f} min" if found else "-"
-        print(f"{kind:<22}{len(found):>5}/{len(delays):<4}{when:>18}")
-    print(f"\nfalse alarms on {r['healthy_gpus']} healthy GPUs: {r['false_unhealthy']} unhealthy, "
-          f"{r['false_degraded']} degraded or worse")  # fmt: skip
-    lead = f"{sum(r['lead_hours']) / len(r['lead_hours']):.1f} h" if r["lead_hours"] else "-"
-    print(f"prediction (p30 >= {args.threshold:g}) on degrading GPUs: precision {fmt(r['precision'])}, "
-          f"recall {fmt(r['recall'])}, mean lead time before the first unhealthy verdict {lead}")  # fmt: skip
+    parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
+    args = parser.parse_args(argv)
+    rules = load_rules(args.rules)
+    if args.scenario:
+        scenario = load_scenario(args.scenario)
+        runs = [(scenario, seed) for seed in (args.seeds or scenario.seeds)]
+    else:
+        runs = suite(tuple(args.seeds or EVAL_SEEDS), hours=args.hours)
+    if args.write_scenario:
+        args.write_scenario.write_text(runs[0][0].to_json())
+    overlap = {seed for _, seed in runs} & set(rules.predictor.trained_on_seeds)
+    if overlap:
+        print(f"warning: the predictor was fitted on seeds {sorted(overlap)}: its figures are not honest")
+    summaries, total = evaluate(Settings(), runs, rules)
+    print(render(summaries, total, rules))
+    if args.json:
+        figures = {"runs": [{k: v for k, v in asdict(x).items() if k != "calibration"} for x in summaries],
+                   "totals": total}  # fmt: skip
+        args.json.write_text(json.dumps(figures, indent=1))
     return 0
 
 

@@ -6,6 +6,9 @@
   last-XID value changing to a non-zero code is one. XIDs from the kernel log
   (``kernel_xids``) join them; the same XID seen by both is one event
   (xid_ledger);
+  a GPU that comes back after being lost was re-initialised, so a non-zero
+  last XID on its first sample back is a new XID even if it equals the one
+  before the loss (a second fall off the bus logs XID 79 again);
 - ``ecc_dbe``: the volatile double-bit ECC count grew;
 - ``row_remap_failure`` / ``retirement_pending``: the flag or count went up;
 - ``throttle_start`` / ``throttle_end``: a throttling reason (power cap, HW
@@ -78,7 +81,8 @@ class EventDetector:
         seen = {s.gpu_uuid for s in samples}
         listed = xids or {}
         for sample in samples:
-            if sample.gpu_uuid in self._lost:
+            returned = sample.gpu_uuid in self._lost
+            if returned:
                 del self._lost[sample.gpu_uuid]
                 events.append(self._event(sample, EventKind.GPU_BACK, sample.time, {}))
             if sample.pci_bus_id and self.local_hostname in (None, sample.hostname):
@@ -86,7 +90,7 @@ class EventDetector:
             codes = listed.get(sample.gpu_uuid)
             for code in codes or ():
                 events += self._xid(sample, code, sample.source.value, sample.time, {})
-            events += self._compare(sample, xids_listed=codes is not None)
+            events += self._compare(sample, xids_listed=codes is not None, returned=returned)
         for uuid in sorted(self._present.get(target, set()) - seen):
             last = self._last.get(uuid)
             if last is not None and uuid not in self._lost:
@@ -127,7 +131,9 @@ class EventDetector:
             return []  # the same XID, already an event through another origin
         return [self._event(sample, EventKind.XID, when, {"xid": code, **extra})]
 
-    def _compare(self, now: GpuSample, *, xids_listed: bool = False) -> list[GpuEvent]:
+    def _compare(
+        self, now: GpuSample, *, xids_listed: bool = False, returned: bool = False
+    ) -> list[GpuEvent]:
         last = self._last.get(now.gpu_uuid)
         self._last[now.gpu_uuid] = state = _Last(now, last.throttle_since if last else None)
         if last is None:
@@ -136,7 +142,7 @@ class EventDetector:
             return []
         before, t = last.sample, now.time
         events = []
-        if not xids_listed and now.xid_last and now.xid_last != before.xid_last:
+        if not xids_listed and now.xid_last and (returned or now.xid_last != before.xid_last):
             events += self._xid(now, now.xid_last, now.source.value, t, {})
         if _grew(before.ecc_dbe_volatile_total, now.ecc_dbe_volatile_total):
             grown = (now.ecc_dbe_volatile_total or 0) - (before.ecc_dbe_volatile_total or 0)

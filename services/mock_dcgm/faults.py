@@ -5,6 +5,13 @@ began (e.g. an SBE storm's count grows quadratically), so a counter's value
 depends on simulated time only, not on how often the node is scraped, and it
 only ever grows. State effects (a power brake, a GPU off the bus) hold while
 the fault is active; a fault without a duration lasts until it is cleared.
+
+Faults fall in three groups for the ground truth: precursors (slow signs that
+develop over hours to days: SBE growth, page retirement, correctable row
+remaps, rising PCIe replays, temperature creeping at constant load), hard
+failures (a DBE, a failed remap, a fall off the bus, a critical XID: the
+failure itself, at the time a scenario schedules it) and the rest (transients
+and healthy conditions such as a sustained heavy workload that runs hot).
 """
 
 from __future__ import annotations
@@ -36,6 +43,9 @@ class FaultKind(StrEnum):
     NVLINK_ERRORS = "nvlink_errors"
     FALL_OFF_BUS = "fall_off_bus"
     HANG = "hang"
+    REMAPPED_ROWS = "remapped_rows"
+    THERMAL_CREEP = "thermal_creep"
+    HEAVY_WORKLOAD = "heavy_workload"
 
 
 # The health subsystem a correct scorer should blame (None: an alert, not a verdict).
@@ -52,19 +62,37 @@ SUBSYSTEM: dict[FaultKind, str | None] = {
     FaultKind.NVLINK_ERRORS: "nvlink",
     FaultKind.FALL_OFF_BUS: "availability",
     FaultKind.HANG: None,
+    FaultKind.REMAPPED_ROWS: "memory",
+    FaultKind.THERMAL_CREEP: "thermal",
+    FaultKind.HEAVY_WORKLOAD: None,  # hot but healthy: a correct scorer blames nothing
 }
+
+# Slow signs of a coming failure, and the XIDs that are a failure in themselves.
+PRECURSORS = frozenset(
+    {
+        FaultKind.SBE_STORM,
+        FaultKind.RETIRED_PAGES,
+        FaultKind.REMAPPED_ROWS,
+        FaultKind.PCIE_REPLAY_STORM,
+        FaultKind.THERMAL_CREEP,
+    }
+)
+HARD_XIDS = frozenset({48, 61, 62, 64, 74, 79, 95, 119, 120, 140})
 
 # Parameters each kind accepts, with defaults. Anything else is refused.
 DEFAULT_PARAMS: dict[FaultKind, dict[str, float]] = {
     FaultKind.SBE_STORM: {"rate_per_hour": 20.0, "growth_per_hour": 4.0},
+    FaultKind.REMAPPED_ROWS: {"rows_per_hour": 0.5, "growth_per_hour": 0.05},
+    FaultKind.THERMAL_CREEP: {"c_per_hour": 0.4, "max_c": 25.0},
+    FaultKind.HEAVY_WORKLOAD: {"level": 1.0, "extra_c": 13.0},  # 2-4 C under slowdown at full load
     FaultKind.DBE: {"count": 1.0},
-    FaultKind.RETIRED_PAGES: {"pages_per_hour": 30.0},
+    FaultKind.RETIRED_PAGES: {"pages_per_hour": 30.0, "growth_per_hour": 0.0},
     FaultKind.PENDING_RETIREMENT: {"pages": 1.0},
     FaultKind.ROW_REMAP_FAILURE: {},
     FaultKind.XID: {"code": 13.0},
     FaultKind.THERMAL_RUNAWAY: {"c_per_minute": 2.0, "max_c": 40.0},
     FaultKind.POWER_BRAKE: {},
-    FaultKind.PCIE_REPLAY_STORM: {"replays_per_minute": 100.0},
+    FaultKind.PCIE_REPLAY_STORM: {"replays_per_minute": 100.0, "growth_per_hour": 0.0},
     FaultKind.NVLINK_ERRORS: {"crc_flit_per_minute": 50.0, "replays_per_minute": 5.0},
     FaultKind.FALL_OFF_BUS: {"scrape_delay_s": 1.5},
     FaultKind.HANG: {},
@@ -106,6 +134,17 @@ class Fault:
     def p(self, name: str) -> float:
         return self.params[name]
 
+    @property
+    def hard_failure(self) -> bool:
+        """The failure itself (a verdict when it happens), as opposed to a sign of one."""
+        if self.kind is FaultKind.XID:
+            return int(self.params["code"]) in HARD_XIDS
+        return self.kind in (FaultKind.DBE, FaultKind.ROW_REMAP_FAILURE, FaultKind.FALL_OFF_BUS)
+
+    @property
+    def precursor(self) -> bool:
+        return self.kind in PRECURSORS
+
 
 def make_fault(
     *,
@@ -137,11 +176,18 @@ def make_fault(
         raise FaultError("duration_s must be between 0 and one year")
     if fault_kind in (FaultKind.RETIRED_PAGES, FaultKind.PENDING_RETIREMENT) and not model.page_retirement:
         raise FaultError(f"{model.name} does not retire pages (it remaps rows); use row_remap_failure")
-    if fault_kind is FaultKind.ROW_REMAP_FAILURE and not model.row_remapping:
+    if fault_kind in (FaultKind.ROW_REMAP_FAILURE, FaultKind.REMAPPED_ROWS) and not model.row_remapping:
         raise FaultError(f"{model.name} has no row remapping; use retired_pages")
     if fault_kind is FaultKind.XID and not 1 <= merged["code"] <= 999:
         raise FaultError("xid code must be between 1 and 999")
+    if fault_kind is FaultKind.HEAVY_WORKLOAD and not 0 < merged["level"] <= 1:
+        raise FaultError("heavy_workload level must be above 0 and at most 1")
     return Fault(kind=fault_kind, node=node, gpu=gpu, start_s=start_s, duration_s=duration_s, params=merged)
+
+
+def _growing(rate_per_hour: float, growth_per_hour: float, hours: float) -> float:
+    """The integral of rate(h) = r0 * (1 + g*h) over the first `hours`."""
+    return rate_per_hour * (hours + growth_per_hour * hours * hours / 2)
 
 
 def counter_totals(fault: Fault, t: float, model: GpuModel) -> dict[str, float]:
@@ -153,7 +199,7 @@ def counter_totals(fault: Fault, t: float, model: GpuModel) -> dict[str, float]:
     match fault.kind:
         case FaultKind.SBE_STORM:
             # The rate itself grows: rate(h) = r0 * (1 + g*h), so the count is its integral.
-            sbe = fault.p("rate_per_hour") * (hours + fault.p("growth_per_hour") * hours * hours / 2)
+            sbe = _growing(fault.p("rate_per_hour"), fault.p("growth_per_hour"), hours)
             out = {"ecc_sbe_volatile_total": sbe, "ecc_sbe_aggregate_total": sbe}
             if model.row_remapping:
                 out["remapped_rows_correctable"] = float(int(sbe // 200))
@@ -169,9 +215,17 @@ def counter_totals(fault: Fault, t: float, model: GpuModel) -> dict[str, float]:
                 out["retired_pages_dbe"] = n
             return out
         case FaultKind.RETIRED_PAGES:
-            return {"retired_pages_sbe": fault.p("pages_per_hour") * hours}
+            return {
+                "retired_pages_sbe": _growing(fault.p("pages_per_hour"), fault.p("growth_per_hour"), hours)
+            }
+        case FaultKind.REMAPPED_ROWS:
+            rows = _growing(fault.p("rows_per_hour"), fault.p("growth_per_hour"), hours)
+            # Each row is remapped after correctable errors on it: a few SBEs per row.
+            return {"remapped_rows_correctable": rows, "ecc_sbe_volatile_total": rows * 3,
+                    "ecc_sbe_aggregate_total": rows * 3}  # fmt: skip
         case FaultKind.PCIE_REPLAY_STORM:
-            return {"pcie_replay_total": fault.p("replays_per_minute") * minutes}
+            per_hour = fault.p("replays_per_minute") * 60
+            return {"pcie_replay_total": _growing(per_hour, fault.p("growth_per_hour"), hours)}
         case FaultKind.NVLINK_ERRORS:
             flit = fault.p("crc_flit_per_minute") * minutes
             return {

@@ -74,6 +74,26 @@ class FleetSpec:
     workload_labels: bool = True
 
 
+def failure_times(faults: list[Fault], uuid_of: Callable[[Fault], str]) -> dict[str, dict[str, Any]]:
+    """Per GPU: when it really fails (its first hard failure) and when its first precursor began."""
+    out: dict[str, dict[str, Any]] = {}
+    for f in sorted(faults, key=lambda f: f.start_s):
+        uuid = uuid_of(f)
+        if f.hard_failure and uuid not in out:  # the first hard failure is the failure
+            out[uuid] = {"failure": iso(f.start_s), "failure_ms": int(f.start_s * 1000),
+                         "failure_kind": f.kind.value, "precursor_start_ms": None}  # fmt: skip
+    for f in sorted(faults, key=lambda f: f.start_s):
+        entry = out.get(uuid_of(f))
+        if (
+            entry
+            and f.precursor
+            and entry["precursor_start_ms"] is None
+            and f.start_s * 1000 < entry["failure_ms"]
+        ):
+            entry["precursor_start_ms"] = int(f.start_s * 1000)
+    return out
+
+
 class Fleet:
     """All nodes, thread-safe: each node is advanced and rendered under its own lock."""
 
@@ -205,6 +225,7 @@ class Fleet:
             "sim_time_ms": int(now * 1000),
             "speed": self.clock.speed,
             "faults": [self.describe(f, now) for f in faults],
+            "failures": failure_times(faults, lambda f: self.nodes[f.node].gpus[f.gpu].uuid),
         }
 
     def describe(self, fault: Fault, now: float | None = None) -> dict[str, Any]:
@@ -223,7 +244,10 @@ class Fleet:
             "start": iso(fault.start_s),
             "start_ms": int(fault.start_s * 1000),
             "end": iso(end) if end is not None else None,
+            "end_ms": int(end * 1000) if end is not None else None,
             "active": fault.active(now),
+            "hard_failure": fault.hard_failure,
+            "precursor": fault.precursor,
             "params": fault.params,
         }
 

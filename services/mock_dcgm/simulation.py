@@ -73,6 +73,11 @@ class GpuSim:
     remap_failed: bool = False
     remap_pending: bool = False
     brake: bool = False
+    forced_load: float | None = None  # a sustained workload holds the load here
+    t0: float = 0.0
+    # Steady background counts per hour that a healthy GPU shows (a rare corrected error,
+    # a PCIe replay now and then): a function of simulated time, never of the scrape cadence.
+    background: dict[str, float] = field(default_factory=dict)
 
     # ---------------------------------------------------------------- workload
     def _next_phase(self) -> None:
@@ -114,6 +119,7 @@ class GpuSim:
         self.heat_c, self.hung, self.pending_pages = 0.0, False, 0.0
         self.remap_failed = self.remap_pending = False
         self.present, delay, brake = True, 0.0, False
+        self.forced_load = None
         latest_xid: tuple[float, int] | None = None
         for f in self.faults:
             for name, value in counter_totals(f, t, self.model).items():
@@ -136,6 +142,12 @@ class GpuSim:
             match f.kind:
                 case FaultKind.THERMAL_RUNAWAY:
                     self.heat_c += min(f.p("c_per_minute") * f.elapsed(t) / 60, f.p("max_c"))
+                case FaultKind.THERMAL_CREEP:
+                    self.heat_c += min(f.p("c_per_hour") * f.elapsed(t) / 3600, f.p("max_c"))
+                case FaultKind.HEAVY_WORKLOAD:
+                    # Full load around the clock in a warm aisle: hot, steady, not failing.
+                    self.heat_c += f.p("extra_c")
+                    self.forced_load = max(self.forced_load or 0.0, f.p("level"))
                 case FaultKind.POWER_BRAKE:
                     brake = True
                 case FaultKind.FALL_OFF_BUS:
@@ -163,7 +175,8 @@ class GpuSim:
             self._next_phase()
         delay = self._apply_faults(t)
         m, r = self.model, self.rng
-        load = 0.0 if self.hung else min(max(self._load_at(t) + r.gauss(0, 0.015), 0.0), 1.0)
+        base = self._load_at(t) if self.forced_load is None else self.forced_load
+        load = 0.0 if self.hung else min(max(base + r.gauss(0, 0.015), 0.0), 1.0)
         reasons, clock = 0, 1.0
         power = m.idle_power_w + load * (m.power_limit_w * 0.97 - m.idle_power_w)
         power *= 1 + r.gauss(0, 0.02)
@@ -205,6 +218,9 @@ class GpuSim:
         usable = m.memory_mib - m.reserved_mib
         used = int(usable * self.job.memory_fraction) if self.job else 3
         counter = dict(self.baseline)
+        hours = max(self.t - self.t0, 0.0) / 3600
+        for name, per_hour in self.background.items():
+            counter[name] = counter.get(name, 0.0) + math.floor(per_hour * hours)
         for name, value in self.counters.items():
             counter[name] = counter.get(name, 0.0) + value
         out: dict[str, float | None] = {
@@ -294,6 +310,19 @@ def build_node(*, index: int, hostname: str, model: GpuModel, gpus: int, seed: i
             baseline={
                 "ecc_sbe_aggregate_total": float(rng.choice((0, 0, 0, 1, 2, 5))),
                 "pcie_replay_total": float(rng.choice((0, 0, 1))),
+            },
+        )
+        noise = random.Random(f"{seed}:{index}:{g}:background")  # noqa: S311 - reproducible
+        sbe_bg, pcie_bg = (
+            noise.choice((0.0, 0.0, 0.0, 0.05, 0.2, 1.0)),
+            noise.choice((0.0, 0.0, 0.5, 2.0, 6.0)),
+        )
+        gpu.t0, gpu.background = (
+            t0,
+            {
+                "ecc_sbe_volatile_total": sbe_bg,
+                "ecc_sbe_aggregate_total": sbe_bg,
+                "pcie_replay_total": pcie_bg,
             },
         )
         gpu.temp_c = AMBIENT_C + 8 + rng.uniform(-2, 2)

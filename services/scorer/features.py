@@ -11,13 +11,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 
 from .rules_config import Rules
 
 Conn = psycopg.Connection[tuple[Any, ...]]
+
+
+class XidCounts(NamedTuple):
+    """One XID code's occurrences on a GPU; plain (recent, total) tuples are accepted too."""
+
+    recent: int  # within the code's time-to-clear
+    total: int  # within the escalation window
+    in_repeat_window: int | None = None  # within xid_repeats.window_s (None: use `recent`)
+    times: tuple[str, ...] = ()  # the newest occurrences, ISO-8601, newest first
+
+
+XidValue = XidCounts | tuple[int, int]
 
 
 @dataclass(slots=True)
@@ -52,8 +64,13 @@ class GpuFeatures:
     nvlink_replay_recovery_new: int = 0
     dbe_new: int = 0
     minutes_long: int = 0
-    # XIDs: code -> (count in the XID window, count in the escalation window)
-    xids: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # seconds between the first and the newest rollup minute of the long window: rates are
+    # increments over elapsed time (None: fall back to the number of minutes seen)
+    span_long_s: float | None = None
+    # XIDs: code -> XidCounts (or a plain (recent, total) tuple)
+    xids: dict[int, XidValue] = field(default_factory=dict)
+    # times this GPU was lost (gpu_lost events) in the escalation window, newest first
+    lost_times: tuple[str, ...] = ()
 
 
 _ROLLUP = """
@@ -86,7 +103,8 @@ SELECT gpu_uuid,
        max(gpu_util_pct_sum / nullif(gpu_util_pct_n, 0)) FILTER (WHERE bucket > %(t)s - %(idle)s),
        count(*) FILTER (WHERE bucket > %(t)s - %(idle)s),
        sum(greatest(d_sbe, 0)), sum(greatest(d_pcie, 0)), sum(greatest(d_crc, 0)),
-       sum(greatest(d_nvl, 0)), sum(greatest(d_dbe, 0)), count(*)
+       sum(greatest(d_nvl, 0)), sum(greatest(d_dbe, 0)), count(*),
+       extract(epoch FROM max(bucket) - min(bucket))
 FROM win GROUP BY gpu_uuid
 """
 
@@ -104,11 +122,24 @@ WHERE a.first_seen <= %(t)s
 """
 
 _XIDS = """
-SELECT gpu_uuid, (details->>'xid')::int AS code,
-       count(*) FILTER (WHERE time > %(t)s - %(xid)s), count(*)
+WITH e AS (
+    SELECT gpu_uuid, (details->>'xid')::int AS code, time
+    FROM gpu_events
+    WHERE kind = 'xid' AND time > %(t)s - %(escalation)s AND time <= %(t)s AND details ? 'xid'
+)
+SELECT e.gpu_uuid, e.code,
+       count(*) FILTER (WHERE e.time > %(t)s - make_interval(secs => coalesce(c.clear_s, %(xid_s)s))),
+       count(*), count(*) FILTER (WHERE e.time > %(t)s - %(repeat)s),
+       (array_agg(e.time ORDER BY e.time DESC))[1:10]
+FROM e LEFT JOIN unnest(%(codes)s::int[], %(clears)s::int[]) AS c(code, clear_s) ON c.code = e.code
+GROUP BY e.gpu_uuid, e.code
+"""
+
+_LOSSES = """
+SELECT gpu_uuid, (array_agg(time ORDER BY time DESC))[1:10], count(*)
 FROM gpu_events
-WHERE kind = 'xid' AND time > %(t)s - %(escalation)s AND time <= %(t)s AND details ? 'xid'
-GROUP BY gpu_uuid, code
+WHERE kind = 'gpu_lost' AND time > %(t)s - %(escalation)s AND time <= %(t)s
+GROUP BY gpu_uuid
 """
 
 
@@ -126,6 +157,10 @@ def read_features(conn: Conn, as_of: datetime, rules: Rules) -> dict[str, GpuFea
         "xid": timedelta(seconds=w.xid_s),
         "escalation": timedelta(seconds=w.escalation_s),
         "slowdown": rules.thermal.default_slowdown_c,
+        "xid_s": w.xid_s,
+        "repeat": timedelta(seconds=rules.xid_repeats.window_s),
+        "codes": list(rules.xid),
+        "clears": [rules.xid_clear_s(code) for code in rules.xid],
     }
     gpus: dict[str, GpuFeatures] = {}
     for row in conn.execute(_INVENTORY, params):
@@ -149,7 +184,12 @@ def read_features(conn: Conn, as_of: datetime, rules: Rules) -> dict[str, GpuFea
             _int(v) for v in row[11:16]
         )
         g.minutes_long = _int(row[16])
-    for uuid, code, recent, total in conn.execute(_XIDS, params):
+        g.span_long_s = float(row[17]) if row[17] is not None else None
+    for uuid, code, recent, total, in_repeat, times in conn.execute(_XIDS, params):
         if uuid in gpus:
-            gpus[uuid].xids[int(code)] = (int(recent), int(total))
+            stamps = tuple(t.isoformat() for t in times)
+            gpus[uuid].xids[int(code)] = XidCounts(int(recent), int(total), int(in_repeat), stamps)
+    for uuid, times, _count in conn.execute(_LOSSES, params):
+        if uuid in gpus:
+            gpus[uuid].lost_times = tuple(t.isoformat() for t in times)
     return gpus

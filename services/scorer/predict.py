@@ -1,53 +1,99 @@
-"""Failure prediction: a transparent hazard model whose every term is reported as a reason.
+"""Failure prediction from precursors: a fitted logistic model whose every term is reported.
 
-p(fail within d days) = 1 - exp(-d * (base + sum_i w_i * x_i)), with the weights
-in config/health-rules.toml. The factors are the early signs the field knows:
-SBE rate and its trend, retired pages, uncorrectable remapped rows, DBEs, XIDs
-of unhealthy severity, time spent near the slowdown temperature, PCIe replays
-and NVLink errors. Each is computed in SQL over the rollup and events.
+p(fail within 30 days) = sigmoid(intercept + sum_i w_i * x_i), weights from
+config/predictor-weights.toml (`make train-predictor`). The inputs are slow
+signs of a coming failure only, never the failure itself (a DBE, an
+uncorrectable remapped row or a critical XID is a verdict, not a predictor):
+
+- the growth of corrected (SBE) errors per hour of elapsed time: the recent
+  rate minus the rate over the rest of the trend window, less one count over
+  the recent window (counters are whole numbers); a steady rate, however
+  high, is the GPU's baseline and not a sign (a storm is a verdict's business);
+- retired pages (SBE) and correctable remapped rows per day over the window;
+- the growth of PCIe replays per hour, likewise; NVLink CRC errors per hour;
+- heat not explained by load: the median, over the recent window, of the
+  temperature above what the GPU's own power-to-temperature line over the
+  earlier window predicts, less one degree (the sensor's resolution); a hot
+  GPU at full power is on its line, a failing fan or heatsink drifts above it,
+  and a half-hour spike does not move a median;
+- the fraction of the window spent in hardware thermal slowdown.
+
+Rates divide increments by elapsed time between rollup minutes, so they do not
+depend on the poll cadence. Growth and heat need 6 h of history before the
+recent window, so a GPU seen for a few hours has no trend yet. Counts enter as log(1 + x). p(fail within 7 days)
+assumes a constant hazard over the 30 days.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
+from shared.dcgm import ClockEventReason as Reason
+
 from .features import Conn
-from .rules_config import Rules
+from .rules_config import PredictorWeights, Rules
+
+# The model's inputs, in a fixed order (the trainer and the weights file use these names). A
+# steady error rate is a GPU's baseline, not a sign: rates enter only as growth over the GPU's
+# own earlier rate (precursor_features also returns the plain rates, for the reasons' context).
+TERMS = (
+    "sbe_growth_per_hour",
+    "memory_rows_per_day",
+    "pcie_growth_per_hour",
+    "nvlink_crc_per_hour",
+    "heat_unexplained_c",
+    "hw_thermal_slowdown_fraction",
+)
+_LOG_TERMS = frozenset(TERMS[:4])
 
 _QUERY = """
 WITH r AS (
-    SELECT r.gpu_uuid, r.bucket, r.gpu_temp_c_max,
-           greatest(r.ecc_sbe_volatile_total_max - lag(r.ecc_sbe_volatile_total_max) OVER w, 0) AS d_sbe,
-           greatest(r.pcie_replay_total_max - lag(r.pcie_replay_total_max) OVER w, 0) AS d_pcie,
-           greatest(coalesce(r.nvlink_crc_flit_errors_total_max, 0) + coalesce(r.nvlink_replay_errors_total_max, 0)
-             - lag(coalesce(r.nvlink_crc_flit_errors_total_max, 0) + coalesce(r.nvlink_replay_errors_total_max, 0)) OVER w, 0) AS d_nvl,
-           coalesce(r.retired_pages_sbe_max, 0) + coalesce(r.retired_pages_dbe_max, 0) AS retired,
-           r.remapped_rows_uncorrectable_max AS remapped_unc
-    FROM gpu_metrics_1min r
-    WHERE r.bucket > %(t)s - interval '24 hours' AND r.bucket <= %(t)s
-    WINDOW w AS (PARTITION BY r.gpu_uuid ORDER BY r.bucket)
+    SELECT m.gpu_uuid, m.bucket, m.bucket > %(t)s - %(recent)s AS recent,
+           m.gpu_temp_c_sum / nullif(m.gpu_temp_c_n, 0) AS temp,
+           m.power_usage_w_sum / nullif(m.power_usage_w_n, 0) AS power,
+           (coalesce(m.clocks_event_reasons_any, 0) & %(hw_thermal)s) <> 0 AS hw_thermal,
+           greatest(m.ecc_sbe_volatile_total_max - lag(m.ecc_sbe_volatile_total_max) OVER w, 0) AS d_sbe,
+           greatest(m.pcie_replay_total_max - lag(m.pcie_replay_total_max) OVER w, 0) AS d_pcie,
+           greatest(coalesce(m.retired_pages_sbe_max, 0) + coalesce(m.remapped_rows_correctable_max, 0)
+             - lag(coalesce(m.retired_pages_sbe_max, 0) + coalesce(m.remapped_rows_correctable_max, 0)) OVER w, 0)
+             AS d_rows,
+           greatest(coalesce(m.nvlink_crc_flit_errors_total_max, 0) + coalesce(m.nvlink_crc_data_errors_total_max, 0)
+             - lag(coalesce(m.nvlink_crc_flit_errors_total_max, 0)
+                   + coalesce(m.nvlink_crc_data_errors_total_max, 0)) OVER w, 0) AS d_crc
+    FROM gpu_metrics_1min m
+    WHERE m.bucket > %(t)s - %(trend)s AND m.bucket <= %(t)s
+    WINDOW w AS (PARTITION BY m.gpu_uuid ORDER BY m.bucket)
+), fit AS (
+    SELECT gpu_uuid,
+           regr_slope(temp, power) FILTER (WHERE NOT recent AND power > 0) AS slope,
+           regr_intercept(temp, power) FILTER (WHERE NOT recent AND power > 0) AS icept,
+           min(power) FILTER (WHERE NOT recent AND power > 0) AS p_lo,
+           max(power) FILTER (WHERE NOT recent AND power > 0) AS p_hi
+    FROM r GROUP BY gpu_uuid
+), resid AS (
+    -- the recent minutes' temperature above the earlier power-to-temperature line, where the
+    -- line was seen (no extrapolation beyond the earlier window's range of power)
+    SELECT r.gpu_uuid, percentile_cont(0.5) WITHIN GROUP (ORDER BY r.temp - (f.icept + f.slope * r.power)) AS heat
+    FROM r JOIN fit f USING (gpu_uuid)
+    WHERE r.recent AND r.power BETWEEN f.p_lo AND f.p_hi AND f.slope IS NOT NULL
+    GROUP BY r.gpu_uuid
 )
 SELECT r.gpu_uuid,
-       coalesce(sum(d_sbe), 0), coalesce(sum(d_sbe) FILTER (WHERE bucket > %(t)s - interval '6 hours'), 0),
-       count(*), count(*) FILTER (WHERE bucket > %(t)s - interval '6 hours'),
-       coalesce(sum(d_pcie), 0), coalesce(sum(d_nvl), 0),
-       coalesce(max(retired), 0), coalesce(max(remapped_unc), 0),
-       count(*) FILTER (WHERE gpu_temp_c_max >= coalesce(a.slowdown_temp_c, %(slowdown)s) - %(margin)s)
-FROM r JOIN gpu_assets a USING (gpu_uuid)
+       extract(epoch FROM min(r.bucket)), extract(epoch FROM max(r.bucket)),
+       coalesce(sum(d_sbe) FILTER (WHERE recent), 0), coalesce(sum(d_sbe) FILTER (WHERE NOT recent), 0),
+       coalesce(sum(d_pcie) FILTER (WHERE recent), 0), coalesce(sum(d_pcie) FILTER (WHERE NOT recent), 0),
+       coalesce(sum(d_rows), 0), coalesce(sum(d_crc) FILTER (WHERE recent), 0),
+       min(h.heat), count(*) FILTER (WHERE hw_thermal)::float / count(*)
+FROM r LEFT JOIN resid h USING (gpu_uuid)
 GROUP BY r.gpu_uuid
 """
 
-_EVENTS = """
-SELECT gpu_uuid,
-       count(*) FILTER (WHERE kind = 'ecc_dbe'),
-       count(*) FILTER (WHERE kind = 'xid' AND time > %(t)s - interval '7 days'
-                        AND (details->>'xid')::int = ANY (%(critical)s))
-FROM gpu_events WHERE time > %(t)s - interval '30 days' AND time <= %(t)s
-GROUP BY gpu_uuid
-"""
+_MIN_HOURS = 1.0  # rates are over at least an hour, so a GPU seen for minutes cannot spike one
+_MIN_EARLIER_H = 6.0  # a trend needs this much history before the recent window
+_HEAT_DEADBAND_C = 1.0  # GPU temperatures are whole degrees: less than one is noise
 
 
 @dataclass(slots=True)
@@ -58,48 +104,65 @@ class Prediction:
     reasons: list[dict[str, Any]] = field(default_factory=list)
 
 
-def predict_all(conn: Conn, as_of: datetime, rules: Rules) -> dict[str, Prediction]:
+def _rate(count: float, hours: float) -> float:
+    return count / max(hours, _MIN_HOURS)
+
+
+def precursor_features(conn: Conn, as_of: datetime, rules: Rules) -> dict[str, dict[str, float]]:
+    """Every GPU's model inputs as of a time (raw values, before the log transform)."""
     pr = rules.prediction
-    critical = [code for code, x in rules.xid.items() if x.severity == "unhealthy"]
-    params = {"t": as_of, "slowdown": rules.thermal.default_slowdown_c,
-              "margin": rules.thermal.warn_margin_c, "critical": critical}  # fmt: skip
-    events = {str(u): (int(d), int(x)) for u, d, x in conn.execute(_EVENTS, params)}
-    out: dict[str, Prediction] = {}
+    params = {"t": as_of, "recent": timedelta(seconds=pr.recent_s), "trend": timedelta(seconds=pr.trend_s),
+              "hw_thermal": int(Reason.HW_THERMAL_SLOWDOWN)}  # fmt: skip
+    cut = as_of.timestamp() - pr.recent_s
+    out: dict[str, dict[str, float]] = {}
     for row in conn.execute(_QUERY, params):
-        uuid, sbe24, sbe6, mins24, mins6, pcie, nvl, retired, remapped, hot_minutes = row
-        sbe_rate = float(sbe24) * 60 / max(int(mins24), 60)
-        older = max(int(mins24) - int(mins6), 60)
-        earlier_rate = (float(sbe24) - float(sbe6)) * 60 / older
-        recent_rate = float(sbe6) * 60 / max(int(mins6), 60)
-        trend = (recent_rate / earlier_rate - 1) if earlier_rate > 0 else (1.0 if recent_rate >= 10 else 0.0)
-        dbe, xids = events.get(str(uuid), (0, 0))
-        terms = {
-            "sbe_per_hour": (pr.sbe_per_hour, sbe_rate),
-            "sbe_trend": (pr.sbe_trend, max(trend, 0.0)),
-            "retired_pages": (pr.retired_pages, float(retired)),
-            "remapped_rows_uncorrectable": (pr.remapped_rows_uncorrectable, float(remapped)),
-            "dbe_30d": (pr.dbe_30d, float(dbe)),
-            "critical_xids_7d": (pr.critical_xids_7d, float(xids)),
-            "thermal_minutes_24h": (pr.thermal_minutes_24h, float(hot_minutes)),
-            "pcie_replays_per_hour": (pr.pcie_replays_per_hour, float(pcie) * 60 / max(int(mins24), 60)),
-            "nvlink_errors_per_hour": (pr.nvlink_errors_per_hour, float(nvl) * 60 / max(int(mins24), 60)),
+        (uuid, first, last, sbe_r, sbe_e, pcie_r, pcie_e, rows, crc_r, heat_c, hw_frac) = row
+        first, last = float(first), float(last)
+        recent_h = (last - max(first, cut)) / 3600
+        earlier_h = (min(last, cut) - first) / 3600
+        whole_h = (last - first) / 3600
+        sbe_recent, pcie_recent = _rate(float(sbe_r), recent_h), _rate(float(pcie_r), recent_h)
+        trend = earlier_h >= _MIN_EARLIER_H
+        heat = max(float(heat_c) - _HEAT_DEADBAND_C, 0.0) if trend and heat_c is not None else 0.0
+        # Counters are whole counts: a difference of one count over the recent window is resolution.
+        resolution = 1 / max(recent_h, _MIN_HOURS)
+        sbe_growth = sbe_recent - _rate(float(sbe_e), earlier_h) - resolution
+        pcie_growth = pcie_recent - _rate(float(pcie_e), earlier_h) - resolution
+        out[str(uuid)] = {
+            "sbe_per_hour": sbe_recent,
+            "sbe_growth_per_hour": max(sbe_growth, 0.0) if trend else 0.0,
+            "memory_rows_per_day": _rate(float(rows), whole_h) * 24,
+            "pcie_replays_per_hour": pcie_recent,
+            "pcie_growth_per_hour": max(pcie_growth, 0.0) if trend else 0.0,
+            "nvlink_crc_per_hour": _rate(float(crc_r), recent_h),
+            "heat_unexplained_c": heat,
+            "hw_thermal_slowdown_fraction": float(hw_frac or 0.0),
         }
-        out[str(uuid)] = hazard(str(uuid), pr.base_per_day, terms)
     return out
 
 
-def hazard(uuid: str, base: float, terms: dict[str, tuple[float, float]]) -> Prediction:
-    """Combine weighted factors; reasons are the factors that add risk, largest first."""
-    contributions = {name: w * x for name, (w, x) in terms.items()}
-    per_day = base + sum(contributions.values())
+def model_inputs(raw: dict[str, float]) -> list[float]:
+    """The model's x: counts and rates as log(1 + x), the rest as they are; in TERMS order."""
+    return [math.log1p(max(raw.get(t, 0.0), 0.0)) if t in _LOG_TERMS else raw.get(t, 0.0) for t in TERMS]
+
+
+def predict_one(uuid: str, raw: dict[str, float], model: PredictorWeights) -> Prediction:
+    """The probability and its reasons: every term that adds risk, with value and contribution."""
+    xs = model_inputs(raw)
+    contributions = {t: model.weights.get(t, 0.0) * x for t, x in zip(TERMS, xs, strict=True)}
+    z = model.intercept + sum(contributions.values())
+    p30 = 1 / (1 + math.exp(-z)) if z > -700 else 0.0
+    p7 = 1 - (1 - p30) ** (7 / 30)
     reasons = [
-        {"factor": name, "value": round(terms[name][1], 3), "hazard_per_day": round(c, 6)}
-        for name, c in sorted(contributions.items(), key=lambda kv: -kv[1])
+        {"factor": t, "value": round(raw.get(t, 0.0), 3), "log_odds": round(c, 4)}
+        for t, c in sorted(contributions.items(), key=lambda kv: -kv[1])
         if c > 0
     ]
-    return Prediction(
-        gpu_uuid=uuid,
-        p_fail_7d=round(1 - math.exp(-7 * per_day), 4),
-        p_fail_30d=round(1 - math.exp(-30 * per_day), 4),
-        reasons=reasons,
-    )
+    return Prediction(gpu_uuid=uuid, p_fail_7d=round(p7, 4), p_fail_30d=round(p30, 4), reasons=reasons)
+
+
+def predict_all(conn: Conn, as_of: datetime, rules: Rules) -> dict[str, Prediction]:
+    return {
+        uuid: predict_one(uuid, raw, rules.predictor)
+        for uuid, raw in precursor_features(conn, as_of, rules).items()
+    }

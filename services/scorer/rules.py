@@ -14,8 +14,11 @@ from typing import Any
 from shared.dcgm import ClockEventReason as Reason
 from shared.dcgm import GpuRecoveryAction as Recovery
 
+from .escalation import FELL_OFF_THE_BUS, escalate, fall_off_action, xid_action, xid_counts
 from .features import GpuFeatures
 from .rules_config import LADDER, Action, Rules
+
+__all__ = ["STATES", "SUBSYSTEMS", "Verdict", "escalate", "evaluate", "overall", "score"]
 
 SUBSYSTEMS = ("memory", "thermal", "power", "pcie", "nvlink", "xid", "availability")
 STATES = ("healthy", "degraded", "unhealthy")
@@ -36,9 +39,11 @@ class Verdict:
             self.state, self.rule, self.action, self.evidence = state, rule, action, evidence
 
 
-def _per_hour(count: int, minutes: int) -> float:
-    # Over at least 10 minutes, so a GPU seen for two minutes cannot spike the rate.
-    return count * 60.0 / max(minutes, 10)
+def _per_hour(count: int, g: GpuFeatures) -> float:
+    """New counts per hour of elapsed time (not per rollup row: the rate must not depend on
+    the poll cadence), over at least 10 minutes, so a GPU seen for two minutes cannot spike it."""
+    seconds = g.span_long_s if g.span_long_s is not None else g.minutes_long * 60.0
+    return count * 3600.0 / max(seconds, 600.0)
 
 
 def evaluate(g: GpuFeatures, rules: Rules, as_of: datetime) -> dict[str, Verdict]:
@@ -48,11 +53,12 @@ def evaluate(g: GpuFeatures, rules: Rules, as_of: datetime) -> dict[str, Verdict
     # availability: a GPU that stops reporting is a finding, not a gap
     age = (as_of - g.last_time).total_seconds() if g.last_time else None
     if age is None or age > rules.availability.missing_after_s:
+        fell_off = fall_off_action("reboot_node", g.xids.get(FELL_OFF_THE_BUS), g.lost_times)
         v["availability"].worse(
-            "unhealthy", "not_reporting", "reboot_node",
+            "unhealthy", "not_reporting", fell_off.action,
             last_seen=g.last_time.isoformat() if g.last_time else None,
             silent_s=round(age, 1) if age is not None else None,
-            threshold_s=rules.availability.missing_after_s,
+            threshold_s=rules.availability.missing_after_s, **fell_off.evidence,
         )  # fmt: skip
 
     # memory / ECC (DCGM's MEM health watch)
@@ -70,7 +76,7 @@ def evaluate(g: GpuFeatures, rules: Rules, as_of: datetime) -> dict[str, Verdict
         mem.worse("degraded", "page_retirement_pending", "reset_gpu", retired_pages_pending=g.retired_pending)
     if g.remap_pending:
         mem.worse("degraded", "row_remap_pending", "reset_gpu", row_remap_pending=1)
-    sbe_rate = _per_hour(g.sbe_new, g.minutes_long)
+    sbe_rate = _per_hour(g.sbe_new, g)
     if sbe_rate >= m.sbe_per_hour_fail:
         mem.worse("unhealthy", "sbe_storm", "reset_gpu", sbe_per_hour=round(sbe_rate, 1),
                   new_sbe=g.sbe_new, window_s=w.long_s, threshold=m.sbe_per_hour_fail)  # fmt: skip
@@ -103,7 +109,7 @@ def evaluate(g: GpuFeatures, rules: Rules, as_of: datetime) -> dict[str, Verdict
                          window_s=w.short_s)  # fmt: skip
 
     # PCIe replays
-    p, pcie_rate = rules.pcie, _per_hour(g.pcie_new, g.minutes_long)
+    p, pcie_rate = rules.pcie, _per_hour(g.pcie_new, g)
     if pcie_rate >= p.replays_per_hour_fail:
         v["pcie"].worse("unhealthy", "pcie_replay_storm", "inspect", replays_per_hour=round(pcie_rate, 1),
                         new_replays=g.pcie_new, window_s=w.long_s)  # fmt: skip
@@ -116,22 +122,25 @@ def evaluate(g: GpuFeatures, rules: Rules, as_of: datetime) -> dict[str, Verdict
     if g.nvlink_replay_recovery_new >= n.replay_recovery_fail:
         v["nvlink"].worse("unhealthy", "nvlink_replay_recovery", "reset_gpu",
                           new_replay_recovery=g.nvlink_replay_recovery_new, window_s=w.long_s)  # fmt: skip
-    crc_rate = _per_hour(g.nvlink_crc_new, g.minutes_long)
+    crc_rate = _per_hour(g.nvlink_crc_new, g)
     if crc_rate >= n.crc_per_hour_warn:
         v["nvlink"].worse("degraded", "nvlink_crc_errors", "none", crc_per_hour=round(crc_rate, 1),
                           window_s=w.long_s)  # fmt: skip
 
-    # XIDs, by NVIDIA's catalog; the action escalates with repeats in the escalation window
-    for code, (recent, total) in sorted(g.xids.items()):
-        if recent == 0:
+    # XIDs, by NVIDIA's catalog: each holds its verdict for its own time-to-clear; the action
+    # escalates with repeats (escalation.py)
+    for code, value in sorted(g.xids.items()):
+        counts = xid_counts(value)
+        if counts.recent == 0:
             continue
         known = rules.xid.get(code)
         severity = known.severity if known else "degraded"
         base: Action = known.action if known else "restart_workload"
+        decision = xid_action(code, value, base, rules, g.lost_times)
         v["xid"].worse(
-            severity, f"xid_{code}", escalate(base, total - 1),
-            xid=code, name=known.name if known else "not in the catalog", count_in_window=recent,
-            window_s=w.xid_s, count_30d=total,
+            severity, f"xid_{code}", decision.action,
+            xid=code, name=known.name if known else "not in the catalog", count_in_window=counts.recent,
+            window_s=rules.xid_clear_s(code), count_30d=counts.total, **decision.evidence,
         )  # fmt: skip
     driver_recovery_action(g, v["xid"])
     return v
@@ -155,13 +164,6 @@ def driver_recovery_action(g: GpuFeatures, verdict: Verdict) -> None:
         return  # none needed, or a driver that does not say
     state, action = _RECOVERY.get(code, ("degraded", "inspect"))  # a code newer than this table
     verdict.worse(state, f"driver_recovery_{Recovery.name_of(code)}", action, gpu_recovery_action=code)
-
-
-def escalate(action: Action, repeats: int) -> Action:
-    """One rung up the ladder per repeat of the same fault (e.g. XID 79 after two reboots: inspect)."""
-    if action == "none" or repeats <= 0:
-        return action
-    return LADDER[min(LADDER.index(action) + repeats, len(LADDER) - 1)]
 
 
 def overall(verdicts: dict[str, Verdict]) -> tuple[str, Action]:

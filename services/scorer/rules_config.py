@@ -70,6 +70,16 @@ class XidRule(_Section):
     name: str
     severity: Severity
     action: Action
+    # How long one occurrence keeps its verdict; absent: windows.xid_s.
+    clear_after_s: int | None = Field(default=None, gt=0)
+
+
+class XidRepeats(_Section):
+    """Application XIDs are the workload's fault: they escalate only when they keep coming back."""
+
+    application_codes: list[int]
+    count: int = Field(ge=1)  # escalate when MORE than this many fall in the window
+    window_s: int = Field(gt=0)
 
 
 class Score(_Section):
@@ -80,16 +90,18 @@ class Score(_Section):
 
 
 class Prediction(_Section):
-    base_per_day: float = Field(ge=0)
-    sbe_per_hour: float = Field(ge=0)
-    sbe_trend: float = Field(ge=0)
-    retired_pages: float = Field(ge=0)
-    remapped_rows_uncorrectable: float = Field(ge=0)
-    dbe_30d: float = Field(ge=0)
-    critical_xids_7d: float = Field(ge=0)
-    thermal_minutes_24h: float = Field(ge=0)
-    pcie_replays_per_hour: float = Field(ge=0)
-    nvlink_errors_per_hour: float = Field(ge=0)
+    recent_s: int = Field(gt=0)  # the recent part of the trend window
+    trend_s: int = Field(gt=0)  # the whole window a trend is read over
+    threshold: float = Field(gt=0, lt=1)  # p(fail in 30 d) at which a GPU counts as predicted to fail
+    weights_file: str  # fitted weights: beside the rules file, else in the project's config/
+
+
+class PredictorWeights(_Section):
+    """The fitted logistic model (config/predictor-weights.toml, written by `make train-predictor`)."""
+
+    intercept: float
+    weights: dict[str, float]
+    trained_on_seeds: list[int] = Field(default_factory=list)
 
 
 class Rules(_Section):
@@ -102,13 +114,31 @@ class Rules(_Section):
     nvlink: Nvlink
     idle: Idle
     xid: dict[int, XidRule]
+    xid_repeats: XidRepeats
     score: Score
     prediction: Prediction
+    predictor: PredictorWeights
+
+    def xid_clear_s(self, code: int) -> int:
+        known = self.xid.get(code)
+        return known.clear_after_s if known and known.clear_after_s else self.windows.xid_s
+
+
+def _weights_path(rules_path: Path, name: str) -> Path:
+    """Beside the rules file; a rules file copied elsewhere alone falls back to the project's."""
+    beside = rules_path.parent / name
+    return beside if beside.exists() else DEFAULT_RULES.parent / name
 
 
 def load_rules(path: Path = DEFAULT_RULES) -> Rules:
+    """The rules file, with the predictor's weights from the file its [prediction] section names."""
     try:
-        return Rules.model_validate(tomllib.loads(path.read_text()))
+        raw = tomllib.loads(path.read_text())
+        section = raw.get("prediction")
+        name = section.get("weights_file") if isinstance(section, dict) else None
+        if isinstance(name, str) and "predictor" not in raw:
+            raw["predictor"] = tomllib.loads(_weights_path(path, name).read_text())
+        return Rules.model_validate(raw)
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise ConfigError(f"health rules {path}: {e}") from e
     except ValidationError as e:

@@ -163,3 +163,42 @@ def test_the_scorer_process_publishes_verdicts_and_exits_cleanly(
         assert looping.wait(30) == 0
     finally:
         looping.kill()
+
+
+def test_falls_off_the_bus_repeat_into_inspect_and_an_application_xid_stays_and_clears(
+    kafka_settings: KafkaSettings, migrated: DatabaseSettings, topics: TopicSettings
+) -> None:
+    # Issue 16, on the Kafka path: every fall off the bus reaches the database as its own XID 79
+    # and gpu_lost, and the second one recommends inspect; one application XID is restart_workload
+    # and clears after its own time-to-clear from the rules file.
+    with pipeline(kafka_settings, migrated, topics, nodes=1, gpus=2, hours_back=3) as p:
+        bus, app = p.gpu(0, 1), p.gpu(0, 0)
+        p.run(600)
+        p.inject(node=0, gpu=0, kind="xid", duration_s=300, params={"code": 13})
+        actions, app_actions = [], []
+        for _ in range(3):
+            p.inject(node=0, gpu=1, kind="fall_off_bus", duration_s=480, params={"scrape_delay_s": 0})
+            p.run(240)
+            p.score()
+            actions.append(p.query("SELECT action FROM gpu_status WHERE gpu_uuid = %s", bus)[0][0])
+            app_actions.append(p.query("SELECT action FROM gpu_status WHERE gpu_uuid = %s", app)[0][0])
+            p.run(600)  # back on the bus
+        assert actions == ["reboot_node", "inspect", "inspect"]
+        assert app_actions == ["restart_workload"] * 3
+        p.run(1200)
+        p.score()
+        events = dict(p.query("SELECT kind, count(*) FROM gpu_events WHERE gpu_uuid = %s GROUP BY kind", bus))
+        assert events["gpu_lost"] == 3
+        assert events["gpu_back"] == 3
+        assert p.query("SELECT count(*) FROM gpu_events WHERE gpu_uuid = %s AND kind = 'xid'", bus) == [(3,)]
+        (evidence,) = p.query(
+            "SELECT evidence FROM gpu_health_current WHERE gpu_uuid = %s AND subsystem = 'xid'", bus
+        )[0]
+        assert evidence["fall_off_episodes"] == 3
+        assert len(evidence["repeats_counted"]["xid_79"]) == 3
+        assert p.verdicts()[(app, "xid")] == ("healthy", None)  # XID 13 aged out after 3600 s
+        history = p.query(
+            "SELECT state FROM gpu_health WHERE gpu_uuid = %s AND subsystem = 'xid' ORDER BY time", app
+        )
+        assert [s for (s,) in history] == ["degraded", "healthy"]
+        assert p.query("SELECT action FROM gpu_status WHERE gpu_uuid = %s", app) == [("none",)]

@@ -287,3 +287,26 @@ def test_polls_keep_a_fixed_schedule_and_skip_missed_ticks() -> None:
     # ticks at 0, 10, 20 (overran to 45: ticks 30 and 40 skipped), 50, 60
     assert clock.poll_times == [0, 10, 20, 50, 60]
     assert value(metrics, "overruns") == 2
+
+
+def test_a_gpu_back_from_the_bus_reports_its_xid_again_even_if_unchanged() -> None:
+    # Issue 16: on repeated falls off the bus, dcgm-exporter's last XID stays 79 across the
+    # loss, so only the first XID 79 was ever published. A GPU that returns was
+    # re-initialised: its last XID on the first sample back is a new occurrence.
+    d = EventDetector(collector_id="c-1")
+    target, src = "http://n7:9400/metrics", Source.MOCK
+    xids = []
+    for k in range(3):
+        t = T + timedelta(minutes=10 * k)
+        d.observe(target, src, samples({"xid_last": 79 if k else 0}, t), t)
+        t_lost = t + timedelta(minutes=2)
+        (lost,) = d.observe(target, src, [], t_lost)
+        assert lost.kind is EventKind.GPU_LOST
+        t_back = t + timedelta(minutes=4)
+        events = d.observe(target, src, samples({"xid_last": 79}, t_back), t_back)
+        assert [e.kind for e in events] == [EventKind.GPU_BACK, EventKind.XID]
+        xids += [e for e in events if e.kind is EventKind.XID]
+        # while it stays, the unchanged XID is not announced again
+        t_stay = t_back + timedelta(minutes=1)
+        assert d.observe(target, src, samples({"xid_last": 79}, t_stay), t_stay) == []
+    assert len(xids) == 3

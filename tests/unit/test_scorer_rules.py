@@ -11,9 +11,9 @@ import pytest
 
 from services.scorer.cycle import desired_alerts
 from services.scorer.features import GpuFeatures
-from services.scorer.predict import hazard
+from services.scorer.predict import TERMS, predict_one
 from services.scorer.rules import escalate, evaluate, overall, score
-from services.scorer.rules_config import DEFAULT_RULES, load_rules
+from services.scorer.rules_config import DEFAULT_RULES, PredictorWeights, load_rules
 from shared.errors import ConfigError
 
 RULES = load_rules()
@@ -97,14 +97,18 @@ def test_overall_state_action_and_score() -> None:
     assert score(verdicts, 0.5, RULES) == (30.0, "D")
 
 
-def test_hazard_model_is_monotone_and_explains_itself() -> None:
-    calm = hazard("g", 0.0005, {"sbe_per_hour": (0.00002, 0.0), "dbe_30d": (0.02, 0.0)})
-    sick = hazard("g", 0.0005, {"sbe_per_hour": (0.00002, 500.0), "dbe_30d": (0.02, 2.0)})
+def test_the_prediction_is_monotone_in_its_precursors_and_explains_itself() -> None:
+    # Changed by issue 16: a logistic model over precursors replaced the hazard sum over
+    # DBEs, critical XIDs and hot minutes (the failure itself, and heat, are not predictors).
+    model = PredictorWeights(intercept=-4.0, weights={"memory_rows_per_day": 1.0, "sbe_growth_per_hour": 0.5})
+    calm = predict_one("g", {}, model)
+    sick = predict_one("g", {"memory_rows_per_day": 500.0, "sbe_growth_per_hour": 40.0}, model)
     assert 0 < calm.p_fail_7d < calm.p_fail_30d < 0.02
     assert sick.p_fail_30d > 0.5
     assert sick.p_fail_7d < sick.p_fail_30d
-    assert [r["factor"] for r in sick.reasons] == ["dbe_30d", "sbe_per_hour"]
+    assert [r["factor"] for r in sick.reasons] == ["memory_rows_per_day", "sbe_growth_per_hour"]
     assert calm.reasons == []
+    assert set(RULES.predictor.weights) <= set(TERMS)
 
 
 def test_andon_alerts_beyond_verdicts() -> None:
