@@ -24,6 +24,7 @@ from shared.errors import GpuHealthError
 from shared.kafka import JsonProducer, make_producer
 from shared.service import serve_when_ready, start_service, stop_on_signals
 
+from .alert_hosts import with_hostnames
 from .cycle import CycleResult, run_cycle
 from .features import Conn
 from .predict import Prediction
@@ -111,6 +112,7 @@ def main() -> int:
                 due = time.monotonic() - last_prediction >= cfg.predict_every_s
                 result = run_cycle(conn, as_of, rules, None if due else predictions)
                 verdicts.refresh(conn, as_of)
+                with_hostnames(conn, result.messages)
             if due:
                 last_prediction = time.monotonic()
                 predictions = result.predictions

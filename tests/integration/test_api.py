@@ -43,7 +43,7 @@ def test_health_readiness_and_metrics(client: TestClient) -> None:
 def test_fleet_gpus_and_one_gpu_match_what_was_ingested(client: TestClient, scored: dict[str, Any]) -> None:
     summary = client.get("/api/v1/fleet/summary").json()
     assert (summary["gpus"], summary["unhealthy"], summary["healthy"], summary["missing"]) == (4, 1, 3, 0)
-    assert summary["open_alerts"] == {"critical": 2}  # unhealthy memory and XID 48
+    assert summary["open_alerts"] == {"critical": 2, "warning": 0, "info": 0}  # unhealthy memory and XID 48
     assert summary["by_location"] == [
         {
             "cluster": "c1",
@@ -77,7 +77,8 @@ def test_fleet_gpus_and_one_gpu_match_what_was_ingested(client: TestClient, scor
     assert series["points"]
     assert all(p["temp_c"] is not None for p in series["points"])
     old = {"gpu": scored["sick"], "kind": "xid", "from": "2000-01-01T00:00:00Z", "to": "2000-01-20T00:00:00Z"}
-    assert client.get("/api/v1/events", params=old).json() == {"events": []}
+    empty = {"events": [], "total": 0, "limit": 100, "next_cursor": None}
+    assert client.get("/api/v1/events", params=old).json() == empty
     recent = client.get("/api/v1/events", params={"gpu": scored["sick"], "kind": "xid", "from": day}).json()
     assert [e["details"]["xid"] for e in recent["events"]] == [48]
     ranked = client.get("/api/v1/predictions").json()["predictions"]
@@ -126,11 +127,6 @@ def test_without_a_configured_key_acknowledging_is_refused(migrated: DatabaseSet
             400,
         ),
         ("/api/v1/gpus/GPU-00000000-0000-0000-0000-000000000000/series", {"bucket": "3s"}, 422),
-        (
-            "/api/v1/gpus/GPU-00000000-0000-0000-0000-000000000000/series",
-            {"from": "2026-01-01", "to": "2026-01-31", "bucket": "10s"},
-            400,
-        ),
         ("/api/v1/gpus/GPU-00000000-0000-0000-0000-000000000000/series", {"from": "yesterday"}, 422),
         ("/api/v1/events", {"kind": "meteor"}, 422),
         ("/api/v1/events", {"to": "0001-01-01T00:00:00Z"}, 400),  # found by schemathesis: was a 500

@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
+import httpx
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from evaluation.pipeline import pipeline
 from services.scorer.verdict_metrics import VerdictCollector
-from shared.config import DatabaseSettings
+from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
 from shared.db import connect
+from tests.integration.kafka_helpers import consume_all
 
+REPO = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 
 
@@ -80,3 +92,55 @@ def test_verdicts_of_the_last_cycle_become_series_and_a_gpu_no_longer_scored_dro
     s = _series(c)
     assert all("GPU-dbe" not in dict(k).values() for series in s.values() for k in series)
     assert s["gpuhealth_verdicts_gpus"][()] == 1
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_the_scorer_process_exposes_the_verdicts_and_names_the_host_in_its_alerts(
+    kafka_settings: KafkaSettings, migrated: DatabaseSettings, topic_factory: Callable[..., str]
+) -> None:
+    topics = TopicSettings(metrics_raw=topic_factory(prefix="raw"), events=topic_factory(prefix="events"))
+    health, alerts = topic_factory(prefix="health"), topic_factory(prefix="alerts")
+    with pipeline(kafka_settings, migrated, topics, nodes=1, gpus=2, hours_back=1) as p:
+        p.inject(node=0, gpu=0, kind="dbe", after_s=300)
+        p.run(1200)
+        p.settle()
+        sick, host = p.gpu(0, 0), p.fleet.nodes[0].hostname
+    port = _free_port()
+    env = {
+        **os.environ,
+        "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
+        "GPUHEALTH_DB__SEARCH_PATH": migrated.search_path or "",
+        "GPUHEALTH_TOPICS__HEALTH": health, "GPUHEALTH_TOPICS__ALERTS": alerts,
+        "GPUHEALTH_SCORER__METRICS_PORT": str(port), "GPUHEALTH_SCORER__AS_OF": "latest",
+        "GPUHEALTH_SCORER__INTERVAL_S": "1",
+    }  # fmt: skip
+    scorer = subprocess.Popen([sys.executable, "-m", "services.scorer"], cwd=REPO, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    try:
+        assert scorer.stdout is not None
+        for line in scorer.stdout:  # one full cycle
+            if '"msg": "cycle"' in line:
+                break
+        exposed = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+        scorer.send_signal(signal.SIGTERM)
+        assert scorer.wait(30) == 0
+    finally:
+        scorer.kill()
+    families = {f.name: f for f in text_string_to_metric_families(exposed)}
+    memory = {
+        s.labels["gpu_uuid"]: (s.labels["hostname"], s.value)
+        for s in families["gpuhealth_gpu_subsystem_state"].samples
+        if s.labels["subsystem"] == "memory"
+    }
+    assert memory[sick] == (host, 2)
+    assert len(memory) == 2
+    opened = [json.loads(m.value() or b"") for m in consume_all(kafka_settings, alerts, expected=2)]
+    assert {a["kind"] for a in opened if a["gpu_uuid"] == sick} >= {"unhealthy_memory"}
+    assert {a["hostname"] for a in opened} == {host}
+    changes = [json.loads(m.value() or b"") for m in consume_all(kafka_settings, health, expected=2)]
+    assert {c["hostname"] for c in changes} == {host}
