@@ -20,6 +20,9 @@ ARGS ?=
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-24s %s\n", $$1, $$2}'
+	@echo
+	@echo "CLI (after make venv or make up): $(VENV)/bin/gpuhealth fleet | gpu UUID | alerts | ack ID --key KEY"
+	@echo "  (--url or GPUHEALTH_URL picks the API; default http://127.0.0.1:8000; gpuhealth --help for more)"
 
 venv: ## create/update the Python virtual environment (cached, keyed by pyproject.toml)
 	@scripts/pyenv.sh >/dev/null
@@ -51,6 +54,7 @@ up: services migrate topics ## run the whole pipeline locally (mock fleet, colle
 	@echo "  logs:         $${GPUHEALTH_RUN:-$(GPUHEALTH_CACHE)/run}/logs/"
 	@echo "  watch Kafka:  make kafka-console-consumer TOPIC=gpu-metrics-raw"
 	@echo "  database:     make psql   (try: SELECT * FROM v_fleet_health_summary;)"
+	@echo "  CLI:          $(VENV)/bin/gpuhealth fleet   (also: gpu UUID, alerts, ack ID --key KEY)"
 	@echo "  stop:         make down"
 
 down: ## stop everything `make up` started

@@ -221,6 +221,7 @@ def test_the_cli_prints_the_fleet_and_the_worst_gpus_with_sparklines(
     assert "reset_gpu" in sick
     assert any(bar in sick for bar in cli.BARS)
     assert cli.main(["fleet", "--url", "http://127.0.0.1:9"]) == 1
+    assert "open alerts: 2 critical" in out[1]
 
 
 def test_sparkline() -> None:
