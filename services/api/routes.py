@@ -145,6 +145,16 @@ async def list_gpus(
 
 
 GpuPath = Annotated[str, Path(pattern=GPU_UUID)]
+# Series of the counters behind findings (name in the answer -> column; the rollup keeps `<column>_max`).
+COUNTERS = {
+    "fb_used_mib": "fb_used_mib", "ecc_sbe": "ecc_sbe_volatile_total", "ecc_dbe": "ecc_dbe_volatile_total",
+    "retired_pages_sbe": "retired_pages_sbe", "retired_pages_dbe": "retired_pages_dbe",
+    "retired_pages_pending": "retired_pages_pending", "remapped_rows_uncorrectable": "remapped_rows_uncorrectable",
+    "row_remap_failure": "row_remap_failure", "pcie_replay": "pcie_replay_total", "xid_last": "xid_last",
+    "nvlink_crc_flit_errors": "nvlink_crc_flit_errors_total", "nvlink_crc_data_errors": "nvlink_crc_data_errors_total",
+    "nvlink_replay_errors": "nvlink_replay_errors_total", "nvlink_recovery_errors": "nvlink_recovery_errors_total",
+    "power_violation_us": "power_violation_us", "thermal_violation_us": "thermal_violation_us",
+}  # fmt: skip
 
 
 @router.get("/gpus/{gpu_uuid}", dependencies=[only()])
@@ -223,18 +233,17 @@ async def gpu_series(
     seconds = BUCKETS[bucket]
     params = {"g": gpu_uuid, "from": start, "to": end, "b": timedelta(seconds=seconds)}
     if seconds < 60:
-        query = """SELECT time_bucket(%(b)s, time) AS t, avg(gpu_temp_c) AS temp_c, max(gpu_temp_c) AS temp_max_c,
-                          avg(power_usage_w) AS power_w, avg(gpu_util_pct) AS util_pct, max(fb_used_mib) AS fb_used_mib,
-                          max(ecc_sbe_volatile_total) AS ecc_sbe, max(ecc_dbe_volatile_total) AS ecc_dbe
+        counters = ", ".join(f"max({column}) AS {name}" for name, column in COUNTERS.items())
+        query = f"""SELECT time_bucket(%(b)s, time) AS t, avg(gpu_temp_c) AS temp_c, max(gpu_temp_c) AS temp_max_c,
+                          avg(power_usage_w) AS power_w, avg(gpu_util_pct) AS util_pct, {counters}
                    FROM gpu_metrics WHERE gpu_uuid = %(g)s AND time >= %(from)s AND time < %(to)s
                    GROUP BY t ORDER BY t"""
     else:
-        query = """SELECT time_bucket(%(b)s, bucket) AS t,
+        counters = ", ".join(f"max({column}_max) AS {name}" for name, column in COUNTERS.items())
+        query = f"""SELECT time_bucket(%(b)s, bucket) AS t,
                           sum(gpu_temp_c_sum) / nullif(sum(gpu_temp_c_n), 0) AS temp_c, max(gpu_temp_c_max) AS temp_max_c,
                           sum(power_usage_w_sum) / nullif(sum(power_usage_w_n), 0) AS power_w,
-                          sum(gpu_util_pct_sum) / nullif(sum(gpu_util_pct_n), 0) AS util_pct,
-                          max(fb_used_mib_max) AS fb_used_mib,
-                          max(ecc_sbe_volatile_total_max) AS ecc_sbe, max(ecc_dbe_volatile_total_max) AS ecc_dbe
+                          sum(gpu_util_pct_sum) / nullif(sum(gpu_util_pct_n), 0) AS util_pct, {counters}
                    FROM gpu_metrics_1min WHERE gpu_uuid = %(g)s AND bucket >= %(from)s AND bucket < %(to)s
                    GROUP BY t ORDER BY t"""
     return {
