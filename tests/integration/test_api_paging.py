@@ -214,3 +214,46 @@ def test_acknowledging_answers_with_the_host(client: TestClient) -> None:
     assert done.status_code == 200, done.text
     assert done.json()["hostname"] == "node-2"
     assert Z_TIME.match(done.json()["acknowledged_at"])
+
+
+@pytest.fixture
+def verified(fleet: DatabaseSettings) -> DatabaseSettings:
+    """7 nodes' identities (node-0 announced 9 times) and 23 verification records of one GPU."""
+    with connect(fleet) as conn:
+        for n in range(7):
+            for k in range(9 if n == 0 else 1):
+                record = '{"gpus": [{"model": "H100"}]}' if n % 2 else '{"gpus": "hostile"}'
+                conn.execute(
+                    "INSERT INTO gpu_systems (time, hostname, identity_sha256, source, gpus, record)"
+                    " VALUES (%s, %s, %s, 'nvml', 1, %s)",
+                    (T0 - timedelta(hours=k // 2), f"node-{n}", f"{k:064x}", record))  # fmt: skip
+            conn.execute(
+                "INSERT INTO gpu_systems_latest (time, hostname, identity_sha256, source, gpus, record)"
+                " VALUES (%s, %s, 'x', 'nvml', 1, %s)", (T0, f"node-{n}", record))  # fmt: skip
+        for seq in range(23):
+            conn.execute(
+                "INSERT INTO gpu_verifications (time, gpu_uuid, seq, kind, name, outcome, hostname, device,"
+                " prev_sha256, sha256, record, source_partition, source_offset)"
+                " VALUES (%s, %s, %s, 'compute_check', 'matmul', 'pass', 'node-1', 'cuda:0',"
+                " %s, %s, '{}', 0, %s)",
+                (T0 + timedelta(seconds=seq), uuid(1), seq, f"{seq:064x}", f"{seq + 1:064x}",
+                 seq))  # fmt: skip
+        conn.commit()
+    return fleet
+
+
+@pytest.mark.parametrize("limit", [1, 2, 5, 100])
+def test_the_verifier_lists_page_with_cursors_and_totals_too(verified: DatabaseSettings, limit: int) -> None:
+    with TestClient(create_app(verified, ApiSection())) as c:
+        systems, total = walk(c, "/api/v1/systems", "systems", {"limit": limit})
+        assert total == len(systems) == 7
+        assert [s["hostname"] for s in systems] == [f"node-{n}" for n in range(7)]
+        assert all(
+            isinstance(s["gpu_models"], list) for s in systems
+        )  # never null, even for a hostile record
+        history, total = walk(c, "/api/v1/systems/node-0/history", "history", {"limit": limit})
+        assert total == len(history) == 9
+        assert len({h["identity_sha256"] for h in history}) == 9
+        records, total = walk(c, f"/api/v1/gpus/{uuid(1)}/verifications", "verifications", {"limit": limit})
+        assert total == len(records) == 23
+        assert [r["seq"] for r in records] == list(range(22, -1, -1))
