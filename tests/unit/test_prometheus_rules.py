@@ -7,7 +7,6 @@ import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 
-import pytest
 import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -16,14 +15,6 @@ from services.scorer.verdict_metrics import GpuVerdicts, VerdictCollector, Verdi
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "deploy" / "prometheus" / "rules"
 RULE_TESTS = REPO / "deploy" / "prometheus" / "tests"
-
-
-@pytest.fixture(scope="module")
-def promtool() -> Path:
-    tool = Path.home() / ".cache" / "gpu-health" / "bin" / "promtool"
-    if not tool.exists():
-        subprocess.run([str(REPO / "scripts" / "install-tools.sh")], check=True)
-    return tool
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
