@@ -96,7 +96,9 @@ def test_acknowledging_needs_the_key_and_an_open_alert(client: TestClient, score
 
 def test_without_a_configured_key_acknowledging_is_refused(migrated: DatabaseSettings) -> None:
     with TestClient(create_app(migrated, ApiSection())) as c:
-        assert c.post("/api/v1/alerts/1/acknowledge", headers={"X-API-Key": "anything"}).status_code == 403
+        refused = c.post("/api/v1/alerts/1/acknowledge", headers={"X-API-Key": "anything"})
+        assert refused.status_code == 403
+        assert "GPUHEALTH_API__API_KEY" in refused.json()["detail"]  # says why, and what to do
 
 
 @pytest.mark.parametrize(
