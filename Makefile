@@ -54,7 +54,6 @@ up: services migrate topics ## run the whole pipeline locally (mock fleet, colle
 	@echo "  logs:         $${GPUHEALTH_RUN:-$(GPUHEALTH_CACHE)/run}/logs/"
 	@echo "  watch Kafka:  make kafka-console-consumer TOPIC=gpu-metrics-raw"
 	@echo "  database:     make psql   (try: SELECT * FROM v_fleet_health_summary;)"
-	@echo "  CLI:          $(VENV)/bin/gpuhealth fleet   (also: gpu UUID, alerts, ack ID --key KEY)"
 	@echo "  stop:         make down"
 
 down: ## stop everything `make up` started
