@@ -20,6 +20,9 @@ ARGS ?=
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-24s %s\n", $$1, $$2}'
+	@echo
+	@echo "CLI (after make venv or make up): $(VENV)/bin/gpuhealth fleet | gpu UUID | alerts | ack ID --key KEY"
+	@echo "  (--url or GPUHEALTH_URL picks the API; default http://127.0.0.1:8000; gpuhealth --help for more)"
 
 venv: ## create/update the Python virtual environment (cached, keyed by pyproject.toml)
 	@scripts/pyenv.sh >/dev/null

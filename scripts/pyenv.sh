@@ -4,7 +4,7 @@
 # The venv lives in the cache, outside the checkout, so a fresh clone (what CI
 # runs) reuses it. It is rebuilt only when pyproject.toml's dependency lists
 # change. The project itself is not installed
-# into it; the Makefile runs everything with PYTHONPATH at the checkout, so the
+# into it (only the `gpuhealth` launcher, below); the Makefile runs everything with PYTHONPATH at the checkout, so the
 # code under test is always the code in the working tree.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,7 +21,20 @@ PY
 )
 stamp_want=$(echo "$requirements" | sha256sum | cut -c1-16)
 
+# The CLI as `gpuhealth` on the venv's PATH: a small launcher that runs this
+# checkout's code (like the Makefile), rewritten only when it would change.
+install_cli() {
+  local want
+  want=$(printf '#!/usr/bin/env bash\n# gpuhealth: the gpu-health CLI of %s (written by scripts/pyenv.sh)\nexport PYTHONPATH=%q${PYTHONPATH:+:$PYTHONPATH}\nexec %q -m services.api.cli "$@"\n' \
+    "$here" "$here" "$venv/bin/python")
+  if [[ ! -f $venv/bin/gpuhealth || $(cat "$venv/bin/gpuhealth") != "$want" ]]; then
+    printf '%s\n' "$want" > "$venv/bin/gpuhealth.tmp" && chmod 0755 "$venv/bin/gpuhealth.tmp"
+    mv "$venv/bin/gpuhealth.tmp" "$venv/bin/gpuhealth"
+  fi
+}
+
 if [[ -x $venv/bin/python && -f $venv/.stamp && $(cat "$venv/.stamp") == "$stamp_want" ]]; then
+  install_cli
   echo "$venv"
   exit 0
 fi
@@ -33,4 +46,5 @@ echo "pyenv: installing Python dependencies into $venv" >&2
 echo "$requirements" > "$venv/requirements.txt"
 "$venv/bin/python" -m pip install -q -r "$venv/requirements.txt" >&2
 echo "$stamp_want" > "$venv/.stamp"
+install_cli
 echo "$venv"

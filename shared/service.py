@@ -56,7 +56,10 @@ def serve_metrics(registry: CollectorRegistry, port: int, bind: str) -> Callable
     Stopping flushes the OTLP export first, so the points up to SIGTERM reach the receiver.
     OSError if the port is taken.
     """
-    server, _ = start_http_server(port, addr=bind, registry=registry)
+    try:
+        server, _ = start_http_server(port, addr=bind, registry=registry)
+    except OSError as e:  # name the port at fault: "Address already in use" alone does not say which
+        raise OSError(e.errno, f"cannot serve /metrics on {bind}:{port}: {e.strerror or e}") from e
     otlp.export_registry(registry)
 
     def stop() -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 import psycopg
 from fastapi import FastAPI, Request
@@ -68,6 +67,8 @@ def create_app(db: DatabaseSettings, api: ApiSection, registry: CollectorRegistr
         version="1",
         description="Which GPUs are healthy, which are failing, and what to do about it.",
         lifespan=lifespan,
+        docs_url=None,  # served by .web from the swagger-ui-bundle package, not a CDN
+        redoc_url=None,
     )
     app.state.pool = pool
     app.state.ack_pool = ack_pool
@@ -99,13 +100,6 @@ def create_app(db: DatabaseSettings, api: ApiSection, registry: CollectorRegistr
         log.error("database unavailable: %s", e)
         return JSONResponse(status_code=503, content={"detail": "the database is not reachable"})
 
-    page = (Path(__file__).parent / "static" / "index.html").read_bytes()
-
-    @app.get("/", include_in_schema=False)
-    async def fleet_page() -> Response:
-        """The fleet at a glance: one page, served by the API itself, no front-end build."""
-        return Response(page, media_type="text/html; charset=utf-8")
-
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> PlainTextResponse:
         return PlainTextResponse("ok\n")
@@ -124,8 +118,12 @@ def create_app(db: DatabaseSettings, api: ApiSection, registry: CollectorRegistr
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     from .routes import router
+    from .routes_history import router as history_router
     from .routes_verify import router as verify_router
+    from .web import add_web
 
     app.include_router(router)
+    app.include_router(history_router)
     app.include_router(verify_router)
+    add_web(app)
     return app

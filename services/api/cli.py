@@ -1,20 +1,44 @@
-"""`python -m services.api.cli fleet`: the fleet summary and the worst GPUs, in a terminal.
+"""`gpuhealth`: the fleet, one GPU, the alerts, and acknowledging one, in a terminal.
 
-A thin client of the REST API (--url, default http://127.0.0.1:8000): the same
-numbers as the web page, with sparklines of each listed GPU's last hour of
-temperature and utilisation.
+A thin client of the REST API (--url or GPUHEALTH_URL, default
+http://127.0.0.1:8000; --key or GPUHEALTH_API_KEY for acknowledging): the same
+numbers as the web page, as plain text, with sparklines of the worst GPUs' last
+hour. The venv installs it as `gpuhealth` (scripts/pyenv.sh);
+`python -m services.api.cli` is the same program.
+
+Exit status: 0 done, 1 the API could not be reached, 2 the API refused the
+request (the status and the API's own message are printed).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
 
+from shared.errors import GpuHealthError
+
 BARS = "▁▂▃▄▅▆▇█"
+STATE_MARK = {"healthy": "OK ", "degraded": "DEG", "unhealthy": "BAD", None: "-- "}
+
+
+class RefusedError(GpuHealthError):
+    """The API answered, with a 4xx/5xx."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        try:
+            detail = response.json().get("detail", "")
+        except ValueError:
+            detail = response.text[:200]
+        request = response.request
+        super().__init__(
+            f"the gpu-health API refused {request.method} {request.url.path}: "
+            f"{response.status_code} {response.reason_phrase}" + (f": {detail}" if detail else "")
+        )
 
 
 def sparkline(values: list[float | None]) -> str:
@@ -27,6 +51,15 @@ def sparkline(values: list[float | None]) -> str:
     return "".join(" " if v is None else BARS[min(int((v - lo) / span * top + 0.5), top)] for v in values)
 
 
+def counts(by_severity: dict[str, int]) -> str:
+    shown = [f"{n} {sev}" for sev in ("critical", "warning", "info") if (n := by_severity.get(sev, 0))]
+    return ", ".join(shown) or "none"
+
+
+def fmt(value: Any, unit: str = "") -> str:
+    return "-" if value is None else f"{value:g}{unit}" if isinstance(value, float) else f"{value}{unit}"
+
+
 def render(
     summary: dict[str, Any], worst: list[dict[str, Any]], series: dict[str, list[dict[str, Any]]]
 ) -> str:
@@ -34,52 +67,120 @@ def render(
     lines = [
         f"GPUs {s['gpus']}  healthy {s['healthy']}  degraded {s['degraded']}  "
         f"unhealthy {s['unhealthy']}  missing {s['missing']}  not scored {s['not_scored']}",
-        f"avg temp {s['avg_temp_c']} °C  power {s['power_w']} W  avg util {s['avg_util_pct']} %  "
-        f"open alerts {s['open_alerts'] or 'none'}",
+        f"avg temp {fmt(s['avg_temp_c'], ' °C')}  power {fmt(s['power_w'], ' W')}  "
+        f"avg util {fmt(s['avg_util_pct'], ' %')}  open alerts: {counts(s['open_alerts'])}",
         "",
-        f"{'host':<16}{'gpu':>4}  {'state':<10}{'score':>6}  {'action':<17}"
+        f"{'host':<16}{'gpu':>4}  {'state':<14}{'score':>6}  {'action':<17}"
         f"{'temp (1 h)':<32}{'util (1 h)':<32}",
     ]
     for g in worst:
         points = series.get(g["gpu_uuid"], [])
         temp = sparkline([p["temp_c"] for p in points][-30:])
         util = sparkline([p["util_pct"] for p in points][-30:])
-        score = "-" if g["score"] is None else g["score"]
+        state = f"{STATE_MARK.get(g['state'], '?  ')} {g['state'] or 'not scored'}"
         lines.append(
-            f"{g['hostname']:<16}{g['gpu_index']:>4}  {g['state'] or '-':<10}{score:>6}  "
+            f"{g['hostname']:<16}{g['gpu_index']:>4}  {state:<14}{fmt(g['score']):>6}  "
             f"{g['action'] or '-':<17}{temp:<32}{util:<32}"
         )
     return "\n".join(lines)
 
 
+def get(client: httpx.Client, path: str, **params: Any) -> Any:
+    response = client.get(path, params=params)
+    if response.is_error:
+        raise RefusedError(response)
+    return response.json()
+
+
 def fleet(client: httpx.Client, top: int) -> str:
-    summary = client.get("/api/v1/fleet/summary").raise_for_status().json()
-    worst = (
-        client.get("/api/v1/gpus", params={"sort": "score", "limit": top}).raise_for_status().json()["gpus"]
-    )
+    summary = get(client, "/api/v1/fleet/summary")
+    worst = get(client, "/api/v1/gpus", sort="score", limit=top)["gpus"]
     series: dict[str, list[dict[str, Any]]] = {}
     for g in worst:
         if not g["last_seen"]:
             continue
         end = datetime.fromisoformat(g["last_seen"]) + timedelta(minutes=1)
-        params = {"from": (end - timedelta(hours=1)).isoformat(), "to": end.isoformat(), "bucket": "1m"}
-        series[g["gpu_uuid"]] = (
-            client.get(f"/api/v1/gpus/{g['gpu_uuid']}/series", params=params).json().get("points", [])
-        )
+        window = {"from": (end - timedelta(hours=1)).isoformat(), "to": end.isoformat(), "bucket": "1m"}
+        series[g["gpu_uuid"]] = get(client, f"/api/v1/gpus/{g['gpu_uuid']}/series", **window)["points"]
     return render(summary, worst, series)
 
 
+def gpu(client: httpx.Client, uuid: str) -> str:
+    d = get(client, f"/api/v1/gpus/{uuid}")
+    a, status = d["asset"], d["status"] or {}
+    lines = [
+        f"{uuid}  {a['model']}  host {a['hostname']} gpu {a['gpu_index']}  rack {a.get('rack') or '-'}",
+        f"state {status.get('state') or 'not scored'}  score {fmt(status.get('score'))}  "
+        f"action {status.get('action') or '-'}",
+        "",
+        f"{'subsystem':<14}{'state':<11}{'rule':<28}evidence",
+    ]
+    for v in d["verdicts"]:
+        evidence = ", ".join(f"{k}={val}" for k, val in sorted(v["evidence"].items())) or "-"
+        lines.append(f"{v['subsystem']:<14}{v['state']:<11}{v['rule'] or '-':<28}{evidence}")
+    lines += ["", "open alerts:" if d["open_alerts"] else "open alerts: none"]
+    lines += [f"  #{al['id']} {al['severity']} {al['state']}: {al['summary']}" for al in d["open_alerts"]]
+    return "\n".join(lines)
+
+
+def alerts(client: httpx.Client, limit: int) -> str:
+    body = get(client, "/api/v1/alerts", limit=limit)
+    lines = [
+        f"{body['total']} unresolved alert(s)" + (f", newest {limit} shown" if body["next_cursor"] else "")
+    ]
+    for al in body["alerts"]:
+        lines.append(
+            f"#{al['id']:<6} {al['severity']:<9}{al['state']:<13}{al['hostname']:<16}"
+            f"gpu {fmt(al['gpu_index']):<3} {al['kind']}: {al['summary']}"
+        )
+    return "\n".join(lines)
+
+
+def acknowledge(client: httpx.Client, alert_id: int, key: str | None, by: str) -> str:
+    headers = {"X-API-Key": key} if key else {}
+    response = client.post(f"/api/v1/alerts/{alert_id}/acknowledge", headers=headers, json={"by": by})
+    if response.is_error:
+        raise RefusedError(response)
+    done = response.json()
+    return f"alert #{done['id']} on {done['hostname']} acknowledged by {done['acknowledged_by']}"
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m services.api.cli", description=__doc__)
-    parser.add_argument("command", choices=["fleet"])
-    parser.add_argument("--url", default="http://127.0.0.1:8000", help="the gpu-health API")
-    parser.add_argument("--top", type=int, default=10, help="how many of the worst GPUs to list")
+    parser = argparse.ArgumentParser(prog="gpuhealth", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("--url", default=os.environ.get("GPUHEALTH_URL", "http://127.0.0.1:8000"),
+                        help="the gpu-health API (default: $GPUHEALTH_URL or %(default)s)")  # fmt: skip
+    commands = parser.add_subparsers(dest="command", required=True)
+    p_fleet = commands.add_parser("fleet", help="fleet summary and the worst GPUs")
+    p_fleet.add_argument("--top", type=int, default=10, help="how many of the worst GPUs to list")
+    p_gpu = commands.add_parser("gpu", help="one GPU: verdicts with evidence, action, open alerts")
+    p_gpu.add_argument("uuid")
+    p_alerts = commands.add_parser("alerts", help="unresolved alerts, most severe first")
+    p_alerts.add_argument("--limit", type=int, default=50)
+    p_ack = commands.add_parser("ack", help="acknowledge an alert (needs the API key)")
+    p_ack.add_argument("alert_id", type=int)
+    p_ack.add_argument(
+        "--key", default=os.environ.get("GPUHEALTH_API_KEY"), help="default: $GPUHEALTH_API_KEY"
+    )
+    p_ack.add_argument("--by", default=os.environ.get("USER", "cli"), help="who acknowledges")
+    for sub in (p_fleet, p_gpu, p_alerts, p_ack):  # --url after the command works too
+        sub.add_argument("--url", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:
         with httpx.Client(base_url=args.url, timeout=10) as client:
-            print(fleet(client, args.top))
+            if args.command == "fleet":
+                print(fleet(client, args.top))
+            elif args.command == "gpu":
+                print(gpu(client, args.uuid))
+            elif args.command == "alerts":
+                print(alerts(client, args.limit))
+            else:
+                print(acknowledge(client, args.alert_id, args.key, args.by))
+    except RefusedError as e:
+        print(f"gpuhealth: {e}", file=sys.stderr)
+        return 2
     except httpx.HTTPError as e:
-        print(f"cannot reach the gpu-health API at {args.url}: {e}", file=sys.stderr)
+        print(f"gpuhealth: cannot reach the gpu-health API at {args.url}: {e}", file=sys.stderr)
         return 1
     return 0
 

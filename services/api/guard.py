@@ -40,7 +40,11 @@ class RefusalError(Exception):
 def key_refusal(configured: SecretStr | None, presented: str | None) -> RefusalError | None:
     """Why `presented` may not write, or None when it is the configured key (compared in constant time)."""
     if configured is None:
-        return RefusalError(403, "acknowledging is disabled: no API key is configured")
+        return RefusalError(
+            403,
+            "acknowledging is disabled: no API key is configured"
+            " (start the API with GPUHEALTH_API__API_KEY set)",
+        )
     expected = configured.get_secret_value().encode()
     if presented is None or not hmac.compare_digest(presented.encode("utf-8", "surrogateescape"), expected):
         return RefusalError(401, "a valid X-API-Key header is required")

@@ -14,6 +14,7 @@ from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from .guard import key_refusal
+from .paging import Cursor, decode_cursor, encode_cursor, page, wire
 
 router = APIRouter(prefix="/api/v1")
 
@@ -47,7 +48,7 @@ async def rows(request: Request, query: str | sql.Composed, params: dict[str, An
     pool: AsyncConnectionPool = request.app.state.pool
     async with pool.connection() as conn:
         cur = await conn.execute(query, params)
-        return await cur.fetchall()  # type: ignore[return-value]
+        return wire(await cur.fetchall())  # type: ignore[no-any-return]
 
 
 def utc(value: datetime) -> datetime:
@@ -83,14 +84,16 @@ async def fleet_summary(request: Request) -> dict[str, Any]:
     """, {})  # fmt: skip
     return {
         **totals,
-        "open_alerts": {r["severity"]: r["n"] for r in alerts},
+        "open_alerts": {"critical": 0, "warning": 0, "info": 0, **{r["severity"]: r["n"] for r in alerts}},
         "by_location": places,
     }
 
 
 @router.get(
     "/gpus",
-    dependencies=[only("cluster", "datacenter", "rack", "host", "model", "state", "sort", "limit", "offset")],
+    dependencies=[
+        only("cluster", "datacenter", "rack", "host", "model", "state", "sort", "limit", "offset", "cursor")
+    ],
 )
 async def list_gpus(
     request: Request,
@@ -103,8 +106,17 @@ async def list_gpus(
     sort: Literal[tuple(SORTS)] = "score",  # type: ignore[valid-type]
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
+    cursor: Cursor = None,
 ) -> dict[str, Any]:
-    """GPUs with placement, state, score and latest readings; filtered, sorted, paginated."""
+    """GPUs with placement, state, score and latest readings; filtered, sorted, paginated.
+
+    `next_cursor` continues the same filters and sort (it stands for the position, since
+    the list sorts on readings that change); `offset` is kept for existing clients.
+    """
+    if cursor is not None:
+        (offset,) = decode_cursor(cursor, [int])
+        if not 0 <= offset <= 1_000_000:
+            raise HTTPException(400, "'cursor' is not one this endpoint returned; start without it")
     where = """
         WHERE (%(cluster)s::text IS NULL OR a.cluster = %(cluster)s)
           AND (%(datacenter)s::text IS NULL OR a.datacenter = %(datacenter)s)
@@ -126,10 +138,23 @@ async def list_gpus(
         + " ORDER BY {order}, a.gpu_uuid LIMIT %(limit)s OFFSET %(offset)s"
     ).format(order=sql.SQL(SORTS[sort]))
     total = (await rows(request, "SELECT count(*) AS n " + base, params))[0]["n"]
-    return {"total": total, "limit": limit, "offset": offset, "gpus": await rows(request, query, params)}
+    found = await rows(request, query, params)
+    more = offset + len(found) < total
+    return {"gpus": found, "total": total, "limit": limit, "offset": offset,
+            "next_cursor": encode_cursor([offset + len(found)]) if more and found else None}  # fmt: skip
 
 
 GpuPath = Annotated[str, Path(pattern=GPU_UUID)]
+# Series of the counters behind findings (name in the answer -> column; the rollup keeps `<column>_max`).
+COUNTERS = {
+    "fb_used_mib": "fb_used_mib", "ecc_sbe": "ecc_sbe_volatile_total", "ecc_dbe": "ecc_dbe_volatile_total",
+    "retired_pages_sbe": "retired_pages_sbe", "retired_pages_dbe": "retired_pages_dbe",
+    "retired_pages_pending": "retired_pages_pending", "remapped_rows_uncorrectable": "remapped_rows_uncorrectable",
+    "row_remap_failure": "row_remap_failure", "pcie_replay": "pcie_replay_total", "xid_last": "xid_last",
+    "nvlink_crc_flit_errors": "nvlink_crc_flit_errors_total", "nvlink_crc_data_errors": "nvlink_crc_data_errors_total",
+    "nvlink_replay_errors": "nvlink_replay_errors_total", "nvlink_recovery_errors": "nvlink_recovery_errors_total",
+    "power_violation_us": "power_violation_us", "thermal_violation_us": "thermal_violation_us",
+}  # fmt: skip
 
 
 @router.get("/gpus/{gpu_uuid}", dependencies=[only()])
@@ -157,9 +182,12 @@ async def gpu_detail(request: Request, gpu_uuid: GpuPath) -> dict[str, Any]:
     )
     alerts = await rows(
         request,
-        "SELECT * FROM gpu_alerts WHERE gpu_uuid = %(g)s AND state <> 'resolved' ORDER BY opened_at DESC",
+        "SELECT g.*, a.hostname, a.gpu_index FROM gpu_alerts g JOIN gpu_assets a USING (gpu_uuid)"
+        " WHERE g.gpu_uuid = %(g)s AND g.state <> 'resolved' ORDER BY g.opened_at DESC",
         p,
     )
+    if latest:
+        latest[0]["mig"] = latest[0].get("mig") or []  # no MIG instances: [], as on Kafka
     return {
         "asset": asset[0],
         "latest": latest[0] if latest else None,
@@ -193,39 +221,52 @@ async def gpu_series(
     end: Annotated[datetime | None, Query(alias="to")] = None,
     bucket: Literal[tuple(BUCKETS)] = "1m",  # type: ignore[valid-type]
 ) -> dict[str, Any]:
-    """Temperature, power, utilisation, memory and ECC over time; 1 minute and up from the rollup."""
+    """Temperature, power, utilisation, memory and ECC over time; 1 minute and up from the rollup.
+
+    A bucket too fine for the range is widened to the finest that keeps the answer within
+    `max_points` (`bucket` says which was used, `requested_bucket` what was asked); if even
+    a day is too fine, the range is shortened to its newest end (`from` says where it starts).
+    """
     start, end = time_range(request, start, end, timedelta(hours=24))
+    requested = bucket
+    bucket, start = fit_bucket(bucket, start, end, request.app.state.api.max_points)
     seconds = BUCKETS[bucket]
-    if (end - start).total_seconds() / seconds > request.app.state.api.max_points:
-        raise HTTPException(
-            400, f"that is more than {request.app.state.api.max_points} points; pick a larger bucket"
-        )
     params = {"g": gpu_uuid, "from": start, "to": end, "b": timedelta(seconds=seconds)}
     if seconds < 60:
-        query = """SELECT time_bucket(%(b)s, time) AS t, avg(gpu_temp_c) AS temp_c, max(gpu_temp_c) AS temp_max_c,
-                          avg(power_usage_w) AS power_w, avg(gpu_util_pct) AS util_pct, max(fb_used_mib) AS fb_used_mib,
-                          max(ecc_sbe_volatile_total) AS ecc_sbe, max(ecc_dbe_volatile_total) AS ecc_dbe
+        counters = ", ".join(f"max({column}) AS {name}" for name, column in COUNTERS.items())
+        query = f"""SELECT time_bucket(%(b)s, time) AS t, avg(gpu_temp_c) AS temp_c, max(gpu_temp_c) AS temp_max_c,
+                          avg(power_usage_w) AS power_w, avg(gpu_util_pct) AS util_pct, {counters}
                    FROM gpu_metrics WHERE gpu_uuid = %(g)s AND time >= %(from)s AND time < %(to)s
                    GROUP BY t ORDER BY t"""
     else:
-        query = """SELECT time_bucket(%(b)s, bucket) AS t,
+        counters = ", ".join(f"max({column}_max) AS {name}" for name, column in COUNTERS.items())
+        query = f"""SELECT time_bucket(%(b)s, bucket) AS t,
                           sum(gpu_temp_c_sum) / nullif(sum(gpu_temp_c_n), 0) AS temp_c, max(gpu_temp_c_max) AS temp_max_c,
                           sum(power_usage_w_sum) / nullif(sum(power_usage_w_n), 0) AS power_w,
-                          sum(gpu_util_pct_sum) / nullif(sum(gpu_util_pct_n), 0) AS util_pct,
-                          max(fb_used_mib_max) AS fb_used_mib,
-                          max(ecc_sbe_volatile_total_max) AS ecc_sbe, max(ecc_dbe_volatile_total_max) AS ecc_dbe
+                          sum(gpu_util_pct_sum) / nullif(sum(gpu_util_pct_n), 0) AS util_pct, {counters}
                    FROM gpu_metrics_1min WHERE gpu_uuid = %(g)s AND bucket >= %(from)s AND bucket < %(to)s
                    GROUP BY t ORDER BY t"""
     return {
         "gpu_uuid": gpu_uuid,
-        "from": start,
-        "to": end,
+        "from": wire(start),
+        "to": wire(end),
         "bucket": bucket,
+        "requested_bucket": requested,
         "points": await rows(request, query, params),
     }
 
 
-@router.get("/events", dependencies=[only("gpu", "kind", "from", "to", "limit")])
+def fit_bucket(bucket: str, start: datetime, end: datetime, max_points: int) -> tuple[str, datetime]:
+    """The finest bucket, no finer than `bucket`, that covers start..end in at most `max_points` points."""
+    span = (end - start).total_seconds()
+    for name, seconds in BUCKETS.items():
+        if seconds >= BUCKETS[bucket] and span / seconds <= max_points:
+            return name, start
+    widest = max(BUCKETS, key=BUCKETS.__getitem__)
+    return widest, end - timedelta(seconds=BUCKETS[widest] * max_points)
+
+
+@router.get("/events", dependencies=[only("gpu", "kind", "from", "to", "limit", "cursor")])
 async def events(
     request: Request,
     gpu: Annotated[str | None, Query(pattern=GPU_UUID)] = None,
@@ -243,33 +284,59 @@ async def events(
     start: Annotated[datetime | None, Query(alias="from")] = None,
     end: Annotated[datetime | None, Query(alias="to")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: Cursor = None,
 ) -> dict[str, Any]:
+    """GPU events (XIDs, double-bit errors, throttling, lost GPUs...), newest first."""
     start, end = time_range(request, start, end, timedelta(days=7))
-    found = await rows(request, """
-        SELECT time, gpu_uuid, kind, hostname, cluster, datacenter, rack, details FROM gpu_events
+    after = decode_cursor(cursor, [datetime, str, str]) if cursor else [None, None, None]
+    params = {"from": start, "to": end, "gpu": gpu, "kind": kind, "limit": limit + 1,
+              "ct": after[0], "cg": after[1], "ck": after[2]}  # fmt: skip
+    where = """
         WHERE time >= %(from)s AND time < %(to)s AND (%(gpu)s::text IS NULL OR gpu_uuid = %(gpu)s)
-          AND (%(kind)s::text IS NULL OR kind = %(kind)s)
-        ORDER BY time DESC LIMIT %(limit)s
-    """, {"from": start, "to": end, "gpu": gpu, "kind": kind, "limit": limit})  # fmt: skip
-    return {"events": found}
+          AND (%(kind)s::text IS NULL OR kind = %(kind)s)"""
+    found = await rows(request, f"""
+        SELECT time, gpu_uuid, kind, hostname, cluster, datacenter, rack, details FROM gpu_events {where}
+          AND (%(ct)s::timestamptz IS NULL OR (time, gpu_uuid, kind) < (%(ct)s, %(cg)s::text, %(ck)s::text))
+        ORDER BY time DESC, gpu_uuid DESC, kind DESC LIMIT %(limit)s
+    """, params)  # fmt: skip
+    total = (await rows(request, f"SELECT count(*) AS n FROM gpu_events {where}", params))[0]["n"]
+    return page(
+        "events", found, total=total, limit=limit, key=lambda r: (r["time"], r["gpu_uuid"], r["kind"])
+    )
 
 
-@router.get("/alerts", dependencies=[only("state", "severity", "gpu", "limit")])
+@router.get("/alerts", dependencies=[only("state", "severity", "gpu", "host", "limit", "cursor")])
 async def alerts(
     request: Request,
     state: Literal["open", "acknowledged", "resolved", "unresolved"] = "unresolved",
     severity: Literal["info", "warning", "critical"] | None = None,
     gpu: Annotated[str | None, Query(pattern=GPU_UUID)] = None,
+    host: Label = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: Cursor = None,
 ) -> dict[str, Any]:
-    found = await rows(request, """
-        SELECT * FROM gpu_alerts
-        WHERE (%(state)s = 'unresolved' AND state <> 'resolved' OR state = %(state)s)
-          AND (%(severity)s::text IS NULL OR severity = %(severity)s) AND (%(gpu)s::text IS NULL OR gpu_uuid = %(gpu)s)
-        ORDER BY CASE severity WHEN 'critical' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END, opened_at DESC
-        LIMIT %(limit)s
-    """, {"state": state, "severity": severity, "gpu": gpu, "limit": limit})  # fmt: skip
-    return {"alerts": found}
+    """Alerts, most severe then newest first, each naming its GPU's host, index and rack."""
+    after = decode_cursor(cursor, [int, datetime, int]) if cursor else [None, None, None]
+    params = {"state": state, "severity": severity, "gpu": gpu, "host": host, "limit": limit + 1,
+              "cr": after[0], "co": after[1], "ci": after[2]}  # fmt: skip
+    rank = "CASE g.severity WHEN 'critical' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END"
+    base = """
+        FROM gpu_alerts g LEFT JOIN gpu_assets a USING (gpu_uuid)
+        WHERE (%(state)s = 'unresolved' AND g.state <> 'resolved' OR g.state = %(state)s)
+          AND (%(severity)s::text IS NULL OR g.severity = %(severity)s)
+          AND (%(gpu)s::text IS NULL OR g.gpu_uuid = %(gpu)s) AND (%(host)s::text IS NULL OR a.hostname = %(host)s)"""
+    found = await rows(request, f"""
+        SELECT g.*, {rank} AS severity_rank, coalesce(a.hostname, '') AS hostname, a.gpu_index, a.rack {base}
+          AND (%(cr)s::int IS NULL OR {rank} > %(cr)s
+               OR {rank} = %(cr)s AND (g.opened_at, g.id) < (%(co)s::timestamptz, %(ci)s::bigint))
+        ORDER BY {rank}, g.opened_at DESC, g.id DESC LIMIT %(limit)s
+    """, params)  # fmt: skip
+    total = (await rows(request, f"SELECT count(*) AS n {base}", params))[0]["n"]
+    listed = page("alerts", found, total=total, limit=limit,
+                  key=lambda r: (r["severity_rank"], r["opened_at"], r["id"]))  # fmt: skip
+    for alert in listed["alerts"]:
+        del alert["severity_rank"]
+    return listed
 
 
 @router.post("/alerts/{alert_id}/acknowledge", dependencies=[only()])
@@ -293,26 +360,39 @@ async def acknowledge(
         )
         done: list[dict[str, Any]] = await cur.fetchall()  # type: ignore[assignment]
     if done:
-        return done[0]
+        host = await rows(request, "SELECT hostname, gpu_index, rack FROM gpu_assets WHERE gpu_uuid = %(g)s",
+                          {"g": done[0]["gpu_uuid"]})  # fmt: skip
+        acked: dict[str, Any] = wire({**done[0], "hostname": "", "gpu_index": None, "rack": None,
+                                      **(host[0] if host else {})})  # fmt: skip
+        return acked
     exists = await rows(request, "SELECT state FROM gpu_alerts WHERE id = %(id)s", {"id": alert_id})
     if not exists:
         raise HTTPException(404, f"no alert {alert_id}")
     raise HTTPException(409, f"alert {alert_id} is {exists[0]['state']}, not open")
 
 
-@router.get("/predictions", dependencies=[only("limit", "min_p30")])
+@router.get("/predictions", dependencies=[only("limit", "min_p30", "cursor")])
 async def predictions(
     request: Request,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     min_p30: Annotated[float, Query(ge=0, le=1)] = 0.0,
+    cursor: Cursor = None,
 ) -> dict[str, Any]:
     """GPUs ranked by their risk of failing within 30 days, with the reasons."""
-    found = await rows(request, """
-        SELECT a.gpu_uuid, a.hostname, a.model, a.rack, p.time, p.p_fail_7d, p.p_fail_30d, p.reasons
+    after = decode_cursor(cursor, [float, str]) if cursor else [None, None]
+    params = {"min": min_p30, "limit": limit + 1, "cp": after[0], "cg": after[1]}
+    base = """
         FROM gpu_assets a
         CROSS JOIN LATERAL (SELECT * FROM gpu_failure_predictions f WHERE f.gpu_uuid = a.gpu_uuid
                             ORDER BY time DESC LIMIT 1) p
-        WHERE p.p_fail_30d >= %(min)s
+        WHERE p.p_fail_30d >= %(min)s"""
+    found = await rows(request, f"""
+        SELECT a.gpu_uuid, a.hostname, a.model, a.rack, p.time, p.p_fail_7d, p.p_fail_30d, p.reasons {base}
+          AND (%(cp)s::float8 IS NULL OR p.p_fail_30d < %(cp)s
+               OR p.p_fail_30d = %(cp)s AND a.gpu_uuid > %(cg)s::text)
         ORDER BY p.p_fail_30d DESC, a.gpu_uuid LIMIT %(limit)s
-    """, {"min": min_p30, "limit": limit})  # fmt: skip
-    return {"predictions": found}
+    """, params)  # fmt: skip
+    total = (await rows(request, f"SELECT count(*) AS n {base}", params))[0]["n"]
+    return page(
+        "predictions", found, total=total, limit=limit, key=lambda r: (r["p_fail_30d"], r["gpu_uuid"])
+    )

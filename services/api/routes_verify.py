@@ -8,11 +8,13 @@ answer; `python -m services.verifier audit` checks the whole topic.
 
 from __future__ import annotations
 
+from datetime import datetime
 from itertools import pairwise
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request
 
+from .paging import Cursor, decode_cursor, page
 from .routes import GPU_UUID, LABEL, only, rows
 
 router = APIRouter(prefix="/api/v1")
@@ -34,47 +36,66 @@ def chain_breaks(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return breaks
 
 
-@router.get("/gpus/{gpu_uuid}/verifications", dependencies=[only("kind", "outcome", "limit")])
+@router.get("/gpus/{gpu_uuid}/verifications", dependencies=[only("kind", "outcome", "limit", "cursor")])
 async def gpu_verifications(
     request: Request,
     gpu_uuid: GpuPath,
     kind: Literal["compute_check", "operation"] | None = None,
     outcome: Literal["pass", "wrong_result", "too_slow", "error", "recorded"] | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: Cursor = None,
 ) -> dict[str, Any]:
     """The GPU's newest verification records (compute checks, logged operations), newest first."""
+    after = decode_cursor(cursor, [int, datetime]) if cursor else [None, None]
+    params = {
+        "g": gpu_uuid,
+        "kind": kind,
+        "outcome": outcome,
+        "limit": limit + 1,
+        "cs": after[0],
+        "ct": after[1],
+    }
+    where = """FROM gpu_verifications WHERE gpu_uuid = %(g)s
+          AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+          AND (%(outcome)s::text IS NULL OR outcome = %(outcome)s)"""
     found = await rows(
         request,
-        """
+        f"""
         SELECT time, seq, kind, name, outcome, hostname, device, backend, device_ms, cpu_ms, speedup,
-               prev_sha256, sha256, record, source_partition, source_offset
-        FROM gpu_verifications WHERE gpu_uuid = %(g)s
-          AND (%(kind)s::text IS NULL OR kind = %(kind)s)
-          AND (%(outcome)s::text IS NULL OR outcome = %(outcome)s)
+               prev_sha256, sha256, record, source_partition, source_offset {where}
+          AND (%(cs)s::bigint IS NULL OR (seq, time) < (%(cs)s, %(ct)s::timestamptz))
         ORDER BY seq DESC, time DESC LIMIT %(limit)s
     """,
-        {"g": gpu_uuid, "kind": kind, "outcome": outcome, "limit": limit},
+        params,
     )
-    ordered = sorted(found, key=lambda r: (r["seq"], r["time"]))
+    total = (await rows(request, f"SELECT count(*) AS n {where}", params))[0]["n"]
+    listed = page("verifications", found, total=total, limit=limit, key=lambda r: (r["seq"], r["time"]))
+    ordered = sorted(listed["verifications"], key=lambda r: (r["seq"], r["time"]))
     breaks = chain_breaks(ordered) if kind is None and outcome is None else []
-    return {"gpu_uuid": gpu_uuid, "verifications": found, "chain_breaks": breaks}
+    return {"gpu_uuid": gpu_uuid, **listed, "chain_breaks": breaks}
 
 
-@router.get("/systems", dependencies=[only("limit")])
-async def systems(request: Request, limit: Annotated[int, Query(ge=1, le=10_000)] = 1000) -> dict[str, Any]:
+@router.get("/systems", dependencies=[only("limit", "cursor")])
+async def systems(
+    request: Request, limit: Annotated[int, Query(ge=1, le=10_000)] = 1000, cursor: Cursor = None
+) -> dict[str, Any]:
     """Every node's latest announced identity, in brief."""
+    (after,) = decode_cursor(cursor, [str]) if cursor else [None]
     found = await rows(
         request,
         """
         SELECT hostname, time, identity_sha256, source, gpus,
                record->'host'->>'cpu_model' AS cpu_model, record->>'driver_version' AS driver_version,
-               (SELECT array_agg(DISTINCT g->>'model')
-                FROM jsonb_array_elements(record->'gpus') g) AS gpu_models
-        FROM gpu_systems_latest ORDER BY hostname LIMIT %(limit)s
+               coalesce((SELECT array_agg(DISTINCT g->>'model')
+                         FROM jsonb_array_elements(CASE jsonb_typeof(record->'gpus') WHEN 'array'
+                                                   THEN record->'gpus' ELSE '[]' END) g), '{}') AS gpu_models
+        FROM gpu_systems_latest WHERE %(after)s::text IS NULL OR hostname > %(after)s
+        ORDER BY hostname LIMIT %(limit)s
     """,
-        {"limit": limit},
+        {"limit": limit + 1, "after": after},
     )
-    return {"systems": found}
+    total = (await rows(request, "SELECT count(*) AS n FROM gpu_systems_latest", {}))[0]["n"]
+    return page("systems", found, total=total, limit=limit, key=lambda r: (r["hostname"],))
 
 
 @router.get("/systems/{hostname}", dependencies=[only()])
@@ -90,19 +111,30 @@ async def system_detail(request: Request, hostname: HostPath) -> dict[str, Any]:
     return {"hostname": hostname, **found[0]}
 
 
-@router.get("/systems/{hostname}/history", dependencies=[only("limit")])
+@router.get("/systems/{hostname}/history", dependencies=[only("limit", "cursor")])
 async def system_history(
-    request: Request, hostname: HostPath, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+    request: Request,
+    hostname: HostPath,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: Cursor = None,
 ) -> dict[str, Any]:
     """Every identity the node announced, newest first: when its hardware or driver changed."""
+    after = decode_cursor(cursor, [datetime, str]) if cursor else [None, None]
+    params = {"h": hostname, "limit": limit + 1, "ct": after[0], "ci": after[1]}
+    total = (await rows(request, "SELECT count(*) AS n FROM gpu_systems WHERE hostname = %(h)s", params))[0][
+        "n"
+    ]
+    if not total:
+        raise HTTPException(404, f"no system {hostname}")
     found = await rows(
         request,
         """
         SELECT time, identity_sha256, source, gpus, record FROM gpu_systems
-        WHERE hostname = %(h)s ORDER BY time DESC LIMIT %(limit)s
+        WHERE hostname = %(h)s
+          AND (%(ct)s::timestamptz IS NULL OR (time, identity_sha256) < (%(ct)s, %(ci)s::text))
+        ORDER BY time DESC, identity_sha256 DESC LIMIT %(limit)s
     """,
-        {"h": hostname, "limit": limit},
+        params,
     )
-    if not found:
-        raise HTTPException(404, f"no system {hostname}")
-    return {"hostname": hostname, "history": found}
+    return {"hostname": hostname, **page("history", found, total=total, limit=limit,
+                                         key=lambda r: (r["time"], r["identity_sha256"]))}  # fmt: skip

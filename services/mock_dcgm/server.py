@@ -168,7 +168,7 @@ class MockServer:
         for i in range(len(fleet.nodes)):
             handler = node_handler(fleet, i, metrics, timestamps=timestamps)
             port = 0 if base_port == 0 else base_port + i  # 0: any free port, for tests
-            self.servers.append(ThreadingHTTPServer((bind, port), handler))
+            self.servers.append(self._listen(bind, port, handler, f"node {i}'s exporter"))
         # Port 0 means "any free port"; ask each server which one it got.
         host = "127.0.0.1" if bind in ("0.0.0.0", "") else bind  # noqa: S104 - just a comparison
 
@@ -176,13 +176,22 @@ class MockServer:
             return f"http://{host}:{self.servers[i].server_address[1]}/metrics"
 
         self.node_url = node_url
-        self.admin = ThreadingHTTPServer(
-            (bind, admin_port), admin_handler(fleet, metrics, self.registry, node_url)
+        self.admin = self._listen(
+            bind, admin_port, admin_handler(fleet, metrics, self.registry, node_url), "the admin API"
         )
         self.servers.append(self.admin)
         for server in self.servers:
             server.daemon_threads = True
         self._threads: list[threading.Thread] = []
+
+    def _listen(self, bind: str, port: int, handler: Any, what: str) -> ThreadingHTTPServer:
+        """A server on bind:port; if the port is taken, the error says which port and what it was for."""
+        try:
+            return ThreadingHTTPServer((bind, port), handler)
+        except OSError as e:
+            for server in self.servers:  # the ports already taken are given back
+                server.server_close()
+            raise OSError(e.errno, f"cannot listen on {bind}:{port} for {what}: {e.strerror or e}") from e
 
     @property
     def admin_url(self) -> str:

@@ -24,10 +24,12 @@ from shared.errors import GpuHealthError
 from shared.kafka import JsonProducer, make_producer
 from shared.service import serve_when_ready, start_service, stop_on_signals
 
+from .alert_hosts import with_hostnames
 from .cycle import CycleResult, run_cycle
 from .features import Conn
 from .predict import Prediction
 from .rules_config import DEFAULT_RULES, load_rules
+from .verdict_metrics import VerdictCollector
 
 log = logging.getLogger("services.scorer")
 
@@ -90,6 +92,8 @@ def main() -> int:
     cfg = settings.scorer
     registry = CollectorRegistry()
     metrics = ScorerMetrics(registry)
+    verdicts = VerdictCollector()
+    registry.register(verdicts)
     stop_metrics = serve_when_ready("scorer", registry, cfg.metrics_port, cfg.metrics_bind, settings.db)
     if stop_metrics is None:
         return 1
@@ -107,6 +111,8 @@ def main() -> int:
                 as_of = resolve_as_of(conn, cfg.as_of)
                 due = time.monotonic() - last_prediction >= cfg.predict_every_s
                 result = run_cycle(conn, as_of, rules, None if due else predictions)
+                verdicts.refresh(conn, as_of)
+                with_hostnames(conn, result.messages)
             if due:
                 last_prediction = time.monotonic()
                 predictions = result.predictions

@@ -11,10 +11,6 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service as ChromeService
-from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import WebDriverWait
 
 from services.api import cli
 from services.api.app import create_app, reader_settings
@@ -43,7 +39,7 @@ def test_health_readiness_and_metrics(client: TestClient) -> None:
 def test_fleet_gpus_and_one_gpu_match_what_was_ingested(client: TestClient, scored: dict[str, Any]) -> None:
     summary = client.get("/api/v1/fleet/summary").json()
     assert (summary["gpus"], summary["unhealthy"], summary["healthy"], summary["missing"]) == (4, 1, 3, 0)
-    assert summary["open_alerts"] == {"critical": 2}  # unhealthy memory and XID 48
+    assert summary["open_alerts"] == {"critical": 2, "warning": 0, "info": 0}  # unhealthy memory and XID 48
     assert summary["by_location"] == [
         {
             "cluster": "c1",
@@ -77,7 +73,8 @@ def test_fleet_gpus_and_one_gpu_match_what_was_ingested(client: TestClient, scor
     assert series["points"]
     assert all(p["temp_c"] is not None for p in series["points"])
     old = {"gpu": scored["sick"], "kind": "xid", "from": "2000-01-01T00:00:00Z", "to": "2000-01-20T00:00:00Z"}
-    assert client.get("/api/v1/events", params=old).json() == {"events": []}
+    empty = {"events": [], "total": 0, "limit": 100, "next_cursor": None}
+    assert client.get("/api/v1/events", params=old).json() == empty
     recent = client.get("/api/v1/events", params={"gpu": scored["sick"], "kind": "xid", "from": day}).json()
     assert [e["details"]["xid"] for e in recent["events"]] == [48]
     ranked = client.get("/api/v1/predictions").json()["predictions"]
@@ -99,7 +96,9 @@ def test_acknowledging_needs_the_key_and_an_open_alert(client: TestClient, score
 
 def test_without_a_configured_key_acknowledging_is_refused(migrated: DatabaseSettings) -> None:
     with TestClient(create_app(migrated, ApiSection())) as c:
-        assert c.post("/api/v1/alerts/1/acknowledge", headers={"X-API-Key": "anything"}).status_code == 403
+        refused = c.post("/api/v1/alerts/1/acknowledge", headers={"X-API-Key": "anything"})
+        assert refused.status_code == 403
+        assert "GPUHEALTH_API__API_KEY" in refused.json()["detail"]  # says why, and what to do
 
 
 @pytest.mark.parametrize(
@@ -126,11 +125,6 @@ def test_without_a_configured_key_acknowledging_is_refused(migrated: DatabaseSet
             400,
         ),
         ("/api/v1/gpus/GPU-00000000-0000-0000-0000-000000000000/series", {"bucket": "3s"}, 422),
-        (
-            "/api/v1/gpus/GPU-00000000-0000-0000-0000-000000000000/series",
-            {"from": "2026-01-01", "to": "2026-01-31", "bucket": "10s"},
-            400,
-        ),
         ("/api/v1/gpus/GPU-00000000-0000-0000-0000-000000000000/series", {"from": "yesterday"}, 422),
         ("/api/v1/events", {"kind": "meteor"}, 422),
         ("/api/v1/events", {"to": "0001-01-01T00:00:00Z"}, 400),  # found by schemathesis: was a 500
@@ -169,7 +163,7 @@ def test_the_fleet_page_is_served_and_calls_only_real_endpoints(client: TestClie
     page = client.get("/")
     assert page.status_code == 200
     assert page.headers["content-type"].startswith("text/html")
-    html = page.text
+    html = page.text + client.get("/static/fleet.js").text
     assert 'data-testid="fleet-grid"' in html
     assert 'data-testid="gpu-detail"' in html
     paths = client.get("/openapi.json").json()["paths"]
@@ -179,39 +173,6 @@ def test_the_fleet_page_is_served_and_calls_only_real_endpoints(client: TestClie
 
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def test_a_browser_sees_the_fleet_opens_a_gpu_and_sees_its_charts(
-    served_api: str, scored: dict[str, Any]
-) -> None:
-    options = webdriver.ChromeOptions()
-    options.binary_location = "/usr/bin/chromium"
-    # As root, headless, and with the background networking off: this machine's network is closed.
-    flags = "--headless=new --no-sandbox --disable-gpu --disable-dev-shm-usage --disable-quic --no-first-run"
-    flags += (
-        " --disable-background-networking --disable-component-update --disable-sync --window-size=1400,1000"
-    )
-    for flag in flags.split():
-        options.add_argument(flag)
-    driver = webdriver.Chrome(options=options, service=ChromeService("/usr/bin/chromedriver"))
-    try:
-        driver.get(served_api + "/")
-        wait = WebDriverWait(driver, 30)
-        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#grid .cell")) == 4)
-        sick = driver.find_element(By.CSS_SELECTOR, f'#grid .cell[data-uuid="{scored["sick"]}"]')
-        assert "unhealthy" in (sick.get_attribute("class") or "")
-        assert driver.find_element(By.ID, "s-unhealthy").text == "1"
-        sick.click()
-        wait.until(lambda d: d.find_element(By.ID, "detail").get_attribute("data-loaded") == scored["sick"])
-        assert "memory: unhealthy (volatile_dbe)" in driver.find_element(By.ID, "d-verdicts").text
-        lines = driver.find_elements(By.CSS_SELECTOR, ".chart polyline")
-        assert len(lines) == 4
-        assert all(len((line.get_attribute("points") or "").split()) > 10 for line in lines[:3])
-        artifacts = REPO / "test-artifacts"
-        artifacts.mkdir(exist_ok=True)
-        assert driver.save_screenshot(str(artifacts / "fleet-page.png"))
-    finally:
-        driver.quit()
 
 
 def test_the_cli_prints_the_fleet_and_the_worst_gpus_with_sparklines(
@@ -225,6 +186,7 @@ def test_the_cli_prints_the_fleet_and_the_worst_gpus_with_sparklines(
     assert "reset_gpu" in sick
     assert any(bar in sick for bar in cli.BARS)
     assert cli.main(["fleet", "--url", "http://127.0.0.1:9"]) == 1
+    assert "open alerts: 2 critical" in out[1]
 
 
 def test_sparkline() -> None:

@@ -6,7 +6,6 @@ import re
 import subprocess
 from pathlib import Path
 
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from services.mock_dcgm.fleet import Fleet
@@ -137,14 +136,6 @@ def test_timestamps_only_with_an_accelerated_clock() -> None:
         line.rsplit("} ", 1)[1].split(" ")[1] for line in stamped.splitlines() if not line.startswith("#")
     }
     assert stamps == {str(int(fleet.clock.now() * 1000))}
-
-
-@pytest.fixture(scope="module")
-def promtool() -> Path:
-    tool = Path.home() / ".cache" / "gpu-health" / "bin" / "promtool"
-    if not tool.exists():
-        subprocess.run([str(REPO / "scripts" / "install-tools.sh")], check=True)
-    return tool
 
 
 def test_promtool_finds_no_error_and_only_dcgm_exporters_own_naming_remarks(promtool: Path) -> None:

@@ -1,0 +1,147 @@
+"""What a browser gets from the API itself: the fleet page drawn on the server, Swagger UI, the favicon.
+
+Nothing comes from a CDN: Swagger UI's assets are those of the `swagger-ui-bundle`
+package (installed with the project), the favicon is drawn here, and the fleet
+page's first paint is HTML rendered from the same queries the REST endpoints run,
+so it reads without JavaScript (a plain screenshot, a text browser, a slow wall
+screen); its script then refreshes it live and adds the detail, charts and
+acknowledging.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from html import escape
+from pathlib import Path
+from typing import Any
+
+import swagger_ui_bundle  # type: ignore[import-untyped]
+from fastapi import FastAPI, Request
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, Response
+from fastapi.staticfiles import StaticFiles
+
+from . import routes
+
+STATIC = Path(__file__).parent / "static"
+MARK = {"healthy": "✓", "degraded": "!", "unhealthy": "✕", None: "?"}
+WORD = {"healthy": "healthy", "degraded": "degraded", "unhealthy": "unhealthy", None: "not scored"}
+
+
+def favicon() -> bytes:
+    """A 16x16 ICO (PNG inside): a green square with a white cross-bar, drawn here."""
+    size = 16
+    rows = b""
+    for y in range(size):
+        row = b"\x00"  # filter: none
+        for x in range(size):
+            edge = x in (0, size - 1) or y in (0, size - 1)
+            bar = 6 <= y <= 9 and 3 <= x <= 12
+            row += bytes((255, 255, 255, 255) if bar else (29, 38, 48, 255) if edge else (46, 157, 87, 255))
+        rows += row
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", size, size, 8, 6, 0, 0, 0))
+    png += chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+    return (
+        struct.pack("<HHH", 0, 1, 1) + struct.pack("<BBBBHHII", size, size, 0, 0, 1, 32, len(png), 22) + png
+    )
+
+
+def gpu_cell(g: dict[str, Any]) -> str:
+    state = g.get("state")
+    label = f"{g['hostname']} GPU {g['gpu_index']}: {WORD.get(state, state)}"
+    if g.get("score") is not None:
+        label += f", score {g['score']:g}"
+    attrs = {
+        "class": f"cell {state or 'unknown'}", "data-uuid": g["gpu_uuid"], "data-state": state or "unknown",
+        "data-host": g["hostname"], "data-rack": g.get("rack") or "", "data-model": g.get("model") or "",
+        "title": label, "aria-label": label, "role": "button", "tabindex": "0",
+    }  # fmt: skip
+    rendered = " ".join(f'{k}="{escape(str(v))}"' for k, v in attrs.items())
+    return f"<span {rendered}><b>{MARK.get(state, '?')}</b><i>{g['gpu_index']}</i></span>"
+
+
+def grid(gpus: list[dict[str, Any]]) -> str:
+    tree: dict[str, dict[str, dict[str, list[dict[str, Any]]]]] = {}
+    for g in gpus:
+        dc, rack = g.get("datacenter") or "(no datacenter)", g.get("rack") or "(no rack)"
+        tree.setdefault(dc, {}).setdefault(rack, {}).setdefault(g["hostname"], []).append(g)
+    out = []
+    for dc, racks in tree.items():
+        out.append(f'<div class="dc"><b>{escape(dc)}</b>')
+        for rack, hosts in racks.items():
+            out.append(f'<div class="rack"><div>{escape(rack)}</div>')
+            for host, listed in hosts.items():
+                cells = "".join(gpu_cell(g) for g in listed)
+                out.append(
+                    f'<div class="host" data-host="{escape(host)}"><small>{escape(host)}</small>{cells}</div>'
+                )
+            out.append("</div>")
+        out.append("</div>")
+    return "".join(out) or "no GPUs reported yet"
+
+
+def alert_rows(alerts: list[dict[str, Any]]) -> str:
+    if not alerts:
+        return '<tr><td colspan="5">no open alerts</td></tr>'
+    return "".join(
+        f'<tr data-uuid="{escape(a["gpu_uuid"])}" data-alert="{a["id"]}">'
+        f'<td class="{escape(a["severity"])}">{escape(a["severity"])}</td>'
+        f"<td>{escape(a['hostname'] or '?')} GPU {escape(str(a['gpu_index']))}</td>"
+        f"<td>{escape(a['summary'])}</td><td>{escape(a['state'])}</td>"
+        f'<td><time datetime="{escape(a["opened_at"])}">'
+        f"{escape(a['opened_at'][:16].replace('T', ' '))} UTC</time></td></tr>"
+        for a in alerts
+    )
+
+
+async def render_page(request: Request, template: str) -> str:
+    summary = await routes.fleet_summary(request)
+    gpus: list[dict[str, Any]] = []
+    while True:  # the whole fleet, in the API's pages
+        listed = await routes.list_gpus(
+            request, cluster=None, datacenter=None, rack=None, host=None, model=None,
+            state=None, sort="hostname", limit=1000, offset=len(gpus), cursor=None,
+        )  # fmt: skip
+        gpus += listed["gpus"]
+        if not listed["gpus"] or len(gpus) >= listed["total"]:
+            break
+    alerts = await routes.alerts(
+        request, state="unresolved", severity=None, gpu=None, host=None, limit=50, cursor=None
+    )
+    stats = {f"s-{k}": summary[k] for k in ("gpus", "healthy", "degraded", "unhealthy", "missing")}
+    stats["s-power"] = "–" if summary["power_w"] is None else f"{summary['power_w']:,.0f}"
+    page = template
+    for key, value in stats.items():
+        page = page.replace(f'<b id="{key}">–</b>', f'<b id="{key}">{escape(str(value))}</b>')
+    page = page.replace("<!--GRID-->", grid(gpus)).replace("<!--ALERTS-->", alert_rows(alerts["alerts"]))
+    return page.replace("<!--ALERT-TOTAL-->", str(alerts["total"]))
+
+
+def add_web(app: FastAPI) -> None:
+    template = (STATIC / "index.html").read_text()
+    icon = favicon()
+    assets = Path(swagger_ui_bundle.swagger_ui_path)
+    app.mount("/static/swagger-ui", StaticFiles(directory=assets), name="swagger-ui")
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+    @app.get("/", include_in_schema=False)
+    async def fleet_page(request: Request) -> HTMLResponse:
+        """The fleet at a glance, drawn on the server; its script keeps it live."""
+        return HTMLResponse(await render_page(request, template))
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    async def favicon_ico() -> Response:
+        return Response(icon, media_type="image/x-icon", headers={"Cache-Control": "max-age=86400"})
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json", title="gpu-health API",
+            swagger_js_url="/static/swagger-ui/swagger-ui-bundle.js",
+            swagger_css_url="/static/swagger-ui/swagger-ui.css", swagger_favicon_url="/favicon.ico",
+        )  # fmt: skip

@@ -1,0 +1,29 @@
+"""Every message the scorer announces names its GPU's host, alerts included (gpu-alerts and gpu-health).
+
+Applied to a cycle's messages before they are produced, from the inventory
+(gpu_assets), so an alert about a GPU that has just left the fleet still says
+where it was. A GPU missing from the inventory gets "" rather than no field,
+so consumers always find the key.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+Message = tuple[str, str, dict[str, Any]]
+
+
+def with_hostnames(conn: Any, messages: list[Message]) -> list[Message]:
+    missing = sorted({key for _, key, value in messages if not value.get("hostname")})
+    hosts: dict[str, str] = {}
+    if missing:
+        hosts = {
+            str(u): str(h)
+            for u, h in conn.execute(
+                "SELECT gpu_uuid, hostname FROM gpu_assets WHERE gpu_uuid = ANY(%s)", (missing,)
+            )
+        }
+    for _, key, value in messages:
+        if not value.get("hostname"):
+            value["hostname"] = hosts.get(key, "")
+    return messages

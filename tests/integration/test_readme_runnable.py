@@ -1,0 +1,52 @@
+"""Every README block marked `<!-- runnable -->` runs as written, against an API served over a scored fleet.
+
+The only rewrites are the addresses a test cannot own: the API's port (the test
+serves its own) and the venv (the test's own, which `make venv` built the same way).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+KEY = "test-key-123"  # the served_api fixture's key
+RUNNABLE = re.compile(r"^<!-- runnable -->\n```sh\n(.*?)^```", re.M | re.S)
+
+
+def runnable_blocks() -> list[str]:
+    return RUNNABLE.findall((REPO / "README.md").read_text())
+
+
+def test_the_readme_marks_its_runnable_blocks() -> None:
+    blocks = runnable_blocks()
+    assert len(blocks) >= 4
+    assert any("gpuhealth fleet" in b for b in blocks)
+    assert any("promtool test rules" in b for b in blocks)
+
+
+def test_every_runnable_readme_block_runs_as_written(served_api: str, scored: dict[str, Any]) -> None:
+    api = served_api.removeprefix("http://")
+    venv_bin = str(Path(sys.executable).parent) + "/"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GPUHEALTH_URL")}
+    env |= {"GPUHEALTH_API__API_KEY": KEY, "GPUHEALTH_URL": served_api}
+    outputs = []
+    for block in runnable_blocks():
+        script = block.replace("localhost:8000", api).replace("~/.cache/gpu-health/venv/bin/", venv_bin)
+        run = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=REPO, env=env,
+                             capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+        assert run.returncode == 0, (
+            f"README block failed:\n{block}\n--- stderr:\n{run.stderr}\n--- stdout:\n{run.stdout}"
+        )
+        assert run.stdout.strip(), block
+        outputs.append(run.stdout)
+    text = "\n".join(outputs)
+    assert '"unhealthy":1' in text.replace(" ", "")  # the fleet summary
+    assert '"acknowledged_by":"oncall"' in text.replace(" ", "")  # the acknowledge example, with the key
+    assert "GPUs 4  healthy 3" in text  # gpuhealth fleet
+    assert "volatile_dbe" in text  # gpuhealth gpu, the worst GPU
+    assert "SUCCESS" in text  # promtool test rules
