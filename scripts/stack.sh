@@ -56,7 +56,7 @@ case ${1:-status} in
     echo "  logs:         $logs/"
     echo "  watch Kafka:  make kafka-console-consumer TOPIC=gpu-metrics-raw"
     echo "  database:     make psql   (try: SELECT * FROM v_fleet_health_summary;)"
-    echo "  CLI:          $GPUHEALTH_VENV/bin/gpuhealth fleet   (also: gpu UUID, alerts, ack ID --key KEY)"
+    echo "  CLI:          ${GPUHEALTH_VENV:-$GPUHEALTH_CACHE/venv}/bin/gpuhealth fleet   (also: gpu UUID, alerts, ack ID --key KEY)"
     echo "  stop:         make down"
     ;;
   down)
