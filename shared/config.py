@@ -44,6 +44,8 @@ class TopicSettings(BaseModel):
     health: str = "gpu-health"
     alerts: str = "gpu-alerts"
     dlq: str = "gpu-metrics-dlq"
+    processes: str = "gpu-processes"
+    llm_sessions: str = "llm-sessions"
     partitions: int = Field(default=6, ge=1, le=10_000)
     replication_factor: int = Field(default=1, ge=1, le=10)
     # Raw samples are re-readable for a week; the database is the long-term store.
