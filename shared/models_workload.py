@@ -71,6 +71,7 @@ class LlmSession(_Strict):
 
     schema_version: Version = 1
     kind: Literal["session"] = "session"
+    request_id: Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]  # the idempotency key with `time`
     time: UtcTime  # when the request arrived
     source: Literal["proxy", "probe"]
     monitor_id: Label

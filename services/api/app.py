@@ -102,4 +102,7 @@ def create_app(db: DatabaseSettings, api: ApiSection, registry: CollectorRegistr
     from .routes import router
 
     app.include_router(router)
+    from .workload_routes import router as workload_router
+
+    app.include_router(workload_router)
     return app

@@ -31,6 +31,7 @@ from .events import EventDetector
 from .metrics import CollectorMetrics
 from .nvml_source import NvmlSource
 from .poller import Collector
+from .processes import ProcessSection, start_process_watch
 from .publisher import Publisher, collector_producer
 from .readings import GpuSource, SourceError
 from .smi_source import SmiSource
@@ -60,6 +61,7 @@ class CollectorSection(BaseModel):
 
 class CollectorSettings(Settings):
     collector: CollectorSection = Field(default_factory=CollectorSection)
+    processes: ProcessSection = Field(default_factory=ProcessSection)
 
 
 def make_sources(cfg: CollectorSection) -> list[GpuSource]:
@@ -122,6 +124,9 @@ def main() -> int:
         interval_s=cfg.interval_s,
     )
     stop = stop_on_signals()
+    start_process_watch(settings.processes, collector_source=cfg.source, dcgm_urls=cfg.dcgm_urls,
+                        timeout_s=cfg.scrape_timeout_s, publisher=publisher, topics=settings.topics,
+                        collector_id=cfg.collector_id, stop=stop)  # fmt: skip
     log.info("collecting", extra={"sources": [s.target for s in sources], "interval_s": cfg.interval_s})
     try:
         collector.run(stop)

@@ -25,6 +25,7 @@ import httpx
 from pydantic import BaseModel, Field
 
 from shared.config import TopicSettings
+from shared.errors import ConfigError
 from shared.models import to_json
 from shared.models_workload import GpuProcess, GpuProcesses
 from shared.process_rules import DEFAULT_RULES, ProcessFacts, ProcessRules
@@ -87,12 +88,12 @@ class NvmlProcesses:
 
     kind: Literal["nvml"] = "nvml"
 
-    def __init__(self, nvml: Any | None = None, proc: ProcReader | None = None) -> None:
+    def __init__(self, nvml: Any | None = None, proc: ProcReader | None = None, window_s: float = 10.0) -> None:
         if nvml is None:
             import pynvml
 
             nvml = pynvml
-        self.nvml, self.proc = nvml, proc or ProcReader()
+        self.nvml, self.proc, self.window_s = nvml, proc or ProcReader(), window_s
         try:
             nvml.nvmlInit()
             self.handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
@@ -106,17 +107,30 @@ class NvmlProcesses:
         except self.nvml.NVMLError:
             return None
 
-    def _utilisation(self, index: int, handle: Any) -> dict[int, tuple[float | None, float | None]]:
-        """Per-PID SM and memory utilisation from the samples since the last poll (newest wins)."""
-        since = self._last_sample_us.get(index, 0)
-        samples = self._q(self.nvml.nvmlDeviceGetProcessUtilization, handle, since) or []
-        newest: dict[int, tuple[int, float | None, float | None]] = {}
-        for s in samples:
+    def _utilisation(self, index: int, handle: Any) -> dict[int, tuple[float, float]] | None:
+        """Per-PID mean SM and memory utilisation over the samples since the last poll.
+
+        None when the GPU keeps no per-process samples. When it does, a process with
+        no sample in the window did no work in it: it reads 0 (absent from the result).
+        The first poll looks back `window_s`.
+        """
+        since = self._last_sample_us.get(index) or time.time_ns() // 1000 - int(self.window_s * 1e6)
+        try:
+            samples = self.nvml.nvmlDeviceGetProcessUtilization(handle, since)
+        except self.nvml.NVMLError as e:
+            if getattr(e, "value", None) == getattr(self.nvml, "NVML_ERROR_NOT_FOUND", 6):
+                return {}  # supported, but no process ran a kernel in the window
+            return None
+        sums: dict[int, tuple[float, float, int]] = {}
+        for s in samples or []:
             stamp = int(getattr(s, "timeStamp", 0))
-            if s.pid not in newest or stamp >= newest[s.pid][0]:
-                newest[s.pid] = (stamp, _pct(s.smUtil), _pct(s.memUtil))
+            sm, mem = _pct(s.smUtil), _pct(s.memUtil)
+            if stamp <= since or sm is None or mem is None:
+                continue
+            a, b, n = sums.get(s.pid, (0.0, 0.0, 0))
+            sums[s.pid] = (a + sm, b + mem, n + 1)
             self._last_sample_us[index] = max(self._last_sample_us.get(index, 0), stamp)
-        return {pid: (sm, mem) for pid, (_, sm, mem) in newest.items()}
+        return {pid: (round(a / n, 1), round(b / n, 1)) for pid, (a, b, n) in sums.items()}
 
     def read(self) -> list[GpuObservation]:
         observed: list[GpuObservation] = []
@@ -137,7 +151,8 @@ class NvmlProcesses:
                         seen.used_memory_mib = max(seen.used_memory_mib or 0, memory or 0) or seen.used_memory_mib
             usage = self._utilisation(index, handle) if by_pid else {}
             for pid, p in by_pid.items():
-                p.sm_util_pct, p.mem_util_pct = usage.get(pid, (None, None))
+                if usage is not None:
+                    p.sm_util_pct, p.mem_util_pct = usage.get(pid, (0.0, 0.0))
                 p.info = self.proc.read(pid)
             text = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
             observed.append(GpuObservation(text, index, sorted(by_pid.values(), key=lambda p: p.pid)))
@@ -262,6 +277,38 @@ class ProcessWatch:
         thread = threading.Thread(target=self.run, args=(stop,), name="process-watch", daemon=True)
         thread.start()
         return thread
+
+
+def process_sources(collector_source: str, dcgm_urls: Sequence[str], timeout_s: float) -> list[ProcessSource]:
+    """The mock fleet's nodes for a mock collector; otherwise the local GPUs through NVML, where it loads."""
+    if collector_source == "mock":
+        return [MockProcesses(url, timeout_s) for url in dcgm_urls]
+    try:
+        return [NvmlProcesses()]
+    except (SourceError, ImportError, OSError) as e:
+        log.warning("no process listing: NVML is not usable here (%s)", e)
+        return []
+
+
+def start_process_watch(
+    section: ProcessSection, *, collector_source: str, dcgm_urls: Sequence[str], timeout_s: float,
+    publisher: Publisher, topics: TopicSettings, collector_id: str, stop: threading.Event,
+) -> threading.Thread | None:  # fmt: skip
+    """The collector's one registration line: start listing processes on a thread, when enabled."""
+    if not section.enabled:
+        return None
+    sources = process_sources(collector_source, dcgm_urls, timeout_s)
+    if not sources:
+        return None
+    try:
+        rules = ProcessRules.load(section.rules_file)
+    except ConfigError as e:
+        # The metrics poll goes on; the missing listing is loud in the log, not a dead collector.
+        log.error("process listing disabled: %s", e)
+        return None
+    watch = ProcessWatch(sources=sources, rules=rules, publisher=publisher,
+                         topics=topics, collector_id=collector_id, interval_s=section.interval_s)  # fmt: skip
+    return watch.start(stop)
 
 
 def main() -> int:

@@ -19,6 +19,7 @@ from shared.service import serve_when_ready, start_service, stop_on_signals
 from .loop import DEPTH, SinkLoop
 from .maintenance import Retention
 from .metrics import SinkMetrics
+from .workload import WorkloadSink
 from .writer import BatchWriter
 
 log = logging.getLogger("services.sink")
@@ -90,12 +91,15 @@ def main() -> int:
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)
     loop.stop = stop_on_signals()
+    workload = WorkloadSink.from_settings(settings, group_id=cfg.group_id, registry=registry, stop=loop.stop).start()
     log.info("sinking", extra={"topics": [settings.topics.metrics_raw, settings.topics.events]})
     try:
         loop.run()
     finally:
         loop.consumer.close()
         writer.close()
+        loop.stop.set()
+        workload.join()
         stop_metrics()
     log.info("stopped")
     return 0
