@@ -24,7 +24,8 @@ from typing import Any, Literal
 from shared.models_workload import LlmSession
 
 _NS_PER_MS = 1_000_000
-_MAX_LINE = 1 << 20  # an NDJSON line longer than this is not an answer chunk this meter reads
+_MAX_LINE = 1 << 20
+_MAX_TPS = 10_000_000.0  # an NDJSON line longer than this is not an answer chunk this meter reads
 
 
 def _count(value: Any) -> int | None:
@@ -90,8 +91,9 @@ class SessionMeter:
             self.first_token = now if now is not None else time.perf_counter()
         if chunk.get("done") is True:
             self.final = chunk
-            if isinstance(chunk.get("model"), str) and chunk["model"]:
-                self.model = chunk["model"]
+            model = chunk.get("model")
+            if isinstance(model, str) and model and model.isprintable() and len(model) <= 253:
+                self.model = model
 
     def session(
         self, *, status: int, streamed: bool, ended: float, source: Literal["proxy", "probe"],
@@ -101,6 +103,8 @@ class SessionMeter:
         completion, eval_ms = _count(f.get("eval_count")), _ms(f.get("eval_duration"))
         tps = completion / (eval_ms / 1000) if completion and eval_ms else None
         tpot = eval_ms / completion if completion and eval_ms is not None else None
+        if tps is not None and tps > _MAX_TPS:
+            tps = tpot = None  # e.g. a million tokens in a nanosecond: not a measurement
         ok = 200 <= status < 300 and self.error is None and self.final is not None
         error = self.error or (None if ok else f"HTTP {status}" if status >= 300 else "no final chunk")
         return LlmSession(
@@ -110,7 +114,8 @@ class SessionMeter:
             completion_tokens=completion, load_ms=_ms(f.get("load_duration")),
             prompt_eval_ms=_ms(f.get("prompt_eval_duration")), eval_ms=eval_ms,
             total_ms=_ms(f.get("total_duration")),
-            ttft_ms=(self.first_token - self.started) * 1000 if streamed and self.first_token else None,
+            ttft_ms=max(self.first_token - self.started, 0.0) * 1000
+            if streamed and self.first_token is not None else None,
             wall_ms=max(ended - self.started, 0.0) * 1000, tokens_per_s=tps, tpot_ms=tpot,
         )  # fmt: skip
 

@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from shared.models import sane_time
 from shared.models_workload import LlmServerStatus, LoadedModel
 
 log = logging.getLogger(__name__)
@@ -36,9 +37,12 @@ def _expiry(value: Any) -> datetime | None:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return None
-    if parsed.tzinfo is None or parsed.year < 2000 or parsed.year > 9000:
-        return None  # Ollama says 0001-01-01 or far future for "never expires"
-    return parsed.astimezone(UTC)
+    if parsed.tzinfo is None:
+        return None
+    try:
+        return sane_time(parsed)
+    except ValueError:
+        return None  # Ollama says 0001-01-01, or centuries ahead for "never expires"
 
 
 def loaded_models(ps: Any) -> list[LoadedModel]:
