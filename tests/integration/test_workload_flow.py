@@ -1,0 +1,202 @@
+"""Workload telemetry end to end: mock -> collector/monitor -> Kafka -> sink -> TimescaleDB -> API, for real."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from prometheus_client import CollectorRegistry
+from pydantic import SecretStr
+
+from evaluation.pipeline import wait_until
+from services.api.app import create_app
+from services.api.settings import ApiSection
+from services.collector.metrics import CollectorMetrics
+from services.collector.processes import MockProcesses, ProcessWatch
+from services.collector.publisher import Publisher, collector_producer
+from services.llm_monitor.__main__ import LlmSection, LlmSettings, Monitor
+from services.llm_monitor.proxy import OllamaProxy
+from services.llm_monitor.servers import poll_ollama
+from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
+from services.mock_dcgm.server import MockServer
+from services.mock_ollama.server import MockOllamaServer
+from services.sink.workload import WorkloadSink
+from shared.config import DatabaseSettings, KafkaSettings, Settings, TopicSettings
+from shared.db import connect
+from shared.kafka import JsonProducer, make_producer
+from shared.models import to_json
+from shared.models_workload import GpuProcess, GpuProcesses, ProcessClass
+from shared.process_rules import ProcessRules
+from tests.integration.kafka_helpers import consume_all, header_map
+
+
+@pytest.fixture
+def topics(topic_factory: Callable[..., str]) -> TopicSettings:
+    return TopicSettings(processes=topic_factory(prefix="proc"), llm_sessions=topic_factory(prefix="llm"),
+                         dlq=topic_factory(prefix="dlq", partitions=1))  # fmt: skip
+
+
+@pytest.fixture
+def sink(kafka_settings: KafkaSettings, migrated: DatabaseSettings, topics: TopicSettings) -> Iterator[WorkloadSink]:
+    settings = Settings(kafka=kafka_settings, db=migrated, topics=topics)
+    stop = threading.Event()
+    running = WorkloadSink.from_settings(settings, group_id=f"test-{topics.processes}", registry=CollectorRegistry(),
+                                         stop=stop).start()  # fmt: skip
+    yield running
+    stop.set()
+    running.join(30)
+
+
+@pytest.fixture
+def api(migrated: DatabaseSettings) -> Iterator[TestClient]:
+    with TestClient(create_app(migrated, ApiSection(api_key=SecretStr("test-key-123")))) as client:
+        yield client
+
+
+def count(db: DatabaseSettings, query: str) -> int:
+    with connect(db) as conn:
+        row = conn.execute(query).fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_mock_fleet_processes_flow_to_the_api(
+    kafka_settings: KafkaSettings, migrated: DatabaseSettings, topics: TopicSettings, sink: WorkloadSink,
+    api: TestClient,
+) -> None:  # fmt: skip
+    t = [0.0]
+    fleet = Fleet(FleetSpec(nodes=2, gpus_per_node=4), SimClock(start_s=time.time() - 3 * 3600, monotonic=lambda: t[0]))
+    t[0] = 3 * 3600  # three simulated hours in: some GPUs run jobs, some are idle
+    mock = MockServer(fleet, bind="127.0.0.1", base_port=0, admin_port=0, timestamps=False)
+    mock.start()
+    try:
+        publisher = Publisher(JsonProducer(collector_producer(kafka_settings, 1000)), CollectorMetrics(CollectorRegistry()))
+        watch = ProcessWatch(sources=[MockProcesses(mock.node_url(i)) for i in range(2)], rules=ProcessRules.load(),
+                             publisher=publisher, topics=topics, collector_id="it", interval_s=1)  # fmt: skip
+        assert watch.poll_once() == 8
+        assert publisher.flush(30) == 0
+    finally:
+        mock.stop()
+    busy = {g.uuid: g for node in fleet.nodes for g in node.gpus if g.job is not None}
+    idle = [g.uuid for node in fleet.nodes for g in node.gpus if g.job is None]
+    assert busy, "the simulated fleet should be running jobs three hours in"
+    wait_until(lambda: count(migrated, "SELECT count(*) FROM gpu_process_latest") == 8, 60, "8 GPUs stored")
+
+    uuid, gpu = next(iter(busy.items()))
+    answer = api.get(f"/api/v1/gpus/{uuid}/processes").json()
+    (process,) = answer["processes"]
+    assert answer["process_count"] == 1 and answer["hostname"].startswith("gpu-node-")
+    assert (process["classification"], process["rule"]) == ("training", "distributed-worker")
+    assert f"--local-rank={gpu.index}" in process["command_line"] and process["user"] == "mluser"
+    assert process["pod_uid"] and len(process["container_id"]) == 64 and process["used_memory_mib"] > 0
+    if idle:
+        assert api.get(f"/api/v1/gpus/{idle[0]}/processes").json()["processes"] == []
+    assert api.get("/api/v1/gpus/GPU-00000000-0000-0000-0000-000000000000/processes").status_code == 404
+
+    fleet_view = api.get("/api/v1/fleet/processes").json()
+    assert (fleet_view["gpus_listed"], fleet_view["gpus_busy"], fleet_view["processes"]) == (8, len(busy), len(busy))
+    assert fleet_view["by_class"] == [{"classification": "training", "processes": len(busy), "gpus": len(busy),
+                                       "used_memory_mib": fleet_view["by_class"][0]["used_memory_mib"], "pods": len(busy)}]  # fmt: skip
+    assert fleet_view["by_rule"] == [{"rule": "distributed-worker", "classification": "training", "processes": len(busy)}]
+    assert api.get("/api/v1/fleet/processes?hostname=gpu-node-99").json()["gpus_listed"] == 0
+    assert api.get("/api/v1/fleet/processes?hostname=;drop").status_code == 422
+
+
+def test_llm_sessions_flow_from_the_proxy_to_per_model_percentiles(
+    kafka_settings: KafkaSettings, migrated: DatabaseSettings, topics: TopicSettings, sink: WorkloadSink,
+    api: TestClient,
+) -> None:  # fmt: skip
+    mock = MockOllamaServer("127.0.0.1", 0, time_scale=0.02).start()
+    settings = LlmSettings(kafka=kafka_settings, topics=topics, llm=LlmSection(ollama_url=mock.url, monitor_id="it"))
+    producer = JsonProducer(make_producer(kafka_settings))
+    monitor = Monitor(settings, producer, CollectorRegistry())
+    seen: list[Any] = []
+
+    def record(session: Any) -> None:
+        seen.append(session)
+        monitor.publish(session)
+
+    async def traffic() -> None:
+        proxy = OllamaProxy(upstream=mock.url, on_session=record, monitor_id="it")
+        port = await proxy.start("127.0.0.1", 0)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            for i in range(12):
+                model = "qwen2.5:0.5b" if i % 3 else "llama3.1:8b"
+                async with client.stream("POST", "/api/generate", json={"model": model, "prompt": f"q{i}"}) as r:
+                    lines = [json.loads(line) async for line in r.aiter_lines() if line]
+                assert lines[-1]["done"] is True and len(lines) > 2
+            await client.post("/api/chat", json={"model": "ghost:1b", "messages": []})
+            monitor.publish(await poll_ollama(client, mock.url, "it"))
+        await proxy.close()
+
+    try:
+        asyncio.run(asyncio.wait_for(traffic(), 120))
+    finally:
+        mock.stop()
+    assert producer.flush(30) == 0
+    wait_until(lambda: count(migrated, "SELECT count(*) FROM llm_sessions") == 13, 60, "13 sessions stored")
+    wait_until(lambda: count(migrated, "SELECT count(*) FROM llm_server_status") == 1, 60, "the server snapshot")
+
+    models = {m["model"]: m for m in api.get("/api/v1/llm/models").json()["models"]}
+    assert set(models) == {"qwen2.5:0.5b", "llama3.1:8b", "ghost:1b"}
+    for name, row in models.items():
+        mine = [s for s in seen if s.model == name]
+        assert row["requests"] == len(mine) and row["errors"] == sum(not s.ok for s in mine)
+        ttft = [s.ttft_ms for s in mine if s.ttft_ms is not None]
+        tps = [s.tokens_per_s for s in mine if s.tokens_per_s is not None]
+        if ttft:  # percentile_cont is linear interpolation, as numpy's default
+            assert row["ttft_p50_ms"] == pytest.approx(float(np.percentile(ttft, 50)))
+            assert row["ttft_p95_ms"] == pytest.approx(float(np.percentile(ttft, 95)))
+            assert row["tps_p50"] == pytest.approx(statistics.median(tps))
+            assert row["tps_p95"] == pytest.approx(float(np.percentile(tps, 95)))
+    assert models["ghost:1b"]["errors"] == 1 and models["ghost:1b"]["ttft_p50_ms"] is None
+    (server,) = api.get("/api/v1/llm/servers").json()["servers"]
+    assert server["up"] and server["version"] == "0.6.8"
+    assert {m["name"] for m in server["models"]} == {"qwen2.5:0.5b", "llama3.1:8b"}
+    assert all(m["vram_bytes"] > 0 for m in server["models"])
+    assert api.get("/api/v1/llm/models?from=2026-01-02T00:00:00Z&to=2026-01-01T00:00:00Z").status_code == 400
+
+
+def test_bad_workload_records_are_dead_lettered_and_the_good_ones_stored_once(
+    kafka_settings: KafkaSettings, migrated: DatabaseSettings, topics: TopicSettings, sink: WorkloadSink,
+) -> None:  # fmt: skip
+    good = GpuProcesses(
+        time=datetime.now(UTC), source="nvml",
+        collector_id="c", hostname="h", gpu_uuid="GPU-8b08f602-b857-81e9-a86b-547a202d628f", gpu_index=0,
+        processes=[GpuProcess(pid=42, type="compute", used_memory_mib=100, classification=ProcessClass.TRAINING,
+                              rule="training-script")],
+    )  # fmt: skip
+    value = json.dumps(to_json(good)).encode()
+    producer = make_producer(kafka_settings)
+    bad = [
+        (topics.processes, b"GPU-8b08f602-b857-81e9-a86b-547a202d628f", b"{not json"),
+        (topics.processes, b"GPU-8b08f602-b857-81e9-a86b-547a202d628f", value.replace(b'"training"', b'"mining"')),
+        (topics.processes, b"GPU-ffffffff-b857-81e9-a86b-547a202d628f", value),  # key is another GPU
+        (topics.llm_sessions, b"s", b'{"kind":"session","schema_version":1,"model":"m"}'),
+        (topics.llm_sessions, b"s", b'{"kind":"gossip"}'),
+        (topics.llm_sessions, b"s", None),
+    ]
+    for topic, key, raw in [*bad[:3], (topics.processes, good.gpu_uuid.encode(), value), *bad[3:],
+                            (topics.processes, good.gpu_uuid.encode(), value)]:  # fmt: skip
+        producer.produce(topic, key=key, value=raw)
+    assert producer.flush(30) == 0
+    dead = consume_all(kafka_settings, topics.dlq, expected=len(bad), timeout_s=60)
+    assert len(dead) == len(bad)
+    headers = [header_map(m) for m in dead]
+    assert {h["dlq.category"] for h in headers} == {"contract", "key", "empty"}
+    assert all(h["dlq.source.topic"] in (topics.processes, topics.llm_sessions) and h["dlq.error"] for h in headers)
+    # every record of the processes topic (3 bad, the good one twice) is behind the stored offsets
+    stored = f"SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets WHERE topic = '{topics.processes}'"
+    wait_until(lambda: count(migrated, stored) == 5, 60, "all of the processes topic consumed")
+    assert count(migrated, "SELECT count(*) FROM gpu_processes") == 1
+    assert count(migrated, "SELECT count(*) FROM gpu_process_polls") == 1  # sent twice, stored once
+    assert sink._thread is not None and sink._thread.is_alive()
