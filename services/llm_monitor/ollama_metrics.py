@@ -78,6 +78,9 @@ class SessionMeter:
     def _line(self, line: bytes, now: float | None) -> None:
         if not line.strip():
             return
+        if self.first_token is not None and b'"done":false' in line and b'"error"' not in line:
+            self.chunks += 1  # a token after the first: nothing in it changes the session
+            return
         try:
             chunk = json.loads(line)
         except ValueError:

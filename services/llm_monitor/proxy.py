@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import time
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from urllib.parse import urlsplit
 
 from shared.models_workload import LlmSession
 
+from .chunked import ChunkedDecoder, ChunkedError
 from .ollama_metrics import SessionMeter, request_facts
 
 log = logging.getLogger(__name__)
@@ -29,6 +31,7 @@ MEASURED = {b"/api/generate": "/api/generate", b"/api/chat": "/api/chat"}
 _HOP = {b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"te", b"upgrade",
         b"content-length", b"host"}  # fmt: skip
 MAX_HEAD = 64 * 1024
+_DEADLINE: contextvars.ContextVar[asyncio.Timeout | None] = contextvars.ContextVar("deadline", default=None)
 
 
 class BadRequest(Exception):
@@ -163,7 +166,9 @@ class OllamaProxy:
         out += body
         answered: list[int] = []  # the status, once the answer's head went to the client
         try:
-            await self._relay(bytes(out), method, writer, meter, keep_alive, answered)
+            async with asyncio.timeout(self.timeout_s) as deadline:
+                _DEADLINE.set(deadline)  # per task: each client connection is its own task
+                await self._relay(bytes(out), method, writer, meter, keep_alive, answered)
         except (OSError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, BadRequest) as e:
             if meter is not None:
                 meter.error = f"upstream failed: {e}"[:500]
@@ -184,6 +189,13 @@ class OllamaProxy:
         except Exception:  # a measurement must never break the relay
             log.exception("session not recorded")
 
+    async def _read(self, up: asyncio.StreamReader, size: int) -> bytes:
+        """One read, pushing the request's inactivity deadline on (cheaper than a wait_for per read)."""
+        data = await up.read(size)
+        if (deadline := _DEADLINE.get()) is not None:
+            deadline.reschedule(asyncio.get_running_loop().time() + self.timeout_s)
+        return data
+
     async def _send(self, request: bytes) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes]:
         """Send upstream and read the answer's head. A kept-alive connection Ollama has closed
         meanwhile fails before any answer: then the request goes once more on a fresh one."""
@@ -195,14 +207,14 @@ class OllamaProxy:
             try:
                 writer.write(request)
                 await writer.drain()
-                return reader, writer, await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.timeout_s)
+                return reader, writer, await reader.readuntil(b"\r\n\r\n")
             except (ConnectionError, asyncio.IncompleteReadError):
                 writer.close()
         reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port, limit=MAX_HEAD), 10)
         try:
             writer.write(request)
             await writer.drain()
-            return reader, writer, await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.timeout_s)
+            return reader, writer, await reader.readuntil(b"\r\n\r\n")
         except BaseException:
             writer.close()
             raise
@@ -235,7 +247,7 @@ class OllamaProxy:
                 await self._exactly(up_reader, client, meter, length)
                 reusable = True
             else:
-                while data := await asyncio.wait_for(up_reader.read(65536), self.timeout_s):
+                while data := await self._read(up_reader, 65536):
                     client.write(data)
                     if meter is not None:
                         meter.feed(data)
@@ -251,27 +263,27 @@ class OllamaProxy:
     async def _chunks(
         self, up: asyncio.StreamReader, client: asyncio.StreamWriter, meter: SessionMeter | None
     ) -> None:
-        while True:
-            size_line = await asyncio.wait_for(up.readuntil(b"\r\n"), self.timeout_s)
-            size = int(size_line.split(b";", 1)[0].strip(), 16)
-            if size == 0:
-                trailer = size_line
-                while (line := await up.readuntil(b"\r\n")) != b"\r\n":
-                    trailer += line
-                client.write(trailer + b"\r\n")
-                return
-            data = await up.readexactly(size + 2)
-            client.write(size_line + data)
-            if meter is not None:
-                meter.feed(data[:-2])
-            await client.drain()
+        """Forward every read as it comes; the decoder finds the payload and the end of the body."""
+        decoder = ChunkedDecoder()
+        while not decoder.done:
+            data = await self._read(up, 65536)
+            if not data:
+                raise asyncio.IncompleteReadError(b"", None)
+            payload, used = decoder.feed(data)
+            if used < len(data):
+                raise ChunkedError("bytes after the end of a chunked body")
+            client.write(data)
+            if meter is not None and payload:
+                meter.feed(payload)
+            if client.transport.get_write_buffer_size() > 65536:
+                await client.drain()
 
     async def _exactly(
         self, up: asyncio.StreamReader, client: asyncio.StreamWriter, meter: SessionMeter | None, length: int
     ) -> None:
         left = length
         while left > 0:
-            data = await asyncio.wait_for(up.read(min(left, 65536)), self.timeout_s)
+            data = await self._read(up, min(left, 65536))
             if not data:
                 raise asyncio.IncompleteReadError(b"", left)
             left -= len(data)
