@@ -312,16 +312,26 @@ def start_process_watch(
 
 
 def main() -> int:
-    """Print this host's GPU processes, classified, as JSON lines (one GPU a line)."""
+    """Print this host's GPU processes, classified, as JSON lines (one GPU a line, `--count` polls)."""
+    import argparse
     import json
     import sys
 
-    rules = ProcessRules.load(Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_RULES)
+    parser = argparse.ArgumentParser(prog="python -m services.collector.processes")
+    parser.add_argument("--rules", type=Path, default=DEFAULT_RULES)
+    parser.add_argument("--count", type=int, default=1)
+    parser.add_argument("--interval", type=float, default=5.0)
+    args = parser.parse_args()
+    rules = ProcessRules.load(args.rules)
     source = NvmlProcesses()
     try:
-        for message in process_messages(source.read(), rules, source="nvml", collector_id="cli",
-                                        hostname=socket.gethostname()):  # fmt: skip
-            sys.stdout.write(json.dumps(to_json(message)) + "\n")
+        for poll in range(args.count):
+            if poll:
+                time.sleep(args.interval)
+            for message in process_messages(source.read(), rules, source="nvml", collector_id="cli",
+                                            hostname=socket.gethostname()):  # fmt: skip
+                sys.stdout.write(json.dumps(to_json(message)) + "\n")
+            sys.stdout.flush()
     finally:
         source.close()
     return 0

@@ -60,12 +60,9 @@ class ChunkedDecoder:
                 self.done = True
             return
         text = line.split(b";", 1)[0].strip()
-        try:
-            size = int(text, 16)
-        except ValueError as e:
-            raise ChunkedError(f"bad chunk size {text[:20]!r}") from e
-        if size < 0 or not text.isalnum():
+        if not text or text.strip(b"0123456789abcdefABCDEF"):
             raise ChunkedError(f"bad chunk size {text[:20]!r}")
+        size = int(text, 16)
         if size == 0:
             self._trailer = True
         else:

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from services.llm_monitor.chunked import ChunkedDecoder, ChunkedError
 from services.llm_monitor.proxy import OllamaProxy
 from services.llm_monitor.servers import VllmScraper
 from services.mock_ollama.server import MockOllamaServer
@@ -185,3 +186,40 @@ def test_any_vllm_exposition_is_a_status_or_a_clear_error(text: str) -> None:
     except ValueError:
         return  # the poll turns this into up=false
     assert status.up
+
+
+def _chunked(parts: list[bytes]) -> bytes:
+    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts if p) + b"0\r\n\r\n"
+
+
+@settings(max_examples=300, deadline=None)
+@given(parts=st.lists(st.binary(min_size=1, max_size=300), max_size=12), cuts=st.lists(st.integers(0, 5000), max_size=30))
+def test_chunked_decoding_is_the_same_however_the_socket_splits_it(parts: list[bytes], cuts: list[int]) -> None:
+    wire = _chunked(parts) + b"NEXT RESPONSE"
+    decoder = ChunkedDecoder()
+    payload, consumed = b"", 0
+    edges = [0, *sorted(c for c in cuts if c < len(wire)), len(wire)]
+    for a, b in zip(edges, edges[1:], strict=False):
+        got, used = decoder.feed(wire[a:b])
+        payload += got
+        consumed += used
+        if decoder.done:
+            break
+    assert decoder.done and payload == b"".join(parts)
+    assert wire[consumed:] == b"NEXT RESPONSE"[: len(wire) - consumed] or consumed == len(wire) - len(b"NEXT RESPONSE")
+
+
+@pytest.mark.parametrize("wire", [b"zz\r\n", b"5\r\nabcdeXY", b"-1\r\n", b"0x5\r\n", b"5" * 2000])
+def test_broken_chunked_framing_is_refused(wire: bytes) -> None:
+    with pytest.raises(ChunkedError):
+        ChunkedDecoder().feed(wire)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=500))
+def test_arbitrary_bytes_decode_or_are_refused_cleanly(wire: bytes) -> None:
+    try:
+        payload, used = ChunkedDecoder().feed(wire)
+    except ChunkedError:
+        return
+    assert used <= len(wire) and len(payload) <= len(wire)
