@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
 from datetime import UTC, datetime
 import statistics
 import threading
@@ -37,6 +42,7 @@ from shared.kafka import JsonProducer, make_producer
 from shared.models import to_json
 from shared.models_workload import GpuProcess, GpuProcesses, ProcessClass
 from shared.process_rules import ProcessRules
+from tests.integration.conftest import REPO
 from tests.integration.kafka_helpers import consume_all, header_map
 
 
@@ -200,3 +206,50 @@ def test_bad_workload_records_are_dead_lettered_and_the_good_ones_stored_once(
     assert count(migrated, "SELECT count(*) FROM gpu_processes") == 1
     assert count(migrated, "SELECT count(*) FROM gpu_process_polls") == 1  # sent twice, stored once
     assert sink._thread is not None and sink._thread.is_alive()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_the_monitor_and_mock_ollama_run_as_services_probe_serve_metrics_and_stop_cleanly(
+    kafka_settings: KafkaSettings, topics: TopicSettings
+) -> None:
+    ollama_port, proxy_port, metrics_port = _free_port(), _free_port(), _free_port()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "GPUHEALTH_LOG__JSON": "false",
+           "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
+           "GPUHEALTH_TOPICS__LLM_SESSIONS": topics.llm_sessions,
+           "GPUHEALTH_MOCK_OLLAMA__PORT": str(ollama_port), "GPUHEALTH_MOCK_OLLAMA__TIME_SCALE": "0.01",
+           "GPUHEALTH_LLM__OLLAMA_URL": f"http://127.0.0.1:{ollama_port}", "GPUHEALTH_LLM__LISTEN_PORT": str(proxy_port),
+           "GPUHEALTH_LLM__METRICS_PORT": str(metrics_port), "GPUHEALTH_LLM__PROBE_MODEL": "qwen2.5:0.5b",
+           "GPUHEALTH_LLM__POLL_INTERVAL_S": "1"}  # fmt: skip
+    mock = subprocess.Popen([sys.executable, "-m", "services.mock_ollama"], env=env, cwd=REPO)
+    monitor = subprocess.Popen([sys.executable, "-m", "services.llm_monitor"], env=env, cwd=REPO)
+    try:
+        def answers(url: str) -> bool:
+            try:
+                return httpx.get(url, timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(lambda: answers(f"http://127.0.0.1:{proxy_port}/api/version"), 60, "the proxy in front of the mock")
+        r = httpx.post(f"http://127.0.0.1:{proxy_port}/api/generate", json={"model": "mistral:7b", "prompt": "x"}, timeout=30)
+        assert r.status_code == 200 and r.text.strip().splitlines()[-1].startswith("{")
+        kinds: dict[str, set[str]] = {}
+
+        def seen_all() -> bool:
+            for m in consume_all(kafka_settings, topics.llm_sessions, expected=1000, timeout_s=2):
+                v = json.loads(m.value())
+                kinds.setdefault(v["kind"], set()).add(v.get("source") or v["engine"])
+            return kinds.get("session", set()) >= {"proxy", "probe"} and "ollama" in kinds.get("server", set())
+
+        wait_until(seen_all, 90, "a proxied session, a probe and a server snapshot on llm-sessions")
+        metrics = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics").text
+        assert 'gpuhealth_llm_sessions_total{ok="true",source="probe"}' in metrics
+        assert 'gpuhealth_llm_server_up{server="http://127.0.0.1:%d"} 1.0' % ollama_port in metrics
+    finally:
+        for process in (monitor, mock):
+            process.send_signal(signal.SIGTERM)
+    assert monitor.wait(30) == 0 and mock.wait(30) == 0
