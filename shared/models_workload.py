@@ -103,7 +103,7 @@ class LoadedModel(_Strict):
 
 
 class LlmServerStatus(_Strict):
-    """What one LLM server reports at one poll: its version and loaded models (Ollama), or its counters (vLLM)."""
+    """One LLM server at one poll: version and loaded models (Ollama), or its counters (vLLM)."""
 
     schema_version: Version = 1
     kind: Literal["server"] = "server"

@@ -20,8 +20,17 @@ from shared.models_workload import ProcessClass
 
 DEFAULT_RULES = Path(__file__).resolve().parent.parent / "config" / "process-rules.toml"
 MAX_TEXT = 4096
-_KEYS = {"name", "class", "executable", "command", "type", "min_memory_mib", "max_memory_mib",
-         "min_sm_util_pct", "max_sm_util_pct"}  # fmt: skip
+_KEYS = {
+    "name",
+    "class",
+    "executable",
+    "command",
+    "type",
+    "min_memory_mib",
+    "max_memory_mib",
+    "min_sm_util_pct",
+    "max_sm_util_pct",
+}
 _TYPES = {"compute", "graphics", "compute+graphics"}
 
 
@@ -108,9 +117,11 @@ def _rule(entry: Any) -> Rule:
     if unknown:
         raise ConfigError(f"process rule {name!r}: unknown keys {sorted(unknown)}")
     try:
-        process_class = ProcessClass(entry.get("class"))
+        process_class = ProcessClass(str(entry.get("class")))
     except ValueError as e:
-        raise ConfigError(f"process rule {name!r}: class must be one of {[c.value for c in ProcessClass]}") from e
+        raise ConfigError(
+            f"process rule {name!r}: class must be one of {[c.value for c in ProcessClass]}"
+        ) from e
     kind = entry.get("type")
     if kind is not None and kind not in _TYPES:
         raise ConfigError(f"process rule {name!r}: type must be one of {sorted(_TYPES)}")
@@ -120,9 +131,11 @@ def _rule(entry: Any) -> Rule:
         executable=_patterns(name, "executable", entry.get("executable", [])),
         command=_patterns(name, "command", entry.get("command", [])),
         type=kind,
-        **{k: _number(name, k, entry.get(k)) for k in
-           ("min_memory_mib", "max_memory_mib", "min_sm_util_pct", "max_sm_util_pct")},
-    )  # fmt: skip
+        **{
+            k: _number(name, k, entry.get(k))
+            for k in ("min_memory_mib", "max_memory_mib", "min_sm_util_pct", "max_sm_util_pct")
+        },
+    )
     if rule == Rule(name=name, process_class=process_class):
         raise ConfigError(f"process rule {name!r} has no condition: it would match everything")
     return rule

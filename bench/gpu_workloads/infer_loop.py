@@ -1,4 +1,4 @@
-"""A PyTorch inference loop for the real-GPU process listing: batched forward passes under no_grad, with pauses."""
+"""A PyTorch inference loop for the real-GPU process listing: batched forward passes, with pauses."""
 
 from __future__ import annotations
 
@@ -11,9 +11,12 @@ import torch
 def main() -> int:
     seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 120.0
     device = torch.device("cuda")
-    model = torch.nn.Sequential(
-        torch.nn.Linear(2048, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 2048)
-    ).to(device).half().eval()
+    model = (
+        torch.nn.Sequential(torch.nn.Linear(2048, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 2048))
+        .to(device)
+        .half()
+        .eval()
+    )
     deadline = time.monotonic() + seconds
     with torch.inference_mode():
         while time.monotonic() < deadline:

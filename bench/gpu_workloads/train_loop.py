@@ -1,4 +1,4 @@
-"""A PyTorch training loop for the real-GPU process listing: an MLP on random data with AdamW, until killed."""
+"""A PyTorch training loop for the real-GPU process listing: an MLP on random data with AdamW."""
 
 from __future__ import annotations
 
@@ -11,7 +11,10 @@ def main() -> int:
     seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 120.0
     device = torch.device("cuda")
     model = torch.nn.Sequential(
-        torch.nn.Linear(4096, 8192), torch.nn.GELU(), torch.nn.Linear(8192, 8192), torch.nn.GELU(),
+        torch.nn.Linear(4096, 8192),
+        torch.nn.GELU(),
+        torch.nn.Linear(8192, 8192),
+        torch.nn.GELU(),
         torch.nn.Linear(8192, 1000),
     ).to(device)
     optimiser = torch.optim.AdamW(model.parameters(), lr=1e-4)

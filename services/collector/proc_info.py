@@ -22,7 +22,9 @@ MAX_TEXT = 4096
 _CONTAINER = re.compile(
     r"(?:^|/)(?:docker-|cri-containerd-|crio-|libpod-|containerd-)?([0-9a-f]{64})(?:\.scope)?$"
 )
-_POD = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})(?:\.slice)?(?:/|$)")
+_POD = re.compile(
+    r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})(?:\.slice)?(?:/|$)"
+)
 _QOS = re.compile(r"kubepods[-/.](burstable|besteffort)")
 
 
@@ -133,7 +135,9 @@ class ProcReader:
         except OSError:
             exe = None
         raw_cmd = _read(base / "cmdline")
-        command = _clean(raw_cmd.rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace")) if raw_cmd else None
+        command = (
+            _clean(raw_cmd.rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace")) if raw_cmd else None
+        )
         if exe is None and command:
             exe = command.split(" ", 1)[0]
         stat = _read(base / "stat")

@@ -68,7 +68,8 @@ class GpuObservation:
 
 
 class ProcessSource(Protocol):
-    kind: Literal["nvml", "mock"]
+    @property
+    def kind(self) -> Literal["nvml", "mock"]: ...
 
     def read(self) -> list[GpuObservation]: ...
 
@@ -88,7 +89,9 @@ class NvmlProcesses:
 
     kind: Literal["nvml"] = "nvml"
 
-    def __init__(self, nvml: Any | None = None, proc: ProcReader | None = None, window_s: float = 10.0) -> None:
+    def __init__(
+        self, nvml: Any | None = None, proc: ProcReader | None = None, window_s: float = 10.0
+    ) -> None:
         if nvml is None:
             import pynvml
 
@@ -139,8 +142,10 @@ class NvmlProcesses:
             if uuid is None:
                 continue
             by_pid: dict[int, ObservedProcess] = {}
-            for kind, query in (("compute", "nvmlDeviceGetComputeRunningProcesses"),
-                                ("graphics", "nvmlDeviceGetGraphicsRunningProcesses")):  # fmt: skip
+            for kind, query in (
+                ("compute", "nvmlDeviceGetComputeRunningProcesses"),
+                ("graphics", "nvmlDeviceGetGraphicsRunningProcesses"),
+            ):
                 for p in self._q(getattr(self.nvml, query), handle) or []:
                     seen = by_pid.get(p.pid)
                     memory = _mib(getattr(p, "usedGpuMemory", None))
@@ -148,7 +153,9 @@ class NvmlProcesses:
                         by_pid[p.pid] = ObservedProcess(pid=p.pid, type=kind, used_memory_mib=memory)  # type: ignore[arg-type]
                     elif seen.type != kind:
                         seen.type = "compute+graphics"
-                        seen.used_memory_mib = max(seen.used_memory_mib or 0, memory or 0) or seen.used_memory_mib
+                        seen.used_memory_mib = (
+                            max(seen.used_memory_mib or 0, memory or 0) or seen.used_memory_mib
+                        )
             usage = self._utilisation(index, handle) if by_pid else {}
             for pid, p in by_pid.items():
                 if usage is not None:
@@ -189,14 +196,21 @@ class MockProcesses:
         for gpu in body.get("gpus", []):
             procs = [
                 ObservedProcess(
-                    pid=p["pid"], type=p["type"], used_memory_mib=p.get("used_memory_mib"),
-                    sm_util_pct=p.get("sm_util_pct"), mem_util_pct=p.get("mem_util_pct"),
-                    info=ProcInfo(executable=p.get("executable"), command_line=p.get("command_line"),
-                                  user=p.get("user"), start_time=_time(p.get("start_time")),
-                                  cgroup=parse_cgroup(p.get("cgroup", "")) if p.get("cgroup") else CgroupInfo()),
+                    pid=p["pid"],
+                    type=p["type"],
+                    used_memory_mib=p.get("used_memory_mib"),
+                    sm_util_pct=p.get("sm_util_pct"),
+                    mem_util_pct=p.get("mem_util_pct"),
+                    info=ProcInfo(
+                        executable=p.get("executable"),
+                        command_line=p.get("command_line"),
+                        user=p.get("user"),
+                        start_time=_time(p.get("start_time")),
+                        cgroup=parse_cgroup(p.get("cgroup", "")) if p.get("cgroup") else CgroupInfo(),
+                    ),
                 )
                 for p in gpu.get("processes", [])
-            ]  # fmt: skip
+            ]
             observed.append(GpuObservation(gpu["gpu_uuid"], gpu["gpu_index"], procs, body.get("hostname")))
         return observed
 
@@ -206,23 +220,40 @@ class MockProcesses:
 
 def classify_process(rules: ProcessRules, p: ObservedProcess) -> GpuProcess:
     facts = ProcessFacts(
-        executable=p.info.executable, command_line=p.info.command_line, type=p.type,
-        used_memory_mib=p.used_memory_mib, sm_util_pct=p.sm_util_pct,
-    )  # fmt: skip
+        executable=p.info.executable,
+        command_line=p.info.command_line,
+        type=p.type,
+        used_memory_mib=p.used_memory_mib,
+        sm_util_pct=p.sm_util_pct,
+    )
     verdict = rules.classify(facts)
     return GpuProcess(
-        pid=p.pid, type=p.type, used_memory_mib=p.used_memory_mib, sm_util_pct=p.sm_util_pct,
-        mem_util_pct=p.mem_util_pct, executable=p.info.executable, command_line=p.info.command_line,
-        user=p.info.user, start_time=p.info.start_time, container_id=p.info.cgroup.container_id,
-        pod_uid=p.info.cgroup.pod_uid, qos_class=p.info.cgroup.qos_class,  # type: ignore[arg-type]
-        classification=verdict.process_class, rule=verdict.rule,
-    )  # fmt: skip
+        pid=p.pid,
+        type=p.type,
+        used_memory_mib=p.used_memory_mib,
+        sm_util_pct=p.sm_util_pct,
+        mem_util_pct=p.mem_util_pct,
+        executable=p.info.executable,
+        command_line=p.info.command_line,
+        user=p.info.user,
+        start_time=p.info.start_time,
+        container_id=p.info.cgroup.container_id,
+        pod_uid=p.info.cgroup.pod_uid,
+        qos_class=p.info.cgroup.qos_class,  # type: ignore[arg-type]
+        classification=verdict.process_class,
+        rule=verdict.rule,
+    )
 
 
 def process_messages(
-    observed: Sequence[GpuObservation], rules: ProcessRules, *, source: Literal["nvml", "mock"],
-    collector_id: str, hostname: str, now: datetime | None = None,
-) -> list[GpuProcesses]:  # fmt: skip
+    observed: Sequence[GpuObservation],
+    rules: ProcessRules,
+    *,
+    source: Literal["nvml", "mock"],
+    collector_id: str,
+    hostname: str,
+    now: datetime | None = None,
+) -> list[GpuProcesses]:
     """One message per GPU; a process whose facts break the contract is logged and left out, not the GPU."""
     now = now or datetime.now(UTC)
     messages = []
@@ -233,10 +264,17 @@ def process_messages(
                 processes.append(classify_process(rules, p))
             except ValueError as e:
                 log.warning("process %s on %s left out: %s", p.pid, gpu.gpu_uuid, e)
-        messages.append(GpuProcesses(
-            time=now, source=source, collector_id=collector_id, hostname=gpu.hostname or hostname,
-            gpu_uuid=gpu.gpu_uuid, gpu_index=gpu.gpu_index, processes=processes[:1024],
-        ))  # fmt: skip
+        messages.append(
+            GpuProcesses(
+                time=now,
+                source=source,
+                collector_id=collector_id,
+                hostname=gpu.hostname or hostname,
+                gpu_uuid=gpu.gpu_uuid,
+                gpu_index=gpu.gpu_index,
+                processes=processes[:1024],
+            )
+        )
     return messages
 
 
@@ -244,9 +282,15 @@ class ProcessWatch:
     """Polls the process sources on a monotonic schedule and publishes what it finds."""
 
     def __init__(
-        self, *, sources: Sequence[ProcessSource], rules: ProcessRules, publisher: Publisher,
-        topics: TopicSettings, collector_id: str, interval_s: float,
-    ) -> None:  # fmt: skip
+        self,
+        *,
+        sources: Sequence[ProcessSource],
+        rules: ProcessRules,
+        publisher: Publisher,
+        topics: TopicSettings,
+        collector_id: str,
+        interval_s: float,
+    ) -> None:
         self.sources, self.rules, self.publisher = sources, rules, publisher
         self.topic, self.collector_id, self.interval_s = topics.processes, collector_id, interval_s
         self.hostname = socket.gethostname()
@@ -259,8 +303,13 @@ class ProcessWatch:
             except SourceError as e:
                 log.warning("process listing failed: %s", e)
                 continue
-            for message in process_messages(observed, self.rules, source=source.kind,
-                                            collector_id=self.collector_id, hostname=self.hostname):  # fmt: skip
+            for message in process_messages(
+                observed,
+                self.rules,
+                source=source.kind,
+                collector_id=self.collector_id,
+                hostname=self.hostname,
+            ):
                 published += self.publisher.publish(self.topic, message.gpu_uuid, to_json(message))
         return published
 
@@ -291,9 +340,16 @@ def process_sources(collector_source: str, dcgm_urls: Sequence[str], timeout_s: 
 
 
 def start_process_watch(
-    section: ProcessSection, *, collector_source: str, dcgm_urls: Sequence[str], timeout_s: float,
-    publisher: Publisher, topics: TopicSettings, collector_id: str, stop: threading.Event,
-) -> threading.Thread | None:  # fmt: skip
+    section: ProcessSection,
+    *,
+    collector_source: str,
+    dcgm_urls: Sequence[str],
+    timeout_s: float,
+    publisher: Publisher,
+    topics: TopicSettings,
+    collector_id: str,
+    stop: threading.Event,
+) -> threading.Thread | None:
     """The collector's one registration line: start listing processes on a thread, when enabled."""
     if not section.enabled:
         return None
@@ -306,8 +362,14 @@ def start_process_watch(
         # The metrics poll goes on; the missing listing is loud in the log, not a dead collector.
         log.error("process listing disabled: %s", e)
         return None
-    watch = ProcessWatch(sources=sources, rules=rules, publisher=publisher,
-                         topics=topics, collector_id=collector_id, interval_s=section.interval_s)  # fmt: skip
+    watch = ProcessWatch(
+        sources=sources,
+        rules=rules,
+        publisher=publisher,
+        topics=topics,
+        collector_id=collector_id,
+        interval_s=section.interval_s,
+    )
     return watch.start(stop)
 
 
@@ -328,8 +390,9 @@ def main() -> int:
         for poll in range(args.count):
             if poll:
                 time.sleep(args.interval)
-            for message in process_messages(source.read(), rules, source="nvml", collector_id="cli",
-                                            hostname=socket.gethostname()):  # fmt: skip
+            for message in process_messages(
+                source.read(), rules, source="nvml", collector_id="cli", hostname=socket.gethostname()
+            ):
                 sys.stdout.write(json.dumps(to_json(message)) + "\n")
             sys.stdout.flush()
     finally:

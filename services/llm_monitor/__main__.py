@@ -59,10 +59,18 @@ class LlmSettings(Settings):
 class Monitor:
     def __init__(self, settings: LlmSettings, producer: JsonProducer, registry: CollectorRegistry) -> None:
         self.cfg, self.topic, self.producer = settings.llm, settings.topics.llm_sessions, producer
-        self.sessions = Counter("gpuhealth_llm_sessions", "Requests measured", ["source", "ok"], registry=registry)
-        self.up = Gauge("gpuhealth_llm_server_up", "Whether the server answered its last poll", ["server"],
-                        registry=registry)  # fmt: skip
-        self.dropped = Counter("gpuhealth_llm_dropped", "Messages that could not be queued", registry=registry)
+        self.sessions = Counter(
+            "gpuhealth_llm_sessions", "Requests measured", ["source", "ok"], registry=registry
+        )
+        self.up = Gauge(
+            "gpuhealth_llm_server_up",
+            "Whether the server answered its last poll",
+            ["server"],
+            registry=registry,
+        )
+        self.dropped = Counter(
+            "gpuhealth_llm_dropped", "Messages that could not be queued", registry=registry
+        )
 
     def publish(self, message: LlmSession | LlmServerStatus) -> None:
         if isinstance(message, LlmSession):
@@ -88,19 +96,33 @@ class Monitor:
     async def probes(self, stop: asyncio.Event, client: httpx.AsyncClient) -> None:
         cfg = self.cfg
         while cfg.probe_model and not stop.is_set():
-            self.publish(await probe_once(client, url=cfg.ollama_url, model=cfg.probe_model, prompt=cfg.probe_prompt,
-                                          max_tokens=cfg.probe_max_tokens, monitor_id=cfg.monitor_id,
-                                          timeout_s=cfg.probe_timeout_s))  # fmt: skip
+            self.publish(
+                await probe_once(
+                    client,
+                    url=cfg.ollama_url,
+                    model=cfg.probe_model,
+                    prompt=cfg.probe_prompt,
+                    max_tokens=cfg.probe_max_tokens,
+                    monitor_id=cfg.monitor_id,
+                    timeout_s=cfg.probe_timeout_s,
+                )
+            )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), cfg.probe_interval_s)
 
     async def run(self, stopped: threading.Event) -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        threading.Thread(target=lambda: (stopped.wait(), loop.call_soon_threadsafe(stop.set)), daemon=True).start()
-        proxy = OllamaProxy(upstream=self.cfg.ollama_url, on_session=self.publish, monitor_id=self.cfg.monitor_id)
+        threading.Thread(
+            target=lambda: (stopped.wait(), loop.call_soon_threadsafe(stop.set)), daemon=True
+        ).start()
+        proxy = OllamaProxy(
+            upstream=self.cfg.ollama_url, on_session=self.publish, monitor_id=self.cfg.monitor_id
+        )
         port = await proxy.start(self.cfg.listen_host, self.cfg.listen_port)
-        log.info("proxying", extra={"listen": f"{self.cfg.listen_host}:{port}", "ollama": self.cfg.ollama_url})
+        log.info(
+            "proxying", extra={"listen": f"{self.cfg.listen_host}:{port}", "ollama": self.cfg.ollama_url}
+        )
         async with httpx.AsyncClient(timeout=10) as client:
             await asyncio.gather(self.polls(stop, client), self.probes(stop, client))
         await proxy.close()

@@ -33,7 +33,11 @@ def _count(value: Any) -> int | None:
 
 
 def _ms(value: Any) -> float | None:
-    n = _count(value) if not isinstance(value, float) else (value if math.isfinite(value) and value >= 0 else None)
+    n = (
+        _count(value)
+        if not isinstance(value, float)
+        else (value if math.isfinite(value) and value >= 0 else None)
+    )
     return None if n is None or n / _NS_PER_MS > 86_400_000 else n / _NS_PER_MS
 
 
@@ -99,9 +103,15 @@ class SessionMeter:
                 self.model = model
 
     def session(
-        self, *, status: int, streamed: bool, ended: float, source: Literal["proxy", "probe"],
-        monitor_id: str, server: str,
-    ) -> LlmSession:  # fmt: skip
+        self,
+        *,
+        status: int,
+        streamed: bool,
+        ended: float,
+        source: Literal["proxy", "probe"],
+        monitor_id: str,
+        server: str,
+    ) -> LlmSession:
         f = self.final or {}
         completion, eval_ms = _count(f.get("eval_count")), _ms(f.get("eval_duration"))
         tps = completion / (eval_ms / 1000) if completion and eval_ms else None
@@ -111,16 +121,30 @@ class SessionMeter:
         ok = 200 <= status < 300 and self.error is None and self.final is not None
         error = self.error or (None if ok else f"HTTP {status}" if status >= 300 else "no final chunk")
         return LlmSession(
-            request_id=uuid.uuid4().hex, time=self.started_wall, source=source, monitor_id=monitor_id,
-            server=server, endpoint=self.endpoint, model=self.model[:253] or "unknown", streamed=streamed,
-            http_status=status, ok=ok, error=error, prompt_tokens=_count(f.get("prompt_eval_count")),
-            completion_tokens=completion, load_ms=_ms(f.get("load_duration")),
-            prompt_eval_ms=_ms(f.get("prompt_eval_duration")), eval_ms=eval_ms,
+            request_id=uuid.uuid4().hex,
+            time=self.started_wall,
+            source=source,
+            monitor_id=monitor_id,
+            server=server,
+            endpoint=self.endpoint,
+            model=self.model[:253] or "unknown",
+            streamed=streamed,
+            http_status=status,
+            ok=ok,
+            error=error,
+            prompt_tokens=_count(f.get("prompt_eval_count")),
+            completion_tokens=completion,
+            load_ms=_ms(f.get("load_duration")),
+            prompt_eval_ms=_ms(f.get("prompt_eval_duration")),
+            eval_ms=eval_ms,
             total_ms=_ms(f.get("total_duration")),
             ttft_ms=max(self.first_token - self.started, 0.0) * 1000
-            if streamed and self.first_token is not None else None,
-            wall_ms=max(ended - self.started, 0.0) * 1000, tokens_per_s=tps, tpot_ms=tpot,
-        )  # fmt: skip
+            if streamed and self.first_token is not None
+            else None,
+            wall_ms=max(ended - self.started, 0.0) * 1000,
+            tokens_per_s=tps,
+            tpot_ms=tpot,
+        )
 
 
 def request_facts(body: bytes) -> tuple[str, bool]:

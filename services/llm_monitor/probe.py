@@ -18,9 +18,15 @@ from .ollama_metrics import SessionMeter
 
 
 async def probe_once(
-    client: httpx.AsyncClient, *, url: str, model: str, prompt: str, max_tokens: int, monitor_id: str,
+    client: httpx.AsyncClient,
+    *,
+    url: str,
+    model: str,
+    prompt: str,
+    max_tokens: int,
+    monitor_id: str,
     timeout_s: float,
-) -> LlmSession:  # fmt: skip
+) -> LlmSession:
     meter = SessionMeter(endpoint="/api/generate", model=model, started=time.perf_counter())
     body = {"model": model, "prompt": prompt, "stream": True, "options": {"num_predict": max_tokens}}
     status = 502
@@ -32,5 +38,11 @@ async def probe_once(
     except httpx.HTTPError as e:
         meter.error = f"probe failed: {type(e).__name__} {e}"[:500]
     meter.finish()
-    return meter.session(status=status, streamed=True, ended=time.perf_counter(), source="probe",
-                         monitor_id=monitor_id, server=url)  # fmt: skip
+    return meter.session(
+        status=status,
+        streamed=True,
+        ended=time.perf_counter(),
+        source="probe",
+        monitor_id=monitor_id,
+        server=url,
+    )

@@ -28,13 +28,21 @@ from .ollama_metrics import SessionMeter, request_facts
 log = logging.getLogger(__name__)
 
 MEASURED = {b"/api/generate": "/api/generate", b"/api/chat": "/api/chat"}
-_HOP = {b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"te", b"upgrade",
-        b"content-length", b"host"}  # fmt: skip
+_HOP = {
+    b"connection",
+    b"keep-alive",
+    b"proxy-connection",
+    b"transfer-encoding",
+    b"te",
+    b"upgrade",
+    b"content-length",
+    b"host",
+}
 MAX_HEAD = 64 * 1024
 _DEADLINE: contextvars.ContextVar[asyncio.Timeout | None] = contextvars.ContextVar("deadline", default=None)
 
 
-class BadRequest(Exception):
+class BadRequestError(Exception):
     def __init__(self, status: int, reason: str) -> None:
         super().__init__(reason)
         self.status = status
@@ -51,7 +59,7 @@ def _parse_head(head: bytes) -> tuple[bytes, Headers]:
             continue
         name, sep, value = line.partition(b":")
         if not sep or not name or name != name.strip():
-            raise BadRequest(400, "malformed header line")
+            raise BadRequestError(400, "malformed header line")
         headers.append((name.lower(), value.strip()))
     return lines[0], headers
 
@@ -65,7 +73,7 @@ def _content_length(headers: Headers) -> int | None:
     if raw is None:
         return None
     if not raw.isdigit():
-        raise BadRequest(400, "bad Content-Length")
+        raise BadRequestError(400, "bad Content-Length")
     return int(raw)
 
 
@@ -76,22 +84,28 @@ async def _read_chunked(reader: asyncio.StreamReader, limit: int) -> bytes:
         try:
             size = int(size_line.split(b";", 1)[0].strip(), 16)
         except ValueError as e:
-            raise BadRequest(400, "bad chunk size") from e
+            raise BadRequestError(400, "bad chunk size") from e
         if size == 0:
             while (await reader.readuntil(b"\r\n")) != b"\r\n":
                 pass
             return bytes(body)
         if len(body) + size > limit:
-            raise BadRequest(413, f"request body over {limit} bytes")
+            raise BadRequestError(413, f"request body over {limit} bytes")
         body += await reader.readexactly(size)
         await reader.readexactly(2)
 
 
 class OllamaProxy:
     def __init__(
-        self, *, upstream: str, on_session: Callable[[LlmSession], None], monitor_id: str,
-        max_body_bytes: int = 64 * 1024 * 1024, upstream_timeout_s: float = 600.0, pool_size: int = 32,
-    ) -> None:  # fmt: skip
+        self,
+        *,
+        upstream: str,
+        on_session: Callable[[LlmSession], None],
+        monitor_id: str,
+        max_body_bytes: int = 64 * 1024 * 1024,
+        upstream_timeout_s: float = 600.0,
+        pool_size: int = 32,
+    ) -> None:
         parts = urlsplit(upstream)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"upstream must be an http:// URL, not {upstream!r}")
@@ -120,15 +134,17 @@ class OllamaProxy:
                 pass
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
             pass
-        except BadRequest as e:
+        except BadRequestError as e:
             await self._reply(writer, e.status, str(e))
         finally:
             writer.close()
 
     async def _reply(self, writer: asyncio.StreamWriter, status: int, message: str) -> None:
         body = ('{"error":"' + message.replace('"', "'") + '"}').encode()
-        writer.write(b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
-                     b"Connection: close\r\n\r\n%s" % (status, b"Proxy Error", len(body), body))  # fmt: skip
+        writer.write(
+            b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+            b"Connection: close\r\n\r\n%s" % (status, b"Proxy Error", len(body), body)
+        )
         with contextlib.suppress(ConnectionError):
             await writer.drain()
 
@@ -142,14 +158,14 @@ class OllamaProxy:
         request_line, headers = _parse_head(head[:-4])
         parts = request_line.split(b" ")
         if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
-            raise BadRequest(400, "malformed request line")
+            raise BadRequestError(400, "malformed request line")
         method, target, version = parts
         if _get(headers, b"transfer-encoding") is not None:
             body = await _read_chunked(reader, self.max_body_bytes)
         else:
             length = _content_length(headers) or 0
             if length > self.max_body_bytes:
-                raise BadRequest(413, f"request body over {self.max_body_bytes} bytes")
+                raise BadRequestError(413, f"request body over {self.max_body_bytes} bytes")
             body = await reader.readexactly(length)
         connection = (_get(headers, b"connection") or b"").lower()
         keep_alive = connection != b"close" and (version == b"HTTP/1.1" or connection == b"keep-alive")
@@ -158,18 +174,30 @@ class OllamaProxy:
         if endpoint is not None:
             model, streamed = request_facts(body)
             meter = SessionMeter(endpoint=endpoint, model=model, started=arrived)  # type: ignore[arg-type]
-        out = bytearray(b"%s %s HTTP/1.1\r\nHost: %s:%d\r\n" % (method, target, self.host.encode(), self.port))
+        out = bytearray(
+            b"%s %s HTTP/1.1\r\nHost: %s:%d\r\n" % (method, target, self.host.encode(), self.port)
+        )
         for name, value in headers:
             if name not in _HOP:
                 out += b"%s: %s\r\n" % (name, value)
-        out += b"Content-Length: %d\r\n\r\n" % len(body) if body or method in (b"POST", b"PUT", b"PATCH") else b"\r\n"
+        out += (
+            b"Content-Length: %d\r\n\r\n" % len(body)
+            if body or method in (b"POST", b"PUT", b"PATCH")
+            else b"\r\n"
+        )
         out += body
         answered: list[int] = []  # the status, once the answer's head went to the client
         try:
             async with asyncio.timeout(self.timeout_s) as deadline:
                 _DEADLINE.set(deadline)  # per task: each client connection is its own task
                 await self._relay(bytes(out), method, writer, meter, keep_alive, answered)
-        except (OSError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, BadRequest) as e:
+        except (
+            OSError,
+            ValueError,
+            asyncio.IncompleteReadError,
+            asyncio.LimitOverrunError,
+            BadRequestError,
+        ) as e:
             if meter is not None:
                 meter.error = f"upstream failed: {e}"[:500]
             if not answered:  # nothing sent yet: the client gets a clear 502
@@ -183,8 +211,14 @@ class OllamaProxy:
 
     def _record(self, meter: SessionMeter, status: int, streamed: bool) -> None:
         try:
-            session = meter.session(status=status, streamed=streamed, ended=time.perf_counter(), source="proxy",
-                                    monitor_id=self.monitor_id, server=self.upstream)  # fmt: skip
+            session = meter.session(
+                status=status,
+                streamed=streamed,
+                ended=time.perf_counter(),
+                source="proxy",
+                monitor_id=self.monitor_id,
+                server=self.upstream,
+            )
             self.on_session(session)
         except Exception:  # a measurement must never break the relay
             log.exception("session not recorded")
@@ -210,7 +244,9 @@ class OllamaProxy:
                 return reader, writer, await reader.readuntil(b"\r\n\r\n")
             except (ConnectionError, asyncio.IncompleteReadError):
                 writer.close()
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port, limit=MAX_HEAD), 10)
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(self.host, self.port, limit=MAX_HEAD), 10
+        )
         try:
             writer.write(request)
             await writer.drain()
@@ -220,9 +256,14 @@ class OllamaProxy:
             raise
 
     async def _relay(
-        self, request: bytes, method: bytes, client: asyncio.StreamWriter, meter: SessionMeter | None,
-        client_keep_alive: bool, answered: list[int],
-    ) -> None:  # fmt: skip
+        self,
+        request: bytes,
+        method: bytes,
+        client: asyncio.StreamWriter,
+        meter: SessionMeter | None,
+        client_keep_alive: bool,
+        answered: list[int],
+    ) -> None:
         """Send the request upstream and stream the answer back, noting its status in `answered`."""
         up_reader, up_writer, head = await self._send(request)
         reusable = False

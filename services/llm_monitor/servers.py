@@ -54,8 +54,14 @@ def loaded_models(ps: Any) -> list[LoadedModel]:
         name = entry.get("name") or entry.get("model")
         if not isinstance(name, str) or not name or not name.isprintable() or len(name) > 253:
             continue
-        out.append(LoadedModel(name=name, size_bytes=_bytes(entry.get("size")),
-                               vram_bytes=_bytes(entry.get("size_vram")), expires_at=_expiry(entry.get("expires_at"))))  # fmt: skip
+        out.append(
+            LoadedModel(
+                name=name,
+                size_bytes=_bytes(entry.get("size")),
+                vram_bytes=_bytes(entry.get("size_vram")),
+                expires_at=_expiry(entry.get("expires_at")),
+            )
+        )
     return out[:256]
 
 
@@ -69,8 +75,15 @@ async def poll_ollama(client: httpx.AsyncClient, url: str, monitor_id: str) -> L
         return LlmServerStatus(time=now, monitor_id=monitor_id, server=url, engine="ollama", up=False)
     text = version.get("version") if isinstance(version, dict) else None
     ok_version = text if isinstance(text, str) and text.isprintable() and 0 < len(text) <= 253 else None
-    return LlmServerStatus(time=now, monitor_id=monitor_id, server=url, engine="ollama", up=True,
-                           version=ok_version, models=loaded_models(ps))  # fmt: skip
+    return LlmServerStatus(
+        time=now,
+        monitor_id=monitor_id,
+        server=url,
+        engine="ollama",
+        up=True,
+        version=ok_version,
+        models=loaded_models(ps),
+    )
 
 
 _RUNNING, _WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
@@ -133,13 +146,20 @@ class VllmScraper:
         models, totals = vllm_totals(text)
         before, self._before = self._before, totals
         return LlmServerStatus(
-            time=now or datetime.now(UTC), monitor_id=monitor_id, server=self.url, engine="vllm", up=True,
+            time=now or datetime.now(UTC),
+            monitor_id=monitor_id,
+            server=self.url,
+            engine="vllm",
+            up=True,
             models=[LoadedModel(name=m) for m in sorted(models)][:256],
-            requests_running=_first(totals, (_RUNNING,), 1e9), requests_waiting=_first(totals, (_WAITING,), 1e9),
-            kv_cache_usage_ratio=_first(totals, _CACHE, 1.0), ttft_ms=_mean_ms(totals, before, (_TTFT,)),
-            tpot_ms=_mean_ms(totals, before, _TPOT), prompt_tokens=_delta(totals, before, _PROMPT),
+            requests_running=_first(totals, (_RUNNING,), 1e9),
+            requests_waiting=_first(totals, (_WAITING,), 1e9),
+            kv_cache_usage_ratio=_first(totals, _CACHE, 1.0),
+            ttft_ms=_mean_ms(totals, before, (_TTFT,)),
+            tpot_ms=_mean_ms(totals, before, _TPOT),
+            prompt_tokens=_delta(totals, before, _PROMPT),
             completion_tokens=_delta(totals, before, _GENERATED),
-        )  # fmt: skip
+        )
 
     async def poll(self, client: httpx.AsyncClient, monitor_id: str) -> LlmServerStatus:
         try:
@@ -147,5 +167,6 @@ class VllmScraper:
             return self.status(response.text, monitor_id)
         except (httpx.HTTPError, ValueError) as e:
             log.warning("vLLM at %s did not answer: %s", self.url, e)
-            return LlmServerStatus(time=datetime.now(UTC), monitor_id=monitor_id, server=self.url, engine="vllm",
-                                   up=False)  # fmt: skip
+            return LlmServerStatus(
+                time=datetime.now(UTC), monitor_id=monitor_id, server=self.url, engine="vllm", up=False
+            )

@@ -42,12 +42,14 @@ def _process(gpu: GpuSim, started: float, now: float) -> dict[str, Any] | None:
         "sm_util_pct": float(util) if isinstance(util, int | float) else None,
         "mem_util_pct": float(values["mem_copy_util_pct"] or 0),
         "executable": "/usr/bin/python3.11",
-        "command_line": (f"/usr/bin/python3.11 -u train.py --local-rank={gpu.index} --nproc-per-node=8"
-                         f" --config /etc/{job.container}/{job.pod.rsplit('-worker', 1)[0]}.yaml"),
+        "command_line": (
+            f"/usr/bin/python3.11 -u train.py --local-rank={gpu.index} --nproc-per-node=8"
+            f" --config /etc/{job.container}/{job.pod.rsplit('-worker', 1)[0]}.yaml"
+        ),
         "user": "mluser",
         "start_time": iso(min(started, now)),
         "cgroup": f"0::/{parent}/{pod_slice}/cri-containerd-{digest[:64]}.scope",
-    }  # fmt: skip
+    }
 
 
 class MockProcesses:

@@ -1,1 +1,1 @@
-"""A mock Ollama server: /api/generate and /api/chat streaming NDJSON with realistic timings, /api/ps, /api/version."""
+"""A mock Ollama server: /api/generate and /api/chat streaming NDJSON with realistic timings."""

@@ -19,13 +19,39 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 VERSION = "0.6.8"
-_WORDS = ("the GPU fleet is healthy and every node reports its temperature power memory and clocks "
-          "while the scheduler places training jobs and inference servers answer requests quickly").split()  # fmt: skip
+_WORDS = [
+    "the",
+    "GPU",
+    "fleet",
+    "is",
+    "healthy",
+    "and",
+    "every",
+    "node",
+    "reports",
+    "its",
+    "temperature",
+    "power",
+    "memory",
+    "and",
+    "clocks",
+    "while",
+    "the",
+    "scheduler",
+    "places",
+    "training",
+    "jobs",
+    "and",
+    "inference",
+    "servers",
+    "answer",
+    "requests",
+    "quickly",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +79,13 @@ def _iso(t: datetime) -> str:
 class MockOllama:
     """The state behind the HTTP handler: which models are loaded, until when."""
 
-    def __init__(self, *, time_scale: float = 1.0, keep_alive_s: float = 300.0,
-                 models: dict[str, ModelProfile] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        time_scale: float = 1.0,
+        keep_alive_s: float = 300.0,
+        models: dict[str, ModelProfile] | None = None,
+    ) -> None:
         self.time_scale, self.keep_alive_s = time_scale, keep_alive_s
         self.models = models or MODELS
         self.loaded: dict[str, float] = {}  # name -> expiry (epoch s)
@@ -81,21 +112,33 @@ class MockOllama:
         now = time.time()
         with self._lock:
             live = {n: exp for n, exp in self.loaded.items() if exp >= now}
-        return {"models": [
-            {"name": n, "model": n, "size": self.models[n].size_bytes, "size_vram": self.models[n].size_bytes,
-             "digest": hashlib.sha256(n.encode()).hexdigest(), "expires_at": _iso(datetime.fromtimestamp(exp, UTC)),
-             "details": {"format": "gguf", "family": self.models[n].family, "parameter_size": self.models[n].parameter_size,
-                         "quantization_level": self.models[n].quantization}}
-            for n, exp in sorted(live.items())
-        ]}  # fmt: skip
+        return {
+            "models": [
+                {
+                    "name": n,
+                    "model": n,
+                    "size": self.models[n].size_bytes,
+                    "size_vram": self.models[n].size_bytes,
+                    "digest": hashlib.sha256(n.encode()).hexdigest(),
+                    "expires_at": _iso(datetime.fromtimestamp(exp, UTC)),
+                    "details": {
+                        "format": "gguf",
+                        "family": self.models[n].family,
+                        "parameter_size": self.models[n].parameter_size,
+                        "quantization_level": self.models[n].quantization,
+                    },
+                }
+                for n, exp in sorted(live.items())
+            ]
+        }
 
     def answer(self, request: dict[str, Any], chat: bool) -> tuple[int, list[str], dict[str, Any]]:
         """Tokens to generate and the request's counters; the caller paces and writes them."""
-        name = request["model"]
         text = json.dumps(request.get("messages") if chat else request.get("prompt", ""))
         digest = hashlib.sha256(text.encode()).digest()
         prompt_tokens = 12 + len(text.split()) * 4 // 3
-        options = request.get("options") if isinstance(request.get("options"), dict) else {}
+        raw_options = request.get("options")
+        options: dict[str, Any] = raw_options if isinstance(raw_options, dict) else {}
         limit = options.get("num_predict")
         count = 16 + digest[0] % 48
         if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0:
@@ -131,8 +174,14 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/api/ps":
             self._json(200, self.ollama.ps())
         elif path == "/api/tags":
-            self._json(200, {"models": [{"name": n, "model": n, "size": p.size_bytes}
-                                        for n, p in self.ollama.models.items()]})  # fmt: skip
+            self._json(
+                200,
+                {
+                    "models": [
+                        {"name": n, "model": n, "size": p.size_bytes} for n, p in self.ollama.models.items()
+                    ]
+                },
+            )
         elif path == "/":
             body = b"Ollama is running"
             self.send_response(200)
@@ -152,12 +201,13 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             request = json.loads(raw)
-            assert isinstance(request, dict) and isinstance(request.get("model"), str)
+            assert isinstance(request, dict)
+            assert isinstance(request.get("model"), str)
         except (ValueError, AssertionError):
             self._json(400, {"error": "invalid request: a JSON object with a model is required"})
             return
         if request["model"] not in self.ollama.models:
-            self._json(404, {"error": f"model \"{request['model']}\" not found, try pulling it first"})
+            self._json(404, {"error": f'model "{request["model"]}" not found, try pulling it first'})
             return
         self._generate(request, chat=path == "/api/chat")
 
@@ -193,12 +243,17 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.flush()
         final = chunk("" if stream else "".join(tokens), True)
         total_s = time.perf_counter() - started if o.time_scale > 0 else load_s + prompt_s + eval_s
-        final.update({
-            "done_reason": "stop" if len(tokens) >= 16 else "length",
-            "total_duration": int(max(total_s, load_s + prompt_s + eval_s) * 1e9),
-            "load_duration": int(load_s * 1e9), "prompt_eval_count": prompt_tokens,
-            "prompt_eval_duration": int(prompt_s * 1e9), "eval_count": len(tokens), "eval_duration": int(eval_s * 1e9),
-        })  # fmt: skip
+        final.update(
+            {
+                "done_reason": "stop" if len(tokens) >= 16 else "length",
+                "total_duration": int(max(total_s, load_s + prompt_s + eval_s) * 1e9),
+                "load_duration": int(load_s * 1e9),
+                "prompt_eval_count": prompt_tokens,
+                "prompt_eval_duration": int(prompt_s * 1e9),
+                "eval_count": len(tokens),
+                "eval_duration": int(eval_s * 1e9),
+            }
+        )
         if stream:
             line = json.dumps(final).encode() + b"\n"
             self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(line), line))
@@ -224,5 +279,3 @@ class MockOllamaServer:
     def stop(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
-
-

@@ -91,7 +91,9 @@ def main() -> int:
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)
     loop.stop = stop_on_signals()
-    workload = WorkloadSink.from_settings(settings, group_id=cfg.group_id, registry=registry, stop=loop.stop).start()
+    workload = WorkloadSink.from_settings(
+        settings, group_id=cfg.group_id, registry=registry, stop=loop.stop
+    ).start()
     log.info("sinking", extra={"topics": [settings.topics.metrics_raw, settings.topics.events]})
     try:
         loop.run()

@@ -30,20 +30,32 @@ log = logging.getLogger(__name__)
 
 class WorkloadSink:
     def __init__(
-        self, *, consumer: confluent_kafka.Consumer, dlq_producer: confluent_kafka.Producer,
-        writer: WorkloadWriter, topics: TopicSettings, registry: CollectorRegistry, stop: threading.Event,
-        batch_size: int = 5000, poll_timeout_s: float = 0.5, max_message_bytes: int = 1_000_000,
+        self,
+        *,
+        consumer: confluent_kafka.Consumer,
+        dlq_producer: confluent_kafka.Producer,
+        writer: WorkloadWriter,
+        topics: TopicSettings,
+        registry: CollectorRegistry,
+        stop: threading.Event,
+        batch_size: int = 5000,
+        poll_timeout_s: float = 0.5,
+        max_message_bytes: int = 1_000_000,
         max_backoff_s: float = 30.0,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.consumer, self.dlq, self.writer, self.topics = consumer, dlq_producer, writer, topics
         self.stop, self.batch_size, self.poll_timeout_s = stop, batch_size, poll_timeout_s
         self.max_message_bytes, self.max_backoff_s = max_message_bytes, max_backoff_s
         self.generation = 0
         p = "gpuhealth_sink_workload_"
-        self.rows = Counter(p + "rows_written", "Workload rows inserted (polls, sessions, server snapshots)",
-                            registry=registry)  # fmt: skip
-        self.dead_letters = Counter(p + "dead_letters", "Workload records sent to the DLQ", ["category"],
-                                    registry=registry)  # fmt: skip
+        self.rows = Counter(
+            p + "rows_written",
+            "Workload rows inserted (polls, sessions, server snapshots)",
+            registry=registry,
+        )
+        self.dead_letters = Counter(
+            p + "dead_letters", "Workload records sent to the DLQ", ["category"], registry=registry
+        )
         self.db_retries = Counter(p + "db_retries", "Workload batch writes retried", registry=registry)
         self._thread: threading.Thread | None = None
 
@@ -53,11 +65,17 @@ class WorkloadSink:
     ) -> WorkloadSink:
         group = f"{group_id}-workload"
         return cls(
-            consumer=make_consumer(settings.kafka, group_id=group), dlq_producer=make_producer(settings.kafka),
-            writer=WorkloadWriter(settings.db, group=group), topics=settings.topics, registry=registry, stop=stop,
-        )  # fmt: skip
+            consumer=make_consumer(settings.kafka, group_id=group),
+            dlq_producer=make_producer(settings.kafka),
+            writer=WorkloadWriter(settings.db, group=group),
+            topics=settings.topics,
+            registry=registry,
+            stop=stop,
+        )
 
-    def _on_assign(self, consumer: confluent_kafka.Consumer, partitions: list[confluent_kafka.TopicPartition]) -> None:
+    def _on_assign(
+        self, consumer: confluent_kafka.Consumer, partitions: list[confluent_kafka.TopicPartition]
+    ) -> None:
         self.generation += 1
         delay = 0.5
         while True:
@@ -79,13 +97,18 @@ class WorkloadSink:
         self.generation += 1
 
     def run(self) -> None:
-        self.consumer.subscribe([self.topics.processes, self.topics.llm_sessions],
-                                on_assign=self._on_assign, on_revoke=self._on_revoke)  # fmt: skip
+        self.consumer.subscribe(
+            [self.topics.processes, self.topics.llm_sessions],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+        )
         try:
             while not self.stop.is_set():
                 messages = self.consumer.consume(self.batch_size, self.poll_timeout_s)
                 if messages:
-                    self._store(decode_workload(messages, self.topics, self.max_message_bytes), self.generation)
+                    self._store(
+                        decode_workload(messages, self.topics, self.max_message_bytes), self.generation
+                    )
         finally:
             self.dlq.flush(30)
             self.consumer.close()
@@ -103,7 +126,9 @@ class WorkloadSink:
                     break
                 except (DatabaseError, KafkaProduceError) as e:
                     if self.generation != generation or self.stop.is_set():
-                        log.warning("workload batch not stored (%s); it is re-read from the stored offsets", e)
+                        log.warning(
+                            "workload batch not stored (%s); it is re-read from the stored offsets", e
+                        )
                         return
                     self.db_retries.inc()
                     if not paused:
@@ -132,14 +157,24 @@ class WorkloadSink:
                 failures.append(err.str())
 
         for letter in dead:
-            self.dlq.produce(self.topics.dlq, value=letter.value, key=letter.key, headers=letter.headers(),
-                             on_delivery=on_delivery)  # fmt: skip
+            self.dlq.produce(
+                self.topics.dlq,
+                value=letter.value,
+                key=letter.key,
+                headers=letter.headers(),
+                on_delivery=on_delivery,
+            )
         if self.dlq.flush(30) or failures:
-            raise KafkaProduceError(f"dead letters not delivered: {failures[:1] or 'timeout'}", retriable=True)
+            raise KafkaProduceError(
+                f"dead letters not delivered: {failures[:1] or 'timeout'}", retriable=True
+            )
         for letter in dead:
             self.dead_letters.labels(letter.category).inc()
-            log.warning("dead letter: %s", letter.reason,
-                        extra={"topic": letter.topic, "partition": letter.partition, "offset": letter.offset})  # fmt: skip
+            log.warning(
+                "dead letter: %s",
+                letter.reason,
+                extra={"topic": letter.topic, "partition": letter.partition, "offset": letter.offset},
+            )
 
     def start(self) -> WorkloadSink:
         self._thread = threading.Thread(target=self.run, name="sink-workload", daemon=True)

@@ -18,7 +18,13 @@ from psycopg.types.json import Jsonb
 from shared.config import DatabaseSettings, TopicSettings
 from shared.db import connect
 from shared.errors import ContractError, DatabaseError, DatabaseUnavailableError
-from shared.models_workload import GpuProcesses, LlmServerStatus, LlmSession, parse_gpu_processes, parse_llm_message
+from shared.models_workload import (
+    GpuProcesses,
+    LlmServerStatus,
+    LlmSession,
+    parse_gpu_processes,
+    parse_llm_message,
+)
 
 from .decode import DeadLetter, Record
 
@@ -34,7 +40,9 @@ class WorkloadBatch:
     next_offsets: dict[Partition, int] = field(default_factory=dict)
 
 
-def _decode_one(batch: WorkloadBatch, topics: TopicSettings, topic: str, key: bytes | None, value: bytes) -> None:
+def _decode_one(
+    batch: WorkloadBatch, topics: TopicSettings, topic: str, key: bytes | None, value: bytes
+) -> None:
     if topic == topics.processes:
         message = parse_gpu_processes(value)
         if key is not None and key != message.gpu_uuid.encode():
@@ -75,35 +83,104 @@ def decode_workload(messages: Sequence[Record], topics: TopicSettings, max_bytes
 
 def process_rows(m: GpuProcesses) -> list[tuple[Any, ...]]:
     return [
-        (m.time, m.gpu_uuid, p.pid, m.hostname, p.type, p.used_memory_mib, p.sm_util_pct, p.mem_util_pct,
-         p.executable, p.command_line, p.user, p.start_time, p.container_id, p.pod_uid, p.qos_class,
-         p.classification.value, p.rule)
+        (
+            m.time,
+            m.gpu_uuid,
+            p.pid,
+            m.hostname,
+            p.type,
+            p.used_memory_mib,
+            p.sm_util_pct,
+            p.mem_util_pct,
+            p.executable,
+            p.command_line,
+            p.user,
+            p.start_time,
+            p.container_id,
+            p.pod_uid,
+            p.qos_class,
+            p.classification.value,
+            p.rule,
+        )
         for p in m.processes
-    ]  # fmt: skip
+    ]
 
 
 _SESSION_COLS = (
-    "time", "request_id", "source", "monitor_id", "server", "engine", "endpoint", "model", "streamed",
-    "http_status", "ok", "error", "prompt_tokens", "completion_tokens", "load_ms", "prompt_eval_ms",
-    "eval_ms", "total_ms", "ttft_ms", "wall_ms", "tokens_per_s", "tpot_ms",
-)  # fmt: skip
+    "time",
+    "request_id",
+    "source",
+    "monitor_id",
+    "server",
+    "engine",
+    "endpoint",
+    "model",
+    "streamed",
+    "http_status",
+    "ok",
+    "error",
+    "prompt_tokens",
+    "completion_tokens",
+    "load_ms",
+    "prompt_eval_ms",
+    "eval_ms",
+    "total_ms",
+    "ttft_ms",
+    "wall_ms",
+    "tokens_per_s",
+    "tpot_ms",
+)
 _SERVER_COLS = (
-    "time", "server", "engine", "monitor_id", "up", "version", "models", "requests_running",
-    "requests_waiting", "kv_cache_usage_ratio", "ttft_ms", "tpot_ms", "prompt_tokens", "completion_tokens",
-)  # fmt: skip
+    "time",
+    "server",
+    "engine",
+    "monitor_id",
+    "up",
+    "version",
+    "models",
+    "requests_running",
+    "requests_waiting",
+    "kv_cache_usage_ratio",
+    "ttft_ms",
+    "tpot_ms",
+    "prompt_tokens",
+    "completion_tokens",
+)
 
 
 def _insert(table: str, cols: Sequence[str]) -> str:
-    return (f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join(['%s'] * len(cols))})"
-            " ON CONFLICT DO NOTHING")  # fmt: skip
+    return (
+        f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join(['%s'] * len(cols))})"
+        " ON CONFLICT DO NOTHING"
+    )
 
 
-INSERT_PROCESS = _insert("gpu_processes", (
-    "time", "gpu_uuid", "pid", "hostname", "type", "used_memory_mib", "sm_util_pct", "mem_util_pct",
-    "executable", "command_line", "username", "start_time", "container_id", "pod_uid", "qos_class",
-    "classification", "rule"))  # fmt: skip
-INSERT_POLL = _insert("gpu_process_polls",
-                      ("time", "gpu_uuid", "gpu_index", "hostname", "collector_id", "source", "process_count"))
+INSERT_PROCESS = _insert(
+    "gpu_processes",
+    (
+        "time",
+        "gpu_uuid",
+        "pid",
+        "hostname",
+        "type",
+        "used_memory_mib",
+        "sm_util_pct",
+        "mem_util_pct",
+        "executable",
+        "command_line",
+        "username",
+        "start_time",
+        "container_id",
+        "pod_uid",
+        "qos_class",
+        "classification",
+        "rule",
+    ),
+)
+INSERT_POLL = _insert(
+    "gpu_process_polls",
+    ("time", "gpu_uuid", "gpu_index", "hostname", "collector_id", "source", "process_count"),
+)
 UPSERT_LATEST = (
     "INSERT INTO gpu_process_latest (gpu_uuid, time, gpu_index, hostname, process_count)"
     " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (gpu_uuid) DO UPDATE SET time = EXCLUDED.time,"
@@ -159,22 +236,39 @@ class WorkloadWriter:
         try:
             with conn.cursor() as cur:
                 for m in batch.processes:
-                    cur.execute(INSERT_POLL, (m.time, m.gpu_uuid, m.gpu_index, m.hostname, m.collector_id,
-                                              m.source, len(m.processes)))  # fmt: skip
+                    cur.execute(
+                        INSERT_POLL,
+                        (
+                            m.time,
+                            m.gpu_uuid,
+                            m.gpu_index,
+                            m.hostname,
+                            m.collector_id,
+                            m.source,
+                            len(m.processes),
+                        ),
+                    )
                     inserted += cur.rowcount
-                    cur.execute(UPSERT_LATEST, (m.gpu_uuid, m.time, m.gpu_index, m.hostname, len(m.processes)))
+                    cur.execute(
+                        UPSERT_LATEST, (m.gpu_uuid, m.time, m.gpu_index, m.hostname, len(m.processes))
+                    )
                     if m.processes:
                         cur.executemany(INSERT_PROCESS, process_rows(m))
                 for s in batch.sessions:
                     cur.execute(INSERT_SESSION, tuple(getattr(s, c) for c in _SESSION_COLS))
                     inserted += cur.rowcount
                 for v in batch.servers:
-                    values = [Jsonb([x.model_dump(mode="json") for x in v.models]) if c == "models" else getattr(v, c)
-                              for c in _SERVER_COLS]  # fmt: skip
+                    values = [
+                        Jsonb([x.model_dump(mode="json") for x in v.models])
+                        if c == "models"
+                        else getattr(v, c)
+                        for c in _SERVER_COLS
+                    ]
                     cur.execute(INSERT_SERVER, values)
                     inserted += cur.rowcount
-                cur.executemany(UPSERT_OFFSET, [(self.group, t, p, o) for (t, p), o in
-                                                sorted(batch.next_offsets.items())])  # fmt: skip
+                cur.executemany(
+                    UPSERT_OFFSET, [(self.group, t, p, o) for (t, p), o in sorted(batch.next_offsets.items())]
+                )
             conn.commit()
         except psycopg.Error as e:
             try:

@@ -1,4 +1,4 @@
-"""Workload telemetry end to end: mock -> collector/monitor -> Kafka -> sink -> TimescaleDB -> API, for real."""
+"""Workload telemetry end to end: mock -> collector/monitor -> Kafka -> sink -> database -> API."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import json
 import os
 import signal
 import socket
+import statistics
 import subprocess
 import sys
-from datetime import UTC, datetime
-import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -48,16 +48,22 @@ from tests.integration.kafka_helpers import consume_all, header_map
 
 @pytest.fixture
 def topics(topic_factory: Callable[..., str]) -> TopicSettings:
-    return TopicSettings(processes=topic_factory(prefix="proc"), llm_sessions=topic_factory(prefix="llm"),
-                         dlq=topic_factory(prefix="dlq", partitions=1))  # fmt: skip
+    return TopicSettings(
+        processes=topic_factory(prefix="proc"),
+        llm_sessions=topic_factory(prefix="llm"),
+        dlq=topic_factory(prefix="dlq", partitions=1),
+    )
 
 
 @pytest.fixture
-def sink(kafka_settings: KafkaSettings, migrated: DatabaseSettings, topics: TopicSettings) -> Iterator[WorkloadSink]:
+def sink(
+    kafka_settings: KafkaSettings, migrated: DatabaseSettings, topics: TopicSettings
+) -> Iterator[WorkloadSink]:
     settings = Settings(kafka=kafka_settings, db=migrated, topics=topics)
     stop = threading.Event()
-    running = WorkloadSink.from_settings(settings, group_id=f"test-{topics.processes}", registry=CollectorRegistry(),
-                                         stop=stop).start()  # fmt: skip
+    running = WorkloadSink.from_settings(
+        settings, group_id=f"test-{topics.processes}", registry=CollectorRegistry(), stop=stop
+    ).start()
     yield running
     stop.set()
     running.join(30)
@@ -72,22 +78,35 @@ def api(migrated: DatabaseSettings) -> Iterator[TestClient]:
 def count(db: DatabaseSettings, query: str) -> int:
     with connect(db) as conn:
         row = conn.execute(query).fetchone()
-    return int(row[0]) if row else 0
+    return int(str(row[0])) if row else 0
 
 
 def test_mock_fleet_processes_flow_to_the_api(
-    kafka_settings: KafkaSettings, migrated: DatabaseSettings, topics: TopicSettings, sink: WorkloadSink,
+    kafka_settings: KafkaSettings,
+    migrated: DatabaseSettings,
+    topics: TopicSettings,
+    sink: WorkloadSink,
     api: TestClient,
-) -> None:  # fmt: skip
+) -> None:
     t = [0.0]
-    fleet = Fleet(FleetSpec(nodes=2, gpus_per_node=4), SimClock(start_s=time.time() - 3 * 3600, monotonic=lambda: t[0]))
+    fleet = Fleet(
+        FleetSpec(nodes=2, gpus_per_node=4), SimClock(start_s=time.time() - 3 * 3600, monotonic=lambda: t[0])
+    )
     t[0] = 3 * 3600  # three simulated hours in: some GPUs run jobs, some are idle
     mock = MockServer(fleet, bind="127.0.0.1", base_port=0, admin_port=0, timestamps=False)
     mock.start()
     try:
-        publisher = Publisher(JsonProducer(collector_producer(kafka_settings, 1000)), CollectorMetrics(CollectorRegistry()))
-        watch = ProcessWatch(sources=[MockProcesses(mock.node_url(i)) for i in range(2)], rules=ProcessRules.load(),
-                             publisher=publisher, topics=topics, collector_id="it", interval_s=1)  # fmt: skip
+        publisher = Publisher(
+            JsonProducer(collector_producer(kafka_settings, 1000)), CollectorMetrics(CollectorRegistry())
+        )
+        watch = ProcessWatch(
+            sources=[MockProcesses(mock.node_url(i)) for i in range(2)],
+            rules=ProcessRules.load(),
+            publisher=publisher,
+            topics=topics,
+            collector_id="it",
+            interval_s=1,
+        )
         assert watch.poll_once() == 8
         assert publisher.flush(30) == 0
     finally:
@@ -100,29 +119,51 @@ def test_mock_fleet_processes_flow_to_the_api(
     uuid, gpu = next(iter(busy.items()))
     answer = api.get(f"/api/v1/gpus/{uuid}/processes").json()
     (process,) = answer["processes"]
-    assert answer["process_count"] == 1 and answer["hostname"].startswith("gpu-node-")
+    assert answer["process_count"] == 1
+    assert answer["hostname"].startswith("gpu-node-")
     assert (process["classification"], process["rule"]) == ("training", "distributed-worker")
-    assert f"--local-rank={gpu.index}" in process["command_line"] and process["user"] == "mluser"
-    assert process["pod_uid"] and len(process["container_id"]) == 64 and process["used_memory_mib"] > 0
+    assert f"--local-rank={gpu.index}" in process["command_line"]
+    assert process["user"] == "mluser"
+    assert process["pod_uid"]
+    assert len(process["container_id"]) == 64
+    assert process["used_memory_mib"] > 0
     if idle:
         assert api.get(f"/api/v1/gpus/{idle[0]}/processes").json()["processes"] == []
     assert api.get("/api/v1/gpus/GPU-00000000-0000-0000-0000-000000000000/processes").status_code == 404
 
     fleet_view = api.get("/api/v1/fleet/processes").json()
-    assert (fleet_view["gpus_listed"], fleet_view["gpus_busy"], fleet_view["processes"]) == (8, len(busy), len(busy))
-    assert fleet_view["by_class"] == [{"classification": "training", "processes": len(busy), "gpus": len(busy),
-                                       "used_memory_mib": fleet_view["by_class"][0]["used_memory_mib"], "pods": len(busy)}]  # fmt: skip
-    assert fleet_view["by_rule"] == [{"rule": "distributed-worker", "classification": "training", "processes": len(busy)}]
+    assert (fleet_view["gpus_listed"], fleet_view["gpus_busy"], fleet_view["processes"]) == (
+        8,
+        len(busy),
+        len(busy),
+    )
+    assert fleet_view["by_class"] == [
+        {
+            "classification": "training",
+            "processes": len(busy),
+            "gpus": len(busy),
+            "used_memory_mib": fleet_view["by_class"][0]["used_memory_mib"],
+            "pods": len(busy),
+        }
+    ]
+    assert fleet_view["by_rule"] == [
+        {"rule": "distributed-worker", "classification": "training", "processes": len(busy)}
+    ]
     assert api.get("/api/v1/fleet/processes?hostname=gpu-node-99").json()["gpus_listed"] == 0
     assert api.get("/api/v1/fleet/processes?hostname=;drop").status_code == 422
 
 
 def test_llm_sessions_flow_from_the_proxy_to_per_model_percentiles(
-    kafka_settings: KafkaSettings, migrated: DatabaseSettings, topics: TopicSettings, sink: WorkloadSink,
+    kafka_settings: KafkaSettings,
+    migrated: DatabaseSettings,
+    topics: TopicSettings,
+    sink: WorkloadSink,
     api: TestClient,
-) -> None:  # fmt: skip
+) -> None:
     mock = MockOllamaServer("127.0.0.1", 0, time_scale=0.02).start()
-    settings = LlmSettings(kafka=kafka_settings, topics=topics, llm=LlmSection(ollama_url=mock.url, monitor_id="it"))
+    settings = LlmSettings(
+        kafka=kafka_settings, topics=topics, llm=LlmSection(ollama_url=mock.url, monitor_id="it")
+    )
     producer = JsonProducer(make_producer(kafka_settings))
     monitor = Monitor(settings, producer, CollectorRegistry())
     seen: list[Any] = []
@@ -137,9 +178,12 @@ def test_llm_sessions_flow_from_the_proxy_to_per_model_percentiles(
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
             for i in range(12):
                 model = "qwen2.5:0.5b" if i % 3 else "llama3.1:8b"
-                async with client.stream("POST", "/api/generate", json={"model": model, "prompt": f"q{i}"}) as r:
+                async with client.stream(
+                    "POST", "/api/generate", json={"model": model, "prompt": f"q{i}"}
+                ) as r:
                     lines = [json.loads(line) async for line in r.aiter_lines() if line]
-                assert lines[-1]["done"] is True and len(lines) > 2
+                assert lines[-1]["done"] is True
+                assert len(lines) > 2
             await client.post("/api/chat", json={"model": "ghost:1b", "messages": []})
             monitor.publish(await poll_ollama(client, mock.url, "it"))
         await proxy.close()
@@ -150,13 +194,16 @@ def test_llm_sessions_flow_from_the_proxy_to_per_model_percentiles(
         mock.stop()
     assert producer.flush(30) == 0
     wait_until(lambda: count(migrated, "SELECT count(*) FROM llm_sessions") == 13, 60, "13 sessions stored")
-    wait_until(lambda: count(migrated, "SELECT count(*) FROM llm_server_status") == 1, 60, "the server snapshot")
+    wait_until(
+        lambda: count(migrated, "SELECT count(*) FROM llm_server_status") == 1, 60, "the server snapshot"
+    )
 
     models = {m["model"]: m for m in api.get("/api/v1/llm/models").json()["models"]}
     assert set(models) == {"qwen2.5:0.5b", "llama3.1:8b", "ghost:1b"}
     for name, row in models.items():
         mine = [s for s in seen if s.model == name]
-        assert row["requests"] == len(mine) and row["errors"] == sum(not s.ok for s in mine)
+        assert row["requests"] == len(mine)
+        assert row["errors"] == sum(not s.ok for s in mine)
         ttft = [s.ttft_ms for s in mine if s.ttft_ms is not None]
         tps = [s.tokens_per_s for s in mine if s.tokens_per_s is not None]
         if ttft:  # percentile_cont is linear interpolation, as numpy's default
@@ -164,48 +211,75 @@ def test_llm_sessions_flow_from_the_proxy_to_per_model_percentiles(
             assert row["ttft_p95_ms"] == pytest.approx(float(np.percentile(ttft, 95)))
             assert row["tps_p50"] == pytest.approx(statistics.median(tps))
             assert row["tps_p95"] == pytest.approx(float(np.percentile(tps, 95)))
-    assert models["ghost:1b"]["errors"] == 1 and models["ghost:1b"]["ttft_p50_ms"] is None
+    assert models["ghost:1b"]["errors"] == 1
+    assert models["ghost:1b"]["ttft_p50_ms"] is None
     (server,) = api.get("/api/v1/llm/servers").json()["servers"]
-    assert server["up"] and server["version"] == "0.6.8"
+    assert server["up"]
+    assert server["version"] == "0.6.8"
     assert {m["name"] for m in server["models"]} == {"qwen2.5:0.5b", "llama3.1:8b"}
     assert all(m["vram_bytes"] > 0 for m in server["models"])
     assert api.get("/api/v1/llm/models?from=2026-01-02T00:00:00Z&to=2026-01-01T00:00:00Z").status_code == 400
 
 
 def test_bad_workload_records_are_dead_lettered_and_the_good_ones_stored_once(
-    kafka_settings: KafkaSettings, migrated: DatabaseSettings, topics: TopicSettings, sink: WorkloadSink,
-) -> None:  # fmt: skip
+    kafka_settings: KafkaSettings,
+    migrated: DatabaseSettings,
+    topics: TopicSettings,
+    sink: WorkloadSink,
+) -> None:
     good = GpuProcesses(
-        time=datetime.now(UTC), source="nvml",
-        collector_id="c", hostname="h", gpu_uuid="GPU-8b08f602-b857-81e9-a86b-547a202d628f", gpu_index=0,
-        processes=[GpuProcess(pid=42, type="compute", used_memory_mib=100, classification=ProcessClass.TRAINING,
-                              rule="training-script")],
-    )  # fmt: skip
+        time=datetime.now(UTC),
+        source="nvml",
+        collector_id="c",
+        hostname="h",
+        gpu_uuid="GPU-8b08f602-b857-81e9-a86b-547a202d628f",
+        gpu_index=0,
+        processes=[
+            GpuProcess(
+                pid=42,
+                type="compute",
+                used_memory_mib=100,
+                classification=ProcessClass.TRAINING,
+                rule="training-script",
+            )
+        ],
+    )
     value = json.dumps(to_json(good)).encode()
     producer = make_producer(kafka_settings)
     bad = [
         (topics.processes, b"GPU-8b08f602-b857-81e9-a86b-547a202d628f", b"{not json"),
-        (topics.processes, b"GPU-8b08f602-b857-81e9-a86b-547a202d628f", value.replace(b'"training"', b'"mining"')),
+        (
+            topics.processes,
+            b"GPU-8b08f602-b857-81e9-a86b-547a202d628f",
+            value.replace(b'"training"', b'"mining"'),
+        ),
         (topics.processes, b"GPU-ffffffff-b857-81e9-a86b-547a202d628f", value),  # key is another GPU
         (topics.llm_sessions, b"s", b'{"kind":"session","schema_version":1,"model":"m"}'),
         (topics.llm_sessions, b"s", b'{"kind":"gossip"}'),
         (topics.llm_sessions, b"s", None),
     ]
-    for topic, key, raw in [*bad[:3], (topics.processes, good.gpu_uuid.encode(), value), *bad[3:],
-                            (topics.processes, good.gpu_uuid.encode(), value)]:  # fmt: skip
+    for topic, key, raw in [
+        *bad[:3],
+        (topics.processes, good.gpu_uuid.encode(), value),
+        *bad[3:],
+        (topics.processes, good.gpu_uuid.encode(), value),
+    ]:
         producer.produce(topic, key=key, value=raw)
     assert producer.flush(30) == 0
     dead = consume_all(kafka_settings, topics.dlq, expected=len(bad), timeout_s=60)
     assert len(dead) == len(bad)
     headers = [header_map(m) for m in dead]
     assert {h["dlq.category"] for h in headers} == {"contract", "key", "empty"}
-    assert all(h["dlq.source.topic"] in (topics.processes, topics.llm_sessions) and h["dlq.error"] for h in headers)
+    assert all(
+        h["dlq.source.topic"] in (topics.processes, topics.llm_sessions) and h["dlq.error"] for h in headers
+    )
     # every record of the processes topic (3 bad, the good one twice) is behind the stored offsets
     stored = f"SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets WHERE topic = '{topics.processes}'"
     wait_until(lambda: count(migrated, stored) == 5, 60, "all of the processes topic consumed")
     assert count(migrated, "SELECT count(*) FROM gpu_processes") == 1
     assert count(migrated, "SELECT count(*) FROM gpu_process_polls") == 1  # sent twice, stored once
-    assert sink._thread is not None and sink._thread.is_alive()
+    assert sink._thread is not None
+    assert sink._thread.is_alive()
 
 
 def _free_port() -> int:
@@ -218,38 +292,58 @@ def test_the_monitor_and_mock_ollama_run_as_services_probe_serve_metrics_and_sto
     kafka_settings: KafkaSettings, topics: TopicSettings
 ) -> None:
     ollama_port, proxy_port, metrics_port = _free_port(), _free_port(), _free_port()
-    env = {**os.environ, "PYTHONPATH": str(REPO), "GPUHEALTH_LOG__JSON": "false",
-           "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
-           "GPUHEALTH_TOPICS__LLM_SESSIONS": topics.llm_sessions,
-           "GPUHEALTH_MOCK_OLLAMA__PORT": str(ollama_port), "GPUHEALTH_MOCK_OLLAMA__TIME_SCALE": "0.01",
-           "GPUHEALTH_LLM__OLLAMA_URL": f"http://127.0.0.1:{ollama_port}", "GPUHEALTH_LLM__LISTEN_PORT": str(proxy_port),
-           "GPUHEALTH_LLM__METRICS_PORT": str(metrics_port), "GPUHEALTH_LLM__PROBE_MODEL": "qwen2.5:0.5b",
-           "GPUHEALTH_LLM__POLL_INTERVAL_S": "1"}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "GPUHEALTH_LOG__JSON": "false",
+        "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
+        "GPUHEALTH_TOPICS__LLM_SESSIONS": topics.llm_sessions,
+        "GPUHEALTH_MOCK_OLLAMA__PORT": str(ollama_port),
+        "GPUHEALTH_MOCK_OLLAMA__TIME_SCALE": "0.01",
+        "GPUHEALTH_LLM__OLLAMA_URL": f"http://127.0.0.1:{ollama_port}",
+        "GPUHEALTH_LLM__LISTEN_PORT": str(proxy_port),
+        "GPUHEALTH_LLM__METRICS_PORT": str(metrics_port),
+        "GPUHEALTH_LLM__PROBE_MODEL": "qwen2.5:0.5b",
+        "GPUHEALTH_LLM__POLL_INTERVAL_S": "1",
+    }
     mock = subprocess.Popen([sys.executable, "-m", "services.mock_ollama"], env=env, cwd=REPO)
     monitor = subprocess.Popen([sys.executable, "-m", "services.llm_monitor"], env=env, cwd=REPO)
     try:
+
         def answers(url: str) -> bool:
             try:
                 return httpx.get(url, timeout=2).status_code == 200
             except httpx.HTTPError:
                 return False
 
-        wait_until(lambda: answers(f"http://127.0.0.1:{proxy_port}/api/version"), 60, "the proxy in front of the mock")
-        r = httpx.post(f"http://127.0.0.1:{proxy_port}/api/generate", json={"model": "mistral:7b", "prompt": "x"}, timeout=30)
-        assert r.status_code == 200 and r.text.strip().splitlines()[-1].startswith("{")
+        wait_until(
+            lambda: answers(f"http://127.0.0.1:{proxy_port}/api/version"),
+            60,
+            "the proxy in front of the mock",
+        )
+        r = httpx.post(
+            f"http://127.0.0.1:{proxy_port}/api/generate",
+            json={"model": "mistral:7b", "prompt": "x"},
+            timeout=30,
+        )
+        assert r.status_code == 200
+        assert r.text.strip().splitlines()[-1].startswith("{")
         kinds: dict[str, set[str]] = {}
 
         def seen_all() -> bool:
             for m in consume_all(kafka_settings, topics.llm_sessions, expected=1000, timeout_s=2):
-                v = json.loads(m.value())
+                v = json.loads(m.value() or b"{}")
                 kinds.setdefault(v["kind"], set()).add(v.get("source") or v["engine"])
-            return kinds.get("session", set()) >= {"proxy", "probe"} and "ollama" in kinds.get("server", set())
+            return kinds.get("session", set()) >= {"proxy", "probe"} and "ollama" in kinds.get(
+                "server", set()
+            )
 
         wait_until(seen_all, 90, "a proxied session, a probe and a server snapshot on llm-sessions")
         metrics = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics").text
         assert 'gpuhealth_llm_sessions_total{ok="true",source="probe"}' in metrics
-        assert 'gpuhealth_llm_server_up{server="http://127.0.0.1:%d"} 1.0' % ollama_port in metrics
+        assert f'gpuhealth_llm_server_up{{server="http://127.0.0.1:{ollama_port}"}} 1.0' in metrics
     finally:
         for process in (monitor, mock):
             process.send_signal(signal.SIGTERM)
-    assert monitor.wait(30) == 0 and mock.wait(30) == 0
+    assert monitor.wait(30) == 0
+    assert mock.wait(30) == 0

@@ -1,4 +1,4 @@
-"""Process facts: cgroup paths to container and pod, a recorded /proc tree, NVML's lists, the mock fleet's processes."""
+"""Process facts: cgroup paths to container and pod, a recorded /proc tree, NVML lists, the mock fleet."""
 
 from __future__ import annotations
 
@@ -27,35 +27,53 @@ UID_ = UID.replace("-", "_")
 # Recorded from real nodes' /proc/PID/cgroup (ids replaced by CID/UID).
 RECORDED = [
     # cgroup v1, Docker
-    (f"12:memory:/docker/{CID}\n11:devices:/docker/{CID}\n1:name=systemd:/docker/{CID}\n",
-     CgroupInfo(CID, None, None)),
+    (
+        f"12:memory:/docker/{CID}\n11:devices:/docker/{CID}\n1:name=systemd:/docker/{CID}\n",
+        CgroupInfo(CID, None, None),
+    ),
     # cgroup v2, Docker with the systemd driver
     (f"0::/system.slice/docker-{CID}.scope\n", CgroupInfo(CID, None, None)),
     # cgroup v1, kubelet cgroupfs driver, burstable
-    (f"11:memory:/kubepods/burstable/pod{UID}/{CID}\n4:cpu,cpuacct:/kubepods/burstable/pod{UID}/{CID}\n",
-     CgroupInfo(CID, UID, "burstable")),
+    (
+        f"11:memory:/kubepods/burstable/pod{UID}/{CID}\n4:cpu,cpuacct:/kubepods/burstable/pod{UID}/{CID}\n",
+        CgroupInfo(CID, UID, "burstable"),
+    ),
     # cgroup v1, guaranteed pods sit right under /kubepods
     (f"9:pids:/kubepods/pod{UID}/{CID}\n", CgroupInfo(CID, UID, "guaranteed")),
     # cgroup v2, systemd driver, containerd, besteffort
-    (f"0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{UID_}.slice/cri-containerd-{CID}.scope\n",
-     CgroupInfo(CID, UID, "besteffort")),
+    (
+        f"0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{UID_}.slice/cri-containerd-{CID}.scope\n",
+        CgroupInfo(CID, UID, "besteffort"),
+    ),
     # cgroup v2, systemd driver, CRI-O, burstable
-    (f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice/crio-{CID}.scope\n",
-     CgroupInfo(CID, UID, "burstable")),
+    (
+        f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice/crio-{CID}.scope\n",
+        CgroupInfo(CID, UID, "burstable"),
+    ),
     # cgroup v2, guaranteed
-    (f"0::/kubepods.slice/kubepods-pod{UID_}.slice/cri-containerd-{CID}.scope\n", CgroupInfo(CID, UID, "guaranteed")),
+    (
+        f"0::/kubepods.slice/kubepods-pod{UID_}.slice/cri-containerd-{CID}.scope\n",
+        CgroupInfo(CID, UID, "guaranteed"),
+    ),
     # CRI-O's conmon is the runtime's monitor: the pod, not a container
-    (f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice/crio-conmon-{CID}.scope\n",
-     CgroupInfo(None, UID, "burstable")),
+    (
+        f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice/crio-conmon-{CID}.scope\n",
+        CgroupInfo(None, UID, "burstable"),
+    ),
     # kind: a kubelet inside a Docker container (v1 hybrid: the v2 line is empty)
-    (f"0::/\n5:memory:/docker/{'a' * 64}/kubepods/besteffort/pod{UID}/{CID}\n", CgroupInfo(CID, UID, "besteffort")),
+    (
+        f"0::/\n5:memory:/docker/{'a' * 64}/kubepods/besteffort/pod{UID}/{CID}\n",
+        CgroupInfo(CID, UID, "besteffort"),
+    ),
     # podman
-    (f"0::/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{CID}.scope/container\n",
-     CgroupInfo(CID, None, None)),
+    (
+        f"0::/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{CID}.scope/container\n",
+        CgroupInfo(CID, None, None),
+    ),
     # a plain login session, and an empty file
     ("0::/user.slice/user-1000.slice/session-3.scope\n", CgroupInfo()),
     ("", CgroupInfo()),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("text", "expected"), RECORDED)
@@ -68,8 +86,10 @@ def test_cgroup_paths_name_the_container_and_the_pod(text: str, expected: Cgroup
 def test_any_cgroup_text_gives_contract_valid_ids(text: str) -> None:
     info = parse_cgroup(text)
     # whatever came out must fit the message (the model refuses anything else)
-    GpuProcess(pid=1, type="compute", container_id=info.container_id, pod_uid=info.pod_uid,
-               qos_class=info.qos_class, classification=ProcessClass.COMPUTE, rule="default")  # type: ignore[arg-type]
+    fields = {"container_id": info.container_id, "pod_uid": info.pod_uid, "qos_class": info.qos_class}
+    GpuProcess.model_validate(
+        {"pid": 1, "type": "compute", "classification": ProcessClass.COMPUTE, "rule": "default", **fields}
+    )
 
 
 def _proc_tree(root: Path) -> None:
@@ -122,31 +142,54 @@ def _nvml(processes: dict[str, list[Any]], utilisation: Any) -> Any:
         return utilisation
 
     return SimpleNamespace(
-        NVMLError=_NvmlError, NVML_ERROR_NOT_FOUND=6, nvmlInit=lambda: None, nvmlShutdown=lambda: None,
-        nvmlDeviceGetCount=lambda: 1, nvmlDeviceGetHandleByIndex=lambda i: i,
+        NVMLError=_NvmlError,
+        NVML_ERROR_NOT_FOUND=6,
+        nvmlInit=lambda: None,
+        nvmlShutdown=lambda: None,
+        nvmlDeviceGetCount=lambda: 1,
+        nvmlDeviceGetHandleByIndex=lambda i: i,
         nvmlDeviceGetUUID=lambda h: b"GPU-8b08f602-b857-81e9-a86b-547a202d628f",
         nvmlDeviceGetComputeRunningProcesses=lambda h: processes["compute"],
         nvmlDeviceGetGraphicsRunningProcesses=lambda h: processes["graphics"],
         nvmlDeviceGetProcessUtilization=util,
-    )  # fmt: skip
+    )
 
 
 def test_nvml_lists_merge_and_utilisation_is_the_mean_since_the_last_poll(tmp_path: Path) -> None:
     _proc_tree(tmp_path)
     now_us = time.time_ns() // 1000
-    sample = lambda pid, sm, mem, dt: SimpleNamespace(pid=pid, smUtil=sm, memUtil=mem, timeStamp=now_us + dt)  # noqa: E731
+
+    def sample(pid: int, sm: int, mem: int, dt: int) -> SimpleNamespace:
+        return SimpleNamespace(pid=pid, smUtil=sm, memUtil=mem, timeStamp=now_us + dt)
+
     nvml = _nvml(
-        {"compute": [SimpleNamespace(pid=4242, usedGpuMemory=3 * 2**30), SimpleNamespace(pid=7, usedGpuMemory=None)],
-         "graphics": [SimpleNamespace(pid=4242, usedGpuMemory=2**64 - 1), SimpleNamespace(pid=9, usedGpuMemory=512 * 2**20)]},
-        [sample(4242, 80, 20, 1), sample(4242, 40, 10, 2), sample(9, 101, 0, 3), sample(7, 10, 5, -60_000_000)],
-    )  # fmt: skip
+        {
+            "compute": [
+                SimpleNamespace(pid=4242, usedGpuMemory=3 * 2**30),
+                SimpleNamespace(pid=7, usedGpuMemory=None),
+            ],
+            "graphics": [
+                SimpleNamespace(pid=4242, usedGpuMemory=2**64 - 1),
+                SimpleNamespace(pid=9, usedGpuMemory=512 * 2**20),
+            ],
+        },
+        [
+            sample(4242, 80, 20, 1),
+            sample(4242, 40, 10, 2),
+            sample(9, 101, 0, 3),
+            sample(7, 10, 5, -60_000_000),
+        ],
+    )
     source = NvmlProcesses(nvml, ProcReader(tmp_path))
     (gpu,) = source.read()
     by_pid = {p.pid: p for p in gpu.processes}
-    assert by_pid[4242].type == "compute+graphics" and by_pid[4242].used_memory_mib == 3072
+    assert by_pid[4242].type == "compute+graphics"
+    assert by_pid[4242].used_memory_mib == 3072
     assert (by_pid[4242].sm_util_pct, by_pid[4242].mem_util_pct) == (60.0, 15.0)
-    assert by_pid[7].used_memory_mib is None and by_pid[7].sm_util_pct == 0.0  # its sample is too old
-    assert by_pid[9].type == "graphics" and by_pid[9].sm_util_pct == 0.0  # 101 % is no reading
+    assert by_pid[7].used_memory_mib is None
+    assert by_pid[7].sm_util_pct == 0.0
+    assert by_pid[9].type == "graphics"
+    assert by_pid[9].sm_util_pct == 0.0
     (message,) = process_messages([gpu], ProcessRules.load(), source="nvml", collector_id="c", hostname="h")
     assert message.gpu_uuid == "GPU-8b08f602-b857-81e9-a86b-547a202d628f"
     assert {p.pid: p.rule for p in message.processes}[4242] == "training-script"
@@ -154,7 +197,9 @@ def test_nvml_lists_merge_and_utilisation_is_the_mean_since_the_last_poll(tmp_pa
 
 
 @pytest.mark.parametrize(("error", "expected"), [(_NvmlError(6), 0.0), (_NvmlError(3), None)])
-def test_no_samples_reads_zero_but_unsupported_reads_none(tmp_path: Path, error: Exception, expected: Any) -> None:
+def test_no_samples_reads_zero_but_unsupported_reads_none(
+    tmp_path: Path, error: Exception, expected: Any
+) -> None:
     nvml = _nvml({"compute": [SimpleNamespace(pid=4242, usedGpuMemory=2**30)], "graphics": []}, error)
     (gpu,) = NvmlProcesses(nvml, ProcReader(tmp_path)).read()
     assert gpu.processes[0].sm_util_pct == expected
@@ -162,7 +207,9 @@ def test_no_samples_reads_zero_but_unsupported_reads_none(tmp_path: Path, error:
 
 def test_the_mock_fleet_runs_training_workers_in_pods() -> None:
     t = [0.0]
-    fleet = Fleet(FleetSpec(nodes=1, gpus_per_node=8), SimClock(start_s=1_790_000_000.0, monotonic=lambda: t[0]))
+    fleet = Fleet(
+        FleetSpec(nodes=1, gpus_per_node=8), SimClock(start_s=1_790_000_000.0, monotonic=lambda: t[0])
+    )
     t[0] = 3 * 3600  # by then most GPUs have a job
     body = MockProcesses(fleet).node(0)
     busy = [g for g in body["gpus"] if g["processes"]]
@@ -171,15 +218,34 @@ def test_the_mock_fleet_runs_training_workers_in_pods() -> None:
     for gpu in body["gpus"]:
         sim = next(g for g in node.gpus if g.uuid == gpu["gpu_uuid"])
         assert bool(gpu["processes"]) == (sim.job is not None)
-    from services.collector.processes import MockProcesses as Reader, ObservedProcess, GpuObservation  # noqa: F401
     from services.collector.proc_info import ProcInfo
+    from services.collector.processes import GpuObservation, ObservedProcess
+    from services.collector.processes import MockProcesses as Reader  # noqa: F401
 
-    observed = [GpuObservation(g["gpu_uuid"], g["gpu_index"], [
-        ObservedProcess(pid=p["pid"], type=p["type"], used_memory_mib=p["used_memory_mib"], sm_util_pct=p["sm_util_pct"],
-                        info=ProcInfo(p["executable"], p["command_line"], p["user"], None, parse_cgroup(p["cgroup"])))
-        for p in g["processes"]]) for g in busy]  # fmt: skip
+    observed = [
+        GpuObservation(
+            g["gpu_uuid"],
+            g["gpu_index"],
+            [
+                ObservedProcess(
+                    pid=p["pid"],
+                    type=p["type"],
+                    used_memory_mib=p["used_memory_mib"],
+                    sm_util_pct=p["sm_util_pct"],
+                    info=ProcInfo(
+                        p["executable"], p["command_line"], p["user"], None, parse_cgroup(p["cgroup"])
+                    ),
+                )
+                for p in g["processes"]
+            ],
+        )
+        for g in busy
+    ]
     messages = process_messages(observed, ProcessRules.load(), source="mock", collector_id="c", hostname="h")
     for m in messages:
         (p,) = m.processes
-        assert p.classification == ProcessClass.TRAINING and p.rule == "distributed-worker"
-        assert p.pod_uid is not None and p.container_id is not None and p.qos_class is not None
+        assert p.classification == ProcessClass.TRAINING
+        assert p.rule == "distributed-worker"
+        assert p.pod_uid is not None
+        assert p.container_id is not None
+        assert p.qos_class is not None
