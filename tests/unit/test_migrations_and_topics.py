@@ -54,7 +54,15 @@ def test_order_is_numeric_and_checksums_track_content(tmp_path: Path) -> None:
 def test_project_topics_follow_configuration() -> None:
     topics = TopicSettings(metrics_raw="raw", partitions=12, retention_ms=86_400_000)
     specs = {s.name: s for s in project_topics(topics)}
-    assert set(specs) == {"raw", "gpu-events", "gpu-health", "gpu-alerts", "gpu-metrics-dlq"}
+    assert set(specs) == {
+        "raw",
+        "gpu-events",
+        "gpu-health",
+        "gpu-alerts",
+        "gpu-metrics-dlq",
+        "gpu-processes",
+        "llm-sessions",
+    }
     assert all(s.partitions == 12 for s in specs.values())
     assert specs["raw"].config["retention.ms"] == "86400000"
     assert specs["gpu-alerts"].config["retention.ms"] == str(topics.audit_retention_ms)
