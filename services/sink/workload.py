@@ -6,7 +6,8 @@ wait for the broker's ack; write rows and offsets in one transaction; commit
 offsets to Kafka as a courtesy. Offsets live in the database: on assignment a
 partition resumes from there. A database failure pauses the partitions and
 retries the same batch with backoff while polling; a rebalance meanwhile drops
-the batch (its records are still in Kafka for whoever owns them now).
+the batch (its records are still in Kafka for whoever owns them now). Old
+chunks are dropped on a timer (KEEP_DAYS), under either TimescaleDB license.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from .workload_rows import WorkloadBatch, WorkloadWriter, decode_workload
 
 log = logging.getLogger(__name__)
 
+# Days kept per table: process listings are operational detail; LLM figures feed capacity planning.
+KEEP_DAYS = {"gpu_processes": 30, "gpu_process_polls": 30, "llm_sessions": 90, "llm_server_status": 90}
+
 
 class WorkloadSink:
     def __init__(
@@ -42,11 +46,15 @@ class WorkloadSink:
         poll_timeout_s: float = 0.5,
         max_message_bytes: int = 1_000_000,
         max_backoff_s: float = 30.0,
+        keep_days: dict[str, int] | None = None,
+        retention_interval_s: float = 600.0,
     ) -> None:
         self.consumer, self.dlq, self.writer, self.topics = consumer, dlq_producer, writer, topics
         self.stop, self.batch_size, self.poll_timeout_s = stop, batch_size, poll_timeout_s
         self.max_message_bytes, self.max_backoff_s = max_message_bytes, max_backoff_s
         self.generation = 0
+        self.keep_days = KEEP_DAYS if keep_days is None else keep_days
+        self.retention_interval_s, self._next_retention = retention_interval_s, 0.0
         p = "gpuhealth_sink_workload_"
         self.rows = Counter(
             p + "rows_written",
@@ -93,6 +101,19 @@ class WorkloadSink:
             p.offset = stored.get((p.topic, p.partition), confluent_kafka.OFFSET_BEGINNING)
         consumer.assign(partitions)
 
+    def retention(self) -> None:
+        """Drop old chunks, at most every `retention_interval_s`; a failure waits for the next round."""
+        if (now := time.monotonic()) < self._next_retention:
+            return
+        self._next_retention = now + self.retention_interval_s
+        try:
+            dropped = self.writer.drop_old_chunks(self.keep_days)
+        except DatabaseError as e:
+            log.warning("workload retention skipped this round: %s", e)
+            return
+        if any(dropped.values()):
+            log.info("workload retention dropped chunks", extra={"dropped": dropped})
+
     def _on_revoke(self, _: confluent_kafka.Consumer, __: list[confluent_kafka.TopicPartition]) -> None:
         self.generation += 1
 
@@ -109,6 +130,7 @@ class WorkloadSink:
                     self._store(
                         decode_workload(messages, self.topics, self.max_message_bytes), self.generation
                     )
+                self.retention()
         finally:
             self.dlq.flush(30)
             self.consumer.close()

@@ -278,6 +278,23 @@ class WorkloadWriter:
             raise DatabaseError(f"workload batch write failed: {e}") from e
         return inserted
 
+    def drop_old_chunks(self, keep_days: dict[str, int]) -> dict[str, int]:
+        """drop_chunks on each workload hypertable (either license has it); chunks dropped per table."""
+        conn = self._connection()
+        dropped = {}
+        try:
+            for table, days in keep_days.items():
+                rows = conn.execute(
+                    "SELECT drop_chunks(%s::regclass, older_than => now() - make_interval(days => %s))",
+                    (table, days),
+                ).fetchall()
+                dropped[table] = len(rows)
+            conn.commit()
+        except psycopg.Error as e:
+            self.close()
+            raise DatabaseError(f"workload retention failed: {e}") from e
+        return dropped
+
     def close(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:

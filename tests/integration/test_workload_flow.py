@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -347,3 +347,26 @@ def test_the_monitor_and_mock_ollama_run_as_services_probe_serve_metrics_and_sto
             process.send_signal(signal.SIGTERM)
     assert monitor.wait(30) == 0
     assert mock.wait(30) == 0
+
+
+def test_workload_retention_drops_only_old_chunks(migrated: DatabaseSettings) -> None:
+    from services.sink.workload_rows import WorkloadWriter
+
+    old, recent = datetime.now(UTC) - timedelta(days=45), datetime.now(UTC) - timedelta(hours=1)
+    with connect(migrated) as conn:
+        for t in (old, recent):
+            conn.execute(
+                "INSERT INTO gpu_process_polls (time, gpu_uuid, gpu_index, hostname, collector_id, source,"
+                " process_count) VALUES (%s, 'GPU-8b08f602-b857', 0, 'h', 'c', 'nvml', 0)",
+                (t,),
+            )
+        conn.commit()
+    writer = WorkloadWriter(migrated, group="retention-test")
+    try:
+        assert writer.drop_old_chunks({"gpu_process_polls": 30, "llm_sessions": 90})["gpu_process_polls"] == 1
+    finally:
+        writer.close()
+    assert count(migrated, "SELECT count(*) FROM gpu_process_polls") == 1
+    assert (
+        count(migrated, "SELECT count(*) FROM gpu_process_polls WHERE time > now() - interval '1 day'") == 1
+    )
