@@ -24,6 +24,7 @@ import confluent_kafka
 from shared.config import TopicSettings
 from shared.errors import DatabaseError, KafkaProduceError
 
+from .dead_letters import deliver_dead_letters
 from .decode import DeadLetter, Decoded, decode
 from .metrics import SinkMetrics
 from .writer import BatchWriter, EarlierBatchError, WriteResult
@@ -228,30 +229,9 @@ class SinkLoop:
             self.consumer.poll(min(left, 0.5))
 
     def _deliver(self, dead: list[DeadLetter]) -> None:
-        failures: list[str] = []
-
-        def on_delivery(err: confluent_kafka.KafkaError | None, _: confluent_kafka.Message) -> None:
-            if err is not None:
-                failures.append(err.str())
-
-        for letter in dead:
-            self.dlq.produce(
-                self.topics.dlq,
-                value=letter.value,
-                key=letter.key,
-                headers=letter.headers(),
-                on_delivery=on_delivery,
-            )
-        if self.dlq.flush(30) or failures:
-            raise KafkaProduceError(
-                f"dead letters not delivered: {failures[:1] or 'timeout'}", retriable=True
-            )
+        deliver_dead_letters(self.dlq, self.topics.dlq, dead)
         for letter in dead:
             self.metrics.dead_letters.labels(letter.category).inc()
-            log.warning(
-                "dead letter: %s", letter.reason,
-                extra={"topic": letter.topic, "partition": letter.partition, "offset": letter.offset},
-            )  # fmt: skip
 
     def _commit_courtesy(self, decoded: Decoded) -> None:
         offsets = [

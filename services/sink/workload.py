@@ -23,6 +23,7 @@ from shared.config import Settings, TopicSettings
 from shared.errors import DatabaseError, KafkaProduceError
 from shared.kafka import make_consumer, make_producer
 
+from .dead_letters import deliver_dead_letters
 from .decode import DeadLetter
 from .workload_rows import WorkloadBatch, WorkloadWriter, decode_workload
 
@@ -172,31 +173,9 @@ class WorkloadSink:
                 log.info("courtesy commit to Kafka failed (the database holds the offsets): %s", e)
 
     def _deliver(self, dead: list[DeadLetter]) -> None:
-        failures: list[str] = []
-
-        def on_delivery(err: confluent_kafka.KafkaError | None, _: confluent_kafka.Message) -> None:
-            if err is not None:
-                failures.append(err.str())
-
-        for letter in dead:
-            self.dlq.produce(
-                self.topics.dlq,
-                value=letter.value,
-                key=letter.key,
-                headers=letter.headers(),
-                on_delivery=on_delivery,
-            )
-        if self.dlq.flush(30) or failures:
-            raise KafkaProduceError(
-                f"dead letters not delivered: {failures[:1] or 'timeout'}", retriable=True
-            )
+        deliver_dead_letters(self.dlq, self.topics.dlq, dead)
         for letter in dead:
             self.dead_letters.labels(letter.category).inc()
-            log.warning(
-                "dead letter: %s",
-                letter.reason,
-                extra={"topic": letter.topic, "partition": letter.partition, "offset": letter.offset},
-            )
 
     def start(self) -> WorkloadSink:
         self._thread = threading.Thread(target=self.run, name="sink-workload", daemon=True)
