@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
@@ -288,10 +289,35 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _serve_vllm_metrics() -> ThreadingHTTPServer:
+    """A stand-in vLLM whose /metrics alternates between two recorded scrapes."""
+    data = REPO / "tests" / "unit" / "data"
+    scrapes = [(data / f"vllm-metrics-{i}.txt").read_bytes() for i in (1, 2)]
+    served = [0]
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = scrapes[served[0] % 2]
+            served[0] += 1
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 def test_the_monitor_and_mock_ollama_run_as_services_probe_serve_metrics_and_stop_cleanly(
     kafka_settings: KafkaSettings, topics: TopicSettings
 ) -> None:
     ollama_port, proxy_port, metrics_port = _free_port(), _free_port(), _free_port()
+    vllm = _serve_vllm_metrics()
+    vllm_url = f"http://127.0.0.1:{vllm.server_address[1]}"
     env = {
         **os.environ,
         "PYTHONPATH": str(REPO),
@@ -305,6 +331,7 @@ def test_the_monitor_and_mock_ollama_run_as_services_probe_serve_metrics_and_sto
         "GPUHEALTH_LLM__METRICS_PORT": str(metrics_port),
         "GPUHEALTH_LLM__PROBE_MODEL": "qwen2.5:0.5b",
         "GPUHEALTH_LLM__POLL_INTERVAL_S": "1",
+        "GPUHEALTH_LLM__VLLM_URLS": json.dumps([vllm_url]),
     }
     mock = subprocess.Popen([sys.executable, "-m", "services.mock_ollama"], env=env, cwd=REPO)
     monitor = subprocess.Popen([sys.executable, "-m", "services.llm_monitor"], env=env, cwd=REPO)
@@ -329,22 +356,27 @@ def test_the_monitor_and_mock_ollama_run_as_services_probe_serve_metrics_and_sto
         assert r.status_code == 200
         assert r.text.strip().splitlines()[-1].startswith("{")
         kinds: dict[str, set[str]] = {}
+        vllm_ttft: list[float] = []
 
         def seen_all() -> bool:
             for m in consume_all(kafka_settings, topics.llm_sessions, expected=1000, timeout_s=2):
                 v = json.loads(m.value() or b"{}")
                 kinds.setdefault(v["kind"], set()).add(v.get("source") or v["engine"])
-            return kinds.get("session", set()) >= {"proxy", "probe"} and "ollama" in kinds.get(
-                "server", set()
-            )
+                if v.get("engine") == "vllm" and v["kind"] == "server" and v["ttft_ms"] is not None:
+                    vllm_ttft.append(v["ttft_ms"])
+            sessions, servers = kinds.get("session", set()), kinds.get("server", set())
+            return sessions >= {"proxy", "probe"} and servers >= {"ollama", "vllm"} and bool(vllm_ttft)
 
-        wait_until(seen_all, 90, "a proxied session, a probe and a server snapshot on llm-sessions")
+        wait_until(seen_all, 90, "a proxied session, a probe, Ollama and vLLM snapshots on llm-sessions")
+        # the stand-in vLLM alternates two recorded scrapes: 20 requests and 1.5 s of TTFT between them
+        assert vllm_ttft[0] == pytest.approx(75.0)
         metrics = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics").text
         assert 'gpuhealth_llm_sessions_total{ok="true",source="probe"}' in metrics
         assert f'gpuhealth_llm_server_up{{server="http://127.0.0.1:{ollama_port}"}} 1.0' in metrics
     finally:
         for process in (monitor, mock):
             process.send_signal(signal.SIGTERM)
+        vllm.shutdown()
     assert monitor.wait(30) == 0
     assert mock.wait(30) == 0
 
