@@ -235,8 +235,13 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
         eval_s = 0.0
-        for token in tokens:
-            eval_s += o._sleep(1 / profile.tokens_per_s)
+        step = 1 / profile.tokens_per_s
+        first = time.perf_counter()
+        for i, token in enumerate(tokens):
+            # Paced on a schedule, as a GPU generates: a late wake-up does not push every later token back.
+            eval_s += step * o.time_scale if o.time_scale > 0 else step
+            if o.time_scale > 0:
+                time.sleep(max(0.0, first + (i + 1) * step * o.time_scale - time.perf_counter()))
             if stream:
                 line = json.dumps(chunk(token, False)).encode() + b"\n"
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
