@@ -28,7 +28,8 @@ from evaluation.pipeline import wait_until
 from services.api.app import create_app
 from services.api.settings import ApiSection
 from services.collector.metrics import CollectorMetrics
-from services.collector.processes import MockProcesses, ProcessWatch
+from services.collector.process_sources import MockProcesses
+from services.collector.processes import ProcessWatch
 from services.collector.publisher import Publisher, collector_producer
 from services.llm_monitor.__main__ import LlmSection, LlmSettings, Monitor
 from services.llm_monitor.proxy import OllamaProxy

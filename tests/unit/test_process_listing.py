@@ -13,8 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.collector.proc_info import CgroupInfo, ProcReader, parse_cgroup, start_time_from_stat
-from services.collector.processes import NvmlProcesses, process_messages
+from services.collector.proc_info import CgroupInfo, ProcInfo, ProcReader, parse_cgroup, start_time_from_stat
+from services.collector.process_sources import GpuObservation, NvmlProcesses, ObservedProcess
+from services.collector.processes import process_messages
 from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
 from services.mock_dcgm.processes import MockProcesses
 from shared.models_workload import GpuProcess, ProcessClass
@@ -218,10 +219,6 @@ def test_the_mock_fleet_runs_training_workers_in_pods() -> None:
     for gpu in body["gpus"]:
         sim = next(g for g in node.gpus if g.uuid == gpu["gpu_uuid"])
         assert bool(gpu["processes"]) == (sim.job is not None)
-    from services.collector.proc_info import ProcInfo
-    from services.collector.processes import GpuObservation, ObservedProcess
-    from services.collector.processes import MockProcesses as Reader  # noqa: F401
-
     observed = [
         GpuObservation(
             g["gpu_uuid"],
