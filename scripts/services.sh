@@ -168,7 +168,7 @@ CONF
   wait_for 60 "postgresql" "$GPUHEALTH_PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$GPUHEALTH_PG_PORT" || die "postgresql is not ready"
   # Role, database and extension: idempotent, cheap, so done at every start.
   pg_psql -d postgres -v user="$GPUHEALTH_DB_USER" -v pass="$GPUHEALTH_DB_PASSWORD" -v db="$GPUHEALTH_DB_NAME" \
-    -v reader_pass="$GPUHEALTH_DB_READER_PASSWORD" <<'SQL'
+    -v reader_pass="$GPUHEALTH_DB_READER_PASSWORD" -v ack_pass="$GPUHEALTH_DB_ACKNOWLEDGER_PASSWORD" <<'SQL'
 SELECT format('CREATE ROLE %I LOGIN CREATEROLE PASSWORD %L', :'user', :'pass')
  WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = :'user') \gexec
 -- Collation C: text keys (GPU UUIDs in every unique index) compare as bytes, not
@@ -180,10 +180,20 @@ SELECT format('CREATE DATABASE %I OWNER %I TEMPLATE template0 LC_COLLATE %L LC_C
 SELECT format('CREATE ROLE gpuhealth_reader LOGIN PASSWORD %L', :'reader_pass')
  WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'gpuhealth_reader') \gexec
 SELECT format('ALTER ROLE gpuhealth_reader LOGIN PASSWORD %L', :'reader_pass') \gexec
+-- The API's login for acknowledging an alert, and nothing else; its rights come from migration 0012.
+SELECT format('CREATE ROLE gpuhealth_acknowledger LOGIN PASSWORD %L', :'ack_pass')
+ WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'gpuhealth_acknowledger') \gexec
+SELECT format('ALTER ROLE gpuhealth_acknowledger LOGIN PASSWORD %L', :'ack_pass') \gexec
+-- The other databases are no business of the API's logins: there, large objects and
+-- temporary tables would still be theirs to create. Only the project's owner keeps them.
+REVOKE CONNECT, TEMPORARY ON DATABASE postgres, template1 FROM PUBLIC;
+SELECT format('GRANT CONNECT, TEMPORARY ON DATABASE postgres, template1 TO %I', :'user') \gexec
 SQL
   # TimescaleDB is not a trusted extension: the superuser creates it once, and
   # the migrations' `CREATE EXTENSION IF NOT EXISTS` is then a no-op.
   pg_psql -d "$GPUHEALTH_DB_NAME" -c 'CREATE EXTENSION IF NOT EXISTS timescaledb'
+  # What only a superuser can take from every login (large objects, SECURITY DEFINER functions).
+  pg_psql -d "$GPUHEALTH_DB_NAME" < "$root/deploy/timescaledb-init/20-least-privilege.sql"
   log "database $GPUHEALTH_DB_NAME ready: $(pg_psql -d "$GPUHEALTH_DB_NAME" -At -c \
     "SELECT 'timescaledb ' || extversion || ', license ' || current_setting('timescaledb.license') FROM pg_extension WHERE extname = 'timescaledb'")"
 }

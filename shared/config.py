@@ -46,6 +46,9 @@ class TopicSettings(BaseModel):
     dlq: str = "gpu-metrics-dlq"
     processes: str = "gpu-processes"
     llm_sessions: str = "llm-sessions"
+    # compute checks and logged operations, chained per GPU: kept forever (retention.ms=-1)
+    verifications: str = "gpu-verifications"
+    systems: str = "gpu-systems"  # each node's identity, at collector start and on change
     partitions: int = Field(default=6, ge=1, le=10_000)
     replication_factor: int = Field(default=1, ge=1, le=10)
     # Raw samples are re-readable for a week; the database is the long-term store.

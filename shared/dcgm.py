@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import IntFlag, StrEnum
+from enum import IntEnum, IntFlag, StrEnum
 
 # DCGM's sentinels (dcgm_structs.h): BLANK, then NOT_FOUND, NOT_SUPPORTED, NOT_PERMISSIONED.
 INT32_BLANK = 0x7FFFFFF0
@@ -67,6 +67,10 @@ FIELDS: tuple[DcgmField, ...] = (
     DcgmField("DCGM_FI_PROF_PCIE_TX_BYTES", G, I64, "pcie_tx_bytes_per_s", "PCIe transmit rate (in B/s)."),
     DcgmField("DCGM_FI_PROF_PCIE_RX_BYTES", G, I64, "pcie_rx_bytes_per_s", "PCIe receive rate (in B/s)."),
     DcgmField("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", C, I64, "pcie_replay_total", "Total number of PCIe retries."),
+    DcgmField("DCGM_FI_DEV_PCIE_LINK_GEN", G, I64, "pcie_link_gen", "PCIe current link generation."),
+    DcgmField("DCGM_FI_DEV_PCIE_MAX_LINK_GEN", G, I64, "pcie_link_gen_max", "PCIe max link generation."),
+    DcgmField("DCGM_FI_DEV_PCIE_LINK_WIDTH", G, I64, "pcie_link_width", "PCIe current link width (lanes)."),
+    DcgmField("DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH", G, I64, "pcie_link_width_max", "PCIe max link width (lanes)."),
     # Utilization
     DcgmField("DCGM_FI_DEV_GPU_UTIL", G, I64, "gpu_util_pct", "GPU utilization (in %)."),
     DcgmField("DCGM_FI_DEV_MEM_COPY_UTIL", G, I64, "mem_copy_util_pct", "Memory utilization (in %)."),
@@ -110,6 +114,8 @@ FIELDS: tuple[DcgmField, ...] = (
     DcgmField("DCGM_FI_DEV_SLOWDOWN_TEMP", G, I64, "slowdown_temp_c", "Slowdown temperature (in C)."),
     DcgmField("DCGM_FI_DEV_SHUTDOWN_TEMP", G, I64, "shutdown_temp_c", "Shutdown temperature (in C)."),
     DcgmField("DCGM_FI_DEV_POWER_MGMT_LIMIT", G, F64, "power_limit_w", "Power management limit (in W)."),
+    # What the driver says the GPU needs to recover (NVML's nvmlDeviceGpuRecoveryAction_t).
+    DcgmField("DCGM_FI_DEV_GPU_RECOVERY_ACTION", G, I64, "gpu_recovery_action", "GPU recovery action (0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset).", aliases=("DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION",)),
 )
 # fmt: on
 
@@ -146,3 +152,26 @@ class ClockEventReason(IntFlag):
     def decode(cls, mask: int) -> list[str]:
         """The reasons set in a mask, by name: e.g. 0x24 -> ["sw_power_cap", "sw_thermal_slowdown"]."""
         return [str(reason.name).lower() for reason in cls if mask & reason]
+
+
+# dcgm-exporter's per-code XID count (label `xid`): how many of each XID it saw in its
+# counting window. DCGM_FI_DEV_XID_ERRORS only holds the latest code.
+XID_COUNT_METRIC = "DCGM_EXP_XID_ERRORS_COUNT"
+
+
+class GpuRecoveryAction(IntEnum):
+    """NVML's GPU recovery action (field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, driver r570+)."""
+
+    NONE = 0
+    GPU_RESET = 1
+    NODE_REBOOT = 2
+    DRAIN_P2P = 3
+    DRAIN_AND_RESET = 4
+
+    @classmethod
+    def name_of(cls, code: int) -> str:
+        """'gpu_reset', ...; a code newer than this table is 'unknown_<code>'."""
+        try:
+            return cls(code).name.lower()
+        except ValueError:
+            return f"unknown_{code}"

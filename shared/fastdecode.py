@@ -195,7 +195,7 @@ class FastDecoder:
             labels = self._labels(values)
             if labels not in self._labels_seen:
                 self._check_labels(labels)
-        except (msgspec.DecodeError, ValueError):  # msgspec.ValidationError is a DecodeError
+        except (msgspec.DecodeError, ValueError, RecursionError):  # ValidationError is a DecodeError
             return None
         return values
 

@@ -17,14 +17,26 @@ import json
 import sys
 import time
 from datetime import UTC, datetime, timedelta
-from enum import StrEnum
+from enum import Enum, StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
 
 from shared.dcgm import INT64_BLANK
 from shared.errors import ContractError
+from shared.event_details import DETAILS_BY_KIND
+from shared.jsonlimits import check_bounds
 
 SCHEMA_VERSION = 1
 JSON_SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schema" / "json"
@@ -66,8 +78,38 @@ def _not_bool(value: Any) -> Any:
     return value
 
 
+class _Unstated(Enum):
+    """The value of a schema_version a message did not state (an enum: it has a JSON form)."""
+
+    UNSTATED = "unstated"
+
+
+UNSTATED: Any = _Unstated.UNSTATED
+
+
+def _stated(value: Any, info: ValidationInfo) -> Any:
+    """On the wire (JSON) schema_version is required and never assumed: JSON without it is
+    refused. A message built in Python (a producer's `GpuSample(...)`) gets the version this
+    code writes. Strict validation takes no JSON-decoded dict (times must be datetimes
+    there), so this is no back door for JSON."""
+    if value is UNSTATED:
+        if info.mode == "python":
+            return SCHEMA_VERSION
+        raise ValueError("schema_version is required")
+    return value
+
+
+def _version_required(schema: dict[str, Any]) -> None:
+    """The JSON Schema of a top-level message: schema_version required, with no default."""
+    schema["properties"]["schema_version"].pop("default", None)
+    schema["required"] = ["schema_version", *(r for r in schema.get("required", ()) if r != "schema_version")]
+
+
 UtcTime = Annotated[datetime, AfterValidator(sane_time)]
-Version = Annotated[Literal[1], BeforeValidator(_not_bool)]
+# validators run last-first: the unstated check, then the type's own
+Version = Annotated[
+    Literal[1], BeforeValidator(_not_bool), BeforeValidator(_stated), Field(validate_default=True)
+]
 Label = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[^\x00-\x1f\x7f]*$")]
 GpuUuid = Annotated[str, Field(pattern=r"^(GPU|MIG)-[A-Za-z0-9/-]{8,96}$")]
 
@@ -104,14 +146,22 @@ class MigInstance(_Strict):
     fb_used_mib: Mib = None
     fb_free_mib: Mib = None
     gpu_util_pct: Pct = None
+    # every profiling (DCP) field dcgm-exporter gives per instance, not only the GR engine
+    pcie_tx_bytes_per_s: Rate = None
+    pcie_rx_bytes_per_s: Rate = None
     prof_gr_engine_active_ratio: Ratio = None
     prof_sm_active_ratio: Ratio = None
+    prof_sm_occupancy_ratio: Ratio = None
+    prof_tensor_active_ratio: Ratio = None
+    prof_dram_active_ratio: Ratio = None
 
 
 class GpuSample(_Strict):
     """One GPU, one poll: identity, placement, workload, and every metric the source reported."""
 
-    schema_version: Version = 1
+    model_config = ConfigDict(json_schema_extra=_version_required)
+
+    schema_version: Version = UNSTATED
     time: UtcTime
     source: Source
     collector_id: Label
@@ -153,6 +203,11 @@ class GpuSample(_Strict):
     pcie_tx_bytes_per_s: Rate = None
     pcie_rx_bytes_per_s: Rate = None
     pcie_replay_total: Count = None
+    # link generation and lane count, now and at most (a link trained below its max is degraded)
+    pcie_link_gen: Annotated[int | None, Field(ge=1, le=16)] = None
+    pcie_link_gen_max: Annotated[int | None, Field(ge=1, le=16)] = None
+    pcie_link_width: Annotated[int | None, Field(ge=1, le=64)] = None
+    pcie_link_width_max: Annotated[int | None, Field(ge=1, le=64)] = None
     # errors, throttling
     xid_last: Annotated[int | None, Field(ge=0, le=100_000)] = None
     clocks_event_reasons: Annotated[int | None, Field(ge=0, le=2**32 - 1)] = None
@@ -186,6 +241,10 @@ class GpuSample(_Strict):
     slowdown_temp_c: Temp = None
     shutdown_temp_c: Temp = None
     power_limit_w: Watts = None
+    # what the driver says the GPU needs to recover (NVML's GPU recovery action,
+    # shared.dcgm.GpuRecoveryAction: 0 none, 1 GPU reset, 2 node reboot, 3 drain P2P,
+    # 4 drain and reset); null where the driver does not report it
+    gpu_recovery_action: Annotated[int | None, Field(ge=0, le=255)] = None
 
 
 class EventKind(StrEnum):
@@ -199,13 +258,30 @@ class EventKind(StrEnum):
     GPU_BACK = "gpu_back"
 
 
+# What a producer hands GpuEvent as `details`; the contract then holds it to its kind's shape.
 Details = dict[str, int | float | str | bool | list[str] | None]
+
+_DETAILS_CHECK: dict[EventKind, TypeAdapter[Any]] = {
+    EventKind(kind): TypeAdapter(shape) for kind, shape in DETAILS_BY_KIND.items()
+}
+
+
+def _event_schema(schema: dict[str, Any]) -> None:
+    """The event's JSON Schema: schema_version required, and the details each kind carries."""
+    _version_required(schema)
+    schema["allOf"] = [
+        {
+            "if": {"properties": {"kind": {"const": kind.value}}, "required": ["kind"]},
+            "then": {"properties": {"details": _DETAILS_CHECK[kind].json_schema()}},
+        }
+        for kind in _DETAILS_CHECK
+    ]
 
 
 class GpuEvent(_Strict):
     """Something that happened between two polls of one GPU."""
 
-    schema_version: Version = 1
+    schema_version: Version = UNSTATED
     time: UtcTime
     kind: EventKind
     gpu_uuid: GpuUuid
@@ -215,8 +291,20 @@ class GpuEvent(_Strict):
     cluster: Label | None = None
     datacenter: Label | None = None
     rack: Label | None = None
-    # kind-specific facts: the XID code, the DBE increment, the throttle reasons...
-    details: Details = Field(default_factory=dict, max_length=32)
+    # kind-specific facts, one shape per kind (DETAILS_BY_KIND): the XID code, the DBE increment...
+    details: Details = Field(default_factory=dict, max_length=16)
+
+    model_config = ConfigDict(json_schema_extra=_event_schema)
+
+    @model_validator(mode="after")
+    def _details_fit_the_kind(self) -> GpuEvent:
+        try:
+            checked = _DETAILS_CHECK[self.kind].validate_python(self.details, strict=True)
+        except ValidationError as e:
+            raise ValueError(f"details of a {self.kind.value} event: {_reason(e)}") from None
+        if checked != self.details or any(type(checked[k]) is not type(v) for k, v in self.details.items()):
+            self.__dict__["details"] = checked  # e.g. a whole number of seconds as the float it is
+        return self
 
 
 METRIC_FIELDS: tuple[str, ...] = tuple(
@@ -241,9 +329,11 @@ def _reason(e: ValidationError) -> str:
 def _check_version(raw: bytes | str) -> None:
     """A clear 'unknown schema version' before field errors that would only confuse."""
     try:
-        head = json.loads(raw)
-    except ValueError:
+        head = json.loads(raw)  # bounded in depth by check_bounds, but never let it decide anything
+    except (ValueError, RecursionError):
         return  # the model's own parser reports malformed JSON
+    if isinstance(head, dict) and "schema_version" not in head:
+        raise ContractError("schema_version is required")
     if isinstance(head, dict) and head.get("schema_version") != SCHEMA_VERSION:
         raise ContractError(f"unknown schema_version {head.get('schema_version')!r}")
 
@@ -252,6 +342,7 @@ M = TypeVar("M", bound=BaseModel)
 
 
 def _parse(model: type[M], raw: bytes | str) -> M:
+    check_bounds(raw)
     try:
         return model.model_validate_json(raw)
     except ValidationError as e:
@@ -286,12 +377,17 @@ def json_schemas() -> dict[str, dict[str, Any]]:
     }
 
 
-def main() -> int:
-    """Write the JSON Schemas under schema/json/ (commit the result)."""
+def write_json_schemas(schemas: dict[str, dict[str, Any]]) -> None:
+    """Write each schema under schema/json/ as the committed files have them."""
     JSON_SCHEMA_DIR.mkdir(parents=True, exist_ok=True)
-    for name, schema in json_schemas().items():
+    for name, schema in schemas.items():
         (JSON_SCHEMA_DIR / name).write_text(json.dumps(schema, indent=2, sort_keys=True) + "\n")
         print(f"wrote schema/json/{name}")
+
+
+def main() -> int:
+    """Write the JSON Schemas under schema/json/ (commit the result)."""
+    write_json_schemas(json_schemas())
     return 0
 
 

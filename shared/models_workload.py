@@ -15,10 +15,10 @@ import json
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from shared.errors import ContractError
-from shared.models import GpuUuid, Label, Pct, UtcTime, Version, _parse, _Strict
+from shared.models import UNSTATED, GpuUuid, Label, Pct, UtcTime, Version, _parse, _Strict, _version_required
 
 Text = Annotated[str, Field(max_length=4096)]
 Ms = Annotated[float, Field(ge=0, le=86_400_000)]
@@ -56,7 +56,9 @@ class GpuProcess(_Strict):
 
 
 class GpuProcesses(_Strict):
-    schema_version: Version = 1
+    model_config = ConfigDict(json_schema_extra=_version_required)
+
+    schema_version: Version = UNSTATED
     time: UtcTime
     source: Literal["nvml", "mock"]
     collector_id: Label
@@ -69,7 +71,9 @@ class GpuProcesses(_Strict):
 class LlmSession(_Strict):
     """One request to an LLM server, as the proxy or the probe saw it; durations in milliseconds."""
 
-    schema_version: Version = 1
+    model_config = ConfigDict(json_schema_extra=_version_required)
+
+    schema_version: Version = UNSTATED
     kind: Literal["session"] = "session"
     request_id: Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]  # the idempotency key with `time`
     time: UtcTime  # when the request arrived
@@ -105,7 +109,9 @@ class LoadedModel(_Strict):
 class LlmServerStatus(_Strict):
     """One LLM server at one poll: version and loaded models (Ollama), or its counters (vLLM)."""
 
-    schema_version: Version = 1
+    model_config = ConfigDict(json_schema_extra=_version_required)
+
+    schema_version: Version = UNSTATED
     kind: Literal["server"] = "server"
     time: UtcTime
     monitor_id: Label

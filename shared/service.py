@@ -9,6 +9,7 @@ set by SIGTERM or SIGINT.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
@@ -17,6 +18,7 @@ from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, start_http_server
 
+from shared import otlp
 from shared.config import DatabaseSettings, Settings, load_settings, log_settings
 from shared.db import wait_for_database
 from shared.errors import GpuHealthError
@@ -27,21 +29,41 @@ log = logging.getLogger(__name__)
 
 
 def start_service(cls: type[S], name: str) -> S | None:
-    """Settings with logging set up and logged; None (after saying why) when they are invalid."""
+    """Settings with logging set up and logged; None (after saying why) when they are invalid.
+
+    Starts the OTLP export too when it is configured (shared.otlp: off by default).
+    """
     try:
         settings = load_settings(cls)
+        otlp_section = load_settings(otlp.OtlpSettings).otlp
+        otlp.otlp_target(otlp_section, os.environ)
     except GpuHealthError as e:
         print(f"{name}: {e}", file=sys.stderr)
         return None
     setup_logging(settings.log.level, json_format=settings.log.json_format, service=name)
     log_settings(settings, name)
+    try:
+        otlp.start_export(name, otlp_section)
+    except GpuHealthError as e:
+        log.error("%s cannot start: %s", name, e)
+        return None
     return settings
 
 
 def serve_metrics(registry: CollectorRegistry, port: int, bind: str) -> Callable[[], None]:
-    """Serve /metrics; returns the function that stops serving. OSError if the port is taken."""
+    """Serve /metrics (and export it over OTLP when that is on); returns the function that stops both.
+
+    Stopping flushes the OTLP export first, so the points up to SIGTERM reach the receiver.
+    OSError if the port is taken.
+    """
     server, _ = start_http_server(port, addr=bind, registry=registry)
-    return server.shutdown
+    otlp.export_registry(registry)
+
+    def stop() -> None:
+        otlp.shutdown()
+        server.shutdown()
+
+    return stop
 
 
 def serve_when_ready(

@@ -41,6 +41,16 @@ class TopicSpec:
     config: dict[str, str] = field(default_factory=dict)
 
 
+def audit_log_spec(name: str, partitions: int, replication_factor: int) -> TopicSpec:
+    """An audit log (gpu-verifications): never deleted by time or size, never compacted."""
+    return TopicSpec(
+        name=name,
+        partitions=partitions,
+        replication_factor=replication_factor,
+        config={"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"},
+    )
+
+
 def project_topics(topics: TopicSettings) -> list[TopicSpec]:
     """The topics of DESIGN.md, named and sized by configuration."""
 
@@ -60,6 +70,8 @@ def project_topics(topics: TopicSettings) -> list[TopicSpec]:
         spec(topics.dlq, topics.audit_retention_ms),
         spec(topics.processes, topics.retention_ms),
         spec(topics.llm_sessions, topics.retention_ms),
+        audit_log_spec(topics.verifications, topics.partitions, topics.replication_factor),
+        spec(topics.systems, topics.audit_retention_ms),
     ]
 
 
@@ -158,7 +170,32 @@ def ensure_topics(admin: AdminClient, specs: list[TopicSpec], timeout_s: float =
             except confluent_kafka.KafkaException as e:
                 raise translate_error(e.args[0], f"configure topic {resource.name}") from e
             done.setdefault(resource.name, "exists")
+        _wait_for_configs(admin, {s.name: s.config for s in present if s.config}, timeout_s)
     return done
+
+
+def _wait_for_configs(admin: AdminClient, wanted: dict[str, dict[str, str]], timeout_s: float) -> None:
+    """Return once the broker describes every topic with its wanted settings.
+
+    In KRaft the controller commits a change before the broker's metadata shows it,
+    so a describe right after an alter can still read the old value for a moment.
+    """
+    deadline = time.monotonic() + timeout_s
+    pending = dict(wanted)
+    while pending:
+        resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in pending]
+        for resource, future in admin.describe_configs(resources, request_timeout=timeout_s).items():
+            try:
+                seen = future.result()
+            except confluent_kafka.KafkaException as e:
+                raise translate_error(e.args[0], f"describe topic {resource.name}") from e
+            if all(k in seen and seen[k].value == v for k, v in pending[resource.name].items()):
+                del pending[resource.name]
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            raise KafkaTopicError(f"topics {sorted(pending)} do not show their new settings in time")
+        time.sleep(0.2)
 
 
 def main() -> int:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import sys
 
-import uvicorn
+from prometheus_client import CollectorRegistry
 
+from shared import otlp
 from shared.service import start_service
 
 from .app import create_app
+from .server import api_server
 from .settings import ApiSettings
 
 
@@ -16,10 +18,16 @@ def main() -> int:
     settings = start_service(ApiSettings, "api")
     if settings is None:
         return 2
-    app = create_app(settings.db, settings.api)
-    # uvicorn handles SIGTERM itself: it stops accepting, finishes requests in flight, exits 0.
-    uvicorn.run(app, host=settings.api.bind, port=settings.api.port, log_config=None, access_log=False)
-    return 0
+    registry = CollectorRegistry()
+    otlp.export_registry(registry)
+    app = create_app(settings.db, settings.api, registry)
+    # SIGTERM: stop accepting, finish the requests in flight (at most shutdown_timeout_s), exit 0.
+    server = api_server(app, settings.api)
+    try:
+        server.run()
+    finally:
+        otlp.shutdown()
+    return 0 if server.started else 1
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
-"""The FastAPI app factory: a lifespan-managed pool on the read-only role, health, metrics, errors.
+"""The FastAPI app factory: pools for the read-only and the acknowledging logins, health, metrics, errors.
 
 Every answer to a bad request is a 4xx with a message in `detail`; a database
-that is down is a 503, never a stack trace.
+that is down is a 503, never a stack trace. The outermost layer is
+:class:`services.api.guard.RequestGuard`: body limit, key check and body deadline
+before the application reads or parses anything.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from shared.config import DatabaseSettings
 
+from .guard import RequestGuard
 from .settings import ApiSection
 
 log = logging.getLogger(__name__)
@@ -32,6 +35,12 @@ def reader_settings(db: DatabaseSettings, api: ApiSection) -> DatabaseSettings:
                                  "application_name": "gpu-health-api"})  # fmt: skip
 
 
+def acknowledger_settings(db: DatabaseSettings, api: ApiSection) -> DatabaseSettings:
+    """The owner's address and schema with the acknowledging login (the only one that may acknowledge)."""
+    return db.model_copy(update={"user": api.acknowledger_user, "password": api.acknowledger_password,
+                                 "application_name": "gpu-health-api-ack"})  # fmt: skip
+
+
 def create_app(db: DatabaseSettings, api: ApiSection, registry: CollectorRegistry | None = None) -> FastAPI:
     registry = registry or CollectorRegistry()
     requests = Counter("gpuhealth_api_requests", "Requests", ["route", "status"], registry=registry)
@@ -40,11 +49,18 @@ def create_app(db: DatabaseSettings, api: ApiSection, registry: CollectorRegistr
         reader_settings(db, api).conninfo(), min_size=1, max_size=api.pool_size, open=False,
         kwargs={"row_factory": dict_row, "autocommit": True}, timeout=10,
     )  # fmt: skip
+    # Used only by the acknowledge endpoint, after the key was checked: a reader cannot acknowledge.
+    ack_pool = AsyncConnectionPool(
+        acknowledger_settings(db, api).conninfo(), min_size=0, max_size=2, open=False,
+        kwargs={"row_factory": dict_row, "autocommit": True}, timeout=10,
+    )  # fmt: skip
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await pool.open(wait=False)
+        await ack_pool.open(wait=False)
         yield
+        await ack_pool.close()
         await pool.close()
 
     app = FastAPI(
@@ -54,7 +70,15 @@ def create_app(db: DatabaseSettings, api: ApiSection, registry: CollectorRegistr
         lifespan=lifespan,
     )
     app.state.pool = pool
+    app.state.ack_pool = ack_pool
     app.state.api = api
+    app.add_middleware(
+        RequestGuard,
+        api_key=api.api_key,
+        max_body_bytes=api.max_body_bytes,
+        body_timeout_s=api.body_timeout_s,
+        on_refusal=lambda status: requests.labels("refused", str(status)).inc(),
+    )
 
     @app.middleware("http")
     async def measure(request: Request, call_next):  # type: ignore[no-untyped-def]
@@ -100,9 +124,11 @@ def create_app(db: DatabaseSettings, api: ApiSection, registry: CollectorRegistr
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     from .routes import router
+    from .routes_verify import router as verify_router
 
     app.include_router(router)
     from .workload_routes import router as workload_router
 
     app.include_router(workload_router)
+    app.include_router(verify_router)
     return app

@@ -13,6 +13,8 @@ from fastapi import APIRouter, Body, Depends, Header, HTTPException, Path, Query
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
+from .guard import key_refusal
+
 router = APIRouter(prefix="/api/v1")
 
 GPU_UUID = r"^(GPU|MIG)-[A-Za-z0-9/-]{8,96}$"
@@ -277,13 +279,19 @@ async def acknowledge(
     x_api_key: Annotated[str | None, Header(max_length=512)] = None,
     by: Annotated[str, Body(embed=True, pattern=LABEL)] = "api",
 ) -> dict[str, Any]:
-    """Acknowledge an open alert (needs X-API-Key); it still resolves when its evidence is gone."""
-    key = request.app.state.api.api_key
-    if key is None:
-        raise HTTPException(403, "acknowledging is disabled: no API key is configured")
-    if x_api_key is None or x_api_key != key.get_secret_value():
-        raise HTTPException(401, "a valid X-API-Key header is required")
-    done = await rows(request, "SELECT * FROM acknowledge_alert(%(id)s, %(by)s)", {"id": alert_id, "by": by})
+    """Acknowledge an open alert (needs X-API-Key); it still resolves when its evidence is gone.
+
+    The key was already checked, on the headers alone, before the body was read
+    (services.api.guard); it is checked again here so the endpoint never depends on the order of layers.
+    """
+    if refusal := key_refusal(request.app.state.api.api_key, x_api_key):
+        raise HTTPException(refusal.status, refusal.detail)
+    ack_pool: AsyncConnectionPool = request.app.state.ack_pool
+    async with ack_pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT * FROM acknowledge_alert(%(id)s, %(by)s)", {"id": alert_id, "by": by}
+        )
+        done: list[dict[str, Any]] = await cur.fetchall()  # type: ignore[assignment]
     if done:
         return done[0]
     exists = await rows(request, "SELECT state FROM gpu_alerts WHERE id = %(id)s", {"id": alert_id})

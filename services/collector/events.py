@@ -1,8 +1,11 @@
 """Discrete events, found by comparing each GPU's sample with its previous one.
 
-- ``xid``: the last-XID value changed to a non-zero code (dcgm-exporter shows
-  only the latest XID, so a repeat of the same code between two polls is not
-  visible through it; the NVML source sees every XID through NVML's events);
+- ``xid``: one event per XID. Where the source lists every XID since its last
+  read (NVML's event set, dcgm-exporter's per-code counts), each one in the
+  list is an event, repeats included; otherwise (a bare dcgm-exporter) the
+  last-XID value changing to a non-zero code is one. XIDs from the kernel log
+  (``kernel_xids``) join them; the same XID seen by both is one event
+  (xid_ledger);
 - ``ecc_dbe``: the volatile double-bit ECC count grew;
 - ``row_remap_failure`` / ``retirement_pending``: the flag or count went up;
 - ``throttle_start`` / ``throttle_end``: a throttling reason (power cap, HW
@@ -13,16 +16,27 @@
   error, not a lost GPU.
 
 A GPU seen for the first time only sets the baseline, so a restarted
-collector does not re-announce old faults.
+collector does not re-announce old faults (listed XIDs happened after the
+source started watching, so they are always new).
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from shared.dcgm import ClockEventReason as Reason
 from shared.models import Details, EventKind, GpuEvent, GpuSample, Source
+
+from .kernel_log import KernelXid, normalize_pci
+from .xid_ledger import XidLedger
+
+log = logging.getLogger(__name__)
+# Kernel-log XIDs for a PCI address no source has reported yet wait this long, at most this many.
+PENDING_FOR = timedelta(minutes=5)
+MAX_PENDING = 1000
 
 THROTTLING = (
     Reason.SW_POWER_CAP
@@ -42,19 +56,37 @@ class _Last:
 @dataclass(slots=True)
 class EventDetector:
     collector_id: str
+    # Kernel-log XIDs are this host's: only its own GPUs (by sample hostname) are matched.
+    local_hostname: str | None = None
     _last: dict[str, _Last] = field(default_factory=dict)
     _present: dict[str, set[str]] = field(default_factory=dict)  # source target -> UUIDs
     _lost: dict[str, GpuSample] = field(default_factory=dict)
+    _by_pci: dict[str, str] = field(default_factory=dict)  # PCI bus id -> GPU UUID
+    _pending: list[tuple[str, KernelXid]] = field(default_factory=list)  # (feed, XID)
+    xids: XidLedger = field(default_factory=XidLedger)
 
-    def observe(self, target: str, source: Source, samples: list[GpuSample], at: datetime) -> list[GpuEvent]:
-        """Events from one successful read of `target`."""
+    def observe(
+        self,
+        target: str,
+        source: Source,
+        samples: list[GpuSample],
+        at: datetime,
+        xids: Mapping[str, Sequence[int]] | None = None,
+    ) -> list[GpuEvent]:
+        """Events from one successful read of `target`; `xids`: GPU UUID -> every XID it listed."""
         events: list[GpuEvent] = []
         seen = {s.gpu_uuid for s in samples}
+        listed = xids or {}
         for sample in samples:
             if sample.gpu_uuid in self._lost:
                 del self._lost[sample.gpu_uuid]
                 events.append(self._event(sample, EventKind.GPU_BACK, sample.time, {}))
-            events += self._compare(sample)
+            if sample.pci_bus_id and self.local_hostname in (None, sample.hostname):
+                self._by_pci[normalize_pci(sample.pci_bus_id) or sample.pci_bus_id] = sample.gpu_uuid
+            codes = listed.get(sample.gpu_uuid)
+            for code in codes or ():
+                events += self._xid(sample, code, sample.source.value, sample.time, {})
+            events += self._compare(sample, xids_listed=codes is not None)
         for uuid in sorted(self._present.get(target, set()) - seen):
             last = self._last.get(uuid)
             if last is not None and uuid not in self._lost:
@@ -71,7 +103,31 @@ class EventDetector:
         self._present[target] = seen
         return events
 
-    def _compare(self, now: GpuSample) -> list[GpuEvent]:
+    def kernel_xids(self, feed: str, found: list[KernelXid], at: datetime) -> list[GpuEvent]:
+        """Events for XIDs read from the kernel log, matched to GPUs by PCI bus id."""
+        events: list[GpuEvent] = []
+        waiting, self._pending = [*self._pending, *((feed, x) for x in found)], []
+        for origin, xid in waiting:
+            last = self._last.get(self._by_pci.get(xid.pci_bus_id, ""))
+            if last is not None:
+                details: Details = {
+                    "origin": origin, "pci_bus_id": xid.pci_bus_id, "kernel_message": xid.message,
+                    "gpu_instance": xid.gpu_instance, "compute_instance": xid.compute_instance,
+                }  # fmt: skip
+                events += self._xid(last.sample, xid.xid, origin, xid.time, details)
+            elif at - xid.time <= PENDING_FOR and len(self._pending) < MAX_PENDING:
+                self._pending.append((origin, xid))
+            else:
+                log.warning("XID %d at %s: no GPU with that PCI address", xid.xid, xid.pci_bus_id)
+        return events
+
+    def _xid(self, sample: GpuSample, code: int, origin: str, at: datetime, extra: Details) -> list[GpuEvent]:
+        when = self.xids.admit(sample.gpu_uuid, code, origin, at)
+        if when is None:
+            return []  # the same XID, already an event through another origin
+        return [self._event(sample, EventKind.XID, when, {"xid": code, **extra})]
+
+    def _compare(self, now: GpuSample, *, xids_listed: bool = False) -> list[GpuEvent]:
         last = self._last.get(now.gpu_uuid)
         self._last[now.gpu_uuid] = state = _Last(now, last.throttle_since if last else None)
         if last is None:
@@ -80,8 +136,8 @@ class EventDetector:
             return []
         before, t = last.sample, now.time
         events = []
-        if now.xid_last and now.xid_last != before.xid_last:
-            events.append(self._event(now, EventKind.XID, t, {"xid": now.xid_last}))
+        if not xids_listed and now.xid_last and now.xid_last != before.xid_last:
+            events += self._xid(now, now.xid_last, now.source.value, t, {})
         if _grew(before.ecc_dbe_volatile_total, now.ecc_dbe_volatile_total):
             grown = (now.ecc_dbe_volatile_total or 0) - (before.ecc_dbe_volatile_total or 0)
             dbe: Details = {"increment": grown, "total": now.ecc_dbe_volatile_total}

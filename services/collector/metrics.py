@@ -35,6 +35,15 @@ class CollectorMetrics:
         )
         self.overruns = Counter(p + "poll_overruns", "Polls skipped because one ran late", registry=registry)
         self.gpus = Gauge(p + "gpus", "GPUs in the last successful read", ["target"], registry=registry)
+        self.spooled = Counter(
+            p + "spooled", "Messages written to the spool at shutdown (broker away)", registry=registry
+        )
+        self.spool_lost = Counter(
+            p + "spool_lost", "Messages lost at shutdown because the spool was full", registry=registry
+        )
+        self.spool_resent = Counter(
+            p + "spool_resent", "Spooled messages the broker acknowledged after a start", registry=registry
+        )
         self._seen_delivered = 0
         self._seen_failed = 0
 

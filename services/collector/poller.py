@@ -12,12 +12,14 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 
 from shared.config import TopicSettings
-from shared.models import to_json
+from shared.models import GpuEvent, GpuSample, to_json
 
 from .enrich import Enricher, reading_time
 from .events import EventDetector
+from .kernel_log import XidFeed
 from .metrics import CollectorMetrics
 from .publisher import Publisher
 from .readings import GpuSource, SourceError
@@ -37,8 +39,12 @@ class Collector:
         metrics: CollectorMetrics,
         interval_s: float,
         monotonic: Callable[[], float] = time.monotonic,
+        xid_feeds: Sequence[XidFeed] = (),
+        on_samples: Callable[[list[GpuSample]], None] | None = None,
     ) -> None:
         self.sources, self.enricher, self.detector = sources, enricher, detector
+        self.xid_feeds = xid_feeds  # XIDs from the kernel log, beside the sources
+        self.on_samples = on_samples  # e.g. the OTLP GPU instruments
         self.publisher, self.topics, self.metrics = publisher, topics, metrics
         self.interval_s, self._monotonic = interval_s, monotonic
 
@@ -55,21 +61,36 @@ class Collector:
                 continue
             samples = [s for s in (self.enricher.sample(g, reading) for g in reading.gpus) if s]
             self.metrics.gpus.labels(source.target).set(len(samples))
+            if self.on_samples is not None:
+                self.on_samples(samples)
             for sample in samples:
                 if self.publisher.publish(self.topics.metrics_raw, sample.gpu_uuid, to_json(sample)):
                     samples_queued += 1
                     self.metrics.samples.inc()
-            for event in self.detector.observe(source.target, reading.source, samples, reading_time(reading)):
-                if self.publisher.publish(self.topics.events, event.gpu_uuid, to_json(event)):
-                    events_queued += 1
-                    self.metrics.events.labels(event.kind.value).inc()
-                    log.info(
-                        "event %s",
-                        event.kind.value,
-                        extra={"gpu_uuid": event.gpu_uuid, **event.details},
-                    )
+            listed = {g.uuid: g.xids for g in reading.gpus if g.xids is not None}
+            at = reading_time(reading)
+            events_queued += self._publish(
+                self.detector.observe(source.target, reading.source, samples, at, xids=listed)
+            )
+        for feed in self.xid_feeds:
+            try:
+                found = feed.drain()
+            except SourceError as e:
+                self.metrics.source_errors.labels(feed.name).inc()
+                log.warning("kernel log read failed: %s", e, extra={"target": feed.name})
+                continue
+            events_queued += self._publish(self.detector.kernel_xids(feed.name, found, datetime.now(UTC)))
         self.publisher.serve()
         return samples_queued, events_queued
+
+    def _publish(self, events: list[GpuEvent]) -> int:
+        queued = 0
+        for event in events:
+            if self.publisher.publish(self.topics.events, event.gpu_uuid, to_json(event)):
+                queued += 1
+                self.metrics.events.labels(event.kind.value).inc()
+                log.info("event %s", event.kind.value, extra={"gpu_uuid": event.gpu_uuid, **event.details})
+        return queued
 
     def run(self, stop: threading.Event) -> None:
         """Poll until `stop` is set, then flush what is queued."""

@@ -28,6 +28,11 @@ class GpuReading:
     metrics: dict[str, MetricValue] = field(default_factory=dict)  # sample-field name -> value
     workload: dict[str, str] = field(default_factory=dict)  # job, pod, namespace, container
     mig: list[dict[str, object]] = field(default_factory=list)
+    # Every XID code the source saw for this GPU since its previous read, in order, repeats
+    # included; None where the source cannot enumerate them (then only `xid_last` is known).
+    xids: list[int] | None = None
+    # dcgm-exporter's count per XID code (DCGM_EXP_XID_ERRORS_COUNT) when the page offers it
+    xid_counts: dict[int, int] | None = None
 
 
 @dataclass(slots=True)

@@ -5,14 +5,16 @@ For hosts without NVML bindings.
 The field list is explicit. `[N/A]`, `[Not Supported]` and blank values become
 None. A driver too old to know a field answers 'Field "x" is not a valid field
 to query': that field is dropped and the query retried, so an old driver
-costs a column, not the source. The runner is injected, so tests replay
-recorded output.
+costs a column, not the source. The temperature thresholds, which the query
+does not offer, come once per GPU from `nvidia-smi -q -x` (smi_xml). The
+runner is injected, so tests replay recorded output.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import logging
 import re
 import subprocess
 import time
@@ -22,6 +24,7 @@ from datetime import UTC, datetime
 from shared.models import Source
 
 from .readings import GpuReading, MetricValue, SourceError, SourceReading
+from .smi_xml import parse_smi_xml, recovery_action_code
 
 # nvidia-smi field -> sample field ("" for identity columns handled separately).
 QUERY_FIELDS: dict[str, str] = {
@@ -46,6 +49,18 @@ QUERY_FIELDS: dict[str, str] = {
     "retired_pages.single_bit_ecc.count": "retired_pages_sbe",
     "retired_pages.double_bit.count": "retired_pages_dbe",
     "retired_pages.pending": "retired_pages_pending",
+    "remapped_rows.correctable": "remapped_rows_correctable",
+    "remapped_rows.uncorrectable": "remapped_rows_uncorrectable",
+    "remapped_rows.pending": "row_remap_pending",
+    "remapped_rows.failure": "row_remap_failure",
+    "pcie.link.gen.current": "pcie_link_gen",
+    "pcie.link.gen.max": "pcie_link_gen_max",
+    "pcie.link.width.current": "pcie_link_width",
+    "pcie.link.width.max": "pcie_link_width_max",
+    # microseconds the clocks were held down by each policy (NVML's violation counters)
+    "clocks_event_reasons_counters.sw_power_cap": "power_violation_us",
+    "clocks_event_reasons_counters.sw_thermal_slowdown": "thermal_violation_us",
+    "gpu_recovery_action": "gpu_recovery_action",
 }  # fmt: skip
 # Older drivers call the clock-event reasons "throttle reasons".
 FALLBACKS = {"clocks_event_reasons.active": "clocks_throttle_reasons.active"}
@@ -61,6 +76,7 @@ _BLANKS = {
 _INVALID_FIELD = re.compile(r'Field "([^"]+)" is not a valid field to query')
 
 Runner = Callable[[list[str]], str]
+log = logging.getLogger(__name__)
 
 
 def run_nvidia_smi(args: list[str], timeout_s: float = 10.0) -> str:
@@ -90,6 +106,17 @@ def _value(text: str) -> MetricValue:
         return None
 
 
+def _median(values: list[MetricValue]) -> MetricValue:
+    known = sorted(v for v in values if v is not None)
+    return known[len(known) // 2] if known else None
+
+
+def _sample_value(sample_field: str, text: str) -> MetricValue:
+    if sample_field == "gpu_recovery_action":
+        return recovery_action_code(text)
+    return _value(text)
+
+
 class SmiSource:
     kind = Source.SMI
     target = "nvidia-smi"
@@ -98,6 +125,24 @@ class SmiSource:
         self.run = runner
         # nvidia-smi field -> sample field, trimmed to what this driver understands.
         self.fields = dict(QUERY_FIELDS)
+        # GPU UUID -> its temperature thresholds (read once from `nvidia-smi -q -x`)
+        self.limits: dict[str, dict[str, MetricValue]] = {}
+
+    def _read_limits(self, uuids: list[str]) -> None:
+        """Thresholds for GPUs not seen before, tried once each: the median of three XML reports,
+        as a driver that derives them from the live temperature can be a degree off in one."""
+        reports: list[dict[str, dict[str, MetricValue]]] = []
+        for _ in range(3):
+            try:
+                reports.append(parse_smi_xml(self.run(["-q", "-x"])))
+            except (SourceError, ValueError) as e:
+                log.warning("nvidia-smi -q -x gave no temperature thresholds: %s", e)
+                break
+        for uuid in uuids:
+            self.limits[uuid] = {
+                name: _median([r.get(uuid, {}).get(name) for r in reports])
+                for name in ("slowdown_temp_c", "shutdown_temp_c")
+            }
 
     def _query(self) -> str:
         while self.fields:
@@ -136,9 +181,14 @@ class SmiSource:
                     pci_bus_id=raw.get("pci.bus_id") or None,
                     driver_version=raw.get("driver_version") or None,
                     time=read_at,
-                    metrics={sample: _value(raw[f]) for f, sample in self.fields.items() if sample},
+                    metrics={s: _sample_value(s, raw[f]) for f, s in self.fields.items() if s},
                 )
             )
+        unknown = [g.uuid for g in gpus if g.uuid not in self.limits]
+        if unknown:
+            self._read_limits(unknown)
+        for gpu in gpus:
+            gpu.metrics.update(self.limits.get(gpu.uuid, {}))
         return SourceReading(
             source=self.kind, target=self.target, gpus=gpus, read_at=read_at,
             latency_ms=(time.perf_counter() - started) * 1000,

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from shared import otlp
 from shared.config import Settings
 from shared.errors import GpuHealthError
 from shared.service import start_service, stop_on_signals
@@ -86,6 +87,7 @@ def main() -> int:
         return 1
     stop = stop_on_signals()
     server.start()
+    otlp.export_registry(server.registry)
     log.info(
         "mock fleet serving",
         extra={
@@ -100,6 +102,7 @@ def main() -> int:
     stop.wait()
     log.info("stopping")
     server.stop()
+    otlp.shutdown()
     return 0
 
 

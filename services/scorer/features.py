@@ -31,6 +31,7 @@ class GpuFeatures:
     fb_total_mib: int | None
     pod: str | None = None
     fb_used_mib: int | None = None
+    recovery_action: int | None = None  # NVML's GPU recovery action in the latest sample
     # state at the newest minute in the long window
     dbe_volatile: int = 0
     retired_pages: int = 0
@@ -96,7 +97,8 @@ SELECT a.gpu_uuid, a.hostname, a.model,
            WHERE r.gpu_uuid = a.gpu_uuid AND r.bucket <= %(t)s AND r.bucket > %(t)s - %(long)s)
        END,
        coalesce(a.slowdown_temp_c, %(slowdown)s),
-       a.power_limit_w, a.fb_total_mib, l.pod, l.fb_used_mib, l.row_remap_pending
+       a.power_limit_w, a.fb_total_mib, l.pod, l.fb_used_mib, l.row_remap_pending,
+       l.gpu_recovery_action
 FROM gpu_assets a LEFT JOIN gpu_latest l USING (gpu_uuid)
 WHERE a.first_seen <= %(t)s
 """
@@ -127,11 +129,11 @@ def read_features(conn: Conn, as_of: datetime, rules: Rules) -> dict[str, GpuFea
     }
     gpus: dict[str, GpuFeatures] = {}
     for row in conn.execute(_INVENTORY, params):
-        uuid, host, model, last, slow, plimit, fbtotal, pod, fbused, remap_pending = row
+        uuid, host, model, last, slow, plimit, fbtotal, pod, fbused, remap_pending, recovery = row
         gpus[uuid] = GpuFeatures(
             gpu_uuid=uuid, hostname=host, model=model, last_time=last, slowdown_c=float(slow),
             power_limit_w=plimit, fb_total_mib=fbtotal, pod=pod,
-            fb_used_mib=fbused, remap_pending=_int(remap_pending),
+            fb_used_mib=fbused, remap_pending=_int(remap_pending), recovery_action=recovery,
         )  # fmt: skip
     for row in conn.execute(_ROLLUP, params):
         g = gpus.get(row[0])

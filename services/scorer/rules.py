@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from shared.dcgm import ClockEventReason as Reason
+from shared.dcgm import GpuRecoveryAction as Recovery
 
 from .features import GpuFeatures
 from .rules_config import LADDER, Action, Rules
@@ -132,7 +133,28 @@ def evaluate(g: GpuFeatures, rules: Rules, as_of: datetime) -> dict[str, Verdict
             xid=code, name=known.name if known else "not in the catalog", count_in_window=recent,
             window_s=w.xid_s, count_30d=total,
         )  # fmt: skip
+    driver_recovery_action(g, v["xid"])
     return v
+
+
+# What the driver says a GPU needs (NVML's recovery action) -> (state, recommended action).
+# Drain P2P: stop peer-to-peer traffic and ask again, so the workload goes first; drain and
+# reset: the GPU runs at reduced capacity and needs a reset once its work is drained.
+_RECOVERY: dict[int, tuple[str, Action]] = {
+    Recovery.GPU_RESET: ("unhealthy", "reset_gpu"),
+    Recovery.NODE_REBOOT: ("unhealthy", "reboot_node"),
+    Recovery.DRAIN_P2P: ("degraded", "restart_workload"),
+    Recovery.DRAIN_AND_RESET: ("degraded", "reset_gpu"),
+}
+
+
+def driver_recovery_action(g: GpuFeatures, verdict: Verdict) -> None:
+    """The driver's own recovery action, where it reports one, as an XID-subsystem finding."""
+    code = g.recovery_action
+    if not code:
+        return  # none needed, or a driver that does not say
+    state, action = _RECOVERY.get(code, ("degraded", "inspect"))  # a code newer than this table
+    verdict.worse(state, f"driver_recovery_{Recovery.name_of(code)}", action, gpu_recovery_action=code)
 
 
 def escalate(action: Action, repeats: int) -> Action:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import gc
 import logging
 import sys
+import threading
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, Field
@@ -19,6 +21,7 @@ from shared.service import serve_when_ready, start_service, stop_on_signals
 from .loop import DEPTH, SinkLoop
 from .maintenance import Retention
 from .metrics import SinkMetrics
+from .verifications import RecordLoop
 from .workload import WorkloadSink
 from .writer import BatchWriter
 
@@ -42,6 +45,11 @@ class SinkSection(BaseModel):
     keep_events_days: int = Field(default=180, ge=1)
     keep_rollup_days: int = Field(default=365, ge=1)
     retention_interval_s: float = Field(default=600, ge=10)
+    # Chunks past retention are written here as Parquet before they are dropped (archive.py);
+    # unset: they are dropped without a copy.
+    archive_dir: Path | None = None
+    archive_block_kib: int = Field(default=16 << 10, ge=1024, le=1 << 20)  # CSV read per Arrow batch
+    archive_zstd_level: int = Field(default=9, ge=1, le=22)
     # How long a dead sink holds its partitions before the group hands them on.
     session_timeout_ms: int = Field(default=45_000, ge=6000, le=300_000)
     metrics_port: int = Field(default=9501, ge=0, le=65535)
@@ -68,6 +76,12 @@ def main() -> int:
         statement_timeout_ms=cfg.statement_timeout_ms,
         connections=cfg.lanes * DEPTH,
     )
+    retention = Retention(
+        settings.db, metrics, keep_raw_days=cfg.keep_raw_days, keep_events_days=cfg.keep_events_days,
+        keep_rollup_days=cfg.keep_rollup_days, interval_s=cfg.retention_interval_s,
+        archive_dir=cfg.archive_dir, archive_block_kib=cfg.archive_block_kib,
+        archive_zstd_level=cfg.archive_zstd_level,
+    )  # fmt: skip
     loop = SinkLoop(
         consumer=make_consumer(
             settings.kafka, group_id=cfg.group_id, overrides={"session.timeout.ms": cfg.session_timeout_ms}
@@ -80,11 +94,10 @@ def main() -> int:
         poll_timeout_s=cfg.poll_timeout_s,
         max_message_bytes=cfg.max_message_bytes,
         max_backoff_s=cfg.max_backoff_s,
-        housekeeping=Retention(
-            settings.db, metrics, keep_raw_days=cfg.keep_raw_days, keep_events_days=cfg.keep_events_days,
-            keep_rollup_days=cfg.keep_rollup_days, interval_s=cfg.retention_interval_s,
-        ),
-    )  # fmt: skip
+        housekeeping=retention,
+        # reads the dead-letter topic (never commits) to check a letter whose delivery was in doubt
+        dlq_reader=lambda: make_consumer(settings.kafka, group_id=f"{cfg.group_id}-dlq-check"),
+    )
     # The sink allocates ~100 short-lived objects a message. Startup objects are frozen out
     # of the collector's way, and young collections run every 50k allocations rather than
     # 700: measured ~2 µs less CPU a message. Nothing here builds reference cycles.
@@ -94,10 +107,23 @@ def main() -> int:
     workload = WorkloadSink.from_settings(
         settings, group_id=cfg.group_id, registry=registry, stop=loop.stop
     ).start()
+    # gpu-verifications and gpu-systems: a small loop of their own (services/sink/verifications.py)
+    records = RecordLoop(
+        consumer=make_consumer(settings.kafka, group_id=f"{cfg.group_id}-records"),
+        dlq_producer=make_producer(settings.kafka), db=settings.db, topics=settings.topics,
+        group=f"{cfg.group_id}-records", metrics=metrics, max_message_bytes=cfg.max_message_bytes,
+        max_backoff_s=cfg.max_backoff_s,
+    )  # fmt: skip
+    records.stop = loop.stop
+    records_thread = threading.Thread(target=records.run, name="sink-records", daemon=True)
+    records_thread.start()
     log.info("sinking", extra={"topics": [settings.topics.metrics_raw, settings.topics.events]})
     try:
         loop.run()
     finally:
+        records_thread.join(60)
+        records.consumer.close()
+        retention.close()
         loop.consumer.close()
         writer.close()
         loop.stop.set()

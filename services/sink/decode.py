@@ -1,54 +1,42 @@
 """Turns consumed messages into a batch, and refuses bad ones with a reason.
 
-A record that cannot be decoded or breaks the contract (shared.models) goes
-to the dead-letter topic with headers naming the source topic, partition,
-offset and the reason. It never blocks the valid records around it: its
-offset still advances with the batch, once the dead letter is delivered.
+A record that cannot be decoded or breaks the contract (shared.models) becomes
+a dead letter, recorded with its batch (deadletters.py) and then sent to the
+dead-letter topic with headers naming the source topic, partition, offset and
+the reason. Whatever goes wrong with one record (RecursionError, MemoryError,
+a bug) refuses that record and nothing else: it never blocks the valid records
+around it, and its offset advances with the batch.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from shared.config import TopicSettings
 from shared.errors import ContractError
 from shared.models import parse_event
 
+from .deadletters import DeadLetter
 from .rows import GPU_UUID, stage_row
 from .writer import Batch
 
-
-@dataclass(slots=True)
-class DeadLetter:
-    key: bytes | None
-    value: bytes | None
-    topic: str
-    partition: int
-    offset: int
-    category: str  # a small fixed set, for the metric's label
-    reason: str
-
-    def headers(self) -> list[tuple[str, str | bytes | None]]:
-        return [
-            ("dlq.source.topic", self.topic.encode()),
-            ("dlq.source.partition", str(self.partition).encode()),
-            ("dlq.source.offset", str(self.offset).encode()),
-            ("dlq.category", self.category.encode()),
-            ("dlq.error", self.reason.encode()[:4000]),
-            ("dlq.failed_at", datetime.now(UTC).isoformat().encode()),
-        ]
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
 class Decoded:
     batch: Batch = field(default_factory=Batch)
-    dead: list[DeadLetter] = field(default_factory=list)
     consumed: int = 0
     generation: int = 0  # the loop's rebalance generation when it was consumed
     started: float = 0.0  # perf_counter at decode, for the batch latency metric
+
+    @property
+    def dead(self) -> list[DeadLetter]:
+        """The records refused while decoding (they are recorded with the batch)."""
+        return self.batch.dead
 
 
 class Record(Protocol):
@@ -83,29 +71,38 @@ def decode(
         if offset >= next_offsets.get((topic, partition), 0):
             next_offsets[(topic, partition)] = offset + 1
         value, key = msg.value(), msg.key()
+        batch = lane.batch
         refused: tuple[str, str] | None = None  # (category, reason)
-        if value is None:
-            refused = ("empty", "message has no value")
-        elif len(value) > max_bytes:
-            refused = ("oversized", f"message of {len(value)} bytes exceeds {max_bytes}")
-        elif topic == topics.metrics_raw:
-            try:
-                row = stage_row(value)
-            except ContractError as e:
-                refused = ("contract", str(e))
-            else:
-                # the key must be the GPU's UUID (ASCII by the contract), or partitioning lies
-                if key is None or key == row[GPU_UUID].encode():
-                    lane.batch.rows.append(row)
+        try:
+            if value is None:
+                refused = ("empty", "message has no value")
+            elif len(value) > max_bytes:
+                refused = ("oversized", f"message of {len(value)} bytes exceeds {max_bytes}")
+            # No parser here recurses unbounded: the compiled fast path declines nesting its types
+            # do not have, and the contract's parsers check the depth (shared.jsonlimits) first.
+            elif topic == topics.metrics_raw:
+                try:
+                    row = stage_row(value)
+                except ContractError as e:
+                    refused = ("contract", str(e))
                 else:
-                    refused = ("key", "message key does not match gpu_uuid")
-        elif topic == topics.events:
-            try:
-                lane.batch.events.append(parse_event(value))
-            except ContractError as e:
-                refused = ("contract", str(e))
-        else:
-            refused = ("topic", f"the sink does not read topic {topic!r}")
+                    # the key must be the GPU's UUID (ASCII by the contract), or partitioning lies
+                    if key is None or key == row[GPU_UUID].encode():
+                        batch.rows.append(row)
+                        batch.row_origins.append((topic, partition, offset, key, value))
+                    else:
+                        refused = ("key", "message key does not match gpu_uuid")
+            elif topic == topics.events:
+                try:
+                    batch.events.append(parse_event(value))
+                    batch.event_origins.append((topic, partition, offset, key, value))
+                except ContractError as e:
+                    refused = ("contract", str(e))
+            else:
+                refused = ("topic", f"the sink does not read topic {topic!r}")
+        except Exception as e:  # whatever it is, it is this record's and no one else's
+            log.exception("record %s[%d]@%d could not be decoded", topic, partition, offset)
+            refused = ("decode", f"{type(e).__name__}: {e}")
         if refused is not None:
-            lane.dead.append(DeadLetter(key, value, topic, partition, offset, *refused))
+            batch.dead.append(DeadLetter(key, value, topic, partition, offset, *refused))
     return out

@@ -1,13 +1,16 @@
 """The sink's consume loop: batches in, one transaction each, offsets from the database.
 
-Order per batch: decode; deliver dead letters (and wait for the broker's ack);
-write rows + offsets in one transaction; then commit offsets to Kafka as a
-courtesy (so `kafka-consumer-groups` shows lag). If the database fails, the
-assigned partitions are paused and the same batch is retried with backoff
-while the consumer keeps polling, so it stays in its group
-(max.poll.interval.ms). If a rebalance takes partitions away meanwhile, the
-batch is dropped: its records are still in Kafka, and whoever owns the
-partitions now resumes from the offsets stored in the database.
+Order per batch: decode; write rows, dead letters and offsets in one
+transaction; deliver the dead letters (deadletters.py); then commit offsets to
+Kafka as a courtesy (so `kafka-consumer-groups` shows lag). If the database
+fails (a connection or server failure: data faults are isolated by the
+writer), the assigned partitions are paused and the same batch is retried with
+backoff while the consumer keeps polling, so it stays in its group
+(max.poll.interval.ms). If a rebalance takes partitions away meanwhile, or the
+sink is told to stop, the batch is given up, and so is every later batch of
+its lane from the same assignment: nothing is ever stored after a batch that
+was not, so the stored offsets never pass an unstored record. The records are
+still in Kafka; whoever owns the partitions next resumes from the database.
 """
 
 from __future__ import annotations
@@ -22,10 +25,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import confluent_kafka
 
 from shared.config import TopicSettings
-from shared.errors import DatabaseError, KafkaProduceError
+from shared.errors import DatabaseError
 
-from .dead_letters import deliver_dead_letters
-from .decode import DeadLetter, Decoded, decode
+from .deadletters import DeadLetterRelay
+from .decode import Decoded, decode
 from .metrics import SinkMetrics
 from .writer import BatchWriter, EarlierBatchError, WriteResult
 
@@ -48,7 +51,10 @@ class SinkLoop:
         max_message_bytes: int = 1_000_000,
         max_backoff_s: float = 30.0,
         housekeeping: Callable[[], None] = lambda: None,
+        dlq_reader: Callable[[], confluent_kafka.Consumer] | None = None,
     ) -> None:
+        """`dlq_reader` makes a consumer (no group needed) that the dead-letter relay uses to
+        check, after a failure, whether a letter already reached the topic."""
         self.consumer, self.dlq, self.writer = consumer, dlq_producer, writer
         self.topics, self.metrics = topics, metrics
         self.batch_size, self.poll_timeout_s = batch_size, poll_timeout_s
@@ -61,6 +67,15 @@ class SinkLoop:
         self.ever_owned: set[tuple[str, int]] = set()
         self.stop = threading.Event()
         self._last_lag = 0.0
+        # Per partition, the next offset known stored in the database (the lag is measured from it).
+        self.stored: dict[tuple[str, int], int] = {}
+        self.relay = DeadLetterRelay(
+            settings=writer.settings, producer=dlq_producer, topic=topics.dlq, group=writer.group,
+            metrics=metrics, reader=dlq_reader,
+        )  # fmt: skip
+        self._next_relay = 0.0
+        self._held: list[confluent_kafka.Message] = []  # polled while backing off, not yet batched
+        self._given_up: dict[int, int] = {}  # lane -> the newest generation it gave a batch up in
         # Partition lanes, each with up to DEPTH batches in flight: one running its statements,
         # the next being staged. The writer has a connection for each.
         self.lanes = max(1, writer.connections // DEPTH)
@@ -78,6 +93,7 @@ class SinkLoop:
         self, consumer: confluent_kafka.Consumer, partitions: list[confluent_kafka.TopicPartition]
     ) -> None:
         self.generation += 1
+        self._held = []  # from the old assignment: re-read from the stored offsets
         delay = 0.5
         while True:
             try:
@@ -93,6 +109,7 @@ class SinkLoop:
         for p in partitions:
             # The database is the truth: a partition it has never seen starts at the beginning.
             p.offset = stored.get((p.topic, p.partition), confluent_kafka.OFFSET_BEGINNING)
+        self.stored.update(stored)
         consumer.assign(partitions)
         self.owned = {(p.topic, p.partition) for p in partitions}
         self.ever_owned |= self.owned
@@ -106,6 +123,7 @@ class SinkLoop:
         self, consumer: confluent_kafka.Consumer, partitions: list[confluent_kafka.TopicPartition]
     ) -> None:
         self.generation += 1
+        self._held = []
         self.owned = set()
         self.metrics.assigned.set(0)
         log.info(
@@ -129,25 +147,58 @@ class SinkLoop:
         try:
             while not self.stop.is_set():
                 messages = self.consumer.consume(self.batch_size, self.poll_timeout_s)
+                if self._held:  # polled while paused: they come first, as they were fetched first
+                    messages, self._held = [*self._held, *messages], []
                 lanes = self._decode(messages) if messages else {}
                 # Finish what is done (everything, when idle), and make room in busy lanes.
                 for lane, queue in in_flight.items():
                     while queue and (
                         not lanes or queue[0][1].done() or (lane in lanes and len(queue) >= DEPTH)
                     ):
-                        self._complete(*queue.popleft())
+                        self._finish(lane, queue)
                 for lane, decoded in lanes.items():
+                    if decoded.generation <= self._given_up.get(lane, -1):
+                        self._give_up(decoded)  # consumed after a batch that was given up
+                        continue
                     queue = in_flight.setdefault(lane, deque())
                     previous = queue[-1][1] if queue else None
                     queue.append((decoded, self._start(decoded, previous)))
                 self.housekeeping()
+                self._relay_now_and_then()
                 self._report_lag()
-            for queue in in_flight.values():
+            for lane, queue in in_flight.items():
                 while queue:
-                    self._complete(*queue.popleft())
+                    self._finish(lane, queue)
+            self.relay.deliver_pending()
         finally:
             self._executor.shutdown(wait=True)
+            self.relay.close()
             self.dlq.flush(30)
+
+    def _finish(self, lane: int, queue: deque[tuple[Decoded, Future[WriteResult]]]) -> None:
+        """Complete the lane's oldest batch; if it was given up, give up the ones after it too.
+
+        They were consumed after it, so storing one would move the offsets over its records;
+        so are the lane's batches consumed later from the same assignment (stop or rebalance
+        follows a give-up, and a new assignment starts again from the stored offsets).
+        """
+        decoded, future = queue.popleft()
+        if self._complete(decoded, future):
+            return
+        self._given_up[lane] = max(self._given_up.get(lane, -1), decoded.generation)
+        while queue and queue[0][0].generation <= decoded.generation:
+            later, pending = queue.popleft()
+            try:
+                pending.result()  # it waits for the given-up one, so it fails and stores nothing
+            except DatabaseError:
+                pass
+            else:  # pragma: no cover - a write never commits after the batch before it failed
+                log.error("a batch after one given up was stored")
+            self._give_up(later)
+
+    def _give_up(self, decoded: Decoded) -> None:
+        self.metrics.abandoned.inc()
+        log.warning("batch given up: one before it in its lane was", extra={"records": decoded.consumed})
 
     def _decode(self, messages: list[confluent_kafka.Message]) -> dict[int, Decoded]:
         lanes = decode(messages, self.topics, self.max_message_bytes, self.lanes)
@@ -158,18 +209,7 @@ class SinkLoop:
         return lanes
 
     def _start(self, decoded: Decoded, previous: Future[WriteResult] | None = None) -> Future[WriteResult]:
-        """Dead letters first (they must be safe before their offsets are), then the write.
-
-        The write commits only once `previous` (the batch before it) is stored.
-        """
-        if decoded.dead:
-            try:
-                self._deliver(decoded.dead)
-                decoded.dead = []
-            except KafkaProduceError as e:
-                failed: Future[WriteResult] = Future()
-                failed.set_exception(e)
-                return failed
+        """Submit the batch's write; it commits only once `previous` (the batch before it) is stored."""
         after = previous.result if previous is not None else None
         return self._executor.submit(self.writer.write, decoded.batch, after)
 
@@ -177,13 +217,18 @@ class SinkLoop:
         """Wait for a batch's write, retrying with backoff; False if it had to be given up."""
         try:
             result = future.result()
-        except (DatabaseError, KafkaProduceError) as e:
+        except DatabaseError as e:
             retried = self._retry(decoded, e)
             if retried is None:
                 return False
             result = retried
+        for partition, offset in decoded.batch.next_offsets.items():
+            if offset > self.stored.get(partition, -1):
+                self.stored[partition] = offset
+        if result.dead_recorded:
+            self.relay.deliver_pending()
         self._commit_courtesy(decoded)
-        self._count(decoded, result.metrics_inserted, result.events_inserted)
+        self._count(decoded, result)
         self.metrics.batch_seconds.observe(time.perf_counter() - decoded.started)
         return True
 
@@ -216,22 +261,32 @@ class SinkLoop:
                 back_off = True
                 try:
                     return self._start(decoded).result()
-                except (DatabaseError, KafkaProduceError) as e:
+                except DatabaseError as e:
                     error = e
         finally:
             if paused:
                 self.consumer.resume(self.consumer.assignment())
 
     def _wait(self, seconds: float) -> None:
-        """Back off while polling the (paused) consumer, so it keeps its place in the group."""
+        """Back off while polling the (paused) consumer, so it keeps its place in the group.
+
+        Pausing stops fetching, but what was fetched before can still come out of poll():
+        it is held for the next batch, never dropped (dropped, the consumer's position
+        would pass it, and the next stored offsets with it).
+        """
         deadline = time.monotonic() + seconds
         while (left := deadline - time.monotonic()) > 0:
-            self.consumer.poll(min(left, 0.5))
+            msg = self.consumer.poll(min(left, 0.5))
+            if msg is not None:
+                self._held.append(msg)
+            self._report_lag(paused=True)
 
-    def _deliver(self, dead: list[DeadLetter]) -> None:
-        deliver_dead_letters(self.dlq, self.topics.dlq, dead)
-        for letter in dead:
-            self.metrics.dead_letters.labels(letter.category).inc()
+    def _relay_now_and_then(self, every_s: float = 5.0) -> None:
+        """Dead letters recorded but not delivered (the broker was away) are sent again."""
+        now = time.monotonic()
+        if now >= self._next_relay:
+            self._next_relay = now + every_s
+            self.relay.deliver_pending()
 
     def _commit_courtesy(self, decoded: Decoded) -> None:
         offsets = [
@@ -244,25 +299,38 @@ class SinkLoop:
         except confluent_kafka.KafkaException as e:
             log.info("courtesy commit to Kafka failed (the database holds the offsets): %s", e)
 
-    def _count(self, decoded: Decoded, metrics_in: int, events_in: int) -> None:
+    def _count(self, decoded: Decoded, result: WriteResult) -> None:
         batch = decoded.batch
         self.metrics.batches.inc()
-        self.metrics.rows.labels("gpu_metrics").inc(metrics_in)
-        self.metrics.rows.labels("gpu_events").inc(events_in)
-        self.metrics.duplicates.labels("gpu_metrics").inc(len(batch.rows) - metrics_in)
-        self.metrics.duplicates.labels("gpu_events").inc(len(batch.events) - events_in)
+        self.metrics.rows.labels("gpu_metrics").inc(result.metrics_inserted)
+        self.metrics.rows.labels("gpu_events").inc(result.events_inserted)
+        if result.metrics_inserted:  # the rollup is folded in the same statement as the rows
+            self.metrics.rollup_last_refresh.set_to_current_time()
+        # records the database refused are neither rows nor duplicates: they are dead letters
+        rows_skipped = len(batch.rows) - result.refused_rows - result.metrics_inserted
+        events_skipped = len(batch.events) - result.refused_events - result.events_inserted
+        self.metrics.duplicates.labels("gpu_metrics").inc(rows_skipped)
+        self.metrics.duplicates.labels("gpu_events").inc(events_skipped)
 
-    def _report_lag(self, every_s: float = 10.0) -> None:
+    def _report_lag(self, every_s: float = 10.0, *, paused: bool = False) -> None:
+        """Messages behind per partition: the end of the partition less what the database holds.
+
+        Measured from the stored offsets, not the consumer's position, which runs ahead of
+        them while batches are in flight or retried. While paused, a paused partition is not
+        fetched, so its end is asked of the broker rather than taken from the last fetch.
+        """
         now = time.monotonic()
         if now - self._last_lag < every_s:
             return
         self._last_lag = now
         try:
-            for tp in self.consumer.position(self.consumer.assignment()):
-                # cached: the high watermark from the last fetch response, no broker round trip
+            for tp in self.consumer.assignment():
+                # cached: the watermarks of the last fetch response, no broker round trip
                 # (a blocking query per partition here once stalled the loop for seconds).
-                _, high = self.consumer.get_watermark_offsets(tp, cached=True)
-                if tp.offset >= 0 and high >= 0:
-                    self.metrics.lag.labels(tp.topic, str(tp.partition)).set(high - tp.offset)
+                low, high = self.consumer.get_watermark_offsets(tp, timeout=1.0, cached=not paused)
+                if high < 0:
+                    continue
+                done = max(self.stored.get((tp.topic, tp.partition), low), low)
+                self.metrics.lag.labels(tp.topic, str(tp.partition)).set(max(0, high - done))
         except confluent_kafka.KafkaException as e:
             log.debug("lag not measured: %s", e)

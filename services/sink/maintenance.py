@@ -1,14 +1,24 @@
-"""Retention under the apache license: drop_chunks on a timer (the timescale license uses policies).
+"""Retention: drop chunks past their table's retention, archiving them to Parquet first when configured.
 
-Runs at most every `interval_s`, from whichever sink process first takes a
-transaction-level advisory lock, so several sinks do not race each other.
+Under the apache license this loop is the retention; under the timescale
+license retention policies drop chunks, unless an archive directory is set:
+then the policies are removed and this loop archives and drops instead (a
+policy would drop chunks nobody had archived). Runs at most every
+`interval_s`, in a thread of its own so a long archive never stalls the
+consumer, from whichever sink process takes a session-level advisory lock
+keyed by the schema, so several sinks do not race each other while tenants in
+other schemas are not held up. See services/sink/archive.py for how a chunk
+is archived without loss or duplicates even when the process is killed.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import psycopg
 
@@ -16,11 +26,14 @@ from shared.config import DatabaseSettings
 from shared.db import connect, timescale_info
 from shared.errors import DatabaseError
 
+from .archive import ArchiveError, ArchiveInterruptedError, Chunk, ParquetArchive, expired_chunks
 from .metrics import SinkMetrics
 
 log = logging.getLogger(__name__)
 
-_LOCK_ID = 0x6770_7573_696E_6B31  # arbitrary, fixed: "retention" for every sink
+_LOCK_CLASS = 0x67707573  # arbitrary, fixed: "retention", with the schema's hash as the second key
+_LOCK = "pg_try_advisory_lock(%s, hashtext(current_schema()))"
+_UNLOCK = "pg_advisory_unlock(%s, hashtext(current_schema()))"
 
 
 @dataclass(slots=True)
@@ -31,41 +44,146 @@ class Retention:
     keep_events_days: int = 180
     keep_rollup_days: int = 365
     interval_s: float = 600.0
+    archive_dir: Path | None = None
+    archive_block_kib: int = 16 << 10
+    archive_zstd_level: int = 9
     _next_run: float = 0.0
+    _thread: threading.Thread | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
 
     def __call__(self) -> None:
+        """Start a round in the background when one is due and none is running."""
         now = time.monotonic()
-        if now < self._next_run:
+        if now < self._next_run or (self._thread is not None and self._thread.is_alive()):
             return
         self._next_run = now + self.interval_s
+        self._thread = threading.Thread(target=self.run_round, name="retention", daemon=True)
+        self._thread.start()
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Stop between chunks (the chunk in hand stays for the next run) and wait for the thread."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def run_round(self) -> None:
+        """One round, with failures logged and counted rather than raised."""
         try:
             self.run_once()
-        except DatabaseError as e:
+        except ArchiveInterruptedError as e:
+            log.info("%s", e)
+        except (DatabaseError, ArchiveError, OSError) as e:
+            self.metrics.retention_failures.inc()
             log.warning("retention skipped this round: %s", e)
 
     def run_once(self) -> dict[str, int]:
-        """Drop chunks older than the retention of each table; returns chunks dropped per table."""
+        """Archive (if configured) and drop the chunks past retention; returns chunks dropped per table."""
         dropped: dict[str, int] = {}
+        archive = None
+        if self.archive_dir is not None:
+            archive = ParquetArchive(
+                self.archive_dir, batch_bytes=self.archive_block_kib << 10, zstd_level=self.archive_zstd_level
+            )
         try:
-            with connect(self.settings) as conn:
-                if timescale_info(conn).full_features:
-                    return dropped  # retention policies do it
-                if not conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (_LOCK_ID,)).fetchone()[0]:  # type: ignore[index]
+            with connect(self.settings, autocommit=True) as conn:
+                # delivered dead letters are kept as long as events, then forgotten
+                deleted = conn.execute(
+                    "DELETE FROM sink_dead_letters WHERE delivered_at < now() - make_interval(days => %s)",
+                    (self.keep_events_days,),
+                ).rowcount
+                if deleted:
+                    log.info("forgot %d delivered dead letters", deleted)
+                full = timescale_info(conn).full_features
+                if full:
+                    self._rollup_refresh_from_jobs(conn)
+                    if archive is None:
+                        return dropped  # retention policies do it
+                if not conn.execute(f"SELECT {_LOCK}", (_LOCK_CLASS,)).fetchone()[0]:  # type: ignore[index]
                     return dropped
-                for table, days in (
-                    ("gpu_metrics", self.keep_raw_days),
-                    ("gpu_events", self.keep_events_days),
-                    ("gpu_metrics_1min", self.keep_rollup_days),
-                ):
-                    rows = conn.execute(
-                        "SELECT drop_chunks(%s::regclass, older_than => now() - make_interval(days => %s))",
-                        (table, days),
-                    ).fetchall()
-                    dropped[table] = len(rows)
-                    self.metrics.chunks_dropped.labels(table).inc(len(rows))
-                conn.commit()
+                try:
+                    if archive is not None:
+                        archive.remove_leftovers()
+                    for table, days in (
+                        ("gpu_metrics", self.keep_raw_days),
+                        ("gpu_events", self.keep_events_days),
+                        ("gpu_metrics_1min", self.keep_rollup_days),
+                    ):
+                        if full:
+                            conn.execute(
+                                "SELECT remove_retention_policy(%s::regclass, if_exists => true)", (table,)
+                            )
+                        cutoff = datetime.now(UTC) - timedelta(days=days)
+                        if archive is None:
+                            rows = conn.execute(
+                                "SELECT drop_chunks(%s::regclass, older_than => %s)", (table, cutoff)
+                            ).fetchall()
+                            dropped[table] = len(rows)
+                        else:
+                            dropped[table] = self._archive_and_drop(conn, archive, table, cutoff)
+                        self.metrics.chunks_dropped.labels(table).inc(dropped[table])
+                finally:
+                    conn.execute(f"SELECT {_UNLOCK}", (_LOCK_CLASS,))
         except psycopg.Error as e:
             raise DatabaseError(f"retention failed: {e}") from e
+        self.metrics.retention_last_success.set_to_current_time()
         if any(dropped.values()):
             log.info("retention dropped chunks", extra={"dropped": dropped})
         return dropped
+
+    def _archive_and_drop(
+        self,
+        conn: psycopg.Connection[tuple[object, ...]],
+        archive: ParquetArchive,
+        table: str,
+        cutoff: datetime,
+    ) -> int:
+        done = 0
+        for chunk in expired_chunks(conn, table, cutoff):
+            if self._stop.is_set():
+                raise ArchiveInterruptedError("stopping: the remaining chunks are left for the next run")
+            with conn.transaction():
+                # Late rows for this time range wait for the commit instead of slipping in
+                # between the copy and the drop.
+                conn.execute(psycopg.sql.SQL("LOCK TABLE {} IN SHARE MODE").format(chunk.ident))
+                archived = archive.write_chunk(conn, chunk, self._stop)
+                self._drop_exactly(conn, chunk)
+            done += 1
+            self.metrics.archived_rows.labels(table).inc(archived.rows)
+            self.metrics.archived_bytes.labels(table).inc(archived.bytes)
+            self.metrics.archived_files.labels(table).inc(len(archived.files))
+            self.metrics.archive_last_success.labels(table).set_to_current_time()
+            log.info(
+                "archived and dropped %s",
+                chunk.name,
+                extra={"table": table, "rows": archived.rows, "bytes": archived.bytes,
+                       "files": [str(f.path) for f in archived.files]},
+            )  # fmt: skip
+        return done
+
+    @staticmethod
+    def _drop_exactly(conn: psycopg.Connection[tuple[object, ...]], chunk: Chunk) -> None:
+        """Drop this chunk and nothing else (another chunk would not have been archived)."""
+        bounds = (chunk.hypertable, chunk.end, chunk.start)
+        ident = chunk.ident.as_string(conn)
+        only_this = conn.execute(
+            "SELECT coalesce(array_agg(s.c::oid), '{}') = ARRAY[%s::regclass::oid]"
+            " FROM show_chunks(%s::regclass, older_than => %s, newer_than => %s) AS s(c)",
+            (ident, *bounds),
+        ).fetchone()
+        if not only_this or not only_this[0]:
+            raise ArchiveError(f"dropping {ident} by its range would drop other chunks; left alone")
+        rows = conn.execute(
+            "SELECT drop_chunks(%s::regclass, older_than => %s, newer_than => %s)", bounds
+        ).fetchall()
+        if len(rows) != 1:
+            raise ArchiveError(f"dropping {ident} dropped {len(rows)} chunks; rolled back")
+
+    def _rollup_refresh_from_jobs(self, conn: psycopg.Connection[tuple[object, ...]]) -> None:
+        """Under the timescale license the rollup is refreshed by a job: mirror its last success."""
+        row = conn.execute(
+            "SELECT max(s.last_successful_finish) FROM timescaledb_information.job_stats s"
+            " JOIN timescaledb_information.jobs j USING (job_id)"
+            " WHERE j.proc_name = 'policy_refresh_continuous_aggregate'"
+        ).fetchone()
+        if row is not None and row[0] is not None:
+            self.metrics.rollup_last_refresh.set(row[0].timestamp())  # type: ignore[attr-defined]

@@ -39,3 +39,30 @@ class SinkMetrics:
         self.chunks_dropped = Counter(
             p + "chunks_dropped", "Chunks dropped by retention", ["table"], registry=registry
         )
+        # Retention, the Parquet archive and the rollup (maintenance.py, archive.py)
+        self.retention_last_success = Gauge(
+            p + "retention_last_success_timestamp_seconds", "When a retention round last completed",
+            registry=registry,
+        )  # fmt: skip
+        self.retention_failures = Counter(
+            p + "retention_failures", "Retention rounds that failed (nothing dropped unarchived)",
+            registry=registry,
+        )  # fmt: skip
+        self.archived_rows = Counter(
+            p + "archived_rows", "Rows written to the Parquet archive", ["table"], registry=registry
+        )
+        self.archived_bytes = Counter(
+            p + "archived_bytes", "Bytes of Parquet written to the archive", ["table"], registry=registry
+        )
+        self.archived_files = Counter(
+            p + "archived_files", "Parquet files written to the archive", ["table"], registry=registry
+        )
+        self.archive_last_success = Gauge(
+            p + "archive_last_success_timestamp_seconds", "When a chunk was last archived and dropped",
+            ["table"], registry=registry,
+        )  # fmt: skip
+        self.rollup_last_refresh = Gauge(
+            p + "rollup_last_refresh_timestamp_seconds",
+            "When new samples were last folded into the 1-minute rollup (or its refresh job last succeeded)",
+            registry=registry,
+        )

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 
 import confluent_kafka
 from prometheus_client import CollectorRegistry, Counter
@@ -23,14 +24,35 @@ from shared.config import Settings, TopicSettings
 from shared.errors import DatabaseError, KafkaProduceError
 from shared.kafka import make_consumer, make_producer
 
-from .dead_letters import deliver_dead_letters
-from .decode import DeadLetter
+from .deadletters import DeadLetter
 from .workload_rows import WorkloadBatch, WorkloadWriter, decode_workload
 
 log = logging.getLogger(__name__)
 
 # Days kept per table: process listings are operational detail; LLM figures feed capacity planning.
 KEEP_DAYS = {"gpu_processes": 30, "gpu_process_polls": 30, "llm_sessions": 90, "llm_server_status": 90}
+
+
+def deliver_dead_letters(producer: confluent_kafka.Producer, topic: str, dead: Sequence[DeadLetter]) -> None:
+    """Produce each to `topic` and wait for the acks; KafkaProduceError (retriable) if any is lost."""
+    failures: list[str] = []
+
+    def on_delivery(err: confluent_kafka.KafkaError | None, _: confluent_kafka.Message) -> None:
+        if err is not None:
+            failures.append(err.str())
+
+    for letter in dead:
+        producer.produce(
+            topic, value=letter.value, key=letter.key, headers=letter.headers(), on_delivery=on_delivery
+        )
+    if producer.flush(30) or failures:
+        raise KafkaProduceError(f"dead letters not delivered: {failures[:1] or 'timeout'}", retriable=True)
+    for letter in dead:
+        log.warning(
+            "dead letter: %s",
+            letter.reason,
+            extra={"topic": letter.topic, "partition": letter.partition, "offset": letter.offset},
+        )
 
 
 class WorkloadSink:

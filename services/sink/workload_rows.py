@@ -26,7 +26,8 @@ from shared.models_workload import (
     parse_llm_message,
 )
 
-from .decode import DeadLetter, Record
+from .deadletters import DeadLetter
+from .decode import Record
 
 Partition = tuple[str, int]
 

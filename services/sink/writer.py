@@ -7,11 +7,19 @@
    folded into the 1-minute rollup in the same statement (the SQL comes from
    the schema: gpu_metrics_insert_sql(), beside the rollup's definition);
    gpu_latest and gpu_assets from each GPU's newest staged row;
-4. the next offset of every partition in the batch into kafka_offsets, never
+4. the batch's dead letters into sink_dead_letters (delivered to the
+   dead-letter topic after the commit, see deadletters.py);
+5. the next offset of every partition in the batch into kafka_offsets, never
    moving backwards.
 
 Either all of it is committed or none of it is: offsets are never stored past
 what is in the database, which is what makes restarts lossless and exact.
+
+If PostgreSQL refuses the batch for a data reason (faults.py), the batch is
+split, inside the same transaction under savepoints, until each refused record
+stands alone: those become dead letters carrying the database's error, the
+rest is stored, and the offsets move on. Any other failure rolls everything
+back and is the caller's to retry.
 """
 
 from __future__ import annotations
@@ -30,6 +38,8 @@ from shared.db import connect
 from shared.errors import DatabaseError, DatabaseUnavailableError
 from shared.models import GpuEvent
 
+from .deadletters import DeadLetter, record_params, record_statement
+from .faults import describe, is_data_fault
 from .rows import (
     ASSET_ONLY,
     EVENT_COLUMNS,
@@ -45,12 +55,19 @@ from .rows import (
 log = logging.getLogger(__name__)
 
 Partition = tuple[str, int]  # (topic, partition)
+# Where a stored record came from: (topic, partition, offset, key, value), to dead-letter it
+# if the database refuses it.
+Origin = tuple[str, int, int, bytes | None, bytes | None]
 
 
 @dataclass(slots=True)
 class WriteResult:
     metrics_inserted: int = 0
     events_inserted: int = 0
+    dead_recorded: int = 0  # dead letters recorded with the batch, to deliver now
+    # records the database refused (isolated and dead-lettered)
+    refused_rows: int = 0
+    refused_events: int = 0
 
 
 @dataclass(slots=True)
@@ -58,6 +75,13 @@ class Batch:
     rows: list[Row] = field(default_factory=list)  # samples as staging rows (rows.STAGE_COLUMNS)
     events: list[GpuEvent] = field(default_factory=list)
     next_offsets: dict[Partition, int] = field(default_factory=dict)
+    # parallel to rows and events (absent: the record cannot be dead-lettered, only refused)
+    row_origins: list[Origin] = field(default_factory=list)
+    event_origins: list[Origin] = field(default_factory=list)
+    dead: list[DeadLetter] = field(default_factory=list)  # refused before the database saw them
+
+
+_Item = tuple[Row | None, GpuEvent | None, Origin | None]  # one record of a batch being split
 
 
 def _ident_list(names: Iterable[str]) -> sql.Composed:
@@ -234,26 +258,24 @@ class BatchWriter:
         result = WriteResult()
         try:
             with conn.cursor() as cur:
-                if batch.rows:
-                    METRICS_STAGE.copy_rows(cur, batch.rows)
-                    LATEST_STAGE.copy_rows(cur, newest_per_gpu(batch.rows))
-                if batch.events:
-                    EVENTS_STAGE.copy_rows(cur, map(event_row, batch.events))
+                cur.execute("SAVEPOINT batch")
+                fault = self._stage(cur, batch.rows, batch.events)
                 if after is not None:
                     try:
                         after()
                     except Exception as e:
                         raise EarlierBatchError(f"not stored, as the batch before it was not: {e}") from e
-                if batch.rows:
-                    assert self._insert_metrics is not None
-                    cur.execute(self._insert_metrics)
-                    row = cur.fetchone() if cur.description else None
-                    result.metrics_inserted = int(str(row[0])) if row else cur.rowcount
-                    cur.execute(STATEMENTS["latest"])
-                    cur.execute(STATEMENTS["assets"])
-                if batch.events:
-                    cur.execute(STATEMENTS["events"])
-                    result.events_inserted = cur.rowcount
+                if fault is None:
+                    fault = self._insert(cur, result, batch.rows, batch.events)
+                dead = batch.dead
+                if fault is not None:
+                    cur.execute("ROLLBACK TO SAVEPOINT batch")
+                    log.warning("batch refused by the database, isolating the records: %s", describe(fault))
+                    result = WriteResult()
+                    dead = [*dead, *self._isolate(cur, result, batch)]
+                if dead:
+                    cur.executemany(record_statement(), record_params(self.group, dead))
+                    result.dead_recorded = len(dead)
                 if batch.next_offsets:
                     cur.executemany(
                         STATEMENTS["offsets"],
@@ -266,7 +288,91 @@ class BatchWriter:
         except psycopg.Error as e:
             self._fail(slot)
             raise DatabaseError(f"batch write failed: {e}") from e
+        except Exception as e:  # e.g. a value psycopg could not send over a connection that broke
+            self._fail(slot)
+            raise DatabaseError(f"batch write failed ({type(e).__name__}): {e}") from e
         return result
+
+    def _stage(
+        self, cur: psycopg.Cursor[tuple[object, ...]], rows: list[Row], events: list[GpuEvent]
+    ) -> Exception | None:
+        """COPY the records into the staging tables; the data fault that stopped it, if any."""
+        try:
+            if rows:
+                METRICS_STAGE.copy_rows(cur, rows)
+                LATEST_STAGE.copy_rows(cur, newest_per_gpu(rows))
+            if events:
+                EVENTS_STAGE.copy_rows(cur, map(event_row, events))
+        except Exception as e:
+            if not is_data_fault(e, cur.connection):
+                raise
+            return e
+        return None
+
+    def _insert(
+        self,
+        cur: psycopg.Cursor[tuple[object, ...]],
+        result: WriteResult,
+        rows: list[Row],
+        events: list[GpuEvent],
+    ) -> Exception | None:
+        """From the staging tables into the hypertables; the data fault that stopped it, if any."""
+        try:
+            if rows:
+                assert self._insert_metrics is not None
+                cur.execute(self._insert_metrics)
+                row = cur.fetchone() if cur.description else None
+                result.metrics_inserted += int(str(row[0])) if row else cur.rowcount
+                cur.execute(STATEMENTS["latest"])
+                cur.execute(STATEMENTS["assets"])
+            if events:
+                cur.execute(STATEMENTS["events"])
+                result.events_inserted += cur.rowcount
+        except Exception as e:
+            if not is_data_fault(e, cur.connection):
+                raise
+            return e
+        return None
+
+    def _isolate(
+        self, cur: psycopg.Cursor[tuple[object, ...]], result: WriteResult, batch: Batch
+    ) -> list[DeadLetter]:
+        """Store the batch's records part by part, halving a refused part until its culprits stand alone."""
+        items: list[_Item] = [
+            *((row, None, origin) for row, origin in _with_origins(batch.rows, batch.row_origins)),
+            *((None, event, origin) for event, origin in _with_origins(batch.events, batch.event_origins)),
+        ]
+        refused: list[DeadLetter] = []
+        parts = [items]
+        while parts:
+            part = parts.pop()
+            rows = [row for row, _, _ in part if row is not None]
+            events = [event for _, event, _ in part if event is not None]
+            cur.execute("SAVEPOINT part")
+            cur.execute("TRUNCATE _stage_metrics, _stage_latest, _stage_events")
+            stored = WriteResult()
+            fault = self._stage(cur, rows, events) or self._insert(cur, stored, rows, events)
+            if fault is None:
+                cur.execute("RELEASE SAVEPOINT part")
+                result.metrics_inserted += stored.metrics_inserted
+                result.events_inserted += stored.events_inserted
+                continue
+            cur.execute("ROLLBACK TO SAVEPOINT part")
+            cur.execute("RELEASE SAVEPOINT part")
+            if len(part) > 1:
+                half = len(part) // 2
+                parts += [part[half:], part[:half]]  # the first half is tried first
+                continue
+            row, _, origin = part[0]
+            if row is not None:
+                result.refused_rows += 1
+            else:
+                result.refused_events += 1
+            if origin is None:
+                raise DatabaseError(f"a record without its origin was refused: {describe(fault)}") from fault
+            topic, partition, offset, key, value = origin
+            refused.append(DeadLetter(key, value, topic, partition, offset, "database", describe(fault)))
+        return refused
 
     def _fail(self, slot: int) -> None:
         conn = self._conns[slot]
@@ -284,3 +390,9 @@ class BatchWriter:
     def close(self) -> None:
         for slot in range(len(self._conns)):
             self._close(slot)
+
+
+def _with_origins(records: list[Any], origins: list[Origin]) -> Iterable[tuple[Any, Origin | None]]:
+    if len(origins) == len(records):
+        return zip(records, origins, strict=True)
+    return ((record, None) for record in records)

@@ -116,24 +116,23 @@ def migrated(db_settings: DatabaseSettings, db_schema: str) -> DatabaseSettings:
 
 
 @pytest.fixture
-def served_api(migrated: DatabaseSettings) -> Iterator[str]:
-    """The query API on a real port (uvicorn in a thread, lifespan and all), over a fresh schema."""
+def served_api(migrated: DatabaseSettings, request: pytest.FixtureRequest) -> Iterator[str]:
+    """The query API on a real port, served as `python -m services.api` serves it (uvicorn in a thread,
+    lifespan, limits and all), over a fresh schema. Indirect parametrisation overrides ApiSection fields."""
     import socket
     import threading
 
-    import uvicorn
     from pydantic import SecretStr
 
     from services.api.app import create_app
+    from services.api.server import api_server
     from services.api.settings import ApiSection
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    app = create_app(migrated, ApiSection(api_key=SecretStr("test-key-123")))
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False)
-    )
+    api = ApiSection(api_key=SecretStr("test-key-123"), **getattr(request, "param", {}))
+    server = api_server(create_app(migrated, api), api, host="127.0.0.1", port=port)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from evaluation.pipeline import wait_until
 from services.sink.loop import SinkLoop
-from shared.config import DatabaseSettings, KafkaSettings
+from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
 from shared.db import connect
 from shared.kafka import JsonProducer, make_producer
 
@@ -80,3 +82,34 @@ def sink_process(env: dict[str, str]) -> subprocess.Popen[str]:
         [sys.executable, "-m", "services.sink"], cwd=REPO, env={**os.environ, **env},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
+
+
+def env_for(kafka: KafkaSettings, db: DatabaseSettings, topics: TopicSettings, group: str) -> dict[str, str]:
+    return {
+        "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS": kafka.bootstrap_servers,
+        "GPUHEALTH_DB__HOST": db.host, "GPUHEALTH_DB__PORT": str(db.port),
+        "GPUHEALTH_DB__SEARCH_PATH": db.search_path or "",
+        "GPUHEALTH_TOPICS__METRICS_RAW": topics.metrics_raw, "GPUHEALTH_TOPICS__EVENTS": topics.events,
+        "GPUHEALTH_TOPICS__DLQ": topics.dlq, "GPUHEALTH_SINK__GROUP_ID": group,
+        "GPUHEALTH_SINK__METRICS_PORT": "0", "GPUHEALTH_SINK__BATCH_SIZE": "500",
+        "GPUHEALTH_SINK__SESSION_TIMEOUT_MS": "6000",
+    }  # fmt: skip
+
+
+def sink_topics(topic_factory: Callable[..., str], dlq_partitions: int = 1) -> TopicSettings:
+    """Fresh topics for one sink test: raw (4 partitions), events (2) and the dead-letter topic."""
+    return TopicSettings(
+        metrics_raw=topic_factory(partitions=4, prefix="raw"),
+        events=topic_factory(partitions=2, prefix="events"),
+        dlq=topic_factory(partitions=dlq_partitions, prefix="dlq"),
+    )
+
+
+def sink_until(env: dict[str, str], done: Callable[[], bool], what: str, timeout_s: float = 120) -> None:
+    """Run the sink process until `done`, then stop it with SIGTERM: it must exit 0."""
+    proc = sink_process(env)
+    try:
+        wait_until(done, timeout_s, what)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0

@@ -38,7 +38,13 @@ def test_gpu_metrics_has_every_contract_field_with_its_type(migrated: DatabaseSe
             ).fetchall()
         }
         workload = {"gpu_processes", "gpu_process_polls", "llm_sessions", "llm_server_status"}  # 0013
-        assert hypertables == {"gpu_metrics", "gpu_events", "gpu_metrics_1min", *workload}
+        assert hypertables == {
+            "gpu_metrics",
+            "gpu_events",
+            "gpu_metrics_1min",
+            "gpu_verifications",
+            *workload,
+        }
 
 
 def test_retention_drops_only_old_chunks(migrated: DatabaseSettings) -> None:
@@ -56,3 +62,19 @@ def test_retention_drops_only_old_chunks(migrated: DatabaseSettings) -> None:
     with connect(migrated) as conn:
         left = conn.execute("SELECT time FROM gpu_metrics").fetchall()
     assert [r[0] for r in left] == [recent]
+
+
+def test_retention_forgets_dead_letters_delivered_long_ago(migrated: DatabaseSettings) -> None:
+    with connect(migrated) as conn:
+        for offset, delivered in ((0, timedelta(days=200)), (1, timedelta(days=1)), (2, None)):
+            conn.execute(
+                "INSERT INTO sink_dead_letters (consumer_group, source_topic, source_partition,"
+                " source_offset, category, reason, delivered_at)"
+                " VALUES ('g', 't', 0, %s, 'contract', 'r', %s)",
+                (offset, datetime.now(UTC) - delivered if delivered else None),
+            )
+        conn.commit()
+    Retention(migrated, SinkMetrics(CollectorRegistry()), keep_events_days=180).run_once()
+    with connect(migrated) as conn:
+        left = conn.execute("SELECT source_offset FROM sink_dead_letters ORDER BY 1").fetchall()
+    assert [r[0] for r in left] == [1, 2]  # the recent one, and the one not yet delivered

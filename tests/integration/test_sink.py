@@ -23,32 +23,19 @@ from tests.integration.sink_helpers import (
     REPO,
     count,
     counter_value,
+    env_for,
     produce_samples,
     running,
     sample,
     sink_process,
+    sink_topics,
+    sink_until,
 )
 
 
 @pytest.fixture
 def topics(topic_factory: Callable[..., str]) -> TopicSettings:
-    return TopicSettings(
-        metrics_raw=topic_factory(partitions=4, prefix="raw"),
-        events=topic_factory(partitions=2, prefix="events"),
-        dlq=topic_factory(partitions=1, prefix="dlq"),
-    )
-
-
-def env_for(kafka: KafkaSettings, db: DatabaseSettings, topics: TopicSettings, group: str) -> dict[str, str]:
-    return {
-        "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS": kafka.bootstrap_servers,
-        "GPUHEALTH_DB__HOST": db.host, "GPUHEALTH_DB__PORT": str(db.port),
-        "GPUHEALTH_DB__SEARCH_PATH": db.search_path or "",
-        "GPUHEALTH_TOPICS__METRICS_RAW": topics.metrics_raw, "GPUHEALTH_TOPICS__EVENTS": topics.events,
-        "GPUHEALTH_TOPICS__DLQ": topics.dlq, "GPUHEALTH_SINK__GROUP_ID": group,
-        "GPUHEALTH_SINK__METRICS_PORT": "0", "GPUHEALTH_SINK__BATCH_SIZE": "500",
-        "GPUHEALTH_SINK__SESSION_TIMEOUT_MS": "6000",
-    }  # fmt: skip
+    return sink_topics(topic_factory)
 
 
 def test_n_samples_give_n_rows_and_a_replay_adds_none(
@@ -151,12 +138,7 @@ def test_kill_9_mid_stream_then_restart_gives_exactly_n(
         first.kill()
     at_kill = count(migrated, "gpu_metrics")
     assert at_kill < n, "the sink finished before it could be killed; raise n"
-    second = sink_process(env)
-    try:
-        wait_until(lambda: stored_offsets_total(migrated, group) == n, 120, "the restarted sink to finish")
-    finally:
-        second.send_signal(signal.SIGTERM)
-        assert second.wait(30) == 0
+    sink_until(env, lambda: stored_offsets_total(migrated, group) == n, "the restarted sink to finish")
     assert count(migrated, "gpu_metrics") == n
 
 

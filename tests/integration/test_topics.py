@@ -29,6 +29,8 @@ def test_project_topics_are_created_once_then_left_alone(kafka_settings: KafkaSe
         dlq=f"dlq-{suffix}",
         processes=f"processes-{suffix}",
         llm_sessions=f"llm-{suffix}",
+        verifications=f"verifications-{suffix}",
+        systems=f"systems-{suffix}",
         partitions=4,
         retention_ms=3_600_000,
     )
@@ -41,6 +43,7 @@ def test_project_topics_are_created_once_then_left_alone(kafka_settings: KafkaSe
         assert second == {s.name: "exists" for s in specs}
         assert describe(kafka_settings, f"raw-{suffix}") == (4, "3600000")
         assert describe(kafka_settings, f"events-{suffix}") == (4, str(topics.audit_retention_ms))
+        assert describe(kafka_settings, f"verifications-{suffix}") == (4, "-1")  # an audit log: kept
     finally:
         for future in admin.delete_topics([s.name for s in specs]).values():
             future.result()

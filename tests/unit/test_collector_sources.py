@@ -1,4 +1,4 @@
-"""The three sources on recorded output: a dcgm-exporter page, a fake NVML, nvidia-smi CSV."""
+"""Sources on recorded output: a dcgm-exporter page, nvidia-smi CSV (NVML: test_collector_nvml)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,8 @@ from pathlib import Path
 import pytest
 
 from services.collector.dcgm_source import parse_exposition
-from services.collector.nvml_source import NvmlSource
 from services.collector.readings import SourceError
-from services.collector.smi_source import SmiSource
-from tests.unit.fake_nvml import FakeNvml
+from services.collector.smi_source import QUERY_FIELDS, SmiSource
 
 DATA = Path(__file__).parent / "data"
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
@@ -83,42 +81,13 @@ def test_lines_without_a_uuid_or_unknown_metrics_are_ignored() -> None:
     assert parse_exposition(page, scraped_at=NOW) == []
 
 
-def test_nvml_maps_unsupported_queries_to_null_and_reads_limits() -> None:
-    fake = FakeNvml()
-    source = NvmlSource(fake)
-    fake.xid_queue = [(1, 79), (0, 13), (1, 48)]
-    hopper, volta = source.read().gpus
-    assert hopper.uuid == "GPU-11111111-2222-3333-4444-555555555555"
-    assert (hopper.model, hopper.pci_bus_id, hopper.driver_version) == (
-        "NVIDIA H100 80GB HBM3",
-        "00000000:18:00.0",
-        "550.90.07",
-    )
-    m = hopper.metrics
-    assert m["power_usage_w"] == pytest.approx(612.345)
-    assert (m["fb_total_mib"], m["fb_used_mib"], m["fb_reserved_mib"]) == (81920, 61440, 512)
-    assert (m["slowdown_temp_c"], m["shutdown_temp_c"], m["power_limit_w"]) == (87, 92, 700.0)
-    assert (m["remapped_rows_correctable"], m["row_remap_failure"]) == (4, 1)
-    assert m["retired_pages_sbe"] is None  # Hopper: not supported -> null
-    assert m["clocks_event_reasons"] == 4
-    assert m["nvlink_crc_flit_errors_total"] == 4  # four active links
-    assert m["power_violation_us"] == 5000
-    assert m["pcie_tx_bytes_per_s"] == 1024_000
-    assert m["xid_last"] == 13
-    v = volta.metrics
-    assert v["memory_temp_c"] is None
-    assert v["total_energy_mj"] is None
-    assert v["remapped_rows_correctable"] is None
-    assert v["retired_pages_sbe"] == 2
-    assert v["retired_pages_pending"] == 1
-    assert v["clocks_event_reasons"] == 1  # fell back to the throttle-reasons call
-    assert v["xid_last"] == 48  # the newest of two XIDs
-    assert "xid_last" not in source.read().gpus[0].metrics  # none since the last poll
-    source.close()
-    assert fake.shut
-
-
-SMI_OUT = (DATA / "nvidia_smi.csv").read_text()
+# The recording's 25 columns, then the fields added since (issue 17) as this older driver
+# would answer them: not available.
+_NEWER = len(QUERY_FIELDS) - 25
+SMI_OUT = "".join(
+    line + ", [N/A]" * _NEWER + "\n" for line in (DATA / "nvidia_smi.csv").read_text().splitlines()
+)
+NO_XML = "<nvidia_smi_log/>"
 
 
 def test_nvidia_smi_csv_with_na_values() -> None:
@@ -126,7 +95,7 @@ def test_nvidia_smi_csv_with_na_values() -> None:
 
     def runner(args: list[str]) -> str:
         calls.append(args)
-        return SMI_OUT
+        return NO_XML if args[0] == "-q" else SMI_OUT
 
     busy, idle = SmiSource(runner).read().gpus
     assert calls[0][0].startswith("--query-gpu=index,uuid,name,pci.bus_id,driver_version,clocks.sm")
@@ -147,6 +116,8 @@ def test_an_old_driver_loses_one_column_not_the_source() -> None:
     calls: list[str] = []
 
     def runner(args: list[str]) -> str:
+        if args[0] == "-q":
+            return NO_XML
         calls.append(args[0])
         if "clocks_event_reasons.active" in args[0]:
             raise SourceError('Field "clocks_event_reasons.active" is not a valid field to query.')

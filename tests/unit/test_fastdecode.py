@@ -175,3 +175,38 @@ def test_remembered_checks_never_pass_a_new_bad_value() -> None:
         assert check(GOOD) is not None
         assert check({**GOOD, "hostname": "gpu-node-07\n"}) is None
         assert check({**GOOD, "time": "2026-11-21T11:00:00.123"}) is None
+
+
+TEXT_FIELDS = [f for f, v in GOOD.items() if isinstance(v, str)] + [
+    "pci_bus_id", "driver_version", "region", "pod", "namespace", "container",
+]  # fmt: skip
+# Every Unicode category, lone surrogates (Cs) and NUL included.
+ANY_TEXT = st.text(st.characters(codec=None, categories=None), max_size=40) | st.sampled_from(
+    ["\x00", "a\x00", "\ud800", "x\udfff", "\ud83d\ude00", "\ufeff", "\u2028", "\U0010ffff", " " * 300]
+)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(changes=st.dictionaries(st.sampled_from(TEXT_FIELDS), ANY_TEXT, min_size=1, max_size=3))
+def test_any_text_in_any_string_field_gets_the_same_verdict_from_both_paths(changes: dict[str, str]) -> None:
+    message = {**GOOD, **changes}
+    stored = check(message)
+    # as JSON carries it: an escaped high + low surrogate pair is one character, a lone one is not
+    carried = [json.loads(json.dumps(t)) for t in changes.values()]
+    storable = all("\x00" not in t and not any("\ud800" <= c <= "\udfff" for c in t) for t in carried)
+    if not storable:  # what PostgreSQL cannot hold, neither path lets through
+        assert stored is None
+        assert pydantic_row(json.dumps(message).encode()) is None
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    field=st.sampled_from(METRIC_FIELDS),
+    number=st.integers(-(2**80), 2**80)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.sampled_from(
+        [5e-324, -5e-324, 2.2250738585072014e-308, 1.7976931348623157e308, 2**63 - 1, 2**63, -0.0]
+    ),
+)
+def test_huge_and_tiny_numbers_get_the_same_verdict_from_both_paths(field: str, number: float) -> None:
+    check({**GOOD, field: number})

@@ -55,14 +55,13 @@ def test_project_topics_follow_configuration() -> None:
     topics = TopicSettings(metrics_raw="raw", partitions=12, retention_ms=86_400_000)
     specs = {s.name: s for s in project_topics(topics)}
     assert set(specs) == {
-        "raw",
-        "gpu-events",
-        "gpu-health",
-        "gpu-alerts",
-        "gpu-metrics-dlq",
-        "gpu-processes",
-        "llm-sessions",
-    }
+        "raw", "gpu-events", "gpu-health", "gpu-alerts", "gpu-metrics-dlq", "gpu-verifications",
+        "gpu-systems", "gpu-processes", "llm-sessions",
+    }  # fmt: skip
     assert all(s.partitions == 12 for s in specs.values())
     assert specs["raw"].config["retention.ms"] == "86400000"
     assert specs["gpu-alerts"].config["retention.ms"] == str(topics.audit_retention_ms)
+    # the audit log is never deleted by time or size, and never compacted
+    assert specs["gpu-verifications"].config == {
+        "retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"
+    }  # fmt: skip

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from services.sink.decode import decode
 from shared.config import TopicSettings
 
@@ -116,3 +118,28 @@ def test_lanes_split_by_partition_each_with_its_own_offsets_and_dead_letters() -
     assert [len(lanes[n].batch.rows) for n in (0, 1)] == [2, 2]
     assert (lanes[0].dead, [d.offset for d in lanes[1].dead]) == ([], [20])
     assert [lanes[n].consumed for n in (0, 1)] == [2, 3]
+
+
+def test_any_exception_while_decoding_refuses_that_record_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    import services.sink.decode as decode_module
+    from services.sink.rows import stage_row as real
+
+    def fragile(raw: bytes | str) -> Any:
+        if b"boom" in (raw if isinstance(raw, bytes) else raw.encode()):
+            raise RecursionError("maximum recursion depth exceeded")
+        return real(raw)
+
+    monkeypatch.setattr(decode_module, "stage_row", fragile)
+    msgs = [
+        Msg("raw", 0, json.dumps(GOOD).encode()),
+        Msg("raw", 1, json.dumps({**GOOD, "hostname": "boom"}).encode()),
+        Msg("raw", 2, json.dumps({**GOOD, "time": "2026-11-21T11:00:10Z"}).encode()),
+        Msg("events", 3, b'{"schema_version": 1, "details": ' + b"[" * 5000 + b"]" * 5000 + b"}"),
+    ]
+    out = decode(msgs, TOPICS, 100_000)[0]
+    assert [(d.offset, d.category) for d in out.dead] == [(1, "decode"), (3, "contract")]
+    assert "RecursionError" in out.dead[0].reason
+    assert "nested deeper" in out.dead[1].reason
+    assert len(out.batch.rows) == 2
+    assert [o[2] for o in out.batch.row_origins] == [0, 2]  # each stored row knows where it came from
+    assert out.batch.next_offsets == {("raw", 0): 3, ("events", 0): 4}

@@ -1,0 +1,108 @@
+"""REST endpoints for the verifier's records: each GPU's chained verifications, each node's identity.
+
+`/gpus/{uuid}/verifications` also checks the links between the records it
+returns (each record's prev_sha256 against the stored hash of the record
+before it), so a gap or a forged record in the stored chain shows in the
+answer; `python -m services.verifier audit` checks the whole topic.
+"""
+
+from __future__ import annotations
+
+from itertools import pairwise
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, HTTPException, Path, Query, Request
+
+from .routes import GPU_UUID, LABEL, only, rows
+
+router = APIRouter(prefix="/api/v1")
+
+GpuPath = Annotated[str, Path(pattern=GPU_UUID)]
+HostPath = Annotated[str, Path(pattern=LABEL, max_length=253)]
+
+
+def chain_breaks(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Links that do not hold between consecutive returned records (ordered by seq, ascending)."""
+    breaks = []
+    for before, after in pairwise(records):
+        if after["seq"] == before["seq"] + 1 and after["prev_sha256"] != before["sha256"]:
+            breaks.append({"seq": after["seq"], "reason": "prev_sha256 does not match the previous record"})
+        elif after["seq"] == before["seq"]:
+            breaks.append(
+                {"seq": after["seq"], "reason": "two records with the same seq (a fork or a forgery)"}
+            )
+    return breaks
+
+
+@router.get("/gpus/{gpu_uuid}/verifications", dependencies=[only("kind", "outcome", "limit")])
+async def gpu_verifications(
+    request: Request,
+    gpu_uuid: GpuPath,
+    kind: Literal["compute_check", "operation"] | None = None,
+    outcome: Literal["pass", "wrong_result", "too_slow", "error", "recorded"] | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> dict[str, Any]:
+    """The GPU's newest verification records (compute checks, logged operations), newest first."""
+    found = await rows(
+        request,
+        """
+        SELECT time, seq, kind, name, outcome, hostname, device, backend, device_ms, cpu_ms, speedup,
+               prev_sha256, sha256, record, source_partition, source_offset
+        FROM gpu_verifications WHERE gpu_uuid = %(g)s
+          AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+          AND (%(outcome)s::text IS NULL OR outcome = %(outcome)s)
+        ORDER BY seq DESC, time DESC LIMIT %(limit)s
+    """,
+        {"g": gpu_uuid, "kind": kind, "outcome": outcome, "limit": limit},
+    )
+    ordered = sorted(found, key=lambda r: (r["seq"], r["time"]))
+    breaks = chain_breaks(ordered) if kind is None and outcome is None else []
+    return {"gpu_uuid": gpu_uuid, "verifications": found, "chain_breaks": breaks}
+
+
+@router.get("/systems", dependencies=[only("limit")])
+async def systems(request: Request, limit: Annotated[int, Query(ge=1, le=10_000)] = 1000) -> dict[str, Any]:
+    """Every node's latest announced identity, in brief."""
+    found = await rows(
+        request,
+        """
+        SELECT hostname, time, identity_sha256, source, gpus,
+               record->'host'->>'cpu_model' AS cpu_model, record->>'driver_version' AS driver_version,
+               (SELECT array_agg(DISTINCT g->>'model')
+                FROM jsonb_array_elements(record->'gpus') g) AS gpu_models
+        FROM gpu_systems_latest ORDER BY hostname LIMIT %(limit)s
+    """,
+        {"limit": limit},
+    )
+    return {"systems": found}
+
+
+@router.get("/systems/{hostname}", dependencies=[only()])
+async def system_detail(request: Request, hostname: HostPath) -> dict[str, Any]:
+    """A node's latest identity, as its collector announced it (gpu-systems)."""
+    found = await rows(
+        request,
+        "SELECT time, identity_sha256, record FROM gpu_systems_latest WHERE hostname = %(h)s",
+        {"h": hostname},
+    )
+    if not found:
+        raise HTTPException(404, f"no system {hostname}")
+    return {"hostname": hostname, **found[0]}
+
+
+@router.get("/systems/{hostname}/history", dependencies=[only("limit")])
+async def system_history(
+    request: Request, hostname: HostPath, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+) -> dict[str, Any]:
+    """Every identity the node announced, newest first: when its hardware or driver changed."""
+    found = await rows(
+        request,
+        """
+        SELECT time, identity_sha256, source, gpus, record FROM gpu_systems
+        WHERE hostname = %(h)s ORDER BY time DESC LIMIT %(limit)s
+    """,
+        {"h": hostname, "limit": limit},
+    )
+    if not found:
+        raise HTTPException(404, f"no system {hostname}")
+    return {"hostname": hostname, "history": found}

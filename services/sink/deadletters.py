@@ -1,0 +1,322 @@
+"""Dead letters: recorded with their batch, then delivered to the dead-letter topic exactly once.
+
+A refused record (undecodable, against the contract, or refused by PostgreSQL)
+is written to `sink_dead_letters` in the same transaction as the batch and its
+offsets, so a stored offset never passes a record that is neither in the
+hypertables nor recorded here. After the commit the relay leases the pending
+letters, produces them (headers: consumer group, source topic, partition and
+offset, category, error), waits for the broker's acknowledgement and marks them
+delivered. The primary key (group, topic, partition, offset) makes a re-read
+record a no-op, so a restart does not repeat a dead letter. The one gap left
+(delivered, but the mark not committed) is closed by looking: a letter that
+was tried before is first searched for in the dead-letter topic, by its headers.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import confluent_kafka
+import psycopg
+
+from shared.config import DatabaseSettings
+from shared.db import connect
+from shared.errors import GpuHealthError
+
+from .metrics import SinkMetrics
+
+log = logging.getLogger(__name__)
+
+Source = tuple[str, int, int]  # (topic, partition, offset) of a consumed record
+# A value this large is cut in the dead letter (with a header saying so): with its headers it
+# must still fit the broker's default message.max.bytes, or it could never be delivered.
+MAX_DLQ_VALUE = 900_000
+
+
+def printable(text: str, limit: int = 4000) -> str:
+    """Text a header and a PostgreSQL text column can both hold: no NUL, no lone surrogates."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")[:limit]
+
+
+@dataclass(slots=True)
+class DeadLetter:
+    key: bytes | None
+    value: bytes | None
+    topic: str
+    partition: int
+    offset: int
+    category: str  # a small fixed set, for the metric's label
+    reason: str
+
+    @property
+    def source(self) -> Source:
+        return (self.topic, self.partition, self.offset)
+
+    def headers(
+        self, group: str = "", failed_at: datetime | None = None
+    ) -> list[tuple[str, str | bytes | None]]:
+        failed_at = failed_at or datetime.now(UTC)
+        headers: list[tuple[str, str | bytes | None]] = [
+            ("dlq.consumer_group", group.encode()),
+            ("dlq.source.topic", self.topic.encode()),
+            ("dlq.source.partition", str(self.partition).encode()),
+            ("dlq.source.offset", str(self.offset).encode()),
+            ("dlq.category", self.category.encode()),
+            ("dlq.error", printable(self.reason).encode()),
+            ("dlq.failed_at", failed_at.isoformat().encode()),
+        ]
+        if self.value is not None and len(self.value) > MAX_DLQ_VALUE:
+            headers.append(("dlq.value_truncated_from", str(len(self.value)).encode()))
+        return headers
+
+
+def record_statement() -> str:
+    """The INSERT that records a batch's dead letters (executemany, inside the batch's transaction)."""
+    return (
+        "INSERT INTO sink_dead_letters (consumer_group, source_topic, source_partition, source_offset,"
+        " key, value, category, reason) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+        " ON CONFLICT DO NOTHING"
+    )
+
+
+def record_params(group: str, letters: Iterable[DeadLetter]) -> list[tuple[Any, ...]]:
+    return [
+        (group, d.topic, d.partition, d.offset, d.key, d.value, d.category, printable(d.reason))
+        for d in letters
+    ]
+
+
+_LEASE = """
+UPDATE sink_dead_letters d SET attempts = d.attempts + 1, leased_until = now() + make_interval(secs => %s)
+FROM (SELECT consumer_group, source_topic, source_partition, source_offset FROM sink_dead_letters
+      WHERE consumer_group = %s AND delivered_at IS NULL AND (leased_until IS NULL OR leased_until < now())
+      ORDER BY failed_at LIMIT %s FOR UPDATE SKIP LOCKED) p
+WHERE (d.consumer_group, d.source_topic, d.source_partition, d.source_offset)
+    = (p.consumer_group, p.source_topic, p.source_partition, p.source_offset)
+RETURNING d.source_topic, d.source_partition, d.source_offset, d.key, d.value, d.category, d.reason,
+          d.failed_at, d.attempts
+"""
+_MARK = """
+UPDATE sink_dead_letters SET delivered_at = now(), leased_until = NULL
+WHERE consumer_group = %s AND (source_topic, source_partition, source_offset)
+    IN (SELECT * FROM unnest(%s::text[], %s::int[], %s::bigint[]))
+"""
+_RELEASE = """
+UPDATE sink_dead_letters SET leased_until = NULL
+WHERE consumer_group = %s AND (source_topic, source_partition, source_offset)
+    IN (SELECT * FROM unnest(%s::text[], %s::int[], %s::bigint[]))
+"""
+
+
+@dataclass(slots=True)
+class _Pending:
+    letter: DeadLetter
+    failed_at: datetime
+    attempts: int
+
+
+class DeadLetterRelay:
+    """Delivers the group's recorded dead letters; safe to run from several sinks of one group."""
+
+    def __init__(
+        self,
+        *,
+        settings: DatabaseSettings,
+        producer: confluent_kafka.Producer,
+        topic: str,
+        group: str,
+        metrics: SinkMetrics,
+        reader: Callable[[], confluent_kafka.Consumer] | None = None,
+        lease_s: float = 60.0,  # longer than a produce and its flush (30 s) take
+        limit: int = 1000,
+    ) -> None:
+        self.settings, self.producer, self.topic, self.group = settings, producer, topic, group
+        self.metrics, self.reader = metrics, reader
+        self.lease_s, self.limit = lease_s, limit
+        self._conn: psycopg.Connection[tuple[object, ...]] | None = None
+
+    def deliver_pending(self) -> int:
+        """Send what is recorded and not yet delivered; returns how many are now delivered.
+
+        Never raises for a broker or database failure: what is not delivered stays
+        recorded and is sent by a later call.
+        """
+        delivered = 0
+        while True:
+            try:
+                pending = self._lease()
+            except (psycopg.Error, GpuHealthError) as e:
+                log.warning("dead letters not leased (retried later): %s", e)
+                self.close()
+                return delivered
+            if not pending:
+                return delivered
+            tried = [p for p in pending if p.attempts > 1]
+            found = self._already_delivered(tried) if tried else set()
+            if found is None:  # cannot tell whether an earlier try got through: leave them for later
+                self._unlease([p for p in pending])
+                return delivered
+            sent = self._produce([p for p in pending if p.letter.source not in found])
+            done = sent | found
+            try:
+                self._mark(done)
+            except (psycopg.Error, GpuHealthError) as e:
+                # delivered but not marked: the next try finds them in the topic, and does not resend
+                log.warning("dead letters delivered, not yet marked: %s", e)
+                self.close()
+                return delivered
+            for p in pending:
+                if p.letter.source in done:
+                    self.metrics.dead_letters.labels(p.letter.category).inc()
+                    log.warning(
+                        "dead letter: %s", printable(p.letter.reason, 500),
+                        extra={"topic": p.letter.topic, "partition": p.letter.partition,
+                               "offset": p.letter.offset, "category": p.letter.category},
+                    )  # fmt: skip
+            delivered += len(done)
+            if len(done) < len(pending):
+                self._unlease([p for p in pending if p.letter.source not in done])
+                return delivered
+            if len(pending) < self.limit:
+                return delivered
+
+    def _connection(self) -> psycopg.Connection[tuple[object, ...]]:
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            self.close()
+            self._conn = connect(self.settings)
+        return self._conn
+
+    def _lease(self) -> list[_Pending]:
+        conn = self._connection()
+        with conn.transaction():
+            rows = conn.execute(_LEASE, (self.lease_s, self.group, self.limit)).fetchall()
+        pending = [
+            _Pending(
+                DeadLetter(
+                    key=_bytes(k), value=_bytes(v), topic=str(t), partition=int(str(p)), offset=int(str(o)),
+                    category=str(c), reason=str(r),
+                ),
+                failed_at=at if isinstance(at, datetime) else datetime.now(UTC),
+                attempts=int(str(n)),
+            )
+            for t, p, o, k, v, c, r, at, n in rows
+        ]  # fmt: skip
+        return sorted(pending, key=lambda p: p.letter.source)
+
+    def _keys(self, sources: Iterable[Source]) -> tuple[Any, ...]:
+        ordered = sorted(sources)
+        return (self.group, [s[0] for s in ordered], [s[1] for s in ordered], [s[2] for s in ordered])
+
+    def _mark(self, done: set[Source]) -> None:
+        if done:
+            conn = self._connection()
+            with conn.transaction():
+                conn.execute(_MARK, self._keys(done))
+
+    def _unlease(self, pending: list[_Pending]) -> None:
+        try:
+            conn = self._connection()
+            with conn.transaction():
+                conn.execute(_RELEASE, self._keys(p.letter.source for p in pending))
+        except (psycopg.Error, GpuHealthError) as e:
+            log.info("dead letter leases left to expire: %s", e)
+            self.close()
+
+    def _produce(self, pending: list[_Pending]) -> set[Source]:
+        sent: set[Source] = set()
+
+        def delivery(source: Source) -> Callable[[confluent_kafka.KafkaError | None, Any], None]:
+            def done(err: confluent_kafka.KafkaError | None, _: Any) -> None:
+                if err is None:
+                    sent.add(source)
+                else:
+                    log.warning("dead letter not delivered: %s", err.str())
+
+            return done
+
+        for p in pending:
+            d = p.letter
+            value = d.value[:MAX_DLQ_VALUE] if d.value is not None else None
+            try:
+                self.producer.produce(
+                    self.topic, value=value, key=d.key, headers=d.headers(self.group, p.failed_at),
+                    on_delivery=delivery(d.source),
+                )  # fmt: skip
+            except (BufferError, confluent_kafka.KafkaException) as e:
+                log.warning("dead letter not queued: %s", e)
+                break
+        self.producer.flush(30)
+        return sent
+
+    def _already_delivered(self, tried: list[_Pending]) -> set[Source] | None:
+        """Which of these letters (tried before) are in the dead-letter topic; None if it cannot tell."""
+        if self.reader is None:
+            return set()  # nothing to look with: at least once
+        wanted = {p.letter.source for p in tried}
+        # A letter is produced after it was recorded; five minutes allow for clocks apart.
+        since = min(p.failed_at for p in tried) - timedelta(minutes=5)
+        try:
+            return self._scan(wanted, int(since.timestamp() * 1000))
+        except (confluent_kafka.KafkaException, GpuHealthError, KeyError) as e:
+            log.warning("cannot search the dead-letter topic (retried later): %s", e)
+            return None
+
+    def _scan(self, wanted: set[Source], since_ms: int) -> set[Source]:
+        assert self.reader is not None
+        consumer = self.reader()
+        found: set[Source] = set()
+        try:
+            partitions = consumer.list_topics(self.topic, timeout=10).topics[self.topic].partitions
+            starts = consumer.offsets_for_times(
+                [confluent_kafka.TopicPartition(self.topic, p, since_ms) for p in partitions], timeout=10
+            )
+            ends: dict[int, int] = {}
+            for tp in starts:
+                _, ends[tp.partition] = consumer.get_watermark_offsets(tp, timeout=10)
+            todo = [tp for tp in starts if 0 <= tp.offset < ends[tp.partition]]
+            consumer.assign(todo)
+            left = {tp.partition for tp in todo}
+            deadline = time.monotonic() + 60
+            while left and time.monotonic() < deadline:
+                for msg in consumer.consume(1000, 1.0):
+                    partition, offset = msg.partition(), msg.offset()
+                    if msg.error() is not None or partition is None or offset is None:
+                        continue
+                    if offset + 1 >= ends[partition]:
+                        left.discard(partition)
+                    source = _source_of(msg, self.group)
+                    if source in wanted:
+                        found.add(source)
+            if left:
+                raise GpuHealthError(f"dead-letter topic not read to its end in time: {sorted(left)}")
+        finally:
+            consumer.close()
+        return found
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+
+def _source_of(msg: confluent_kafka.Message, group: str) -> Source | None:
+    """The (topic, partition, offset) a dead letter of `group` names in its headers."""
+    raw: Any = msg.headers() or []
+    pairs = raw.items() if isinstance(raw, dict) else raw
+    headers: dict[str, bytes] = {str(k): v for k, v in pairs if isinstance(v, bytes)}
+    try:
+        if headers.get("dlq.consumer_group") != group.encode():
+            return None
+        topic = headers["dlq.source.topic"].decode()
+        return (topic, int(headers["dlq.source.partition"]), int(headers["dlq.source.offset"]))
+    except (KeyError, ValueError):
+        return None
+
+
+def _bytes(value: object) -> bytes | None:
+    return bytes(value) if isinstance(value, bytes | memoryview | bytearray) else None

@@ -1,0 +1,1 @@
+"""Verifier: GPU compute checks, a tamper-evident audit log, system identity and MLPerf descriptions."""
