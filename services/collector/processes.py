@@ -43,7 +43,8 @@ log = logging.getLogger(__name__)
 class ProcessSection(BaseModel):
     """GPUHEALTH_PROCESSES__*"""
 
-    enabled: bool = True
+    # Off unless asked for: its messages go to their own topic, which must exist (make topics).
+    enabled: bool = False
     interval_s: float = Field(default=10.0, ge=0.5, le=3600)
     rules_file: Path = DEFAULT_RULES
     proc_root: Path = Path("/proc")
