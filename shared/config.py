@@ -44,6 +44,8 @@ class TopicSettings(BaseModel):
     health: str = "gpu-health"
     alerts: str = "gpu-alerts"
     dlq: str = "gpu-metrics-dlq"
+    processes: str = "gpu-processes"
+    llm_sessions: str = "llm-sessions"
     # compute checks and logged operations, chained per GPU: kept forever (retention.ms=-1)
     verifications: str = "gpu-verifications"
     systems: str = "gpu-systems"  # each node's identity, at collector start and on change

@@ -367,11 +367,13 @@ def to_json(model: BaseModel) -> dict[str, Any]:
 
 def json_schemas() -> dict[str, dict[str, Any]]:
     from shared.models_training import TrainingAlert  # it builds on this module's types
+    from shared.models_workload import json_schemas as workload_schemas
 
     return {
         "gpu-sample.v1.schema.json": GpuSample.model_json_schema(),
         "gpu-event.v1.schema.json": GpuEvent.model_json_schema(),
         "gpu-alert-training.v1.schema.json": TrainingAlert.model_json_schema(),
+        **workload_schemas(),
     }
 
 

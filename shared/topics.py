@@ -68,6 +68,8 @@ def project_topics(topics: TopicSettings) -> list[TopicSpec]:
         spec(topics.health, topics.audit_retention_ms),
         spec(topics.alerts, topics.audit_retention_ms),
         spec(topics.dlq, topics.audit_retention_ms),
+        spec(topics.processes, topics.retention_ms),
+        spec(topics.llm_sessions, topics.retention_ms),
         audit_log_spec(topics.verifications, topics.partitions, topics.replication_factor),
         spec(topics.systems, topics.audit_retention_ms),
     ]

@@ -124,6 +124,9 @@ def create_app(db: DatabaseSettings, api: ApiSection, registry: CollectorRegistr
 
     app.include_router(router)
     app.include_router(history_router)
+    from .workload_routes import router as workload_router
+
+    app.include_router(workload_router)
     app.include_router(verify_router)
     add_web(app)
     return app

@@ -40,6 +40,7 @@ from .kernel_log import XidFeed, open_kernel_log
 from .metrics import CollectorMetrics
 from .nvml_source import NvmlSource
 from .poller import Collector
+from .processes import ProcessSection, start_process_watch
 from .publisher import Publisher, collector_producer
 from .readings import GpuSource, SourceError
 from .smi_source import SmiSource
@@ -88,6 +89,7 @@ class CollectorSection(BaseModel):
 
 class CollectorSettings(Settings):
     collector: CollectorSection = Field(default_factory=CollectorSection)
+    processes: ProcessSection = Field(default_factory=ProcessSection)
 
 
 def make_sources(cfg: CollectorSection) -> list[GpuSource]:
@@ -165,6 +167,9 @@ def main() -> int:
         on_samples=GpuInstruments(gpu_meter).observe if gpu_meter else None,
     )
     stop = stop_on_signals()
+    start_process_watch(settings.processes, collector_source=cfg.source, dcgm_urls=cfg.dcgm_urls,
+                        timeout_s=cfg.scrape_timeout_s, publisher=publisher, topics=settings.topics,
+                        collector_id=cfg.collector_id, stop=stop)  # fmt: skip
     if sources[0].kind in (Source.NVML, Source.SMI):  # this node's own GPUs: announce its identity
         start_announcer(
             read=local_identity(cfg.collector_id),

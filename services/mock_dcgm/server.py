@@ -1,7 +1,8 @@
 """HTTP for the mock fleet: one port per node (like a real dcgm-exporter), one admin port.
 
 Node *i* answers ``GET /metrics`` on ``base_port + i`` (9400, 9401, ...), where a
-collector would find dcgm-exporter on that node. The admin port (default 9399)
+collector would find dcgm-exporter on that node, and ``GET /processes`` with the
+processes its GPUs run (JSON, see processes.py). The admin port (default 9399)
 serves:
 
 - ``GET  /fleet``          nodes, their metrics URLs and GPUs
@@ -26,6 +27,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from .faults import FaultError
 from .fleet import Fleet
+from .processes import MockProcesses
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +77,13 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def node_handler(fleet: Fleet, index: int, metrics: MockMetrics, *, timestamps: bool) -> type:
+    processes = MockProcesses(fleet)
+
     class NodeHandler(_Handler):
         def do_GET(self) -> None:
+            if self.path.split("?", 1)[0] == "/processes":  # the node's simulated GPU processes (#19)
+                self.reply_json(HTTPStatus.OK, processes.node(index))
+                return
             if self.path.split("?", 1)[0] != "/metrics":
                 self.reply(HTTPStatus.NOT_FOUND, b"only /metrics here\n", "text/plain")
                 return

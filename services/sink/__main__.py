@@ -22,6 +22,7 @@ from .loop import DEPTH, SinkLoop
 from .maintenance import Retention
 from .metrics import SinkMetrics
 from .verifications import RecordLoop
+from .workload import WorkloadSink
 from .writer import BatchWriter
 
 log = logging.getLogger("services.sink")
@@ -103,6 +104,9 @@ def main() -> int:
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)
     loop.stop = stop_on_signals()
+    workload = WorkloadSink.from_settings(
+        settings, group_id=cfg.group_id, registry=registry, stop=loop.stop
+    ).start()
     # gpu-verifications and gpu-systems: a small loop of their own (services/sink/verifications.py)
     records = RecordLoop(
         consumer=make_consumer(settings.kafka, group_id=f"{cfg.group_id}-records"),
@@ -122,6 +126,8 @@ def main() -> int:
         retention.close()
         loop.consumer.close()
         writer.close()
+        loop.stop.set()
+        workload.join()
         stop_metrics()
     log.info("stopped")
     return 0

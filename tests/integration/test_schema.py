@@ -37,7 +37,14 @@ def test_gpu_metrics_has_every_contract_field_with_its_type(migrated: DatabaseSe
                 " WHERE hypertable_schema = current_schema()"
             ).fetchall()
         }
-        assert hypertables == {"gpu_metrics", "gpu_events", "gpu_metrics_1min", "gpu_verifications"}
+        workload = {"gpu_processes", "gpu_process_polls", "llm_sessions", "llm_server_status"}  # 0013
+        assert hypertables == {
+            "gpu_metrics",
+            "gpu_events",
+            "gpu_metrics_1min",
+            "gpu_verifications",
+            *workload,
+        }
 
 
 def test_retention_drops_only_old_chunks(migrated: DatabaseSettings) -> None:

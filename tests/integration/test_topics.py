@@ -27,6 +27,8 @@ def test_project_topics_are_created_once_then_left_alone(kafka_settings: KafkaSe
         health=f"health-{suffix}",
         alerts=f"alerts-{suffix}",
         dlq=f"dlq-{suffix}",
+        processes=f"processes-{suffix}",
+        llm_sessions=f"llm-{suffix}",
         verifications=f"verifications-{suffix}",
         systems=f"systems-{suffix}",
         partitions=4,

@@ -150,6 +150,8 @@ def app_image_misses(
         if value is None:
             continue
         path = Path(value)
+        if path.is_absolute() and path.parts[1:2] in (("proc",), ("sys",), ("dev",)):
+            continue  # the kernel's, in every container
         if path.is_absolute() and path.is_relative_to(repo):
             needed.add(str(workdir / path.relative_to(repo).as_posix()))
         else:

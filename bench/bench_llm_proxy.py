@@ -1,0 +1,138 @@
+"""Ollama proxy: latency it adds per request, next to direct calls to the same mock Ollama in the same run.
+
+Requests alternate direct / proxied on kept-alive connections, so both see the
+same machine load; the figure is the difference of the medians. The mock, the
+proxy and the client each run in their own process, as deployed. The mock runs
+with time_scale=0 (no simulated generation time), which leaves only HTTP and
+the proxy's own work in the timings. Shapes: a streamed /api/generate of 16
+tokens (17 NDJSON chunks, each relayed and metered) and a GET /api/ps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import httpx
+
+from services.llm_monitor.proxy import OllamaProxy
+
+ROOT = Path(__file__).resolve().parents[1]
+ROUNDS = 600
+
+
+def serve_proxy(upstream: str, port: int) -> None:
+    """The proxy alone in this process (the bench runs it so, as a deployment would)."""
+
+    async def serve() -> None:
+        proxy = OllamaProxy(upstream=upstream, on_session=lambda s: None, monitor_id="bench")
+        await proxy.start("127.0.0.1", port)
+        await asyncio.Event().wait()
+
+    asyncio.run(serve())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def spawn(args: list[str], url: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    process = subprocess.Popen([sys.executable, *args], env={**os.environ, **env}, cwd=ROOT)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(url, timeout=1)
+            return process
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    process.kill()
+    raise SystemExit(f"{args} did not answer at {url}")
+
+
+def timed(
+    client: httpx.Client, method: str, path: str, body: dict[str, object] | None
+) -> tuple[float, float]:
+    """(whole request, time to the first body bytes) in seconds."""
+    start = time.perf_counter()
+    first = 0.0
+    with client.stream(method, path, json=body) as r:
+        for _ in r.iter_raw():
+            first = first or time.perf_counter() - start
+    return time.perf_counter() - start, first
+
+
+def measure(
+    direct_url: str, proxy_url: str, shapes: list[tuple[str, str, dict[str, object] | None, str, int]]
+) -> None:
+    with httpx.Client(base_url=direct_url) as direct, httpx.Client(base_url=proxy_url) as proxied:
+        for method, path, body, label, rounds in shapes:
+            for client in (direct, proxied):  # warm: models loaded, connections open
+                for _ in range(10):
+                    timed(client, method, path, body)
+            d, p = [], []
+            for _ in range(rounds):
+                d.append(timed(direct, method, path, body))
+                p.append(timed(proxied, method, path, body))
+            for i, what in ((0, "latency"), (1, "time to first bytes")):
+                med_d = statistics.median(x[i] for x in d) * 1000
+                med_p = statistics.median(x[i] for x in p) * 1000
+                # bench._common.report's format; not imported: it pulls in the Kafka client
+                print(
+                    f"proxy, {label}: median {what}: {med_p:.3f} ms  |  direct to the mock: {med_d:.3f} ms"
+                    f"  |  ratio {med_p / med_d:.3g}  |  added {med_p - med_d:.3f} ms ({rounds} each)"
+                )
+
+
+def main() -> int:
+    if sys.argv[1:2] == ["--serve-proxy"]:
+        serve_proxy(sys.argv[2], int(sys.argv[3]))
+        return 0
+    # Mocks, proxies and the client each in their own process: in one, they would share one GIL.
+    # A burst mock (no generation time: every chunk at once, the proxy's worst case) and a
+    # paced one (real-time token rate: chunks arrive as Ollama would send them).
+    processes = []
+    urls = {}
+    for name, scale in (("burst", "0"), ("paced", "1")):
+        mock_port, proxy_port = free_port(), free_port()
+        mock_url, proxy_url = f"http://127.0.0.1:{mock_port}", f"http://127.0.0.1:{proxy_port}"
+        env = {
+            "PYTHONPATH": str(ROOT),
+            "GPUHEALTH_LOG__JSON": "false",
+            "GPUHEALTH_LOG__LEVEL": "WARNING",
+            "GPUHEALTH_MOCK_OLLAMA__PORT": str(mock_port),
+            "GPUHEALTH_MOCK_OLLAMA__TIME_SCALE": scale,
+        }
+        processes.append(spawn(["-m", "services.mock_ollama"], mock_url, env))
+        processes.append(spawn([__file__, "--serve-proxy", mock_url, str(proxy_port)], proxy_url, env))
+        urls[name] = (mock_url, proxy_url)
+    generate: dict[str, object] = {"model": "qwen2.5:0.5b", "prompt": "bench", "options": {"num_predict": 16}}
+    try:
+        measure(
+            *urls["burst"],
+            [
+                ("POST", "/api/generate", generate, "burst streamed generate, 16 tokens", ROUNDS),
+                ("GET", "/api/ps", None, "GET /api/ps", ROUNDS),
+            ],
+        )
+        measure(
+            *urls["paced"], [("POST", "/api/generate", generate, "paced streamed generate, 16 tokens", 150)]
+        )
+    finally:
+        for process in processes:
+            process.terminate()
+            process.wait(10)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

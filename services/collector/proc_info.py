@@ -1,0 +1,154 @@
+"""What /proc says of a process: executable, command line, user, start time, container and pod.
+
+The container and the Kubernetes pod come from the process's cgroup path,
+which names them in every common layout: cgroup v1 (`/docker/<id>`,
+`/kubepods/burstable/pod<uid>/<id>`) and v2 with the systemd driver
+(`kubepods-besteffort-pod<uid>.slice/cri-containerd-<id>.scope`, `crio-<id>`,
+`docker-<id>.scope`, `libpod-<id>`). A process that has gone, or that this
+collector may not read (another PID namespace, no permission), gives what
+could be read and None for the rest: it never fails the poll.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+MAX_TEXT = 4096
+_CONTAINER = re.compile(
+    r"(?:^|/)(?:docker-|cri-containerd-|crio-|libpod-|containerd-)?([0-9a-f]{64})(?:\.scope)?$"
+)
+_POD = re.compile(
+    r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})(?:\.slice)?(?:/|$)"
+)
+_QOS = re.compile(r"kubepods[-/.](burstable|besteffort)")
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupInfo:
+    container_id: str | None = None
+    pod_uid: str | None = None
+    qos_class: str | None = None
+
+
+def parse_cgroup(text: str) -> CgroupInfo:
+    """Container id, pod UID and QoS class from the contents of /proc/PID/cgroup.
+
+    The v2 line (`0::/...`) is preferred; with v1 any controller's path names them.
+    A conmon (`crio-conmon-<id>`) is the runtime's monitor, not the container.
+    """
+    paths: list[str] = []
+    for line in text.splitlines()[:64]:
+        parts = line.split(":", 2)
+        if len(parts) == 3 and parts[2].startswith("/"):
+            paths.insert(0, parts[2]) if parts[0] == "0" else paths.append(parts[2])
+    for path in paths:
+        path = path[:MAX_TEXT].rstrip("/")
+        segments = path.split("/")
+        container = None
+        for segment in reversed(segments):
+            if "conmon" in segment:
+                continue
+            m = _CONTAINER.search("/" + segment)
+            if m:
+                container = m.group(1)
+                break
+        pod = _POD.search(path)
+        if container is None and pod is None:
+            continue
+        qos = None
+        if "kubepods" in path:
+            q = _QOS.search(path)
+            qos = q.group(1) if q else "guaranteed"
+        return CgroupInfo(
+            container_id=container,
+            pod_uid=pod.group(1).replace("_", "-") if pod else None,
+            qos_class=qos if pod else None,
+        )
+    return CgroupInfo()
+
+
+@dataclass(frozen=True, slots=True)
+class ProcInfo:
+    executable: str | None = None
+    command_line: str | None = None
+    user: str | None = None
+    start_time: datetime | None = None
+    cgroup: CgroupInfo = CgroupInfo()
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()[: MAX_TEXT * 4]
+    except OSError:
+        return None
+
+
+def _clean(text: str) -> str | None:
+    text = "".join(c if c.isprintable() else " " for c in text).strip()[:MAX_TEXT]
+    return text or None
+
+
+def boot_time(proc: Path = Path("/proc")) -> float | None:
+    raw = _read(proc / "stat")
+    for line in (raw or b"").decode(errors="replace").splitlines():
+        if line.startswith("btime "):
+            return float(line.split()[1])
+    return None
+
+
+def start_time_from_stat(stat: str, btime: float, ticks_per_s: int) -> datetime | None:
+    """Field 22 of /proc/PID/stat (clock ticks after boot) as a UTC time; comm may hold ') '."""
+    fields = stat[stat.rfind(")") + 2 :].split()
+    if len(fields) < 20 or not fields[19].isdigit():
+        return None
+    return datetime.fromtimestamp(btime + int(fields[19]) / ticks_per_s, UTC)
+
+
+def _user(status: bytes | None) -> str | None:
+    for line in (status or b"").decode(errors="replace").splitlines():
+        if line.startswith("Uid:") and len(line.split()) > 1 and line.split()[1].isdigit():
+            uid = int(line.split()[1])
+            try:
+                return pwd.getpwuid(uid).pw_name
+            except KeyError:
+                return str(uid)
+    return None
+
+
+class ProcReader:
+    """Reads processes from a /proc tree (a recorded one in tests)."""
+
+    def __init__(self, root: Path = Path("/proc")) -> None:
+        self.root = root
+        self.btime = boot_time(root)
+        self.ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+    def read(self, pid: int) -> ProcInfo:
+        base = self.root / str(pid)
+        try:
+            exe: str | None = os.readlink(base / "exe")
+        except OSError:
+            exe = None
+        raw_cmd = _read(base / "cmdline")
+        command = (
+            _clean(raw_cmd.rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace")) if raw_cmd else None
+        )
+        if exe is None and command:
+            exe = command.split(" ", 1)[0]
+        stat = _read(base / "stat")
+        started = None
+        if stat and self.btime is not None:
+            started = start_time_from_stat(stat.decode(errors="replace"), self.btime, self.ticks)
+        cgroup = _read(base / "cgroup")
+        return ProcInfo(
+            executable=_clean(exe.removesuffix(" (deleted)")) if exe else None,
+            command_line=command,
+            user=_user(_read(base / "status")),
+            start_time=started,
+            cgroup=parse_cgroup(cgroup.decode(errors="replace")) if cgroup else CgroupInfo(),
+        )

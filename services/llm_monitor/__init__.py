@@ -1,0 +1,1 @@
+"""LLM serving monitor: a measuring proxy in front of Ollama, server polls (Ollama, vLLM), a bounded probe."""

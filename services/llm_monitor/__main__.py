@@ -1,0 +1,158 @@
+"""`python -m services.llm_monitor`: the Ollama proxy, server polls and the probe, publishing to llm-sessions.
+
+Clients talk to the proxy (GPUHEALTH_LLM__LISTEN_PORT, default 11435) as they
+would to Ollama (GPUHEALTH_LLM__OLLAMA_URL). Every `poll_interval_s` the
+monitor records what Ollama has loaded and, for each of `vllm_urls`, what vLLM
+reports. With `probe_model` set, a bounded synthetic request runs every
+`probe_interval_s`. Messages are keyed by the server's URL. SIGTERM: stop
+accepting, flush, exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import sys
+import threading
+
+import httpx
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from pydantic import BaseModel, Field
+
+from shared.config import Settings
+from shared.kafka import JsonProducer, make_producer
+from shared.models import to_json
+from shared.models_workload import LlmServerStatus, LlmSession
+from shared.service import serve_metrics, start_service, stop_on_signals
+
+from .probe import probe_once
+from .proxy import OllamaProxy
+from .servers import VllmScraper, poll_ollama
+
+log = logging.getLogger("services.llm_monitor")
+
+
+class LlmSection(BaseModel):
+    """GPUHEALTH_LLM__*"""
+
+    ollama_url: str = Field(default="http://127.0.0.1:11434", pattern=r"^http://[^\s/]+$")
+    listen_host: str = "127.0.0.1"
+    listen_port: int = Field(default=11435, ge=0, le=65535)
+    poll_interval_s: float = Field(default=15.0, ge=1, le=3600)
+    vllm_urls: list[str] = Field(default_factory=list, max_length=64)
+    probe_model: str | None = Field(default=None, max_length=253)
+    probe_prompt: str = Field(default="Say hello in five words.", max_length=2000)
+    probe_max_tokens: int = Field(default=32, ge=1, le=256)
+    probe_interval_s: float = Field(default=60.0, ge=10, le=86_400)
+    probe_timeout_s: float = Field(default=60.0, ge=1, le=600)
+    monitor_id: str = Field(default_factory=socket.gethostname, min_length=1, max_length=253)
+    metrics_port: int = Field(default=9504, ge=0, le=65535)
+    metrics_bind: str = "127.0.0.1"
+
+
+class LlmSettings(Settings):
+    llm: LlmSection = Field(default_factory=LlmSection)
+
+
+class Monitor:
+    def __init__(self, settings: LlmSettings, producer: JsonProducer, registry: CollectorRegistry) -> None:
+        self.cfg, self.topic, self.producer = settings.llm, settings.topics.llm_sessions, producer
+        self.sessions = Counter(
+            "gpuhealth_llm_sessions", "Requests measured", ["source", "ok"], registry=registry
+        )
+        self.up = Gauge(
+            "gpuhealth_llm_server_up",
+            "Whether the server answered its last poll",
+            ["server"],
+            registry=registry,
+        )
+        self.dropped = Counter(
+            "gpuhealth_llm_dropped", "Messages that could not be queued", registry=registry
+        )
+
+    def publish(self, message: LlmSession | LlmServerStatus) -> None:
+        if isinstance(message, LlmSession):
+            self.sessions.labels(message.source, str(message.ok).lower()).inc()
+        else:
+            self.up.labels(message.server).set(1 if message.up else 0)
+        try:
+            self.producer.produce(self.topic, message.server, to_json(message))
+        except Exception as e:  # never let Kafka trouble break a user's request
+            self.dropped.inc()
+            log.error("llm message not queued: %s", e)
+
+    async def polls(self, stop: asyncio.Event, client: httpx.AsyncClient) -> None:
+        scrapers = [VllmScraper(u) for u in self.cfg.vllm_urls]
+        while not stop.is_set():
+            self.publish(await poll_ollama(client, self.cfg.ollama_url, self.cfg.monitor_id))
+            for scraper in scrapers:
+                self.publish(await scraper.poll(client, self.cfg.monitor_id))
+            self.producer.poll(0)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.cfg.poll_interval_s)
+
+    async def probes(self, stop: asyncio.Event, client: httpx.AsyncClient) -> None:
+        cfg = self.cfg
+        while cfg.probe_model and not stop.is_set():
+            self.publish(
+                await probe_once(
+                    client,
+                    url=cfg.ollama_url,
+                    model=cfg.probe_model,
+                    prompt=cfg.probe_prompt,
+                    max_tokens=cfg.probe_max_tokens,
+                    monitor_id=cfg.monitor_id,
+                    timeout_s=cfg.probe_timeout_s,
+                )
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), cfg.probe_interval_s)
+
+    async def run(self, stopped: threading.Event) -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        threading.Thread(
+            target=lambda: (stopped.wait(), loop.call_soon_threadsafe(stop.set)), daemon=True
+        ).start()
+        proxy = OllamaProxy(
+            upstream=self.cfg.ollama_url, on_session=self.publish, monitor_id=self.cfg.monitor_id
+        )
+        port = await proxy.start(self.cfg.listen_host, self.cfg.listen_port)
+        log.info(
+            "proxying", extra={"listen": f"{self.cfg.listen_host}:{port}", "ollama": self.cfg.ollama_url}
+        )
+        async with httpx.AsyncClient(timeout=10) as client:
+            await asyncio.gather(self.polls(stop, client), self.probes(stop, client))
+        await proxy.close()
+
+
+def main() -> int:
+    settings = start_service(LlmSettings, "llm-monitor")
+    if settings is None:
+        return 2
+    registry = CollectorRegistry()
+    try:
+        stop_metrics = serve_metrics(registry, settings.llm.metrics_port, settings.llm.metrics_bind)
+    except OSError as e:
+        log.error("llm monitor cannot start: %s", e)
+        return 1
+    producer = JsonProducer(make_producer(settings.kafka, {"client.id": f"{settings.kafka.client_id}-llm"}))
+    monitor = Monitor(settings, producer, registry)
+    stopped = stop_on_signals()
+    try:
+        asyncio.run(monitor.run(stopped))
+    except OSError as e:
+        log.error("llm monitor cannot serve: %s", e)
+        return 1
+    finally:
+        if remaining := producer.flush(30):
+            log.error("exiting with undelivered messages", extra={"undelivered": remaining})
+        stop_metrics()
+    log.info("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

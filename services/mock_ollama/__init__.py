@@ -1,0 +1,1 @@
+"""A mock Ollama server: /api/generate and /api/chat streaming NDJSON with realistic timings."""

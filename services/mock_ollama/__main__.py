@@ -1,0 +1,49 @@
+"""`python -m services.mock_ollama`: serve the mock Ollama until SIGTERM (GPUHEALTH_MOCK_OLLAMA__*)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from pydantic import BaseModel, Field
+
+from shared.config import Settings
+from shared.service import start_service, stop_on_signals
+
+from .server import MockOllamaServer
+
+log = logging.getLogger("services.mock_ollama")
+
+
+class MockOllamaSection(BaseModel):
+    """GPUHEALTH_MOCK_OLLAMA__*"""
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=11434, ge=0, le=65535)
+    time_scale: float = Field(default=1.0, ge=0, le=100)
+
+
+class MockOllamaSettings(Settings):
+    mock_ollama: MockOllamaSection = Field(default_factory=MockOllamaSection)
+
+
+def main() -> int:
+    settings = start_service(MockOllamaSettings, "mock-ollama")
+    if settings is None:
+        return 2
+    cfg = settings.mock_ollama
+    try:
+        server = MockOllamaServer(cfg.host, cfg.port, time_scale=cfg.time_scale).start()
+    except OSError as e:
+        log.error("mock Ollama cannot start: %s", e)
+        return 1
+    stop = stop_on_signals()
+    log.info("serving", extra={"url": server.url, "time_scale": cfg.time_scale})
+    stop.wait()
+    server.stop()
+    log.info("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
