@@ -177,3 +177,17 @@ def test_announcer_survives_a_failing_read() -> None:
     announcer = SystemAnnouncer(read=read, publisher=publisher, topic="gpu-systems", interval_s=60)  # type: ignore[arg-type]
     assert not announcer.check()
     assert publisher.sent == []
+
+
+@given(depth=st.integers(17, 5000), topic=st.sampled_from([TOPICS.verifications, TOPICS.systems]))
+def test_nesting_is_refused_before_parsing_at_any_depth(depth: int, topic: str) -> None:
+    value = b'{"schema_version": 1, "gpus": ' + b"[" * depth + b"]" * depth + b"}"
+    (dead,) = decode_records([Msg(topic, b"k", value)], TOPICS, 1_000_000).dead
+    assert dead.category == "contract"
+    assert "nested deeper than 16 levels" in dead.reason
+
+
+def test_a_record_is_bounded_in_size_by_the_contract_itself() -> None:
+    value = verification_bytes()[:-1] + b',"reason":"' + b"x" * 1_000_000 + b'"}'
+    (dead,) = decode_records([Msg(TOPICS.verifications, UUIDS[0].encode(), value)], TOPICS, 10**8).dead
+    assert "exceeds 1000000" in dead.reason
