@@ -10,9 +10,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
-from shared.models import GpuUuid, Label, UtcTime, Version, _parse, _Strict
+from shared.models import UNSTATED, GpuUuid, Label, UtcTime, Version, _parse, _Strict, _version_required
 
 
 class AlertKind(StrEnum):
@@ -39,7 +39,10 @@ class TrainingJob(_Strict):
 
 
 class TrainingAlert(_Strict):
-    schema_version: Version = 1
+    # like every top-level message: required on the wire, stated by a producer building it in Python
+    model_config = ConfigDict(json_schema_extra=_version_required)
+
+    schema_version: Version = UNSTATED
     time: UtcTime
     source: Literal["training"] = "training"
     gpu_uuid: GpuUuid
