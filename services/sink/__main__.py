@@ -124,6 +124,9 @@ def main() -> int:
         loop.consumer.close()
         writer.close()
         stop_metrics()
+    if records.failed:
+        log.error("stopped: the records loop failed")
+        return 1
     log.info("stopped")
     return 0
 

@@ -251,6 +251,7 @@ class RecordLoop:
         self.max_message_bytes, self.max_backoff_s = max_message_bytes, max_backoff_s
         self.stop = threading.Event()
         self.generation = 0
+        self.failed = False  # set when run() ended on an unexpected error (the sink exits non-zero)
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
         self._held: list[confluent_kafka.Message] = []  # polled while backing off, not yet stored
         self.relay = DeadLetterRelay(
@@ -326,6 +327,13 @@ class RecordLoop:
                     self._store(decode_records(messages, self.topics, self.max_message_bytes))
                 self._relay_now_and_then()
             self.relay.deliver_pending()
+        except Exception:
+            # Not a record's fault (those are dead letters) nor the database's (retried): a bug or a
+            # fatal client error. The whole sink stops, non-zero, to be restarted, rather than
+            # consuming the main topics on while these two are silently no longer stored.
+            log.exception("the records loop failed; stopping the sink")
+            self.failed = True
+            self.stop.set()
         finally:
             self.relay.close()
             self.dlq.flush(30)
