@@ -38,18 +38,12 @@ from shared.kafka import make_consumer, make_producer
 from shared.models_verify import SystemIdentity, parse_system, parse_verification, record_json
 from tests.integration.kafka_helpers import header_map
 from tests.integration.sink_helpers import T0, counter_value
+from tests.integration.test_sink_hostile import ANY_JSON, ANY_TEXT, NUMBERS, deep
 from tests.unit.verifier_fakes import FakeNvml
 
 MAX_BYTES = 8192
 REFUSE = "refuse-me"  # a name (verifications) / collector_id (systems) the contract takes and a CHECK refuses
-ANY_TEXT = st.text(st.characters(codec=None), max_size=12)
 UNSTORABLE = st.sampled_from(["\x00", "\ud800", "\udfff", "a\x00b", "\x07", "\u2028"])
-ANY_JSON = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**80), 2**80) | st.floats() | ANY_TEXT,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(ANY_TEXT, inner, max_size=4),
-    max_leaves=12,
-)
-NUMBERS = st.integers(-(2**70), 2**70) | st.floats() | st.sampled_from([5e-324, 1e308, 2**63 - 1, -0.0])
 VERIFICATION_TEXT = ["name", "hostname", "verifier_id", "device", "backend", "reason", "gpu_model", "dtype"]
 VERIFICATION_NUMBERS = [
     "seq",
@@ -74,10 +68,6 @@ class Draft:
     raw: bytes | None = None
     to: str = "verifications"  # for raw drafts: verifications | systems
     key: str = "own"  # own | other | none
-
-
-def deep(n: int) -> str:
-    return "[" * n + "]" * n
 
 
 valid = st.builds(Draft, shape=st.sampled_from(["verification", "system"]))
