@@ -39,6 +39,7 @@ class TrainingJob(_Strict):
 
 
 class TrainingAlert(_Strict):
+    # like every top-level message: required on the wire, stated by a producer building it in Python
     model_config = ConfigDict(json_schema_extra=_version_required)
 
     schema_version: Version = UNSTATED

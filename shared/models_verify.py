@@ -5,7 +5,8 @@ writes their JSON Schemas under ``schema/json/`` (a test keeps them in step).
 Times are UTC with milliseconds, written ``2026-11-22T18:00:00.123Z``. A value
 the machine cannot report is ``null``, never a guess. Validation is strict in
 the same way as :mod:`shared.models`: wrong types, NaN/inf, unknown fields and
-unknown schema versions are refused with the field named.
+unknown schema versions are refused with the field named; a record's size and
+nesting are bounded (shared.jsonlimits) before it is parsed.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, ValidationEr
 
 from shared.chain import canonical_bytes, link_of, parse_canonical_input
 from shared.errors import ContractError
+from shared.jsonlimits import check_bounds
 from shared.models import UNSTATED, GpuUuid, Label, UtcTime, Version, _version_required, write_json_schemas
 
 SCHEMA_VERSION = 1
@@ -195,6 +197,7 @@ def _reason(e: ValidationError) -> str:
 
 
 def _validate(model: type[_Strict], raw: bytes | str) -> Any:
+    check_bounds(raw)  # size and nesting, before any parser recurses into it
     value = parse_canonical_input(raw)
     if value.get("schema_version") != SCHEMA_VERSION or isinstance(value.get("schema_version"), bool):
         raise ContractError(f"unknown schema_version {value.get('schema_version')!r}")

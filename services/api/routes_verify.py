@@ -9,7 +9,6 @@ answer; `python -m services.verifier audit` checks the whole topic.
 from __future__ import annotations
 
 from datetime import datetime
-from itertools import pairwise
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request
@@ -24,15 +23,21 @@ HostPath = Annotated[str, Path(pattern=LABEL, max_length=253)]
 
 
 def chain_breaks(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Links that do not hold between consecutive returned records (ordered by seq, ascending)."""
+    """Links that do not hold between the returned records of consecutive seqs.
+
+    A seq held by several records (a fork or a forgery) is one break; a record after it
+    links if its prev_sha256 is the hash of any of them, whatever order they came in.
+    """
+    by_seq: dict[int, list[dict[str, Any]]] = {}
+    for record in records:
+        by_seq.setdefault(record["seq"], []).append(record)
     breaks = []
-    for before, after in pairwise(records):
-        if after["seq"] == before["seq"] + 1 and after["prev_sha256"] != before["sha256"]:
-            breaks.append({"seq": after["seq"], "reason": "prev_sha256 does not match the previous record"})
-        elif after["seq"] == before["seq"]:
-            breaks.append(
-                {"seq": after["seq"], "reason": "two records with the same seq (a fork or a forgery)"}
-            )
+    for seq in sorted(by_seq):
+        if len(by_seq[seq]) > 1:
+            breaks.append({"seq": seq, "reason": "two records with the same seq (a fork or a forgery)"})
+        before = {r["sha256"] for r in by_seq.get(seq - 1, [])}
+        if before and any(r["prev_sha256"] not in before for r in by_seq[seq]):
+            breaks.append({"seq": seq, "reason": "prev_sha256 does not match the previous record"})
     return breaks
 
 

@@ -113,6 +113,7 @@ def main() -> int:
         dlq_producer=make_producer(settings.kafka), db=settings.db, topics=settings.topics,
         group=f"{cfg.group_id}-records", metrics=metrics, max_message_bytes=cfg.max_message_bytes,
         max_backoff_s=cfg.max_backoff_s,
+        dlq_reader=lambda: make_consumer(settings.kafka, group_id=f"{cfg.group_id}-records-dlq-check"),
     )  # fmt: skip
     records.stop = loop.stop
     records_thread = threading.Thread(target=records.run, name="sink-records", daemon=True)
@@ -129,6 +130,9 @@ def main() -> int:
         loop.stop.set()
         workload.join()
         stop_metrics()
+    if records.failed:
+        log.error("stopped: the records loop failed")
+        return 1
     log.info("stopped")
     return 0
 

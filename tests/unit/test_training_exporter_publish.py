@@ -146,3 +146,11 @@ def test_unknown_versions_and_kinds_are_refused() -> None:
     ):
         with pytest.raises(ContractError):
             parse_training_alert(json.dumps(bad))
+
+
+def test_a_training_alert_without_schema_version_is_refused_on_the_wire() -> None:
+    good = alert_message(alert(), "open", TrainingJob(id="j", hostname="h", pid=1)).model_dump(mode="json")
+    assert good["schema_version"] == 1  # built in Python: the version this code writes
+    unstated = {k: v for k, v in good.items() if k != "schema_version"}
+    with pytest.raises(ContractError, match="schema_version is required"):
+        parse_training_alert(json.dumps(unstated))

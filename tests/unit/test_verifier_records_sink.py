@@ -177,3 +177,49 @@ def test_announcer_survives_a_failing_read() -> None:
     announcer = SystemAnnouncer(read=read, publisher=publisher, topic="gpu-systems", interval_s=60)  # type: ignore[arg-type]
     assert not announcer.check()
     assert publisher.sent == []
+
+
+@given(depth=st.integers(17, 5000), topic=st.sampled_from([TOPICS.verifications, TOPICS.systems]))
+def test_nesting_is_refused_before_parsing_at_any_depth(depth: int, topic: str) -> None:
+    value = b'{"schema_version": 1, "gpus": ' + b"[" * depth + b"]" * depth + b"}"
+    (dead,) = decode_records([Msg(topic, b"k", value)], TOPICS, 1_000_000).dead
+    assert dead.category == "contract"
+    assert "nested deeper than 16 levels" in dead.reason
+
+
+def test_a_record_is_bounded_in_size_by_the_contract_itself() -> None:
+    value = verification_bytes()[:-1] + b',"reason":"' + b"x" * 1_000_000 + b'"}'
+    (dead,) = decode_records([Msg(TOPICS.verifications, UUIDS[0].encode(), value)], TOPICS, 10**8).dead
+    assert "exceeds 1000000" in dead.reason
+
+
+class BrokenConsumer:
+    """A consumer whose client has failed for good (a fatal librdkafka error, say)."""
+
+    def subscribe(self, topics: list[str], **_: Any) -> None:
+        self.topics = topics
+
+    def consume(self, num_messages: int, timeout: float) -> list[Any]:
+        raise RuntimeError("fatal: the client is unusable")
+
+
+class IdleProducer:
+    def flush(self, timeout: float) -> int:
+        return 0
+
+
+def test_a_records_loop_that_fails_stops_the_whole_sink_and_says_so() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from services.sink.metrics import SinkMetrics
+    from services.sink.verifications import RecordLoop
+    from shared.config import DatabaseSettings
+
+    loop = RecordLoop(
+        consumer=BrokenConsumer(),  # type: ignore[arg-type]
+        dlq_producer=IdleProducer(),  # type: ignore[arg-type]
+        db=DatabaseSettings(), topics=TOPICS, group="g", metrics=SinkMetrics(CollectorRegistry()),
+    )  # fmt: skip
+    loop.run()  # returns: never raises out of its thread
+    assert loop.failed
+    assert loop.stop.is_set()  # shared with the main loop: the sink stops and exits 1
