@@ -20,7 +20,8 @@ from pydantic import ConfigDict, Field
 from shared.errors import ContractError
 from shared.models import UNSTATED, GpuUuid, Label, Pct, UtcTime, Version, _parse, _Strict, _version_required
 
-Text = Annotated[str, Field(max_length=4096)]
+# No NUL (PostgreSQL text cannot hold it; a pattern also refuses lone surrogates)
+Text = Annotated[str, Field(max_length=4096, pattern=r"^[^\x00]*$")]
 Ms = Annotated[float, Field(ge=0, le=86_400_000)]
 Tokens = Annotated[int, Field(ge=0, le=10_000_000_000)]
 Bytes = Annotated[int, Field(ge=0, le=2**53)]
@@ -86,7 +87,7 @@ class LlmSession(_Strict):
     streamed: bool
     http_status: int = Field(ge=100, le=599)
     ok: bool
-    error: Annotated[str, Field(max_length=500)] | None = None
+    error: Annotated[str, Field(max_length=500, pattern=r"^[^\x00]*$")] | None = None
     prompt_tokens: Tokens | None = None
     completion_tokens: Tokens | None = None
     load_ms: Ms | None = None
