@@ -248,4 +248,8 @@ if (params.get("q")) $("filter").value = params.get("q");
 if (params.get("state")) $("state-filter").value = params.get("state");
 applyFilter();
 refresh().catch((e) => text($("s-updated"), "refresh failed: " + e.message));
-setInterval(() => refresh().catch((e) => text($("s-updated"), "refresh failed: " + e.message)), 15000);
+// Live refresh every 15 s; `/?refresh_s=N` sets another period, and 0 turns it off (a paused screen).
+const refreshS = Number(new URLSearchParams(location.search).get("refresh_s") ?? 15);
+if (refreshS > 0) {
+  setInterval(() => refresh().catch((e) => text($("s-updated"), "refresh failed: " + e.message)), refreshS * 1000);
+}
