@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from abc import ABC, abstractmethod
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class Chain:
+class Chain(ABC):
     """Numbers and links records per GPU; subclasses decide where a record goes."""
 
     def __init__(self, heads: dict[str, ChainHead] | None = None) -> None:
@@ -50,9 +51,9 @@ class Chain:
         self.heads[gpu] = ChainHead(record.seq, link_of(record_json(record)), *where)
         return record
 
+    @abstractmethod
     def _emit(self, record: VerificationRecord) -> tuple[int, int]:
         """Store the record; returns its (partition, offset)."""
-        raise NotImplementedError
 
 
 class MemoryChain(Chain):
