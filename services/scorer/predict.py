@@ -28,6 +28,7 @@ WITH r AS (
            r.remapped_rows_uncorrectable_max AS remapped_unc
     FROM gpu_metrics_1min r
     WHERE r.bucket > %(t)s - interval '24 hours' AND r.bucket <= %(t)s
+      AND r.bucket < (SELECT gpu_metrics_1min_settled())
     WINDOW w AS (PARTITION BY r.gpu_uuid ORDER BY r.bucket)
 )
 SELECT r.gpu_uuid,
