@@ -10,7 +10,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Header, HTTPException, Path, Query, Request
-from psycopg import sql
+from fastapi.responses import Response
+from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 
 from .guard import key_refusal
@@ -50,47 +51,68 @@ async def rows(request: Request, query: str | sql.Composed, params: dict[str, An
         return await cur.fetchall()  # type: ignore[return-value]
 
 
+def json_bytes(body: bytes) -> Response:
+    return Response(body, media_type="application/json")
+
+
 def utc(value: datetime) -> datetime:
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
-@router.get("/fleet/summary", dependencies=[only()])
-async def fleet_summary(request: Request) -> dict[str, Any]:
-    """GPU counts by state and location, fleet aggregates, open alerts, GPUs missing."""
-    totals = (await rows(request, """
-        SELECT count(*) AS gpus,
-               count(*) FILTER (WHERE s.state = 'healthy') AS healthy,
-               count(*) FILTER (WHERE s.state = 'degraded') AS degraded,
-               count(*) FILTER (WHERE s.state = 'unhealthy') AS unhealthy,
-               count(*) FILTER (WHERE s.state IS NULL) AS not_scored,
-               count(*) FILTER (WHERE l.time IS NULL OR l.time < (SELECT max(time) FROM gpu_latest) - interval '2 minutes') AS missing,
-               round(avg(l.gpu_temp_c)::numeric, 1)::float AS avg_temp_c,
-               round(max(l.gpu_temp_c)::numeric, 1)::float AS max_temp_c,
-               round(sum(l.power_usage_w)::numeric, 0)::float AS power_w,
-               round(avg(l.gpu_util_pct)::numeric, 1)::float AS avg_util_pct
-        FROM gpu_assets a LEFT JOIN gpu_status s USING (gpu_uuid) LEFT JOIN gpu_latest l USING (gpu_uuid)
-    """, {}))[0]  # fmt: skip
-    alerts = await rows(
-        request, "SELECT severity, count(*) AS n FROM gpu_alerts WHERE state <> 'resolved' GROUP BY 1", {}
-    )
-    places = await rows(request, """
-        SELECT a.cluster, a.datacenter, a.rack, count(*) AS gpus,
-               count(*) FILTER (WHERE s.state = 'healthy') AS healthy,
-               count(*) FILTER (WHERE s.state = 'degraded') AS degraded,
-               count(*) FILTER (WHERE s.state = 'unhealthy') AS unhealthy
-        FROM gpu_assets a LEFT JOIN gpu_status s USING (gpu_uuid)
-        GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
-    """, {})  # fmt: skip
+SUMMARY_TOTALS = """
+    SELECT count(*) AS gpus,
+           count(*) FILTER (WHERE s.state = 'healthy') AS healthy,
+           count(*) FILTER (WHERE s.state = 'degraded') AS degraded,
+           count(*) FILTER (WHERE s.state = 'unhealthy') AS unhealthy,
+           count(*) FILTER (WHERE s.state IS NULL) AS not_scored,
+           count(*) FILTER (WHERE l.time IS NULL OR l.time < (SELECT max(time) FROM gpu_latest) - interval '2 minutes') AS missing,
+           round(avg(l.gpu_temp_c)::numeric, 1)::float AS avg_temp_c,
+           round(max(l.gpu_temp_c)::numeric, 1)::float AS max_temp_c,
+           round(sum(l.power_usage_w)::numeric, 0)::float AS power_w,
+           round(avg(l.gpu_util_pct)::numeric, 1)::float AS avg_util_pct
+    FROM gpu_assets a LEFT JOIN gpu_status s USING (gpu_uuid) LEFT JOIN gpu_latest l USING (gpu_uuid)
+"""  # fmt: skip
+SUMMARY_ALERTS = "SELECT severity, count(*) AS n FROM gpu_alerts WHERE state <> 'resolved' GROUP BY 1"
+SUMMARY_PLACES = """
+    SELECT a.cluster, a.datacenter, a.rack, count(*) AS gpus,
+           count(*) FILTER (WHERE s.state = 'healthy') AS healthy,
+           count(*) FILTER (WHERE s.state = 'degraded') AS degraded,
+           count(*) FILTER (WHERE s.state = 'unhealthy') AS unhealthy
+    FROM gpu_assets a LEFT JOIN gpu_status s USING (gpu_uuid)
+    GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+"""  # fmt: skip
+
+
+async def summary(conn: AsyncConnection[Any]) -> dict[str, Any]:
+    """The summary's three statements on one connection, pipelined: one round trip."""
+    async with conn.pipeline():
+        totals, alerts, places = (
+            await conn.execute(SUMMARY_TOTALS),
+            await conn.execute(SUMMARY_ALERTS),
+            await conn.execute(SUMMARY_PLACES),
+        )
     return {
-        **totals,
-        "open_alerts": {r["severity"]: r["n"] for r in alerts},
-        "by_location": places,
+        **(await totals.fetchall())[0],
+        "open_alerts": {r["severity"]: r["n"] for r in await alerts.fetchall()},
+        "by_location": await places.fetchall(),
     }
+
+
+@router.get("/fleet/summary", dependencies=[only()], response_model=dict[str, Any])
+async def fleet_summary(request: Request) -> Response:
+    """GPU counts by state and location, fleet aggregates, open alerts, GPUs missing."""
+
+    async def compute() -> dict[str, Any]:
+        async with request.app.state.pool.connection() as conn:
+            return await summary(conn)
+
+    return json_bytes(await request.app.state.cache.get_or_compute(("summary",), compute))
 
 
 @router.get(
     "/gpus",
     dependencies=[only("cluster", "datacenter", "rack", "host", "model", "state", "sort", "limit", "offset")],
+    response_model=dict[str, Any],
 )
 async def list_gpus(
     request: Request,
@@ -103,7 +125,7 @@ async def list_gpus(
     sort: Literal[tuple(SORTS)] = "score",  # type: ignore[valid-type]
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
-) -> dict[str, Any]:
+) -> Response:
     """GPUs with placement, state, score and latest readings; filtered, sorted, paginated."""
     where = """
         WHERE (%(cluster)s::text IS NULL OR a.cluster = %(cluster)s)
@@ -125,8 +147,17 @@ async def list_gpus(
         + base
         + " ORDER BY {order}, a.gpu_uuid LIMIT %(limit)s OFFSET %(offset)s"
     ).format(order=sql.SQL(SORTS[sort]))
-    total = (await rows(request, "SELECT count(*) AS n " + base, params))[0]["n"]
-    return {"total": total, "limit": limit, "offset": offset, "gpus": await rows(request, query, params)}
+
+    async def compute() -> dict[str, Any]:
+        async with request.app.state.pool.connection() as conn:
+            async with conn.pipeline():
+                total = await conn.execute("SELECT count(*) AS n " + base, params)
+                page = await conn.execute(query, params)
+            n = (await total.fetchall())[0]["n"]
+            return {"total": n, "limit": limit, "offset": offset, "gpus": await page.fetchall()}
+
+    key = ("gpus", cluster, datacenter, rack, host, model, state, sort, limit, offset)
+    return json_bytes(await request.app.state.cache.get_or_compute(key, compute))
 
 
 GpuPath = Annotated[str, Path(pattern=GPU_UUID)]

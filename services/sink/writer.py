@@ -350,7 +350,12 @@ class BatchWriter:
         return None
 
     def _derived(
-        self, cur: psycopg.Cursor[tuple[object, ...]], result: WriteResult, events: list[GpuEvent], *, latest: bool
+        self,
+        cur: psycopg.Cursor[tuple[object, ...]],
+        result: WriteResult,
+        events: list[GpuEvent],
+        *,
+        latest: bool,
     ) -> None:
         """gpu_latest and gpu_assets from the staged newest rows; the staged events."""
         if latest:
