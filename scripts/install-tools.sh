@@ -2,7 +2,8 @@
 # Tools the tests use:
 #   promtool  (Debian package `prometheus`) - checks the mock exporter's exposition; unpacked
 #             into the cache with dpkg -x, which gives the binary without a Prometheus server;
-#   chromium + chromium-driver (Debian) - the fleet page's browser test.
+#   chromium + chromium-driver (Debian) - the fleet page's browser test;
+#   wrk (Debian) - the API's throughput figure in bench/bench_api.py.
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 bin=$GPUHEALTH_CACHE/bin
@@ -11,6 +12,12 @@ if [[ ! -x /usr/bin/chromium || ! -x /usr/bin/chromedriver ]]; then
   as_root() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
   as_root apt-get update -qq >/dev/null
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null
+fi
+if [[ ! -x /usr/bin/wrk ]]; then
+  echo "install-tools: apt-get install wrk" >&2
+  as_root() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
+  as_root apt-get update -qq >/dev/null
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends wrk >/dev/null
 fi
 [[ -x $bin/promtool ]] && exit 0
 work=$(mktemp -d)

@@ -109,6 +109,28 @@ async def fleet_summary(request: Request) -> Response:
     return json_bytes(await request.app.state.cache.get_or_compute(("summary",), compute))
 
 
+_LIST_FROM = """
+    FROM gpu_assets a LEFT JOIN gpu_status s USING (gpu_uuid) LEFT JOIN gpu_latest l USING (gpu_uuid)
+    WHERE (%(cluster)s::text IS NULL OR a.cluster = %(cluster)s)
+      AND (%(datacenter)s::text IS NULL OR a.datacenter = %(datacenter)s)
+      AND (%(rack)s::text IS NULL OR a.rack = %(rack)s)
+      AND (%(host)s::text IS NULL OR a.hostname = %(host)s)
+      AND (%(model)s::text IS NULL OR a.model = %(model)s)
+      AND (%(state)s::text IS NULL OR s.state = %(state)s)
+"""
+
+
+def gpu_list_statements(sort: str) -> tuple[str, sql.Composed]:
+    """The GPU list's two statements (the total, the page) for a sort key of SORTS."""
+    page = sql.SQL(
+        "SELECT a.gpu_uuid, a.hostname, a.gpu_index, a.model, a.cluster, a.datacenter, a.rack,"
+        " s.state, s.score, s.grade, s.action, l.time AS last_seen, l.gpu_temp_c, l.power_usage_w, l.gpu_util_pct "
+        + _LIST_FROM
+        + " ORDER BY {order}, a.gpu_uuid LIMIT %(limit)s OFFSET %(offset)s"
+    ).format(order=sql.SQL(SORTS[sort]))
+    return "SELECT count(*) AS n " + _LIST_FROM, page
+
+
 @router.get(
     "/gpus",
     dependencies=[only("cluster", "datacenter", "rack", "host", "model", "state", "sort", "limit", "offset")],
@@ -127,31 +149,14 @@ async def list_gpus(
     offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
 ) -> Response:
     """GPUs with placement, state, score and latest readings; filtered, sorted, paginated."""
-    where = """
-        WHERE (%(cluster)s::text IS NULL OR a.cluster = %(cluster)s)
-          AND (%(datacenter)s::text IS NULL OR a.datacenter = %(datacenter)s)
-          AND (%(rack)s::text IS NULL OR a.rack = %(rack)s)
-          AND (%(host)s::text IS NULL OR a.hostname = %(host)s)
-          AND (%(model)s::text IS NULL OR a.model = %(model)s)
-          AND (%(state)s::text IS NULL OR s.state = %(state)s)
-    """
     params = {"cluster": cluster, "datacenter": datacenter, "rack": rack, "host": host, "model": model,
               "state": state, "limit": limit, "offset": offset}  # fmt: skip
-    base = (
-        "FROM gpu_assets a LEFT JOIN gpu_status s USING (gpu_uuid) LEFT JOIN gpu_latest l USING (gpu_uuid) "
-        + where
-    )
-    query = sql.SQL(
-        "SELECT a.gpu_uuid, a.hostname, a.gpu_index, a.model, a.cluster, a.datacenter, a.rack,"
-        " s.state, s.score, s.grade, s.action, l.time AS last_seen, l.gpu_temp_c, l.power_usage_w, l.gpu_util_pct "
-        + base
-        + " ORDER BY {order}, a.gpu_uuid LIMIT %(limit)s OFFSET %(offset)s"
-    ).format(order=sql.SQL(SORTS[sort]))
+    count_query, query = gpu_list_statements(sort)
 
     async def compute() -> dict[str, Any]:
         async with request.app.state.pool.connection() as conn:
             async with conn.pipeline():
-                total = await conn.execute("SELECT count(*) AS n " + base, params)
+                total = await conn.execute(count_query, params)
                 page = await conn.execute(query, params)
             n = (await total.fetchall())[0]["n"]
             return {"total": n, "limit": limit, "offset": offset, "gpus": await page.fetchall()}
