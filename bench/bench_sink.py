@@ -208,6 +208,7 @@ def main() -> int:
         for name, measure in contenders.items():
             with migrated_schema(settings.db, "bench") as db:
                 measured[name].append(measure(db))
+            print(f"    ({name}: {measured[name][-1].rate:,.0f} rows/s)", flush=True)
     runs = {name: [r.rate for r in results] for name, results in measured.items()}
     for name, rates in runs.items():
         print(f"  {name}: runs {', '.join(f'{r:,.0f}' for r in rates)} rows/s, median {median(rates):,.0f}")

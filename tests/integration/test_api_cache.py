@@ -7,6 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from evaluation.pipeline import wait_until
 from services.api.app import create_app
@@ -73,3 +75,49 @@ def test_an_answer_is_never_older_than_its_max_age(migrated: DatabaseSettings) -
         assert gpus(client) == (1, 1)
         add_gpu(migrated, 2)
         wait_until(lambda: gpus(client) == (2, 2), 30, "the answer to age out")
+
+
+@pytest.fixture
+def two_apps(migrated: DatabaseSettings) -> Iterator[tuple[TestClient, TestClient]]:
+    for n in range(12):
+        add_gpu(migrated, n)
+    with connect(migrated) as conn:
+        conn.execute(
+            "INSERT INTO gpu_status (gpu_uuid, state, score, grade, action, as_of)"
+            " SELECT gpu_uuid, (ARRAY['healthy', 'degraded', 'unhealthy'])[1 + ascii(md5(gpu_uuid)) % 3],"
+            " ascii(substr(md5(gpu_uuid), 2)) % 100, 'A', 'none', now() FROM gpu_assets"
+        )
+        conn.commit()
+    app = create_app(migrated, ApiSection(cache_max_age_s=600))
+    with TestClient(app) as cached, TestClient(create_app(migrated, ApiSection(cache_max_age_s=0))) as plain:
+        wait_until(lambda: app.state.cache.listening, 30, "the cache to listen")
+        yield cached, plain
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    queries=st.lists(
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "sort": st.sampled_from(["score", "-score", "hostname", "-temp", "power"]),
+                "limit": st.integers(1, 15),
+                "offset": st.integers(0, 14),
+                "state": st.sampled_from(["healthy", "degraded", "unhealthy"]),
+                "cluster": st.sampled_from(["c1", "c2"]),
+            },
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_a_cached_answer_is_the_answer_to_that_very_question(
+    two_apps: tuple[TestClient, TestClient], queries: list[dict[str, object]]
+) -> None:
+    """Whatever the order of questions, each cached answer is what the database says to it."""
+    cached, plain = two_apps
+    for params in queries:
+        got, want = cached.get("/api/v1/gpus", params=params), plain.get("/api/v1/gpus", params=params)
+        assert got.status_code == want.status_code == 200
+        assert got.content == want.content
+    assert cached.get("/api/v1/fleet/summary").content == plain.get("/api/v1/fleet/summary").content
