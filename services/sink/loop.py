@@ -69,6 +69,7 @@ class SinkLoop:
         self.ever_owned: set[tuple[str, int]] = set()
         self.stop = threading.Event()
         self._last_lag = 0.0
+        self._caught_up = True  # the last consume was not a full batch
         # Per partition, the next offset known stored in the database (the lag is measured from it).
         self.stored: dict[tuple[str, int], int] = {}
         self.relay = DeadLetterRelay(
@@ -152,6 +153,7 @@ class SinkLoop:
         try:
             while not self.stop.is_set():
                 messages = self.consumer.consume(self.batch_size, self.poll_timeout_s)
+                self._caught_up = len(messages) < self.batch_size
                 if self._held:  # polled while paused: they come first, as they were fetched first
                     messages, self._held = [*self._held, *messages], []
                 lanes = self._decode(messages) if messages else {}
@@ -311,7 +313,7 @@ class SinkLoop:
         self.metrics.rows.labels("gpu_metrics").inc(result.metrics_inserted)
         self.metrics.rows.labels("gpu_events").inc(result.events_inserted)
         if result.times:
-            self.rollup.stored()
+            self.rollup.stored(caught_up=self._caught_up)
         # records the database refused are neither rows nor duplicates: they are dead letters
         rows_skipped = len(batch.rows) - result.refused_rows - result.metrics_inserted
         events_skipped = len(batch.events) - result.refused_events - result.events_inserted

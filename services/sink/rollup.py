@@ -3,10 +3,13 @@
 A batch notes the minutes it stored samples in, in its own transaction
 (writer.py); this thread, on its own connection, calls
 gpu_metrics_1min_refresh() (schema/0014), which takes the committed notes and
-recomputes those minutes from gpu_metrics. It runs when a batch was stored,
-at most every `interval_s`, so a burst of batches costs one refresh; the lag
-(how long the oldest stored but unrefreshed batch has waited) is on /metrics,
-bounded by the interval plus one refresh while the database is up. Readers
+recomputes those minutes from gpu_metrics. A minute is recomputed whole, so
+refreshing while it still fills costs its rows again: while the sink is
+behind (full batches) it refreshes at most every `interval_s`, so a burst of
+batches costs one refresh; once it has caught up (a batch that was not full)
+at most every `caught_up_s`, so the rollup follows the stream closely. The
+lag (how long the oldest stored but unrefreshed batch has waited) is on
+/metrics, bounded by the interval plus one refresh while the database is up. Readers
 keep to the refreshed minutes through gpu_metrics_1min_settled(). A last
 refresh runs on close, so a sink that stops cleanly leaves the rollup whole.
 """
@@ -34,12 +37,14 @@ class RollupRefresher:
         settings: DatabaseSettings,
         metrics: SinkMetrics,
         *,
-        interval_s: float = 0.5,
+        interval_s: float = 2.0,
+        caught_up_s: float = 0.25,
         keep_raw: timedelta = timedelta(days=30),
         statement_timeout_ms: int = 60_000,
     ) -> None:
         self.settings, self.metrics = settings, metrics
-        self.interval_s, self.keep_raw = interval_s, keep_raw
+        self.interval_s, self.caught_up_s, self.keep_raw = interval_s, caught_up_s, keep_raw
+        self._pause_s = interval_s  # the pause that applies now
         self.statement_timeout_ms = statement_timeout_ms
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -55,9 +60,13 @@ class RollupRefresher:
         since = self._waiting_since
         return 0.0 if since is None else max(0.0, time.monotonic() - since)
 
-    def stored(self) -> None:
-        """A batch with samples was committed: its minutes are to be refreshed."""
+    def stored(self, *, caught_up: bool = True) -> None:
+        """A batch with samples was committed: its minutes are to be refreshed.
+
+        `caught_up`: the batch was not full (the sink is not behind): refresh soon.
+        """
         with self._lock:
+            self._pause_s = min(self.caught_up_s, self.interval_s) if caught_up else self.interval_s
             self._stored += 1
             if self._waiting_since is None:
                 self._waiting_since = time.monotonic()
@@ -87,8 +96,9 @@ class RollupRefresher:
             self._wake.wait()
             if self._stop.is_set():
                 return
-            if (pause := last + self.interval_s - time.monotonic()) > 0 and self._stop.wait(pause):
-                return
+            while (pause := last + self._pause_s - time.monotonic()) > 0:
+                if self._stop.wait(min(pause, self.caught_up_s)):  # so a catch-up is seen soon
+                    return
             self._wake.clear()
             last = time.monotonic()
             if not self.refresh():
