@@ -112,7 +112,7 @@ def two_apps(migrated: DatabaseSettings) -> Iterator[tuple[TestClient, TestClien
     )
 )
 def test_a_cached_answer_is_the_answer_to_that_very_question(
-    two_apps: tuple[TestClient, TestClient], queries: list[dict[str, object]]
+    two_apps: tuple[TestClient, TestClient], queries: list[dict[str, str | int]]
 ) -> None:
     """Whatever the order of questions, each cached answer is what the database says to it."""
     cached, plain = two_apps
