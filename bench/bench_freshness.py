@@ -74,7 +74,11 @@ def main() -> int:
             [sys.executable, "-m", "services.sink"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )  # fmt: skip
-        server = uvicorn.Server(uvicorn.Config(create_app(db, ApiSection()), host="127.0.0.1", port=8767))
+        server = uvicorn.Server(
+            uvicorn.Config(
+                create_app(db, ApiSection()), host="127.0.0.1", port=8767, log_config=None, access_log=False
+            )
+        )
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
         kafka = make_producer(settings.kafka)
