@@ -101,6 +101,7 @@ def main() -> int:
                 time.sleep(max(0.0, next_poll - time.monotonic()))
                 next_poll += POLL_S
                 t = datetime.now(UTC)
+                t = t.replace(microsecond=t.microsecond // 1000 * 1000)  # the contract keeps milliseconds
                 polls.append(t)
                 publish(producer, topic, t)
                 kafka.poll(0)
