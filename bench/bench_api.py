@@ -1,5 +1,7 @@
 """API latency at 10,000 GPUs: p50/p99 of the fleet summary, the GPU list and a 24-hour series,
-next to the same SQL run directly through psycopg in the same run.
+next to the same SQL (the endpoint's own statements) run directly through psycopg in the same run,
+without the API's cache and with it; and the summary's throughput under `wrk -t2 -c32` next to
+/healthz (the framework's own ceiling on this machine).
 
 The three endpoints read gpu_assets, gpu_latest, gpu_status and the 1-minute
 rollup; by design none of them reads the raw hypertable (the series serves
@@ -11,7 +13,10 @@ into a scratch schema that is dropped afterwards.
 
 from __future__ import annotations
 
+import re
+import shutil
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -27,12 +32,13 @@ from psycopg import sql
 
 from bench._common import report
 from services.api.app import create_app, reader_settings
+from services.api.routes import SUMMARY_ALERTS, SUMMARY_PLACES, SUMMARY_TOTALS, gpu_list_statements
 from services.api.settings import ApiSection
 from shared.config import Settings
 from shared.db import connect
 from shared.migrate import migrated_schema
 
-GPUS, HOURS, ROUNDS = 10_000, 24, 60
+GPUS, HOURS, ROUNDS = 10_000, 24, 150
 NOW = datetime.now(UTC).replace(second=0, microsecond=0)
 
 FILL = [
@@ -59,7 +65,37 @@ FILL = [
 
 def percentiles(samples: list[float]) -> tuple[float, float]:
     ordered = sorted(samples)
-    return statistics.median(ordered) * 1000, ordered[int(len(ordered) * 0.99) - 1] * 1000
+    return statistics.median(ordered) * 1000, ordered[max(0, int(len(ordered) * 0.99) - 1)] * 1000
+
+
+def serve(app: Any, port: int) -> tuple[uvicorn.Server, threading.Thread]:
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    return server, thread
+
+
+def run_sql(conn: Any, statements: list[tuple[Any, dict[str, Any]]]) -> None:
+    """The endpoint's statements through psycopg, one after the other on one connection."""
+    for query, params in statements:
+        conn.execute(query, params).fetchall()
+
+
+def wrk(url: str, seconds: int = 10) -> tuple[float, float]:
+    """Requests/s and p99 (ms) of `wrk -t2 -c32` against url."""
+    if shutil.which("wrk") is None:
+        raise RuntimeError("wrk is not installed: scripts/install-tools.sh")
+    out = subprocess.run(
+        ["wrk", "-t2", "-c32", f"-d{seconds}s", "--latency", url], check=True, capture_output=True, text=True
+    ).stdout
+    rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    value, unit = re.search(r"99%\s+([\d.]+)(us|ms|s)", out).groups()  # type: ignore[union-attr]
+    p99 = float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+    if "Non-2xx" in out:
+        raise RuntimeError(f"wrk saw errors:\n{out}")
+    return rate, p99
 
 
 def main() -> int:
@@ -75,51 +111,72 @@ def main() -> int:
             f"(loaded {GPUS:,} GPUs and {GPUS * HOURS * 60:,} rollup rows in {time.perf_counter() - started:.0f} s)"
         )
         api = ApiSection()
-        server = uvicorn.Server(
-            uvicorn.Config(create_app(db, api), host="127.0.0.1", port=8765, log_config=None)
-        )
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        while not server.started:
+        # The same app twice: without its cache (every request reads the database), and as
+        # deployed (answers kept until the scorer's next cycle; the pipeline is idle here).
+        servers = [serve(create_app(db, api.model_copy(update={"cache_max_age_s": 0})), 8765)]
+        cached_app = create_app(db, api)
+        servers.append(serve(cached_app, 8766))
+        while not cached_app.state.cache.listening:
             time.sleep(0.05)
         gpu = "GPU-00004242-0000-4000-8000-000000000000"
         span = {
             "from": (NOW - timedelta(hours=24)).isoformat(),
             "to": (NOW + timedelta(minutes=1)).isoformat(),
         }
-        cases: list[tuple[str, str, dict[str, Any], str, dict[str, Any]]] = [
-            ("fleet summary", "/api/v1/fleet/summary", {}, SUMMARY_SQL, {}),
-            ("GPU list (100, by score)", "/api/v1/gpus", {"sort": "score", "limit": 100}, LIST_SQL, {}),
+        list_params = {"cluster": None, "datacenter": None, "rack": None, "host": None, "model": None,
+                       "state": None, "limit": 100, "offset": 0}  # fmt: skip
+        count_query, page_query = gpu_list_statements("score")
+        series = {"g": gpu, "from": NOW - timedelta(hours=24), "to": NOW + timedelta(minutes=1)}
+        cases: list[tuple[str, str, dict[str, Any], list[tuple[Any, dict[str, Any]]]]] = [
+            ("fleet summary", "/api/v1/fleet/summary", {},
+             [(SUMMARY_TOTALS, {}), (SUMMARY_ALERTS, {}), (SUMMARY_PLACES, {})]),
+            ("GPU list (100, by score)", "/api/v1/gpus", {"sort": "score", "limit": 100},
+             [(count_query, list_params), (page_query, list_params)]),
             ("24 h series, 5 min buckets", f"/api/v1/gpus/{gpu}/series", {**span, "bucket": "5m"},
-             SERIES_SQL, {"g": gpu, "from": NOW - timedelta(hours=24), "to": NOW + timedelta(minutes=1)}),
+             [(SERIES_SQL, series)]),
         ]  # fmt: skip
         with (
             httpx.Client(base_url="http://127.0.0.1:8765", timeout=60) as http,
+            httpx.Client(base_url="http://127.0.0.1:8766", timeout=60) as http_cached,
             connect(reader_settings(db, api)) as conn,
         ):
-            for name, path, params, query, qparams in cases:
+            for name, path, params, statements in cases:
                 http.get(path, params=params).raise_for_status()  # warm
-                rest, direct = [], []
-                for _ in range(ROUNDS):
+                http_cached.get(path, params=params).raise_for_status()
+                rest, direct, cached = [], [], []
+                for _ in range(ROUNDS):  # interleaved: each meets the same spells of noise
                     t = time.perf_counter()
                     http.get(path, params=params).raise_for_status()
                     rest.append(time.perf_counter() - t)
                     t = time.perf_counter()
-                    conn.execute(query, qparams).fetchall()
+                    run_sql(conn, statements)
                     direct.append(time.perf_counter() - t)
-                (p50, p99), (d50, d99) = percentiles(rest), percentiles(direct)
-                report(f"{name} p50", p50, "ms", "same SQL via psycopg p50", d50)
-                report(f"{name} p99", p99, "ms", "same SQL via psycopg p99", d99)
-        server.should_exit = True
-        thread.join(10)
+                    t = time.perf_counter()
+                    http_cached.get(path, params=params).raise_for_status()
+                    cached.append(time.perf_counter() - t)
+                (p50, p99), (d50, d99), (c50, c99) = (
+                    percentiles(rest),
+                    percentiles(direct),
+                    percentiles(cached),
+                )
+                report(f"{name}, no cache p50", p50, "ms", "same SQL via psycopg p50", d50)
+                report(f"{name}, no cache p99", p99, "ms", "same SQL via psycopg p99", d99)
+                if name != cases[-1][0]:  # the series is not cached
+                    report(f"{name}, cached p50", c50, "ms", "same SQL via psycopg p50", d50)
+                    report(f"{name}, cached p99", c99, "ms", "same SQL via psycopg p99", d99)
+        health_rate, health_p99 = wrk("http://127.0.0.1:8766/healthz")
+        for label, port in (("cached", 8766), ("no cache", 8765)):
+            rate, p99 = wrk(f"http://127.0.0.1:{port}/api/v1/fleet/summary")
+            report(
+                f"fleet summary under wrk -t2 -c32 ({label}), req/s", rate, "req/s", "/healthz", health_rate
+            )
+            report(f"fleet summary under wrk -t2 -c32 ({label}), p99", p99, "ms", "/healthz p99", health_p99)
+        for server, thread in servers:
+            server.should_exit = True
+            thread.join(10)
     return 0
 
 
-SUMMARY_SQL = """SELECT count(*), count(*) FILTER (WHERE s.state = 'healthy'), round(avg(l.gpu_temp_c)::numeric, 1)
-FROM gpu_assets a LEFT JOIN gpu_status s USING (gpu_uuid) LEFT JOIN gpu_latest l USING (gpu_uuid)"""
-LIST_SQL = """SELECT a.gpu_uuid, a.hostname, s.state, s.score, l.gpu_temp_c FROM gpu_assets a
-LEFT JOIN gpu_status s USING (gpu_uuid) LEFT JOIN gpu_latest l USING (gpu_uuid)
-ORDER BY s.score ASC NULLS LAST, a.gpu_uuid LIMIT 100"""
 SERIES_SQL = """SELECT time_bucket(interval '5 minutes', bucket) AS t, sum(gpu_temp_c_sum) / nullif(sum(gpu_temp_c_n), 0)
 FROM gpu_metrics_1min WHERE gpu_uuid = %(g)s AND bucket >= %(from)s AND bucket < %(to)s GROUP BY t ORDER BY t"""
 

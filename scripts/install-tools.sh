@@ -5,6 +5,7 @@
 #   chromium + chromium-driver (Debian) - the fleet page's browser test;
 #   docker CLI + compose (trixie's, through install-docker.sh) - `docker compose config`
 #             validates docker-compose.yml in the unit tests (no engine is started).
+#   wrk (Debian) - the API's throughput figure in bench/bench_api.py.
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 "$(dirname "$0")/install-docker.sh" install
@@ -14,6 +15,12 @@ if [[ ! -x /usr/bin/chromium || ! -x /usr/bin/chromedriver ]]; then
   as_root() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
   as_root apt-get update -qq >/dev/null
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null
+fi
+if [[ ! -x /usr/bin/wrk ]]; then
+  echo "install-tools: apt-get install wrk" >&2
+  as_root() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
+  as_root apt-get update -qq >/dev/null
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends wrk >/dev/null
 fi
 [[ -x $bin/promtool ]] && exit 0
 work=$(mktemp -d)

@@ -22,6 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from shared.config import DatabaseSettings
 
+from .cache import CycleCache
 from .guard import RequestGuard
 from .settings import ApiSection
 
@@ -54,11 +55,15 @@ def create_app(db: DatabaseSettings, api: ApiSection, registry: CollectorRegistr
         kwargs={"row_factory": dict_row, "autocommit": True}, timeout=10,
     )  # fmt: skip
 
+    cache = CycleCache(reader_settings(db, api).conninfo(), max_age_s=api.cache_max_age_s)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await pool.open(wait=False)
         await ack_pool.open(wait=False)
+        cache.start()
         yield
+        await cache.close()
         await ack_pool.close()
         await pool.close()
 
@@ -72,6 +77,7 @@ def create_app(db: DatabaseSettings, api: ApiSection, registry: CollectorRegistr
     )
     app.state.pool = pool
     app.state.ack_pool = ack_pool
+    app.state.cache = cache
     app.state.api = api
     app.add_middleware(
         RequestGuard,

@@ -10,7 +10,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Header, HTTPException, Path, Query, Request
-from psycopg import sql
+from fastapi.responses import Response
+from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 
 from .guard import key_refusal
@@ -51,42 +52,84 @@ async def rows(request: Request, query: str | sql.Composed, params: dict[str, An
         return wire(await cur.fetchall())  # type: ignore[no-any-return]
 
 
+def json_bytes(body: bytes) -> Response:
+    return Response(body, media_type="application/json")
+
+
 def utc(value: datetime) -> datetime:
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
-@router.get("/fleet/summary", dependencies=[only()])
-async def fleet_summary(request: Request) -> dict[str, Any]:
-    """GPU counts by state and location, fleet aggregates, open alerts, GPUs missing."""
-    totals = (await rows(request, """
-        SELECT count(*) AS gpus,
-               count(*) FILTER (WHERE s.state = 'healthy') AS healthy,
-               count(*) FILTER (WHERE s.state = 'degraded') AS degraded,
-               count(*) FILTER (WHERE s.state = 'unhealthy') AS unhealthy,
-               count(*) FILTER (WHERE s.state IS NULL) AS not_scored,
-               count(*) FILTER (WHERE l.time IS NULL OR l.time < (SELECT max(time) FROM gpu_latest) - interval '2 minutes') AS missing,
-               round(avg(l.gpu_temp_c)::numeric, 1)::float AS avg_temp_c,
-               round(max(l.gpu_temp_c)::numeric, 1)::float AS max_temp_c,
-               round(sum(l.power_usage_w)::numeric, 0)::float AS power_w,
-               round(avg(l.gpu_util_pct)::numeric, 1)::float AS avg_util_pct
-        FROM gpu_assets a LEFT JOIN gpu_status s USING (gpu_uuid) LEFT JOIN gpu_latest l USING (gpu_uuid)
-    """, {}))[0]  # fmt: skip
-    alerts = await rows(
-        request, "SELECT severity, count(*) AS n FROM gpu_alerts WHERE state <> 'resolved' GROUP BY 1", {}
-    )
-    places = await rows(request, """
-        SELECT a.cluster, a.datacenter, a.rack, count(*) AS gpus,
-               count(*) FILTER (WHERE s.state = 'healthy') AS healthy,
-               count(*) FILTER (WHERE s.state = 'degraded') AS degraded,
-               count(*) FILTER (WHERE s.state = 'unhealthy') AS unhealthy
-        FROM gpu_assets a LEFT JOIN gpu_status s USING (gpu_uuid)
-        GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
-    """, {})  # fmt: skip
+SUMMARY_TOTALS = """
+    SELECT count(*) AS gpus,
+           count(*) FILTER (WHERE s.state = 'healthy') AS healthy,
+           count(*) FILTER (WHERE s.state = 'degraded') AS degraded,
+           count(*) FILTER (WHERE s.state = 'unhealthy') AS unhealthy,
+           count(*) FILTER (WHERE s.state IS NULL) AS not_scored,
+           count(*) FILTER (WHERE l.time IS NULL OR l.time < (SELECT max(time) FROM gpu_latest) - interval '2 minutes') AS missing,
+           round(avg(l.gpu_temp_c)::numeric, 1)::float AS avg_temp_c,
+           round(max(l.gpu_temp_c)::numeric, 1)::float AS max_temp_c,
+           round(sum(l.power_usage_w)::numeric, 0)::float AS power_w,
+           round(avg(l.gpu_util_pct)::numeric, 1)::float AS avg_util_pct
+    FROM gpu_assets a LEFT JOIN gpu_status s USING (gpu_uuid) LEFT JOIN gpu_latest l USING (gpu_uuid)
+"""  # fmt: skip
+SUMMARY_ALERTS = "SELECT severity, count(*) AS n FROM gpu_alerts WHERE state <> 'resolved' GROUP BY 1"
+SUMMARY_PLACES = """
+    SELECT a.cluster, a.datacenter, a.rack, count(*) AS gpus,
+           count(*) FILTER (WHERE s.state = 'healthy') AS healthy,
+           count(*) FILTER (WHERE s.state = 'degraded') AS degraded,
+           count(*) FILTER (WHERE s.state = 'unhealthy') AS unhealthy
+    FROM gpu_assets a LEFT JOIN gpu_status s USING (gpu_uuid)
+    GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+"""  # fmt: skip
+
+
+async def summary(conn: AsyncConnection[Any]) -> dict[str, Any]:
+    """The summary's three statements on one connection, pipelined: one round trip."""
+    async with conn.pipeline():
+        totals, alerts, places = (
+            await conn.execute(SUMMARY_TOTALS),
+            await conn.execute(SUMMARY_ALERTS),
+            await conn.execute(SUMMARY_PLACES),
+        )
     return {
-        **totals,
-        "open_alerts": {"critical": 0, "warning": 0, "info": 0, **{r["severity"]: r["n"] for r in alerts}},
-        "by_location": places,
+        **wire((await totals.fetchall())[0]),
+        "open_alerts": {"critical": 0, "warning": 0, "info": 0, **{r["severity"]: r["n"] for r in await alerts.fetchall()}},
+        "by_location": wire(await places.fetchall()),
     }
+
+
+@router.get("/fleet/summary", dependencies=[only()], response_model=dict[str, Any])
+async def fleet_summary(request: Request) -> Response:
+    """GPU counts by state and location, fleet aggregates, open alerts, GPUs missing."""
+
+    async def compute() -> dict[str, Any]:
+        async with request.app.state.pool.connection() as conn:
+            return await summary(conn)
+
+    return json_bytes(await request.app.state.cache.get_or_compute(("summary",), compute))
+
+
+_LIST_FROM = """
+    FROM gpu_assets a LEFT JOIN gpu_status s USING (gpu_uuid) LEFT JOIN gpu_latest l USING (gpu_uuid)
+    WHERE (%(cluster)s::text IS NULL OR a.cluster = %(cluster)s)
+      AND (%(datacenter)s::text IS NULL OR a.datacenter = %(datacenter)s)
+      AND (%(rack)s::text IS NULL OR a.rack = %(rack)s)
+      AND (%(host)s::text IS NULL OR a.hostname = %(host)s)
+      AND (%(model)s::text IS NULL OR a.model = %(model)s)
+      AND (%(state)s::text IS NULL OR s.state = %(state)s)
+"""
+
+
+def gpu_list_statements(sort: str) -> tuple[str, sql.Composed]:
+    """The GPU list's two statements (the total, the page) for a sort key of SORTS."""
+    page = sql.SQL(
+        "SELECT a.gpu_uuid, a.hostname, a.gpu_index, a.model, a.cluster, a.datacenter, a.rack,"
+        " s.state, s.score, s.grade, s.action, l.time AS last_seen, l.gpu_temp_c, l.power_usage_w, l.gpu_util_pct "
+        + _LIST_FROM
+        + " ORDER BY {order}, a.gpu_uuid LIMIT %(limit)s OFFSET %(offset)s"
+    ).format(order=sql.SQL(SORTS[sort]))
+    return "SELECT count(*) AS n " + _LIST_FROM, page
 
 
 @router.get(
@@ -94,6 +137,7 @@ async def fleet_summary(request: Request) -> dict[str, Any]:
     dependencies=[
         only("cluster", "datacenter", "rack", "host", "model", "state", "sort", "limit", "offset", "cursor")
     ],
+    response_model=dict[str, Any],
 )
 async def list_gpus(
     request: Request,
@@ -107,7 +151,7 @@ async def list_gpus(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
     cursor: Cursor = None,
-) -> dict[str, Any]:
+) -> Response:
     """GPUs with placement, state, score and latest readings; filtered, sorted, paginated.
 
     `next_cursor` continues the same filters and sort (it stands for the position, since
@@ -117,31 +161,23 @@ async def list_gpus(
         (offset,) = decode_cursor(cursor, [int])
         if not 0 <= offset <= 1_000_000:
             raise HTTPException(400, "'cursor' is not one this endpoint returned; start without it")
-    where = """
-        WHERE (%(cluster)s::text IS NULL OR a.cluster = %(cluster)s)
-          AND (%(datacenter)s::text IS NULL OR a.datacenter = %(datacenter)s)
-          AND (%(rack)s::text IS NULL OR a.rack = %(rack)s)
-          AND (%(host)s::text IS NULL OR a.hostname = %(host)s)
-          AND (%(model)s::text IS NULL OR a.model = %(model)s)
-          AND (%(state)s::text IS NULL OR s.state = %(state)s)
-    """
     params = {"cluster": cluster, "datacenter": datacenter, "rack": rack, "host": host, "model": model,
               "state": state, "limit": limit, "offset": offset}  # fmt: skip
-    base = (
-        "FROM gpu_assets a LEFT JOIN gpu_status s USING (gpu_uuid) LEFT JOIN gpu_latest l USING (gpu_uuid) "
-        + where
-    )
-    query = sql.SQL(
-        "SELECT a.gpu_uuid, a.hostname, a.gpu_index, a.model, a.cluster, a.datacenter, a.rack,"
-        " s.state, s.score, s.grade, s.action, l.time AS last_seen, l.gpu_temp_c, l.power_usage_w, l.gpu_util_pct "
-        + base
-        + " ORDER BY {order}, a.gpu_uuid LIMIT %(limit)s OFFSET %(offset)s"
-    ).format(order=sql.SQL(SORTS[sort]))
-    total = (await rows(request, "SELECT count(*) AS n " + base, params))[0]["n"]
-    found = await rows(request, query, params)
-    more = offset + len(found) < total
-    return {"gpus": found, "total": total, "limit": limit, "offset": offset,
-            "next_cursor": encode_cursor([offset + len(found)]) if more and found else None}  # fmt: skip
+    count_query, query = gpu_list_statements(sort)
+
+    async def compute() -> dict[str, Any]:
+        async with request.app.state.pool.connection() as conn:
+            async with conn.pipeline():
+                total = await conn.execute(count_query, params)
+                page = await conn.execute(query, params)
+            n = (await total.fetchall())[0]["n"]
+            found = wire(await page.fetchall())
+        more = offset + len(found) < n
+        return {"gpus": found, "total": n, "limit": limit, "offset": offset,
+                "next_cursor": encode_cursor([offset + len(found)]) if more and found else None}  # fmt: skip
+
+    key = ("gpus", cluster, datacenter, rack, host, model, state, sort, limit, offset)
+    return json_bytes(await request.app.state.cache.get_or_compute(key, compute))
 
 
 GpuPath = Annotated[str, Path(pattern=GPU_UUID)]

@@ -29,6 +29,9 @@ class ApiSection(BaseModel):
     body_timeout_s: float = Field(default=20.0, gt=0, le=600)
     max_connections: int = Field(default=1000, ge=1, le=100_000)
     shutdown_timeout_s: int = Field(default=10, ge=1, le=600)
+    # The fleet summary and the GPU list are cached until the scorer's next cycle (cache.py),
+    # and never longer than this (0: no cache). The scorer's default cycle is 30 s.
+    cache_max_age_s: float = Field(default=30.0, ge=0, le=3600)
 
 
 class ApiSettings(Settings):

@@ -167,6 +167,8 @@ def run_cycle(
                 rows,
             )
             result.predictions_written = len(rows)
+    # Heard at the commit by the API's cache (services/api/cache.py): its answers end with this cycle.
+    conn.execute("SELECT pg_notify('gpuhealth_scored', current_schema())")
     conn.commit()
     return result
 

@@ -4,7 +4,8 @@ One query per cycle reads the 1-minute rollup for the long window and folds it
 per GPU (counter increments use lag(), so a counter reset by a GPU reset is
 not a negative rate); one reads XID events; one joins the inventory and the
 latest sample. Nothing pulls raw samples into Python: at 10,000 GPUs a cycle
-reads ~600k rollup rows inside PostgreSQL and returns 10,000.
+reads ~600k rollup rows inside PostgreSQL and returns 10,000. Only refreshed
+minutes are read: those before gpu_metrics_1min_settled() (schema/0014).
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ WITH win AS (
            (coalesce(nvlink_replay_errors_total_max, 0) + coalesce(nvlink_recovery_errors_total_max, 0))
              - lag(coalesce(nvlink_replay_errors_total_max, 0) + coalesce(nvlink_recovery_errors_total_max, 0)) OVER w AS d_nvl
     FROM gpu_metrics_1min
-    WHERE bucket > %(t)s - %(long)s AND bucket <= %(t)s
+    WHERE bucket > %(t)s - %(long)s AND bucket <= %(t)s AND bucket < (SELECT gpu_metrics_1min_settled())
     WINDOW w AS (PARTITION BY gpu_uuid ORDER BY bucket)
 )
 SELECT gpu_uuid,
@@ -112,7 +113,8 @@ _INVENTORY = """
 SELECT a.gpu_uuid, a.hostname, a.model,
        CASE WHEN l.time <= %(t)s THEN l.time ELSE (
            SELECT max(bucket) + interval '59 seconds' FROM gpu_metrics_1min r
-           WHERE r.gpu_uuid = a.gpu_uuid AND r.bucket <= %(t)s AND r.bucket > %(t)s - %(long)s)
+           WHERE r.gpu_uuid = a.gpu_uuid AND r.bucket <= %(t)s AND r.bucket > %(t)s - %(long)s
+             AND r.bucket < (SELECT gpu_metrics_1min_settled()))
        END,
        coalesce(a.slowdown_temp_c, %(slowdown)s),
        a.power_limit_w, a.fb_total_mib, l.pod, l.fb_used_mib, l.row_remap_pending,

@@ -65,6 +65,7 @@ WITH r AS (
                    + coalesce(m.nvlink_crc_data_errors_total_max, 0)) OVER w, 0) AS d_crc
     FROM gpu_metrics_1min m
     WHERE m.bucket > %(t)s - %(trend)s AND m.bucket <= %(t)s
+      AND m.bucket < (SELECT gpu_metrics_1min_settled())
     WINDOW w AS (PARTITION BY m.gpu_uuid ORDER BY m.bucket)
 ), fit AS (
     SELECT gpu_uuid,

@@ -30,6 +30,7 @@ from shared.errors import DatabaseError
 from .deadletters import DeadLetterRelay
 from .decode import Decoded, decode
 from .metrics import SinkMetrics
+from .rollup import RollupRefresher
 from .writer import BatchWriter, EarlierBatchError, WriteResult
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,7 @@ class SinkLoop:
         max_backoff_s: float = 30.0,
         housekeeping: Callable[[], None] = lambda: None,
         dlq_reader: Callable[[], confluent_kafka.Consumer] | None = None,
+        rollup: RollupRefresher | None = None,
     ) -> None:
         """`dlq_reader` makes a consumer (no group needed) that the dead-letter relay uses to
         check, after a failure, whether a letter already reached the topic."""
@@ -67,6 +69,7 @@ class SinkLoop:
         self.ever_owned: set[tuple[str, int]] = set()
         self.stop = threading.Event()
         self._last_lag = 0.0
+        self._caught_up = True  # the last consume was not a full batch
         # Per partition, the next offset known stored in the database (the lag is measured from it).
         self.stored: dict[tuple[str, int], int] = {}
         self.relay = DeadLetterRelay(
@@ -80,6 +83,8 @@ class SinkLoop:
         # the next being staged. The writer has a connection for each.
         self.lanes = max(1, writer.connections // DEPTH)
         self._executor = ThreadPoolExecutor(max_workers=writer.connections, thread_name_prefix="sink-writer")
+        # The 1-minute rollup is refreshed after the batches, in a thread of its own (rollup.py).
+        self.rollup = rollup if rollup is not None else RollupRefresher(writer.settings, metrics)
 
     # ---------------------------------------------------------------- rebalance
     def subscribe(self) -> None:
@@ -144,9 +149,11 @@ class SinkLoop:
         """
         self.subscribe()
         in_flight: dict[int, deque[tuple[Decoded, Future[WriteResult]]]] = {}
+        self.rollup.start()
         try:
             while not self.stop.is_set():
                 messages = self.consumer.consume(self.batch_size, self.poll_timeout_s)
+                self._caught_up = len(messages) < self.batch_size
                 if self._held:  # polled while paused: they come first, as they were fetched first
                     messages, self._held = [*self._held, *messages], []
                 lanes = self._decode(messages) if messages else {}
@@ -172,6 +179,7 @@ class SinkLoop:
             self.relay.deliver_pending()
         finally:
             self._executor.shutdown(wait=True)
+            self.rollup.close()
             self.relay.close()
             self.dlq.flush(30)
 
@@ -304,8 +312,8 @@ class SinkLoop:
         self.metrics.batches.inc()
         self.metrics.rows.labels("gpu_metrics").inc(result.metrics_inserted)
         self.metrics.rows.labels("gpu_events").inc(result.events_inserted)
-        if result.metrics_inserted:  # the rollup is folded in the same statement as the rows
-            self.metrics.rollup_last_refresh.set_to_current_time()
+        if result.times:
+            self.rollup.stored(caught_up=self._caught_up)
         # records the database refused are neither rows nor duplicates: they are dead letters
         rows_skipped = len(batch.rows) - result.refused_rows - result.metrics_inserted
         events_skipped = len(batch.events) - result.refused_events - result.events_inserted

@@ -63,6 +63,21 @@ class SinkMetrics:
         )  # fmt: skip
         self.rollup_last_refresh = Gauge(
             p + "rollup_last_refresh_timestamp_seconds",
-            "When new samples were last folded into the 1-minute rollup (or its refresh job last succeeded)",
+            "When the 1-minute rollup was last refreshed (or its refresh job last succeeded)",
             registry=registry,
+        )
+        self.rollup_lag = Gauge(
+            p + "rollup_lag_seconds",
+            "How long the oldest stored batch has waited for the 1-minute rollup's refresh (0: current)",
+            registry=registry,
+        )
+        self.rollup_seconds = Histogram(
+            p + "rollup_refresh_seconds", "Time of one refresh of the 1-minute rollup", registry=registry,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )  # fmt: skip
+        self.rollup_minutes = Counter(
+            p + "rollup_minutes_refreshed", "Minutes of the 1-minute rollup recomputed", registry=registry
+        )
+        self.rollup_failures = Counter(
+            p + "rollup_refresh_failures", "Refreshes of the 1-minute rollup that failed", registry=registry
         )

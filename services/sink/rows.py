@@ -66,7 +66,7 @@ def _stage_mig(message: Any) -> None:
 
 # The contract's JSON Schema compiled into a decoder that yields staging rows.
 FAST_SAMPLE = FastDecoder(GpuSample.model_json_schema(), STAGE_COLUMNS, sane_time, _stage_mig)
-GPU_UUID, _TIME = STAGE_COLUMNS.index("gpu_uuid"), STAGE_COLUMNS.index("time")
+GPU_UUID, TIME = STAGE_COLUMNS.index("gpu_uuid"), STAGE_COLUMNS.index("time")
 
 
 def stage_row(raw: bytes | str) -> Row:
@@ -96,11 +96,11 @@ def newest_per_gpu(rows: Iterable[Row]) -> list[Row]:
     newest: dict[str, Row] = {}
     first: dict[str, datetime] = {}
     for row in rows:
-        gpu, time = row[GPU_UUID], row[_TIME]
+        gpu, time = row[GPU_UUID], row[TIME]
         kept = newest.get(gpu)
         if kept is None:
             newest[gpu], first[gpu] = row, time
-        elif time > kept[_TIME]:
+        elif time > kept[TIME]:
             newest[gpu] = row
         elif time < first[gpu]:
             first[gpu] = time

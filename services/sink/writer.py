@@ -1,15 +1,19 @@
 """Writes one batch in ONE transaction: rows, derived tables and the Kafka offsets together.
 
-1. binary COPY of the batch into temporary staging tables;
-2. INSERT ... SELECT ... ON CONFLICT DO NOTHING into the hypertables, so a
-   replayed or re-delivered message adds nothing;
-3. under the apache license, the rows that statement really inserted are
-   folded into the 1-minute rollup in the same statement (the SQL comes from
-   the schema: gpu_metrics_insert_sql(), beside the rollup's definition);
-   gpu_latest and gpu_assets from each GPU's newest staged row;
-4. the batch's dead letters into sink_dead_letters (delivered to the
+1. optimistically, under a savepoint, a binary COPY of the samples straight
+   into gpu_metrics: a batch the database has never seen (the common case)
+   goes in at COPY's cost;
+2. only if that fails (a unique violation: a replay; or a value PostgreSQL
+   refuses), back to the savepoint and the careful path: binary COPY into
+   temporary staging tables, then INSERT ... SELECT ... ON CONFLICT DO
+   NOTHING into the hypertables, so a replayed message adds nothing;
+3. gpu_latest and gpu_assets from each GPU's newest row (staged, one per GPU),
+   the events through staging and ON CONFLICT;
+4. the minutes the batch stored samples in, as notes for the rollup's refresh
+   (rollup.py recomputes them after the commit, outside the batch);
+5. the batch's dead letters into sink_dead_letters (delivered to the
    dead-letter topic after the commit, see deadletters.py);
-5. the next offset of every partition in the batch into kafka_offsets, never
+6. the next offset of every partition in the batch into kafka_offsets, never
    moving backwards.
 
 Either all of it is committed or none of it is: offsets are never stored past
@@ -28,6 +32,8 @@ import logging
 import queue
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
+from operator import itemgetter
 from typing import Any
 
 import psycopg
@@ -40,17 +46,8 @@ from shared.models import GpuEvent
 
 from .deadletters import DeadLetter, record_params, record_statement
 from .faults import describe, is_data_fault
-from .rows import (
-    ASSET_ONLY,
-    EVENT_COLUMNS,
-    EVENT_TYPES,
-    METRIC_COLUMNS,
-    STAGE_COLUMNS,
-    STAGE_TYPES,
-    Row,
-    event_row,
-    newest_per_gpu,
-)
+from .rows import STAGE_TYPES, TIME, Row, event_row, newest_per_gpu
+from .statements import EVENTS_STAGE, LATEST_STAGE, METRICS_STAGE, STATEMENTS, WIDTH
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +65,9 @@ class WriteResult:
     # records the database refused (isolated and dead-lettered)
     refused_rows: int = 0
     refused_events: int = 0
+    # the times of the samples stored: their minutes are noted for the rollup's refresh
+    times: set[datetime] = field(default_factory=set)
+    optimistic: bool = False  # the samples went in by the straight COPY
 
 
 @dataclass(slots=True)
@@ -84,91 +84,8 @@ class Batch:
 _Item = tuple[Row | None, GpuEvent | None, Origin | None]  # one record of a batch being split
 
 
-def _ident_list(names: Iterable[str]) -> sql.Composed:
-    return sql.SQL(", ").join(sql.Identifier(n) for n in names)
-
-
-_COLS = _ident_list(METRIC_COLUMNS)
-_UPDATE_LATEST = sql.SQL(", ").join(
-    sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c)) for c in METRIC_COLUMNS if c != "gpu_uuid"
-)
-_ASSET_COLS = (
-    "gpu_uuid", *ASSET_ONLY, "hostname", "cluster", "datacenter", "region", "rack",
-    "slowdown_temp_c", "shutdown_temp_c", "power_limit_w", "fb_total_mib",
-)  # fmt: skip
-# Limits a GPU reported once are kept when a later sample lacks them.
-_KEEP_IF_NULL = {
-    "slowdown_temp_c",
-    "shutdown_temp_c",
-    "power_limit_w",
-    "fb_total_mib",
-    "pci_bus_id",
-}
-_UPDATE_ASSET = sql.SQL(", ").join(
-    sql.SQL(
-        "{0} = coalesce(EXCLUDED.{0}, gpu_assets.{0})" if c in _KEEP_IF_NULL else "{0} = EXCLUDED.{0}"
-    ).format(sql.Identifier(c))
-    for c in _ASSET_COLS[1:]
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Stage:
-    """A temporary table a batch is COPYed into, once per transaction (ON COMMIT DELETE ROWS)."""
-
-    table: str
-    columns: tuple[str, ...]
-    types: tuple[str, ...]
-
-    def create(self) -> sql.Composed:
-        definition = sql.SQL(", ").join(
-            sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(t))
-            for c, t in zip(self.columns, self.types, strict=True)
-        )
-        return sql.SQL("CREATE TEMP TABLE {} ({}) ON COMMIT DELETE ROWS").format(
-            sql.Identifier(self.table), definition
-        )
-
-    def copy_rows(self, cur: psycopg.Cursor[tuple[object, ...]], rows: Iterable[tuple[Any, ...]]) -> None:
-        """Binary COPY of the rows into this stage."""
-        statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
-            sql.Identifier(self.table), _ident_list(self.columns)
-        )
-        with cur.copy(statement) as copy:
-            copy.set_types(self.types)
-            for row in rows:
-                copy.write_row(row)
-
-
-METRICS_STAGE = Stage("_stage_metrics", STAGE_COLUMNS, STAGE_TYPES)
-# The newest staged row of each GPU, and when the batch first saw it: gpu_latest and
-# gpu_assets are upserted once per GPU, without sorting the whole batch in SQL.
-LATEST_STAGE = Stage("_stage_latest", (*STAGE_COLUMNS, "first_seen"), (*STAGE_TYPES, "timestamptz"))
-EVENTS_STAGE = Stage("_stage_events", EVENT_COLUMNS, EVENT_TYPES)
-
-STATEMENTS: dict[str, sql.Composed | sql.SQL] = {
-    "latest": sql.SQL(
-        "INSERT INTO gpu_latest ({c}) SELECT {c} FROM _stage_latest"
-        " ON CONFLICT (gpu_uuid) DO UPDATE SET {u} WHERE EXCLUDED.time > gpu_latest.time"
-    ).format(c=_COLS, u=_UPDATE_LATEST),
-    "assets": sql.SQL(
-        "INSERT INTO gpu_assets ({a}, first_seen, last_seen)"
-        " SELECT {a}, first_seen, time FROM _stage_latest"
-        " ON CONFLICT (gpu_uuid) DO UPDATE SET {u},"
-        " first_seen = least(gpu_assets.first_seen, EXCLUDED.first_seen), last_seen = EXCLUDED.last_seen"
-        " WHERE EXCLUDED.last_seen >= gpu_assets.last_seen"
-    ).format(a=_ident_list(_ASSET_COLS), u=_UPDATE_ASSET),
-    "events": sql.SQL(
-        "INSERT INTO gpu_events ({c}) SELECT {c} FROM _stage_events"
-        " ON CONFLICT (gpu_uuid, time, kind) DO NOTHING"
-    ).format(c=_ident_list(EVENT_COLUMNS)),
-    "offsets": sql.SQL(
-        "INSERT INTO kafka_offsets (consumer_group, topic, partition, next_offset)"
-        " VALUES (%s, %s, %s, %s)"
-        " ON CONFLICT (consumer_group, topic, partition) DO UPDATE"
-        " SET next_offset = greatest(kafka_offsets.next_offset, EXCLUDED.next_offset), updated_at = now()"
-    ),
-}
+_TIMES = itemgetter(TIME)
+_UNIQUE_VIOLATION = "23505"
 
 
 class EarlierBatchError(DatabaseError):
@@ -201,7 +118,6 @@ class BatchWriter:
         # One connection per concurrent write, and one more (the last) for reading stored
         # offsets, so that never commits in the middle of a batch's transaction.
         self._conns: list[psycopg.Connection[tuple[object, ...]] | None] = [None] * (connections + 1)
-        self._insert_metrics: sql.Composed | None = None
 
     def _connection(self, slot: int) -> psycopg.Connection[tuple[object, ...]]:
         conn = self._conns[slot]
@@ -211,10 +127,6 @@ class BatchWriter:
         conn = connect(self.settings)
         try:
             conn.execute(sql.SQL("SET statement_timeout = {}").format(sql.Literal(self.statement_timeout_ms)))
-            template = conn.execute("SELECT gpu_metrics_insert_sql('')").fetchone()
-            if template is None:
-                raise DatabaseError("the schema has no gpu_metrics_insert_sql(): run the migrations")
-            self._insert_metrics = sql.SQL(str(template[0])).format(cols=_COLS)
             for stage in (METRICS_STAGE, LATEST_STAGE, EVENTS_STAGE):
                 conn.execute(stage.create())
             conn.commit()
@@ -259,20 +171,31 @@ class BatchWriter:
         try:
             with conn.cursor() as cur:
                 cur.execute("SAVEPOINT batch")
-                fault = self._stage(cur, batch.rows, batch.events)
+                # What is small is staged while the batch before runs its statements.
+                fault = self._stage(cur, [], batch.events, newest=batch.rows)
                 if after is not None:
                     try:
                         after()
                     except Exception as e:
                         raise EarlierBatchError(f"not stored, as the batch before it was not: {e}") from e
                 if fault is None:
-                    fault = self._insert(cur, result, batch.rows, batch.events)
+                    # After the batch before it is stored: the straight COPY may then wait on
+                    # nothing of this lane, so the two can never deadlock over a shared key.
+                    fault = self._optimistic(cur, result, batch)
+                if fault is not None:  # a replay, or a value refused: the careful path
+                    cur.execute("ROLLBACK TO SAVEPOINT batch")
+                    result = WriteResult()
+                    fault = self._stage(cur, batch.rows, batch.events) or self._insert(
+                        cur, result, batch.rows, batch.events
+                    )
                 dead = batch.dead
                 if fault is not None:
                     cur.execute("ROLLBACK TO SAVEPOINT batch")
                     log.warning("batch refused by the database, isolating the records: %s", describe(fault))
                     result = WriteResult()
                     dead = [*dead, *self._isolate(cur, result, batch)]
+                if result.times:
+                    cur.execute(STATEMENTS["note"], (list(result.times),))
                 if dead:
                     cur.executemany(record_statement(), record_params(self.group, dead))
                     result.dead_recorded = len(dead)
@@ -293,14 +216,67 @@ class BatchWriter:
             raise DatabaseError(f"batch write failed ({type(e).__name__}): {e}") from e
         return result
 
-    def _stage(
-        self, cur: psycopg.Cursor[tuple[object, ...]], rows: list[Row], events: list[GpuEvent]
+    def _optimistic(
+        self, cur: psycopg.Cursor[tuple[object, ...]], result: WriteResult, batch: Batch
     ) -> Exception | None:
-        """COPY the records into the staging tables; the data fault that stopped it, if any."""
+        """The samples by a binary COPY straight into gpu_metrics, then what derives from them.
+
+        The rows' newest-per-GPU and the events are already staged. A data fault (a
+        unique violation: the batch was stored before; or a value refused) is returned
+        for the caller to go back to the savepoint and take the careful path.
+        """
+        try:
+            if batch.rows:
+                with cur.copy(STATEMENTS["copy"]) as copy:
+                    copy.set_types(STAGE_TYPES[:WIDTH])
+                    for row in batch.rows:
+                        copy.write_row(row[:WIDTH])
+                result.metrics_inserted = len(batch.rows)
+                result.times.update(map(_TIMES, batch.rows))
+                result.optimistic = True
+                self._derived(cur, result, batch.events, latest=True)
+            elif batch.events:
+                self._derived(cur, result, batch.events, latest=False)
+        except Exception as e:
+            if not is_data_fault(e, cur.connection):
+                raise
+            if not (isinstance(e, psycopg.Error) and e.sqlstate == _UNIQUE_VIOLATION):
+                log.info("the straight COPY was refused, taking the careful path: %s", describe(e))
+            return e
+        return None
+
+    def _derived(
+        self,
+        cur: psycopg.Cursor[tuple[object, ...]],
+        result: WriteResult,
+        events: list[GpuEvent],
+        *,
+        latest: bool,
+    ) -> None:
+        """gpu_latest and gpu_assets from the staged newest rows; the staged events."""
+        if latest:
+            cur.execute(STATEMENTS["latest"])
+            cur.execute(STATEMENTS["assets"])
+        if events:
+            cur.execute(STATEMENTS["events"])
+            result.events_inserted += cur.rowcount
+
+    def _stage(
+        self,
+        cur: psycopg.Cursor[tuple[object, ...]],
+        rows: list[Row],
+        events: list[GpuEvent],
+        newest: list[Row] | None = None,
+    ) -> Exception | None:
+        """COPY the records into the staging tables; the data fault that stopped it, if any.
+
+        `newest`: rows of which only each GPU's newest is staged (for gpu_latest and gpu_assets).
+        """
         try:
             if rows:
                 METRICS_STAGE.copy_rows(cur, rows)
-                LATEST_STAGE.copy_rows(cur, newest_per_gpu(rows))
+            if rows or newest:
+                LATEST_STAGE.copy_rows(cur, newest_per_gpu(newest if newest is not None else rows))
             if events:
                 EVENTS_STAGE.copy_rows(cur, map(event_row, events))
         except Exception as e:
@@ -319,15 +295,10 @@ class BatchWriter:
         """From the staging tables into the hypertables; the data fault that stopped it, if any."""
         try:
             if rows:
-                assert self._insert_metrics is not None
-                cur.execute(self._insert_metrics)
-                row = cur.fetchone() if cur.description else None
-                result.metrics_inserted += int(str(row[0])) if row else cur.rowcount
-                cur.execute(STATEMENTS["latest"])
-                cur.execute(STATEMENTS["assets"])
-            if events:
-                cur.execute(STATEMENTS["events"])
-                result.events_inserted += cur.rowcount
+                cur.execute(STATEMENTS["metrics"])
+                result.metrics_inserted += cur.rowcount
+                result.times.update(map(_TIMES, rows))
+            self._derived(cur, result, events, latest=bool(rows))
         except Exception as e:
             if not is_data_fault(e, cur.connection):
                 raise
@@ -356,6 +327,7 @@ class BatchWriter:
                 cur.execute("RELEASE SAVEPOINT part")
                 result.metrics_inserted += stored.metrics_inserted
                 result.events_inserted += stored.events_inserted
+                result.times |= stored.times
                 continue
             cur.execute("ROLLBACK TO SAVEPOINT part")
             cur.execute("RELEASE SAVEPOINT part")

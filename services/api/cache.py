@@ -1,0 +1,101 @@
+"""Fleet-wide answers kept until the scorer's next cycle, and never longer than `max_age_s`.
+
+The fleet summary and the GPU list read 10,000 GPUs' status at each request; the
+status changes once per scoring cycle. The scorer announces each committed cycle
+(pg_notify('gpuhealth_scored', schema), sent at its commit); this cache LISTENs
+on its own connection and forgets everything when one arrives. An answer is
+stored only if no cycle was announced while it was being computed, so it is
+never older than the cycle it was read in. While the listening connection is
+not up (not yet connected, lost), nothing is cached: an announcement could be
+missed. `max_age_s` bounds an entry's age whatever happens (a scorer that
+stopped announcing). The encoded JSON is kept, so a hit costs no database
+round trip, no row conversion and no JSON encoding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any
+
+import psycopg
+from fastapi.encoders import jsonable_encoder
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "gpuhealth_scored"
+
+
+def encode(content: Any) -> bytes:
+    """JSON exactly as FastAPI's JSONResponse renders a returned value."""
+    return json.dumps(
+        jsonable_encoder(content), ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")
+    ).encode("utf-8")
+
+
+class CycleCache:
+    def __init__(self, conninfo: str, *, max_age_s: float, max_entries: int = 512) -> None:
+        self.conninfo, self.max_age_s, self.max_entries = conninfo, max_age_s, max_entries
+        self.generation = 0  # bumped by every announced cycle and every (re)connection
+        self.listening = False
+        self._entries: dict[Hashable, tuple[int, float, bytes]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self.hits = self.misses = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_age_s > 0
+
+    def start(self) -> None:
+        if self.enabled and self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._listen())
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    def _forget(self) -> None:
+        self.generation += 1
+        self._entries.clear()
+
+    async def _listen(self) -> None:
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True) as conn:
+                    schema = (await (await conn.execute("SELECT current_schema()")).fetchone() or [None])[0]
+                    await conn.execute(f"LISTEN {CHANNEL}")
+                    self._forget()  # what was cached before listening may have missed a cycle
+                    self.listening = True
+                    async for note in conn.notifies():
+                        if note.payload == schema:
+                            self._forget()
+            except (psycopg.Error, OSError) as e:
+                log.info("not caching: the scorer's announcements cannot be heard (%s)", e)
+            finally:
+                self.listening = False
+                self._forget()
+            await asyncio.sleep(1.0)
+
+    async def get_or_compute(self, key: Hashable, compute: Callable[[], Awaitable[Any]]) -> bytes:
+        """The encoded answer for `key`: cached if still in this cycle, else computed (and cached)."""
+        now = time.monotonic()
+        if self.listening:
+            entry = self._entries.get(key)
+            if entry is not None and entry[0] == self.generation and now - entry[1] < self.max_age_s:
+                self.hits += 1
+                return entry[2]
+        self.misses += 1
+        generation, listening = self.generation, self.listening
+        body = encode(await compute())
+        if listening and self.listening and generation == self.generation:
+            if len(self._entries) >= self.max_entries:
+                self._entries.clear()
+            self._entries[key] = (generation, now, body)
+        return body

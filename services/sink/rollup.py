@@ -1,0 +1,137 @@
+"""The 1-minute rollup's refresh loop: recomputes the minutes that stored batches noted, after them.
+
+A batch notes the minutes it stored samples in, in its own transaction
+(writer.py); this thread, on its own connection, calls
+gpu_metrics_1min_refresh() (schema/0014), which takes the committed notes and
+recomputes those minutes from gpu_metrics. A minute is recomputed whole, so
+refreshing while it still fills costs its rows again: while the sink is
+behind (full batches) it refreshes at most every `interval_s`, so a burst of
+batches costs one refresh; once it has caught up (a batch that was not full)
+at most every `caught_up_s`, so the rollup follows the stream closely. The
+lag (how long the oldest stored but unrefreshed batch has waited) is on
+/metrics, bounded by the interval plus one refresh while the database is up. Readers
+keep to the refreshed minutes through gpu_metrics_1min_settled(). A last
+refresh runs on close, so a sink that stops cleanly leaves the rollup whole.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import timedelta
+
+import psycopg
+
+from shared.config import DatabaseSettings
+from shared.db import connect
+
+from .metrics import SinkMetrics
+
+log = logging.getLogger(__name__)
+
+
+class RollupRefresher:
+    def __init__(
+        self,
+        settings: DatabaseSettings,
+        metrics: SinkMetrics,
+        *,
+        interval_s: float = 2.0,
+        caught_up_s: float = 0.25,
+        keep_raw: timedelta = timedelta(days=30),
+        statement_timeout_ms: int = 60_000,
+    ) -> None:
+        self.settings, self.metrics = settings, metrics
+        self.interval_s, self.caught_up_s, self.keep_raw = interval_s, caught_up_s, keep_raw
+        self._pause_s = interval_s  # the pause that applies now
+        self.statement_timeout_ms = statement_timeout_ms
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._waiting_since: float | None = None  # the oldest stored batch not yet refreshed
+        self._stored = 0  # batches stored so far (a refresh covers those stored before it began)
+        self._conn: psycopg.Connection[tuple[object, ...]] | None = None
+        self._thread: threading.Thread | None = None
+        metrics.rollup_lag.set_function(self.lag_s)
+
+    def lag_s(self) -> float:
+        """Seconds the oldest stored but unrefreshed batch has waited (0: the rollup is current)."""
+        since = self._waiting_since
+        return 0.0 if since is None else max(0.0, time.monotonic() - since)
+
+    def stored(self, *, caught_up: bool = True) -> None:
+        """A batch with samples was committed: its minutes are to be refreshed.
+
+        `caught_up`: the batch was not full (the sink is not behind): refresh soon.
+        """
+        with self._lock:
+            self._pause_s = min(self.caught_up_s, self.interval_s) if caught_up else self.interval_s
+            self._stored += 1
+            if self._waiting_since is None:
+                self._waiting_since = time.monotonic()
+        self._wake.set()
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="rollup-refresh", daemon=True)
+            self._thread.start()
+
+    def close(self, timeout_s: float = 60.0) -> None:
+        """Stop the thread, then refresh once more (what the last batches noted)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
+        if self._waiting_since is not None:
+            self.refresh()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _run(self) -> None:
+        last = 0.0
+        while not self._stop.is_set():
+            self._wake.wait()
+            if self._stop.is_set():
+                return
+            while (pause := last + self._pause_s - time.monotonic()) > 0:
+                if self._stop.wait(min(pause, self.caught_up_s)):  # so a catch-up is seen soon
+                    return
+            self._wake.clear()
+            last = time.monotonic()
+            if not self.refresh():
+                self._stop.wait(min(5.0, 4 * self.interval_s))  # the database is away: not in a spin
+                self._wake.set()
+
+    def refresh(self) -> bool:
+        """One refresh of every noted minute; False (logged and counted) if it failed."""
+        with self._lock:
+            seen = self._stored
+            started = time.monotonic()
+        try:
+            conn = self._connection()
+            row = conn.execute("SELECT gpu_metrics_1min_refresh(%s)", (self.keep_raw,)).fetchone()
+            conn.commit()
+        except psycopg.Error as e:
+            self.metrics.rollup_failures.inc()
+            log.warning("rollup refresh failed, retrying: %s", e)
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+            return False
+        with self._lock:
+            # Batches stored after the refresh began may not be in it: they keep waiting.
+            self._waiting_since = None if self._stored == seen else started
+        self.metrics.rollup_seconds.observe(time.monotonic() - started)
+        self.metrics.rollup_minutes.inc(int(str(row[0])) if row else 0)
+        self.metrics.rollup_last_refresh.set_to_current_time()
+        return True
+
+    def _connection(self) -> psycopg.Connection[tuple[object, ...]]:
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            self._conn = connect(self.settings)
+            self._conn.execute(f"SET statement_timeout = {int(self.statement_timeout_ms)}")
+            self._conn.commit()
+        return self._conn

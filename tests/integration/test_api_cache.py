@@ -1,0 +1,123 @@
+"""The API's cycle cache: an answer lasts until the scorer's next cycle, never longer."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from evaluation.pipeline import wait_until
+from services.api.app import create_app
+from services.api.settings import ApiSection
+from services.scorer.cycle import run_cycle
+from services.scorer.rules_config import load_rules
+from shared.config import DatabaseSettings
+from shared.db import connect
+
+ADD_GPU = """
+INSERT INTO gpu_assets (gpu_uuid, model, gpu_index, hostname, cluster, first_seen, last_seen)
+VALUES (%s, 'NVIDIA H100 80GB HBM3', 0, 'node-0', 'c1', now(), now())
+"""
+
+
+def add_gpu(db: DatabaseSettings, n: int) -> None:
+    with connect(db) as conn:
+        conn.execute(ADD_GPU, (f"GPU-{n:08d}-0000-4000-8000-000000000000",))
+        conn.commit()
+
+
+def gpus(client: TestClient) -> tuple[int, int]:
+    summary = client.get("/api/v1/fleet/summary")
+    listed = client.get("/api/v1/gpus", params={"sort": "hostname"})
+    assert summary.status_code == listed.status_code == 200
+    return summary.json()["gpus"], listed.json()["total"]
+
+
+@pytest.fixture
+def cached(migrated: DatabaseSettings) -> Iterator[TestClient]:
+    app = create_app(migrated, ApiSection(cache_max_age_s=600))
+    with TestClient(app) as client:
+        wait_until(lambda: app.state.cache.listening, 30, "the cache to listen")
+        yield client
+
+
+def test_answers_last_until_the_scorers_next_cycle(migrated: DatabaseSettings, cached: TestClient) -> None:
+    add_gpu(migrated, 1)
+    assert gpus(cached) == (1, 1)
+    add_gpu(migrated, 2)  # not a scoring cycle: the answers of this cycle stand
+    assert gpus(cached) == (1, 1)
+    with connect(migrated) as conn:  # another tenant's cycle is not this one's
+        conn.execute("SELECT pg_notify('gpuhealth_scored', 'someone_else')")
+        conn.commit()
+    assert gpus(cached) == (1, 1)
+    with connect(migrated) as conn:
+        run_cycle(conn, datetime.now(UTC), load_rules(), None)  # the scorer's cycle announces itself
+    wait_until(lambda: gpus(cached) == (2, 2), 30, "the next cycle's answers")
+
+
+def test_no_cache_reads_the_database_every_time(migrated: DatabaseSettings) -> None:
+    with TestClient(create_app(migrated, ApiSection(cache_max_age_s=0))) as client:
+        add_gpu(migrated, 1)
+        assert gpus(client) == (1, 1)
+        add_gpu(migrated, 2)
+        assert gpus(client) == (2, 2)
+
+
+def test_an_answer_is_never_older_than_its_max_age(migrated: DatabaseSettings) -> None:
+    app = create_app(migrated, ApiSection(cache_max_age_s=0.2))
+    with TestClient(app) as client:
+        wait_until(lambda: app.state.cache.listening, 30, "the cache to listen")
+        add_gpu(migrated, 1)
+        assert gpus(client) == (1, 1)
+        add_gpu(migrated, 2)
+        wait_until(lambda: gpus(client) == (2, 2), 30, "the answer to age out")
+
+
+@pytest.fixture
+def two_apps(migrated: DatabaseSettings) -> Iterator[tuple[TestClient, TestClient]]:
+    for n in range(12):
+        add_gpu(migrated, n)
+    with connect(migrated) as conn:
+        conn.execute(
+            "INSERT INTO gpu_status (gpu_uuid, state, score, grade, action, as_of)"
+            " SELECT gpu_uuid, (ARRAY['healthy', 'degraded', 'unhealthy'])[1 + ascii(md5(gpu_uuid)) % 3],"
+            " ascii(substr(md5(gpu_uuid), 2)) % 100, 'A', 'none', now() FROM gpu_assets"
+        )
+        conn.commit()
+    app = create_app(migrated, ApiSection(cache_max_age_s=600))
+    with TestClient(app) as cached, TestClient(create_app(migrated, ApiSection(cache_max_age_s=0))) as plain:
+        wait_until(lambda: app.state.cache.listening, 30, "the cache to listen")
+        yield cached, plain
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    queries=st.lists(
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "sort": st.sampled_from(["score", "-score", "hostname", "-temp", "power"]),
+                "limit": st.integers(1, 15),
+                "offset": st.integers(0, 14),
+                "state": st.sampled_from(["healthy", "degraded", "unhealthy"]),
+                "cluster": st.sampled_from(["c1", "c2"]),
+            },
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_a_cached_answer_is_the_answer_to_that_very_question(
+    two_apps: tuple[TestClient, TestClient], queries: list[dict[str, str | int]]
+) -> None:
+    """Whatever the order of questions, each cached answer is what the database says to it."""
+    cached, plain = two_apps
+    for params in queries:
+        got, want = cached.get("/api/v1/gpus", params=params), plain.get("/api/v1/gpus", params=params)
+        assert got.status_code == want.status_code == 200
+        assert got.content == want.content
+    assert cached.get("/api/v1/fleet/summary").content == plain.get("/api/v1/fleet/summary").content
