@@ -10,6 +10,8 @@ acknowledging.
 
 from __future__ import annotations
 
+import json
+
 import struct
 import zlib
 from html import escape
@@ -100,13 +102,13 @@ def alert_rows(alerts: list[dict[str, Any]]) -> str:
 
 
 async def render_page(request: Request, template: str) -> str:
-    summary = await routes.fleet_summary(request)
+    summary = json.loads((await routes.fleet_summary(request)).body)  # the same cached answer the API gives
     gpus: list[dict[str, Any]] = []
     while True:  # the whole fleet, in the API's pages
-        listed = await routes.list_gpus(
+        listed = json.loads((await routes.list_gpus(
             request, cluster=None, datacenter=None, rack=None, host=None, model=None,
             state=None, sort="hostname", limit=1000, offset=len(gpus), cursor=None,
-        )  # fmt: skip
+        )).body)  # fmt: skip
         gpus += listed["gpus"]
         if not listed["gpus"] or len(gpus) >= listed["total"]:
             break
