@@ -40,6 +40,10 @@ class DatabaseUnavailableError(DatabaseError):
     """The database could not be reached in time."""
 
 
+class DataRefusedError(DatabaseError):
+    """The database (or the driver, before sending) refused the values themselves: retrying cannot help."""
+
+
 class MigrationError(DatabaseError):
     """A schema migration is malformed, failed, or was edited after it was applied."""
 

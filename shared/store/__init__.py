@@ -1,0 +1,10 @@
+"""The data-access package: every SQL statement the services, the evaluation and the benches run.
+
+Nothing outside this package (and `schema/`, the migrations) writes SQL; a test
+(tests/unit/shared/store/test_owns_sql.py) fails if some does. Callers pass a
+psycopg connection (sync or async, as they hold one) and get typed rows back;
+driver errors come out translated into the project's own (`errors.translated`).
+
+Modules, one per table family:
+- `errors`: psycopg's exceptions into `shared.errors` (unavailable / data refused / other).
+"""
