@@ -2,7 +2,7 @@
 
 The mock renders each node's exposition, the collector's own parser, enricher
 and event detector turn it into samples and events, and the sink's own batch
-writer stores them (with the rollup) in one transaction per poll. Only the
+writer stores them in one transaction per poll (and the rollup is refreshed after each). Only the
 Kafka hop is left out, so 72 simulated hours of a 32-GPU fleet take a minute
 or two instead of an hour; the Kafka path is covered by evaluation/pipeline.py
 and the integration tests, which run the same scenarios on it.
@@ -13,7 +13,9 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+
+from prometheus_client import CollectorRegistry
 
 from services.collector.dcgm_source import parse_exposition
 from services.collector.enrich import Enricher, Placement, reading_time
@@ -24,6 +26,8 @@ from services.mock_dcgm.simulation import NodeSim
 from services.scorer.cycle import CycleResult, run_cycle
 from services.scorer.predict import Prediction
 from services.scorer.rules_config import Rules
+from services.sink.metrics import SinkMetrics
+from services.sink.rollup import RollupRefresher
 from services.sink.rows import sample_row
 from services.sink.writer import Batch, BatchWriter
 from shared.config import DatabaseSettings
@@ -76,6 +80,9 @@ class SimFeed:
         )
         self.detector = EventDetector(collector_id="eval")
         self.writer = BatchWriter(db, group="eval-feed", connections=1)
+        # the sink refreshes the rollup after its batches; here each write is followed by its refresh,
+        # and the simulated past is never too old to be recomputed
+        self.rollup = RollupRefresher(db, SinkMetrics(CollectorRegistry()), keep_raw=timedelta(days=3650))
         self.urls = [f"mock://{n.hostname}" for n in self.fleet.nodes]
         self.next_poll_t: float | None = None
         self.last_poll_s: float | None = None
@@ -104,7 +111,7 @@ class SimFeed:
             batch.rows.extend(sample_row(s) for s in samples)
             batch.events.extend(self.detector.observe(url, reading.source, samples, reading_time(reading)))
         if own:
-            self.writer.write(batch)
+            self.store(batch)
 
     def advance(self, seconds: float, poll_s: float) -> None:
         """Move the clock by exactly `seconds`, polling on the fixed poll_s grid on the way (so
@@ -120,7 +127,13 @@ class SimFeed:
             self.next_poll_t += poll_s
         self.hand.t = end
         if batch.rows or batch.events:
-            self.writer.write(batch)
+            self.store(batch)
+
+    def store(self, batch: Batch) -> None:
+        """Write one batch as the sink does, then refresh the rollup minutes it noted."""
+        self.writer.write(batch)
+        if not self.rollup.refresh():
+            raise RuntimeError("the rollup refresh failed (see the log)")
 
     def score(self, *, predict: bool) -> CycleResult:
         """One scoring cycle as of the newest poll, as the scorer's `latest` mode judges a simulated
@@ -134,6 +147,7 @@ class SimFeed:
 
     def close(self) -> None:
         self.writer.close()
+        self.rollup.close()
 
 
 @contextmanager
