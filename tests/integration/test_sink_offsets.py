@@ -239,7 +239,7 @@ def test_dead_letters_are_not_repeated_by_restarts(
         finally:
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(30) == 0
-    dead = consume_all(kafka_settings, topics.dlq, expected=bad + 1, timeout_s=5)
+    dead = consume_all(kafka_settings, topics.dlq, expected=bad, timeout_s=60, linger_s=3)
     sources = [int(header_map(m)["dlq.source.offset"]) for m in dead]
     assert len(dead) == bad
     assert len(set(sources)) == bad
