@@ -11,7 +11,6 @@ acknowledging.
 from __future__ import annotations
 
 import json
-
 import struct
 import zlib
 from html import escape
