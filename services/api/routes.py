@@ -94,7 +94,12 @@ async def summary(conn: AsyncConnection[Any]) -> dict[str, Any]:
         )
     return {
         **wire((await totals.fetchall())[0]),
-        "open_alerts": {"critical": 0, "warning": 0, "info": 0, **{r["severity"]: r["n"] for r in await alerts.fetchall()}},
+        "open_alerts": {
+            "critical": 0,
+            "warning": 0,
+            "info": 0,
+            **{r["severity"]: r["n"] for r in await alerts.fetchall()},
+        },
         "by_location": wire(await places.fetchall()),
     }
 
