@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._common import report
 from services.collector.nvml_source import NvmlSource
-from tests.unit.fake_nvml import FakeNvml
+from shared.fakes.nvml import FakeNvml
 
 COSTS = json.loads(
     (Path(__file__).resolve().parents[1] / "tests/unit/data/h100/nvml-per-call.json").read_text()

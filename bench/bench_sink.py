@@ -54,10 +54,10 @@ from evaluation.pipeline import stored_offsets_sum
 from services.sink.rows import METRIC_COLUMNS, STAGE_TYPES, stage_row
 from shared.config import DatabaseSettings, KafkaSettings, Settings
 from shared.db import connect
+from shared.fakes.samples import sample
 from shared.kafka import JsonProducer, make_admin, make_producer, wait_for_kafka
 from shared.migrate import migrated_schema
 from shared.models import parse_sample, to_json
-from tests.integration.sink_helpers import sample
 
 REPO = Path(__file__).resolve().parents[1]
 N, GPUS, PARTITIONS = 200_000, 1000, 6

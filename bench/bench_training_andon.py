@@ -12,7 +12,7 @@ import sys
 
 from bench._common import best_of, report
 from gpuhealth.training import Andon, AndonChecker, GpuMonitor
-from tests.unit.scripted_nvml import ScriptedNvml
+from shared.fakes.scripted_nvml import ScriptedNvml
 
 STEPS = 200_000
 CHECKS = 2_000

@@ -13,16 +13,15 @@ import os
 import subprocess
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
 import pytest
 
 from shared.config import Settings
-from tests.unit.image_files import SERVICE_SETTINGS, ImageFiles, app_image_misses
+from tests.helpers.image_files import SERVICE_SETTINGS, ImageFiles, app_image_misses
+from tests.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 DOCKER = os.environ.get("DOCKER", "docker")
 PROJECT = os.environ.get("GPUHEALTH_COMPOSE_PROJECT", "gpu-health-compose-test")
 FILES = os.environ.get("GPUHEALTH_COMPOSE_FILES", "docker-compose.yml:deploy/docker/compose.local-images.yml")

@@ -25,8 +25,6 @@ from shared.errors import GpuHealthError
 from shared.kafka import make_admin, wait_for_kafka
 from shared.topics import TopicSpec, ensure_topics
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     here = Path(__file__).parent

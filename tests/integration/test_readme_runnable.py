@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.paths import REPO
+
 KEY = "test-key-123"  # the served_api fixture's key
 RUNNABLE = re.compile(r"^<!-- runnable -->\n```sh\n(.*?)^```", re.M | re.S)
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 
 from evaluation.pipeline import make_loop, stored_offsets_total, wait_until
 from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
 from shared.db import connect
-from tests.integration.sink_helpers import produce_samples, running
+from tests.helpers.sink import produce_samples, running
+from tests.paths import REPO
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = REPO / "README.md"
 
 
 def readme_statements() -> list[str]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.paths import REPO
 
 
 @pytest.fixture(scope="session")

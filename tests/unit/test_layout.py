@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.paths import REPO
+
 SERVICES = sorted(p.name for p in (REPO / "services").iterdir() if (p / "__init__.py").exists())
 
 
@@ -79,3 +80,33 @@ def test_modules_have_a_docstring_and_stay_readable(path: Path) -> None:
     if path.name != "__init__.py" or text.strip():
         assert ast.get_docstring(ast.parse(text)), f"{path.relative_to(REPO)} has no docstring"
     assert len(text.splitlines()) <= 450, f"{path.relative_to(REPO)} is too long to read in one sitting"
+
+
+def test_nothing_outside_tests_imports_the_tests() -> None:
+    for top in ("services", "shared", "gpuhealth", "evaluation", "bench"):
+        for path in sorted((REPO / top).rglob("*.py")):
+            assert not [m for m in imported_modules(path) if m.split(".")[0] == "tests"], path
+
+
+def test_the_fakes_stay_out_of_the_services_and_the_library() -> None:
+    for top in ("services", "gpuhealth"):
+        for path in sorted((REPO / top).rglob("*.py")):
+            used = [m for m in imported_modules(path) if m.startswith("shared.fakes")]
+            assert not used, f"{path.relative_to(REPO)} imports {used}"
+    for path in sorted((REPO / "shared").rglob("*.py")):
+        if "fakes" not in path.relative_to(REPO / "shared").parts:
+            assert not [m for m in imported_modules(path) if m.startswith("shared.fakes")], path
+
+
+def test_the_tests_mirror_the_package_tree() -> None:
+    """A test module sits under tests/unit or tests/integration at the path of what it tests."""
+    roots = {"services", "shared", "gpuhealth", "evaluation", "bench", "deploy", "schema", "bin"}
+    for kind in ("unit", "integration"):
+        for path in sorted((REPO / "tests" / kind).rglob("test_*.py")):
+            parts = path.relative_to(REPO / "tests" / kind).parts
+            if len(parts) == 1:  # repository-wide checks (the layout, the README) sit at the top
+                continue
+            assert parts[0] in roots, f"{path.relative_to(REPO)}: not under a mirrored folder"
+            assert (REPO / Path(*parts[:-1])).is_dir(), (
+                f"{path.relative_to(REPO)}: {Path(*parts[:-1])} is not in the tree"
+            )

@@ -1,0 +1,373 @@
+"""Hostile gpu-verifications and gpu-systems records through the real broker into the real database.
+
+The sink's records loop (services/sink/verifications.py) is held to issue #13's
+bar like the main loop: whatever a record holds (arbitrary bytes, arbitrary
+JSON, deep nesting, NUL and lone surrogates, wrong keys, oversized values,
+records the contract accepts and the database refuses through a CHECK this
+test adds), the loop stays up, stores every valid record exactly once and
+dead-letters every other exactly once (recorded in sink_dead_letters with its
+batch and delivered by the relay), also when it is stopped while retrying.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import confluent_kafka
+import pytest
+from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
+
+from evaluation.pipeline import stored_offsets_total, wait_until
+from services.sink.metrics import SinkMetrics
+from services.sink.verifications import RecordLoop
+from shared.chain import GENESIS
+from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
+from shared.db import connect
+from shared.errors import ContractError
+from shared.fakes.samples import T0
+from shared.gpu_identity import NvmlReader
+from shared.kafka import make_consumer, make_producer
+from shared.models_verify import SystemIdentity, parse_system, parse_verification, record_json
+from tests.helpers.kafka import header_map
+from tests.helpers.sink import counter_value
+from tests.helpers.verifier_fakes import FakeNvml
+from tests.integration.services.sink.test_hostile import ANY_JSON, ANY_TEXT, NUMBERS, deep
+
+MAX_BYTES = 8192
+REFUSE = "refuse-me"  # a name (verifications) / collector_id (systems) the contract takes and a CHECK refuses
+UNSTORABLE = st.sampled_from(["\x00", "\ud800", "\udfff", "a\x00b", "\x07", "\u2028"])
+VERIFICATION_TEXT = ["name", "hostname", "verifier_id", "device", "backend", "reason", "gpu_model", "dtype"]
+VERIFICATION_NUMBERS = [
+    "seq",
+    "device_ms",
+    "cpu_ms",
+    "speedup",
+    "max_rel_err",
+    "rtol",
+    "repeats",
+    "gpu_index",
+]
+SYSTEM_TEXT = ["driver_version", "collector_id", "nvml_version", "cuda_driver_version"]
+_IDENTITY = record_json(NvmlReader(FakeNvml()).identity("base", "c1"))
+
+
+@dataclass
+class Draft:
+    """A record to produce; 'verification' and 'system' drafts get a unique GPU/host when produced."""
+
+    shape: str  # verification | system | raw
+    changes: dict[str, Any] = field(default_factory=dict)
+    raw: bytes | None = None
+    to: str = "verifications"  # for raw drafts: verifications | systems
+    key: str = "own"  # own | other | none
+
+
+valid = st.builds(Draft, shape=st.sampled_from(["verification", "system"]))
+verifications = st.builds(
+    Draft, shape=st.just("verification"),
+    changes=st.dictionaries(st.sampled_from(VERIFICATION_NUMBERS), NUMBERS, max_size=2)
+    | st.tuples(st.sampled_from(VERIFICATION_TEXT), ANY_TEXT, UNSTORABLE).map(lambda t: {t[0]: t[1] + t[2]})
+    | st.dictionaries(ANY_TEXT, ANY_JSON, max_size=2)
+    | st.fixed_dictionaries({"result": ANY_JSON}),
+)  # fmt: skip
+systems = st.builds(
+    Draft, shape=st.just("system"),
+    changes=st.tuples(st.sampled_from(SYSTEM_TEXT), ANY_TEXT, UNSTORABLE).map(lambda t: {t[0]: t[1] + t[2]})
+    | st.fixed_dictionaries({"gpus": ANY_JSON}) | st.fixed_dictionaries({"identity_sha256": ANY_TEXT}),
+)  # fmt: skip
+refused_by_db = st.builds(
+    Draft, shape=st.sampled_from(["verification", "system"]), changes=st.just({"?": REFUSE})
+)
+anything = st.builds(
+    Draft, shape=st.just("raw"), to=st.sampled_from(["verifications", "systems"]),
+    key=st.sampled_from(["other", "none"]), raw=st.binary(max_size=300)
+    | ANY_JSON.map(lambda v: json.dumps(v, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    | st.integers(20, 5000).map(lambda n: ('{"schema_version": 1, "gpu_uuid": ' + deep(n) + "}").encode())
+    | st.integers(MAX_BYTES, 3 * MAX_BYTES).map(lambda n: b'{"hostname": "' + b"x" * n + b'"}'),
+)  # fmt: skip
+wrong_key = st.builds(
+    Draft, shape=st.sampled_from(["verification", "system"]), key=st.sampled_from(["other", "none"])
+)
+oversized = st.builds(Draft, shape=st.just("verification"), changes=st.just({"reason": "x" * MAX_BYTES}))
+RECORDS = st.lists(
+    st.one_of(valid, valid, verifications, systems, refused_by_db, anything, wrong_key, oversized),
+    min_size=1,
+    max_size=16,
+)
+
+
+@dataclass
+class Run:
+    """What the examples share: one records loop, one producer, one reader of the dead-letter topic."""
+
+    topics: TopicSettings
+    db: DatabaseSettings
+    group: str
+    producer: confluent_kafka.Producer
+    dlq: confluent_kafka.Consumer
+    n: int = 0  # records produced so far (also makes each GPU, host and time unique)
+    stored: int = 0
+    dead: set[tuple[str, int, int]] = field(default_factory=set)
+    dead_seen: list[tuple[str, int, int]] = field(default_factory=list)
+
+    def message(self, draft: Draft, i: int) -> tuple[str, bytes | None, bytes | None, str, bool]:
+        """(topic, key, value, the suffix of its GPU UUID or hostname, whether it must be stored)."""
+        gpu, host = f"GPU-{uuid.uuid4().hex[:8]}-0000-4000-8000-{i:012x}", f"host-{i:012x}"
+        topic = self.topics.verifications if draft.to == "verifications" else self.topics.systems
+        changes = dict(draft.changes)
+        refuse = changes.pop("?", None) == REFUSE
+        value: bytes | None
+        if draft.shape == "verification":
+            topic, own = self.topics.verifications, gpu
+            record = {
+                "schema_version": 1, "kind": "compute_check", "time": (T0 + timedelta(seconds=i)).isoformat(),
+                "gpu_uuid": gpu, "seq": 0, "prev_sha256": GENESIS, "hostname": "node-1",
+                "verifier_id": "node-1", "name": REFUSE if refuse else "matmul", "device": "cuda:0",
+                "outcome": "pass", **changes,
+            }  # fmt: skip
+            value = _dumps(record)
+        elif draft.shape == "system":
+            topic, own = self.topics.systems, host
+            record = {**_IDENTITY, "hostname": host, "collector_id": REFUSE if refuse else "c1"}
+            record["time"] = (T0 + timedelta(seconds=i)).isoformat()
+            record["identity_sha256"] = SystemIdentity.identity_digest(record)
+            record.update(changes)  # after the hash: a forged identity is refused
+            value = _dumps(record)
+        else:
+            own, value = host, draft.raw
+        key = {"own": own.encode(), "other": b"someone-else", "none": None}[draft.key]
+        accepted = _accepted(topic == self.topics.verifications, value, key, own)
+        return topic, key, value, f"{i:012x}", accepted
+
+
+def _dumps(message: dict[str, Any]) -> bytes:
+    return json.dumps(message, allow_nan=True, ensure_ascii=False).encode("utf-8", "surrogatepass")
+
+
+def _accepted(is_verification: bool, raw: bytes | None, key: bytes | None, own: str) -> bool:
+    """The contract's verdict (and the test's CHECK): the record must be stored."""
+    if raw is None or len(raw) > MAX_BYTES or key != own.encode():
+        return False
+    try:
+        if is_verification:
+            return parse_verification(raw).name != REFUSE
+        return parse_system(raw).collector_id != REFUSE
+    except ContractError:
+        return False
+
+
+def produce(run: Run, drafts: list[Draft]) -> tuple[set[str], set[tuple[str, int, int]]]:
+    """Produce the drafts: the suffixes of what must be stored, the sources of what must be dead letters."""
+    must_store: set[str] = set()
+    must_die: set[tuple[str, int, int]] = set()
+
+    def delivered(accepted: bool, name: str) -> Callable[..., None]:
+        def done(err: confluent_kafka.KafkaError | None, msg: confluent_kafka.Message) -> None:
+            assert err is None, err
+            if accepted:
+                must_store.add(name)
+            else:
+                must_die.add((msg.topic() or "", msg.partition() or 0, msg.offset() or 0))
+
+        return done
+
+    for draft in drafts:
+        run.n += 1
+        topic, key, value, name, accepted = run.message(draft, run.n)
+        run.producer.produce(topic, key=key, value=value, on_delivery=delivered(accepted, name))
+    assert run.producer.flush(30) == 0
+    return must_store, must_die
+
+
+def stored_names(db: DatabaseSettings, suffixes: set[str]) -> list[str]:
+    """The suffixes (of GPU UUIDs and hostnames) of the rows stored, once per row."""
+    with connect(db) as conn:
+        rows = conn.execute(
+            "SELECT right(gpu_uuid, 12) FROM gpu_verifications WHERE right(gpu_uuid, 12) = ANY(%s)"
+            " UNION ALL SELECT right(hostname, 12) FROM gpu_systems WHERE right(hostname, 12) = ANY(%s)",
+            (list(suffixes), list(suffixes)),
+        ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def drain(run: Run) -> int:
+    for msg in run.dlq.consume(1000, 0.2):
+        if msg.error() is None:
+            h = header_map(msg)
+            assert h["dlq.consumer_group"] == run.group
+            run.dead_seen.append(
+                (h["dlq.source.topic"], int(h["dlq.source.partition"]), int(h["dlq.source.offset"]))
+            )
+    return len(run.dead_seen)
+
+
+@pytest.fixture
+def topics(topic_factory: Callable[..., str]) -> TopicSettings:
+    return TopicSettings(
+        verifications=topic_factory(partitions=2, prefix="verifications"),
+        systems=topic_factory(partitions=2, prefix="systems"),
+        dlq=topic_factory(partitions=2, prefix="dlq"),
+    )
+
+
+@pytest.fixture
+def refusing(migrated: DatabaseSettings) -> DatabaseSettings:
+    """The database refuses what the contract accepts: a CHECK on each table the loop writes."""
+    with connect(migrated) as conn:
+        conn.execute(f"ALTER TABLE gpu_verifications ADD CONSTRAINT refused_here CHECK (name <> '{REFUSE}')")
+        conn.execute(
+            "ALTER TABLE gpu_systems ADD CONSTRAINT refused_here"
+            f" CHECK (record->>'collector_id' IS DISTINCT FROM '{REFUSE}')"
+        )
+        conn.commit()
+    return migrated
+
+
+def record_loop(kafka: KafkaSettings, db: DatabaseSettings, topics: TopicSettings, group: str) -> RecordLoop:
+    return RecordLoop(
+        consumer=make_consumer(kafka, group_id=group), dlq_producer=make_producer(kafka), db=db,
+        topics=topics, group=group, metrics=SinkMetrics(CollectorRegistry()), max_message_bytes=MAX_BYTES,
+        max_backoff_s=1, dlq_reader=lambda: make_consumer(kafka, group_id=f"{group}-dlq-check"),
+    )  # fmt: skip
+
+
+@pytest.fixture
+def running() -> Iterator[Callable[[RecordLoop], threading.Thread]]:
+    started: list[tuple[RecordLoop, threading.Thread]] = []
+
+    def start(loop: RecordLoop) -> threading.Thread:
+        thread = threading.Thread(target=loop.run, daemon=True)
+        thread.start()
+        started.append((loop, thread))
+        return thread
+
+    yield start
+    for loop, thread in started:
+        loop.stop.set()
+        thread.join(60)
+        with contextlib.suppress(RuntimeError):  # closed by the test already
+            loop.consumer.close()
+
+
+def test_hostile_records_never_stop_the_records_loop_and_each_ends_up_in_exactly_one_place(
+    kafka_settings: KafkaSettings,
+    refusing: DatabaseSettings,
+    topics: TopicSettings,
+    running: Callable[[RecordLoop], threading.Thread],
+) -> None:
+    group = f"records-{uuid.uuid4().hex[:8]}"
+    dlq = make_consumer(kafka_settings, group_id=f"read-{group}")
+    dlq.subscribe([topics.dlq])
+    run = Run(topics, refusing, group, make_producer(kafka_settings), dlq)
+    loop = record_loop(kafka_settings, refusing, topics, group)
+
+    @settings(
+        max_examples=25, deadline=None, database=None, phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )  # fmt: skip
+    @given(drafts=RECORDS)
+    @example(drafts=[Draft("verification", {"?": REFUSE}), Draft("verification"), Draft("system")])
+    @example(drafts=[Draft("system", {"?": REFUSE}), Draft("system"), Draft("verification")])
+    @example(drafts=[Draft("raw", raw=f'{{"schema_version": 1, "x": {deep(3000)}}}'.encode(), to=t) for t in
+                     ("verifications", "systems")] + [Draft("verification")])  # fmt: skip
+    @example(drafts=[Draft("verification", {"name": "a\x00"}), Draft("system", {"driver_version": "\ud800"})])
+    def one_example(drafts: list[Draft]) -> None:
+        must_store, must_die = produce(run, drafts)
+        wait_until(lambda: stored_offsets_total(refusing, group) == run.n, 60, "every record's offset stored")
+        wait_until(lambda: drain(run) >= len(run.dead) + len(must_die), 60, "the dead letters")
+        assert thread.is_alive(), "the records loop stopped"
+        stored = stored_names(refusing, {f"{i:012x}" for i in range(run.n - len(drafts) + 1, run.n + 1)})
+        assert sorted(stored) == sorted(must_store)  # each valid record once, no invalid one
+        run.stored += len(stored)
+        run.dead |= must_die
+        assert len(run.dead_seen) == len(set(run.dead_seen)), "a record was dead-lettered twice"
+        assert set(run.dead_seen) == run.dead  # each other record exactly once
+
+    thread = running(loop)
+    try:
+        one_example()
+    finally:
+        dlq.close()
+    with connect(refusing) as conn:
+        pending = conn.execute(
+            "SELECT count(*) FILTER (WHERE delivered_at IS NULL),"
+            " count(*) FILTER (WHERE category = 'database') FROM sink_dead_letters WHERE consumer_group = %s",
+            (group,),
+        ).fetchone()
+    assert pending is not None
+    assert int(str(pending[0])) == 0  # nothing left to send again after a restart
+    assert int(str(pending[1])) >= 2  # the examples above: one refused by each table's CHECK
+    assert counter_value(loop.metrics.dead_letters) == len(run.dead)
+    print(f"\nrecords hostile run: tried={run.n} stored={run.stored} dead-lettered={len(run.dead)} crashes=0")
+    assert run.stored + len(run.dead) == run.n
+
+
+def test_stopped_while_retrying_then_restarted_each_record_is_stored_or_dead_lettered_once(
+    kafka_settings: KafkaSettings,
+    migrated: DatabaseSettings,
+    topics: TopicSettings,
+    running: Callable[[RecordLoop], threading.Thread],
+) -> None:
+    """SIGTERM (the stop event) while a batch is retried: nothing of it is stored or delivered and no
+    offset moves; the next run stores the valid records once and dead-letters the bad one once."""
+    group = f"records-{uuid.uuid4().hex[:8]}"
+    run = Run(
+        topics, migrated, group, make_producer(kafka_settings), make_consumer(kafka_settings, group_id=group)
+    )
+    with connect(migrated) as conn:  # a failure that is not the records' fault: retried, never split
+        conn.execute("ALTER TABLE gpu_systems RENAME TO gpu_systems_away")
+        conn.commit()
+    must_store, must_die = produce(
+        run, [Draft("verification"), Draft("raw", raw=b"{garbage"), Draft("system")]
+    )
+    first = record_loop(kafka_settings, migrated, topics, group)
+    thread = running(first)
+    wait_until(lambda: counter_value(first.metrics.db_retries) >= 3, 60, "retries of the batch")
+    first.stop.set()
+    thread.join(60)
+    assert not thread.is_alive()
+    first.consumer.close()  # it leaves the group at once
+    assert stored_offsets_total(migrated, group) == 0
+    assert dead_letters_in_topic(kafka_settings, topics.dlq) == 0
+    with connect(migrated) as conn:
+        conn.execute("ALTER TABLE gpu_systems_away RENAME TO gpu_systems")
+        conn.commit()
+
+    second = record_loop(kafka_settings, migrated, topics, group)
+    second_thread = running(second)
+    wait_until(lambda: stored_offsets_total(migrated, group) == run.n, 60, "every record's offset stored")
+    assert sorted(stored_names(migrated, must_store)) == sorted(must_store)
+    second.stop.set()
+    second_thread.join(60)  # its relay has delivered and flushed everything it was going to
+    assert dead_letters_in_topic(kafka_settings, topics.dlq) == 1
+
+    reader = make_consumer(kafka_settings, group_id=f"read-{group}")
+    reader.subscribe([topics.dlq])
+    run.dlq = reader
+    try:
+        wait_until(lambda: drain(run) >= 1, 60, "the dead letter")
+    finally:
+        reader.close()
+    assert run.dead_seen == sorted(must_die)
+
+
+def dead_letters_in_topic(kafka: KafkaSettings, topic: str) -> int:
+    """Messages in the dead-letter topic (its partitions' end offsets: nothing is ever deleted there)."""
+    consumer = make_consumer(kafka, group_id=f"count-{uuid.uuid4().hex[:8]}")
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        return sum(
+            consumer.get_watermark_offsets(confluent_kafka.TopicPartition(topic, p), timeout=10)[1]
+            for p in partitions
+        )
+    finally:
+        consumer.close()

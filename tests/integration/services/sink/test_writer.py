@@ -1,0 +1,166 @@
+"""The straight COPY and the rollup refreshed after the batch, on the real database."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, generate_latest
+
+from evaluation.pipeline import wait_until
+from services.scorer.features import read_features
+from services.scorer.rules_config import load_rules
+from services.sink.metrics import SinkMetrics
+from services.sink.rollup import RollupRefresher
+from services.sink.rows import STAGE_COLUMNS, stage_row
+from services.sink.writer import Batch, BatchWriter, Origin
+from shared.config import DatabaseSettings
+from shared.db import connect
+from shared.fakes.samples import T0, sample
+from tests.helpers.sink import count
+
+GPUS = 5
+JOB = STAGE_COLUMNS.index("job")
+_ROLLUP = (
+    "SELECT bucket, gpu_uuid, samples, gpu_temp_c_sum, gpu_temp_c_n, gpu_temp_c_max, power_usage_w_sum"
+    " FROM gpu_metrics_1min ORDER BY 1, 2"
+)
+_FROM_RAW = (
+    "SELECT time_bucket(interval '1 minute', time), gpu_uuid, count(*), sum(gpu_temp_c), count(gpu_temp_c),"
+    " max(gpu_temp_c), sum(power_usage_w) FROM gpu_metrics GROUP BY 1, 2 ORDER BY 1, 2"
+)
+
+
+def rows(indices: range | list[int]) -> list[tuple[Any, ...]]:
+    return [stage_row(json.dumps(sample(i, GPUS)).encode()) for i in indices]
+
+
+def batch(indices: range | list[int], offset: int = 0) -> Batch:
+    origins: list[Origin] = [("raw", 0, offset + k, b"k", b"v") for k in range(len(indices))]
+    return Batch(rows=rows(indices), next_offsets={("raw", 0): offset + len(indices)}, row_origins=origins)
+
+
+def query(db: DatabaseSettings, text: str) -> list[tuple[Any, ...]]:
+    with connect(db) as conn:
+        return [tuple(r) for r in conn.execute(text).fetchall()]
+
+
+def refresher(db: DatabaseSettings, registry: CollectorRegistry | None = None) -> RollupRefresher:
+    return RollupRefresher(db, SinkMetrics(registry or CollectorRegistry()), interval_s=0.05)
+
+
+def lag_on_metrics(registry: CollectorRegistry) -> float:
+    """gpuhealth_sink_rollup_lag_seconds as /metrics shows it."""
+    for line in generate_latest(registry).decode().splitlines():
+        if line.startswith("gpuhealth_sink_rollup_lag_seconds "):
+            return float(line.split()[1])
+    raise AssertionError("no rollup lag on /metrics")
+
+
+def test_a_new_batch_is_copied_straight_and_a_replay_takes_the_careful_path(
+    migrated: DatabaseSettings,
+) -> None:
+    registry = CollectorRegistry()
+    writer, rollup = BatchWriter(migrated, group="g", connections=1), refresher(migrated, registry)
+    try:
+        first = writer.write(batch(range(100)))
+        again = writer.write(batch(range(100)))  # a replay: nothing new
+        partly = writer.write(batch(range(50, 150), offset=100))  # half of it stored before
+        # the rollup is not refreshed yet: readers are told to keep before the first noted minute
+        settled = query(migrated, "SELECT gpu_metrics_1min_settled()")[0][0]
+        assert settled == T0
+        assert count(migrated, "gpu_metrics_1min") == 0
+        rollup.stored()
+        wait_until(lambda: lag_on_metrics(registry) > 0, 10, "the lag to show on /metrics")
+        assert rollup.refresh()
+        assert lag_on_metrics(registry) == 0.0
+    finally:
+        writer.close()
+        rollup.close()
+    assert (first.optimistic, first.metrics_inserted) == (True, 100)
+    assert (again.optimistic, again.metrics_inserted) == (False, 0)
+    assert (partly.optimistic, partly.metrics_inserted) == (False, 50)
+    assert count(migrated, "gpu_metrics") == 150
+    assert count(migrated, "gpu_latest") == GPUS
+    assert query(migrated, "SELECT next_offset FROM kafka_offsets WHERE consumer_group = 'g'") == [(200,)]
+    assert count(migrated, "gpu_metrics_1min_pending") == 0
+    assert query(migrated, "SELECT gpu_metrics_1min_settled() = 'infinity'") == [(True,)]
+    assert query(migrated, _ROLLUP) == query(migrated, _FROM_RAW)
+    assert len(query(migrated, _ROLLUP)) == GPUS * len({sample(i, GPUS)["time"][:16] for i in range(150)})
+
+
+def test_a_value_the_straight_copy_refuses_is_isolated_and_the_rest_stored(
+    migrated: DatabaseSettings,
+) -> None:
+    """A NUL in an older row of a GPU: the newest rows stage fine, the straight COPY refuses it."""
+    writer = BatchWriter(migrated, group="g", connections=1)
+    b = batch(range(40))
+    b.rows[2] = (*b.rows[2][:JOB], "a\x00b", *b.rows[2][JOB + 1 :])
+    try:
+        result = writer.write(b)
+        replay = writer.write(b)
+    finally:
+        writer.close()
+    assert (result.optimistic, result.metrics_inserted, result.refused_rows) == (False, 39, 1)
+    assert (result.dead_recorded, replay.dead_recorded) == (1, 1)
+    assert replay.metrics_inserted == 0
+    assert count(migrated, "gpu_metrics") == 39
+    assert count(migrated, "sink_dead_letters") == 1
+    assert query(migrated, "SELECT next_offset FROM kafka_offsets") == [(40,)]
+
+
+def test_the_scorer_reads_only_refreshed_minutes(migrated: DatabaseSettings) -> None:
+    writer, rollup = BatchWriter(migrated, group="g", connections=1), refresher(migrated)
+    as_of = T0 + timedelta(minutes=10)
+    rules = load_rules()
+    try:
+        writer.write(batch(range(60 * GPUS)))  # 10 minutes of samples, 10 s apart
+        with connect(migrated) as conn:
+            before = read_features(conn, as_of, rules)
+        rollup.stored()
+        assert rollup.refresh()
+        with connect(migrated) as conn:
+            after = read_features(conn, as_of, rules)
+    finally:
+        writer.close()
+        rollup.close()
+    assert len(before) == len(after) == GPUS
+    assert {g.minutes_long for g in before.values()} == {0}
+    assert {g.minutes_long for g in after.values()} == {10}
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    parts=st.lists(st.tuples(st.integers(0, 400), st.integers(1, 150), st.booleans()), min_size=1, max_size=6)
+)
+def test_the_rollup_equals_the_raw_rows_whatever_is_replayed_and_whenever_it_refreshes(
+    migrated: DatabaseSettings, parts: list[tuple[int, int, bool]]
+) -> None:
+    """Overlapping batches (replays), refreshes in between or not: the rollup is the raw rows' aggregate."""
+    with connect(migrated) as conn:
+        conn.execute(
+            "TRUNCATE gpu_metrics, gpu_metrics_1min, gpu_metrics_1min_pending, gpu_latest, gpu_assets,"
+            " kafka_offsets"
+        )
+        conn.commit()
+    writer, rollup = BatchWriter(migrated, group="g", connections=1), refresher(migrated)
+    stored: set[int] = set()
+    try:
+        for start, length, refresh_now in parts:
+            indices = range(start, start + length)
+            result = writer.write(batch(indices))
+            assert result.metrics_inserted == len(set(indices) - stored)
+            assert result.optimistic == (not set(indices) & stored)
+            stored |= set(indices)
+            rollup.stored()
+            if refresh_now:
+                assert rollup.refresh()
+        assert rollup.refresh()
+    finally:
+        writer.close()
+        rollup.close()
+    assert count(migrated, "gpu_metrics") == len(stored)
+    assert query(migrated, _ROLLUP) == query(migrated, _FROM_RAW)
