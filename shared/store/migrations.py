@@ -11,8 +11,7 @@ from __future__ import annotations
 import psycopg
 
 from .errors import translated
-
-Conn = psycopg.Connection[tuple[object, ...]]
+from .server import Conn
 
 # Arbitrary but fixed: every runner of this project takes the same lock.
 _LOCK_ID = 0x6770_7568_6561_6C74 & 0x7FFF_FFFF_FFFF_FFFF
