@@ -28,7 +28,6 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from prometheus_client import CollectorRegistry
-from psycopg import sql
 
 from bench._common import best_of, report
 from services.collector.enrich import Enricher, Placement
@@ -42,6 +41,8 @@ from shared.db import connect
 from shared.dcgm import FIELDS, ValueKind
 from shared.migrate import migrated_schema
 from shared.models import Source, to_json
+from shared.store.archive import chunk_relations, hypertable_bytes, load_rows_binary, read_chunks_binary
+from shared.store.retention import vacuum_analyze
 
 NODES, GPUS_PER_NODE, POLLS, INTERVAL_S = 4, 8, 1500, 10.0  # 48,000 samples, ~4 simulated hours
 DAYS_AGO = 40
@@ -99,40 +100,26 @@ def fleet_rows() -> list[tuple[object, ...]]:
 
 
 def load(db: DatabaseSettings, rows: list[tuple[object, ...]]) -> None:
-    statement = sql.SQL("COPY gpu_metrics ({}) FROM STDIN (FORMAT BINARY)").format(
-        sql.SQL(", ").join(sql.Identifier(c) for c in METRIC_COLUMNS)
-    )
-    with connect(db) as conn, conn.cursor() as cur:
-        with cur.copy(statement) as copy:
-            copy.set_types(STAGE_TYPES[: len(METRIC_COLUMNS)])
-            for row in rows:
-                copy.write_row(row)
+    with connect(db) as conn:
+        load_rows_binary(conn, "gpu_metrics", METRIC_COLUMNS, STAGE_TYPES[: len(METRIC_COLUMNS)], rows)
         conn.commit()
     with connect(db, autocommit=True) as conn:
-        conn.execute("VACUUM ANALYZE gpu_metrics")
+        vacuum_analyze(conn, "gpu_metrics")
 
 
-def hypertable_bytes(db: DatabaseSettings) -> tuple[int, int]:
+def hypertable_sizes(db: DatabaseSettings) -> tuple[int, int]:
     """(heap + TOAST + indexes, heap only) of the hypertable's chunks."""
     with connect(db) as conn:
-        row = conn.execute(
-            "SELECT sum(total_bytes), sum(table_bytes) FROM chunks_detailed_size('gpu_metrics')"
-        ).fetchone()
-    assert row is not None
-    return int(str(row[0])), int(str(row[1]))
+        return hypertable_bytes(conn, "gpu_metrics")
 
 
 def copy_out_rate(db: DatabaseSettings, rows: int) -> float:
     """Rows/s of a binary COPY TO STDOUT of every chunk, the data read and thrown away."""
     with connect(db) as conn:
-        chunks = [str(r[0]) for r in conn.execute("SELECT show_chunks('gpu_metrics')").fetchall()]
+        chunks = chunk_relations(conn, "gpu_metrics")
 
         def read_all() -> None:
-            with conn.cursor() as cur:
-                for chunk in chunks:
-                    with cur.copy(f"COPY (SELECT * FROM {chunk}) TO STDOUT (FORMAT BINARY)") as copy:
-                        for _ in copy:
-                            pass
+            read_chunks_binary(conn, chunks)
             conn.rollback()
 
         return rows / best_of(3, read_all)
@@ -151,7 +138,7 @@ def main() -> int:
     print(f"{n:,} samples from a simulated {NODES * GPUS_PER_NODE}-GPU fleet, every {INTERVAL_S:g} s")
     with migrated_schema(settings.db, "bench_archive") as db, tempfile.TemporaryDirectory() as tmp:
         load(db, rows)
-        total, heap = hypertable_bytes(db)
+        total, heap = hypertable_sizes(db)
         copy_rate = copy_out_rate(db, n)
         retention = Retention(db, SinkMetrics(CollectorRegistry()), keep_raw_days=30, archive_dir=Path(tmp))
         start = time.perf_counter()

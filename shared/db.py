@@ -1,35 +1,17 @@
-"""Database access: connecting with bounded retries, and TimescaleDB's version and license."""
+"""Database connections: connecting with bounded retries (the statements live in `shared.store`)."""
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 
 import psycopg
-from psycopg import sql
 
 from shared.config import DatabaseSettings
-from shared.errors import DatabaseError, DatabaseUnavailableError
+from shared.errors import DatabaseUnavailableError
+from shared.store.server import set_search_path
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class TimescaleInfo:
-    """What the server's TimescaleDB can do.
-
-    The Debian/Apache build reports license `apache`: hypertables, time_bucket
-    and drop_chunks work, but compression, continuous aggregates and jobs do
-    not. The `timescale` license (the official image) has everything.
-    """
-
-    version: str
-    license: str
-
-    @property
-    def full_features(self) -> bool:
-        return self.license == "timescale"
 
 
 def connect(
@@ -49,17 +31,6 @@ def connect(
     return conn
 
 
-def set_search_path(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> None:
-    """Resolve unqualified names in `schema` first, then public (where extensions live)."""
-    conn.execute(
-        sql.SQL("SELECT set_config('search_path', {}, false)").format(
-            sql.Literal(f"{sql.Identifier(schema).as_string(conn)}, public")
-        )
-    )
-    if not conn.autocommit:
-        conn.commit()
-
-
 def wait_for_database(
     settings: DatabaseSettings, timeout_s: float = 60.0
 ) -> psycopg.Connection[tuple[object, ...]]:
@@ -75,15 +46,3 @@ def wait_for_database(
             log.info("database not ready, retrying in %.1f s", delay, extra={"error": str(e)})
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
-
-
-def timescale_info(conn: psycopg.Connection[tuple[object, ...]]) -> TimescaleInfo:
-    """The installed TimescaleDB version and license; DatabaseError when it is missing."""
-    row = conn.execute(
-        "SELECT extversion, current_setting('timescaledb.license', true)"
-        " FROM pg_extension WHERE extname = 'timescaledb'"
-    ).fetchone()
-    if row is None:
-        raise DatabaseError("the timescaledb extension is not installed in this database")
-    version, license_ = row
-    return TimescaleInfo(version=str(version), license=str(license_ or "unknown"))

@@ -21,27 +21,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
-from psycopg import sql
 
 from shared.config import DatabaseSettings, Settings, load_settings
-from shared.db import connect, timescale_info
-from shared.errors import GpuHealthError, MigrationError
+from shared.db import connect
+from shared.errors import DatabaseError, GpuHealthError, MigrationError
 from shared.logging import setup_logging
+from shared.store import migrations as store
+from shared.store.server import create_schema, drop_schema, timescale_info
 
 log = logging.getLogger(__name__)
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schema"
 _FILENAME = re.compile(r"^(?P<version>\d{4})_(?P<name>[a-z0-9_]+)\.sql$")
-# Arbitrary but fixed: every runner of this project takes the same lock.
-_LOCK_ID = 0x6770_7568_6561_6C74 & 0x7FFF_FFFF_FFFF_FFFF
-
-_VERSIONS_TABLE = """
-CREATE TABLE IF NOT EXISTS schema_migrations (
-    version    integer PRIMARY KEY,
-    name       text NOT NULL,
-    checksum   text NOT NULL,
-    applied_at timestamptz NOT NULL DEFAULT now()
-)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,14 +75,9 @@ def apply_migrations(
     if conn.autocommit:
         raise MigrationError("apply_migrations needs a connection with autocommit off")
     applied_now: list[Migration] = []
-    conn.execute("SELECT pg_advisory_lock(%s)", (_LOCK_ID,))
+    store.lock_runners(conn)
     try:
-        conn.execute(_VERSIONS_TABLE)
-        conn.commit()
-        recorded = {
-            int(str(v)): str(c)
-            for v, c in conn.execute("SELECT version, checksum FROM schema_migrations").fetchall()
-        }
+        recorded = store.recorded_checksums(conn)
         for migration in migrations:
             if migration.version in recorded:
                 if recorded[migration.version] != migration.checksum:
@@ -102,19 +88,13 @@ def apply_migrations(
                 continue
             log.info("applying migration %04d_%s", migration.version, migration.name)
             try:
-                conn.execute(migration.sql.encode())
-                conn.execute(
-                    "INSERT INTO schema_migrations (version, name, checksum) VALUES (%s, %s, %s)",
-                    (migration.version, migration.name, migration.checksum),
-                )
-                conn.commit()
-            except psycopg.Error as e:
-                conn.rollback()
+                store.apply_migration(conn, version=migration.version, name=migration.name,
+                                      checksum=migration.checksum, statements=migration.sql)  # fmt: skip
+            except DatabaseError as e:
                 raise MigrationError(f"{migration.version:04d}_{migration.name}.sql failed: {e}") from e
             applied_now.append(migration)
     finally:
-        conn.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_ID,))
-        conn.commit()
+        store.unlock_runners(conn)
     return applied_now
 
 
@@ -123,7 +103,7 @@ def migrated_schema(db: DatabaseSettings, prefix: str) -> Iterator[DatabaseSetti
     """A throwaway schema with every migration applied (benches, evaluations); dropped afterwards."""
     name = f"{prefix}_{uuid.uuid4().hex[:8]}"
     with connect(db, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+        create_schema(conn, name)
     scoped = db.model_copy(update={"search_path": name})
     try:
         with connect(scoped) as conn:
@@ -131,7 +111,7 @@ def migrated_schema(db: DatabaseSettings, prefix: str) -> Iterator[DatabaseSetti
         yield scoped
     finally:
         with connect(db, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
+            drop_schema(conn, name)
 
 
 def main(argv: list[str] | None = None) -> int:

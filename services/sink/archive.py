@@ -12,7 +12,7 @@ its range.
 
 Crash safety, step by step, inside one transaction that holds a SHARE lock on
 the chunk (late rows for that time range wait rather than slip in between
-the copy and the drop): rows are streamed (COPY, see chunk_reader.py) into a
+the copy and the drop): rows are streamed (COPY, see shared/store/archive.py) into a
 hidden temporary file; the file is closed and fsynced, re-read (its footer
 and its whole time column) and its row count checked; it is renamed to its
 final name and the directory fsynced; the manifest is written the same way;
@@ -36,22 +36,16 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Any
 
-import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from psycopg import sql
 
 from shared.durable import fsync_dir, fsync_file
 from shared.errors import GpuHealthError
-
-from .chunk_reader import arrow_schema, copy_batches
+from shared.store.archive import Chunk, Conn, arrow_schema, chunk_batches, columns_of, count_rows
 
 log = logging.getLogger(__name__)
-
-Conn = psycopg.Connection[tuple[Any, ...]]
 
 
 class ArchiveError(GpuHealthError):
@@ -60,22 +54,6 @@ class ArchiveError(GpuHealthError):
 
 class ArchiveInterruptedError(ArchiveError):
     """The service is stopping; the chunk stays in the database for the next run."""
-
-
-@dataclass(frozen=True, slots=True)
-class Chunk:
-    """One chunk past retention, as TimescaleDB describes it."""
-
-    hypertable: str
-    schema: str
-    name: str
-    start: datetime
-    end: datetime
-    time_column: str
-
-    @property
-    def ident(self) -> sql.Identifier:
-        return sql.Identifier(self.schema, self.name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,32 +78,6 @@ class ArchivedChunk:
     @property
     def bytes(self) -> int:
         return sum(f.bytes for f in self.files)
-
-
-def expired_chunks(conn: Conn, table: str, older_than: datetime) -> list[Chunk]:
-    """The chunks drop_chunks(table, older_than) would drop, oldest first, with their ranges."""
-    rows = conn.execute(
-        "SELECT c.hypertable_name, c.chunk_schema, c.chunk_name, c.range_start, c.range_end, d.column_name"
-        " FROM show_chunks(%s::regclass, older_than => %s) AS s(chunk)"
-        " JOIN timescaledb_information.chunks c"
-        "   ON format('%%I.%%I', c.chunk_schema, c.chunk_name)::regclass = s.chunk"
-        " JOIN timescaledb_information.dimensions d"
-        "   ON (d.hypertable_schema, d.hypertable_name) = (c.hypertable_schema, c.hypertable_name)"
-        "  AND d.dimension_number = 1"
-        " ORDER BY c.range_start",
-        (table, older_than),
-    ).fetchall()
-    return [Chunk(table, str(r[1]), str(r[2]), r[3], r[4], str(r[5])) for r in rows]
-
-
-def columns_of(conn: Conn, relation: str) -> list[tuple[str, str]]:
-    """(column, PostgreSQL type) of a table or chunk (a name as regclass reads it), in table order."""
-    rows = conn.execute(
-        "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute"
-        " WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
-        (relation,),
-    ).fetchall()
-    return [(str(r[0]), str(r[1])) for r in rows]
 
 
 def archive_schema(columns: list[tuple[str, str]], chunk: Chunk) -> pa.Schema:
@@ -267,7 +219,7 @@ class ParquetArchive:
 
     def write_chunk(self, conn: Conn, chunk: Chunk, stop: threading.Event | None = None) -> ArchivedChunk:
         """Stream the chunk into its day files and publish them; ArchiveError if anything is off."""
-        columns = columns_of(conn, chunk.ident.as_string(conn))
+        columns = columns_of(conn, chunk.relation(conn))
         schema = archive_schema(columns, chunk)
         # GPU then time: a GPU's readings side by side is what makes the columns compress.
         order = ["gpu_uuid"] if "gpu_uuid" in {name for name, _ in columns} else []
@@ -276,7 +228,7 @@ class ParquetArchive:
         try:
             # closing(): a failure while the COPY is still streaming must end it before the rollback
             batches = closing(
-                copy_batches(conn, chunk.ident, columns, schema, order_by=order, block_bytes=self.batch_bytes)
+                chunk_batches(conn, chunk, columns, schema, order_by=order, block_bytes=self.batch_bytes)
             )
             with batches as tables:
                 for table in tables:
@@ -291,7 +243,7 @@ class ParquetArchive:
         finally:
             for leftover in files.values():
                 leftover.abandon()
-        in_db = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(chunk.ident)).fetchone()
-        if in_db is None or int(in_db[0]) != archived.rows:
+        in_db = count_rows(conn, chunk)
+        if in_db != archived.rows:
             raise ArchiveError(f"{chunk.name}: {in_db} rows in the chunk, {archived.rows} in the archive")
         return archived

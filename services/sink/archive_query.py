@@ -22,69 +22,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
-import psycopg
-import pyarrow as pa
-from psycopg import sql
 
 from shared.config import load_settings
 from shared.db import connect
 from shared.errors import GpuHealthError
+from shared.store.archive_duckdb import open_views
 
 from .__main__ import SinkSettings
-from .archive import Conn, columns_of
-from .chunk_reader import arrow_schema, copy_batches
-
-TABLES = ("gpu_metrics", "gpu_events", "gpu_metrics_1min")
-
-
-def live_rows(conn: Conn, table: str, since: datetime | None) -> tuple[pa.Table, str]:
-    """The table's rows in the database (from `since`), typed as the archive types them; its time column."""
-    columns = columns_of(conn, table)
-    time_row = conn.execute(
-        "SELECT d.column_name FROM timescaledb_information.dimensions d"
-        " JOIN pg_class c ON c.relname = d.hypertable_name"
-        " JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = d.hypertable_schema"
-        " WHERE c.oid = %s::regclass AND d.dimension_number = 1",
-        (table,),
-    ).fetchone()
-    time_column = str(time_row[0]) if time_row else "time"
-    schema = arrow_schema(columns)
-    where = sql.SQL("{} >= %s").format(sql.Identifier(time_column)) if since else None
-    batches = list(
-        copy_batches(
-            conn, sql.Identifier(table), columns, schema, where=where, params=(since,) if since else ()
-        )
-    )
-    return (pa.concat_tables(batches) if batches else schema.empty_table()), time_column
 
 
 def utc_time(text: str) -> datetime:
     value = datetime.fromisoformat(text)
     return value if value.tzinfo else value.replace(tzinfo=UTC)
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
-def open_views(db: Conn, archive_dir: Path | None, since: datetime | None) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection where each retained table is a view over archive + database."""
-    duck = duckdb.connect()
-    duck.execute("SET TimeZone = 'UTC'")
-    for table in TABLES:
-        live, time_column = live_rows(db, table, since)
-        duck.register(f"_live_{table}", live)
-        files = sorted((archive_dir / f"table={table}").rglob("*.parquet")) if archive_dir else []
-        if not files:
-            duck.execute(f"CREATE VIEW {table} AS SELECT * FROM _live_{table}")
-            continue
-        where = f" WHERE {time_column} >= {_literal(since.isoformat())}::TIMESTAMPTZ" if since else ""
-        paths = ", ".join(_literal(str(f)) for f in files)
-        duck.execute(
-            f"CREATE VIEW {table} AS SELECT * FROM read_parquet([{paths}], hive_partitioning = false,"
-            f" union_by_name = true){where} UNION ALL BY NAME SELECT * FROM _live_{table}"
-        )
-    return duck
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
             out.writerows(result.fetchall())
         else:
             result.show(max_rows=1000, max_width=200)
-    except (GpuHealthError, psycopg.Error, duckdb.Error) as e:
+    except (GpuHealthError, duckdb.Error) as e:
         print(f"archive_query: {e}", file=sys.stderr)
         return 1
     return 0

@@ -20,20 +20,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import psycopg
-
 from shared.config import DatabaseSettings
-from shared.db import connect, timescale_info
+from shared.db import connect
 from shared.errors import DatabaseError
+from shared.store import retention as store
+from shared.store.archive import Chunk, Conn, expired_chunks
+from shared.store.server import timescale_info
 
-from .archive import ArchiveError, ArchiveInterruptedError, Chunk, ParquetArchive, expired_chunks
+from .archive import ArchiveError, ArchiveInterruptedError, ParquetArchive
 from .metrics import SinkMetrics
 
 log = logging.getLogger(__name__)
-
-_LOCK_CLASS = 0x67707573  # arbitrary, fixed: "retention", with the schema's hash as the second key
-_LOCK = "pg_try_advisory_lock(%s, hashtext(current_schema()))"
-_UNLOCK = "pg_advisory_unlock(%s, hashtext(current_schema()))"
 
 
 @dataclass(slots=True)
@@ -84,67 +81,49 @@ class Retention:
             archive = ParquetArchive(
                 self.archive_dir, batch_bytes=self.archive_block_kib << 10, zstd_level=self.archive_zstd_level
             )
-        try:
-            with connect(self.settings, autocommit=True) as conn:
-                # delivered dead letters are kept as long as events, then forgotten
-                deleted = conn.execute(
-                    "DELETE FROM sink_dead_letters WHERE delivered_at < now() - make_interval(days => %s)",
-                    (self.keep_events_days,),
-                ).rowcount
-                if deleted:
-                    log.info("forgot %d delivered dead letters", deleted)
-                full = timescale_info(conn).full_features
-                if full:
-                    self._rollup_refresh_from_jobs(conn)
+        with connect(self.settings, autocommit=True) as conn:
+            # delivered dead letters are kept as long as events, then forgotten
+            deleted = store.forget_delivered_dead_letters(conn, self.keep_events_days)
+            if deleted:
+                log.info("forgot %d delivered dead letters", deleted)
+            full = timescale_info(conn).full_features
+            if full:
+                self._rollup_refresh_from_jobs(conn)
+                if archive is None:
+                    return dropped  # retention policies do it
+            if not store.try_retention_lock(conn):
+                return dropped
+            try:
+                if archive is not None:
+                    archive.remove_leftovers()
+                for table, days in (
+                    ("gpu_metrics", self.keep_raw_days),
+                    ("gpu_events", self.keep_events_days),
+                    ("gpu_metrics_1min", self.keep_rollup_days),
+                ):
+                    if full:
+                        store.remove_retention_policy(conn, table)
+                    cutoff = datetime.now(UTC) - timedelta(days=days)
                     if archive is None:
-                        return dropped  # retention policies do it
-                if not conn.execute(f"SELECT {_LOCK}", (_LOCK_CLASS,)).fetchone()[0]:  # type: ignore[index]
-                    return dropped
-                try:
-                    if archive is not None:
-                        archive.remove_leftovers()
-                    for table, days in (
-                        ("gpu_metrics", self.keep_raw_days),
-                        ("gpu_events", self.keep_events_days),
-                        ("gpu_metrics_1min", self.keep_rollup_days),
-                    ):
-                        if full:
-                            conn.execute(
-                                "SELECT remove_retention_policy(%s::regclass, if_exists => true)", (table,)
-                            )
-                        cutoff = datetime.now(UTC) - timedelta(days=days)
-                        if archive is None:
-                            rows = conn.execute(
-                                "SELECT drop_chunks(%s::regclass, older_than => %s)", (table, cutoff)
-                            ).fetchall()
-                            dropped[table] = len(rows)
-                        else:
-                            dropped[table] = self._archive_and_drop(conn, archive, table, cutoff)
-                        self.metrics.chunks_dropped.labels(table).inc(dropped[table])
-                finally:
-                    conn.execute(f"SELECT {_UNLOCK}", (_LOCK_CLASS,))
-        except psycopg.Error as e:
-            raise DatabaseError(f"retention failed: {e}") from e
+                        dropped[table] = store.drop_chunks_older_than(conn, table, cutoff)
+                    else:
+                        dropped[table] = self._archive_and_drop(conn, archive, table, cutoff)
+                    self.metrics.chunks_dropped.labels(table).inc(dropped[table])
+            finally:
+                store.release_retention_lock(conn)
         self.metrics.retention_last_success.set_to_current_time()
         if any(dropped.values()):
             log.info("retention dropped chunks", extra={"dropped": dropped})
         return dropped
 
-    def _archive_and_drop(
-        self,
-        conn: psycopg.Connection[tuple[object, ...]],
-        archive: ParquetArchive,
-        table: str,
-        cutoff: datetime,
-    ) -> int:
+    def _archive_and_drop(self, conn: Conn, archive: ParquetArchive, table: str, cutoff: datetime) -> int:
         done = 0
         for chunk in expired_chunks(conn, table, cutoff):
             if self._stop.is_set():
                 raise ArchiveInterruptedError("stopping: the remaining chunks are left for the next run")
-            with conn.transaction():
-                # Late rows for this time range wait for the commit instead of slipping in
-                # between the copy and the drop.
-                conn.execute(psycopg.sql.SQL("LOCK TABLE {} IN SHARE MODE").format(chunk.ident))
+            # Late rows for this time range wait for the commit instead of slipping in
+            # between the copy and the drop.
+            with store.share_locked(conn, chunk):
                 archived = archive.write_chunk(conn, chunk, self._stop)
                 self._drop_exactly(conn, chunk)
             done += 1
@@ -161,29 +140,17 @@ class Retention:
         return done
 
     @staticmethod
-    def _drop_exactly(conn: psycopg.Connection[tuple[object, ...]], chunk: Chunk) -> None:
+    def _drop_exactly(conn: Conn, chunk: Chunk) -> None:
         """Drop this chunk and nothing else (another chunk would not have been archived)."""
-        bounds = (chunk.hypertable, chunk.end, chunk.start)
-        ident = chunk.ident.as_string(conn)
-        only_this = conn.execute(
-            "SELECT coalesce(array_agg(s.c::oid), '{}') = ARRAY[%s::regclass::oid]"
-            " FROM show_chunks(%s::regclass, older_than => %s, newer_than => %s) AS s(c)",
-            (ident, *bounds),
-        ).fetchone()
-        if not only_this or not only_this[0]:
-            raise ArchiveError(f"dropping {ident} by its range would drop other chunks; left alone")
-        rows = conn.execute(
-            "SELECT drop_chunks(%s::regclass, older_than => %s, newer_than => %s)", bounds
-        ).fetchall()
-        if len(rows) != 1:
-            raise ArchiveError(f"dropping {ident} dropped {len(rows)} chunks; rolled back")
+        relation = chunk.relation(conn)
+        if not store.range_holds_only(conn, chunk):
+            raise ArchiveError(f"dropping {relation} by its range would drop other chunks; left alone")
+        dropped = store.drop_chunk_range(conn, chunk)
+        if dropped != 1:
+            raise ArchiveError(f"dropping {relation} dropped {dropped} chunks; rolled back")
 
-    def _rollup_refresh_from_jobs(self, conn: psycopg.Connection[tuple[object, ...]]) -> None:
+    def _rollup_refresh_from_jobs(self, conn: Conn) -> None:
         """Under the timescale license the rollup is refreshed by a job: mirror its last success."""
-        row = conn.execute(
-            "SELECT max(s.last_successful_finish) FROM timescaledb_information.job_stats s"
-            " JOIN timescaledb_information.jobs j USING (job_id)"
-            " WHERE j.proc_name = 'policy_refresh_continuous_aggregate'"
-        ).fetchone()
-        if row is not None and row[0] is not None:
-            self.metrics.rollup_last_refresh.set(row[0].timestamp())  # type: ignore[attr-defined]
+        finished = store.last_rollup_refresh(conn)
+        if finished is not None:
+            self.metrics.rollup_last_refresh.set(finished.timestamp())

@@ -7,4 +7,9 @@ driver errors come out translated into the project's own (`errors.translated`).
 
 Modules, one per table family:
 - `errors`: psycopg's exceptions into `shared.errors` (unavailable / data refused / other).
+- `server`: TimescaleDB's version and license, the search_path, throwaway schemas.
+- `migrations`: the migration runner's lock and `schema_migrations` bookkeeping (the files stay in schema/).
+- `archive`: chunks past retention, their columns, their rows as Arrow (COPY), hypertable sizes.
+- `archive_duckdb`: DuckDB views over the Parquet archive UNION ALL the live rows.
+- `retention`: the retention lock, drop_chunks, policies, a chunk's SHARE lock, VACUUM.
 """

@@ -9,9 +9,10 @@ import psycopg
 import pytest
 
 from shared.config import DatabaseSettings
-from shared.db import connect, timescale_info
+from shared.db import connect
 from shared.errors import MigrationError
 from shared.migrate import apply_migrations, discover
+from shared.store.server import timescale_info
 
 Conn = psycopg.Connection[tuple[object, ...]]
 

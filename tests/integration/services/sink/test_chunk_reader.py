@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from services.sink.chunk_reader import arrow_schema, copy_batches
 from shared.config import DatabaseSettings
 from shared.db import connect
+from shared.store.archive import arrow_schema, copy_batches
 
 COLUMNS = [("t", "timestamp with time zone"), ("s", "text"), ("x", "double precision"), ("r", "real"),
            ("n", "bigint"), ("i", "integer"), ("b", "boolean"), ("j", "jsonb")]  # fmt: skip

@@ -16,13 +16,13 @@ from hypothesis import strategies as st
 
 from services.sink.archive import (
     ArchiveError,
-    Chunk,
     DayFile,
     archive_schema,
     by_day,
     file_name,
     manifest_path,
 )
+from shared.store.archive import Chunk
 
 COLUMNS = [("time", "timestamp with time zone"), ("gpu_uuid", "text"), ("gpu_temp_c", "double precision"),
            ("total_energy_mj", "bigint"), ("mig", "jsonb"), ("gpu_index", "smallint")]  # fmt: skip
