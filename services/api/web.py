@@ -11,7 +11,6 @@ acknowledging.
 from __future__ import annotations
 
 import json
-
 import struct
 import zlib
 from html import escape
@@ -102,13 +101,14 @@ def alert_rows(alerts: list[dict[str, Any]]) -> str:
 
 
 async def render_page(request: Request, template: str) -> str:
-    summary = json.loads((await routes.fleet_summary(request)).body)  # the same cached answer the API gives
+    # the same cached answer the API gives
+    summary = json.loads(bytes((await routes.fleet_summary(request)).body))
     gpus: list[dict[str, Any]] = []
     while True:  # the whole fleet, in the API's pages
-        listed = json.loads((await routes.list_gpus(
+        listed = json.loads(bytes((await routes.list_gpus(
             request, cluster=None, datacenter=None, rack=None, host=None, model=None,
             state=None, sort="hostname", limit=1000, offset=len(gpus), cursor=None,
-        )).body)  # fmt: skip
+        )).body))  # fmt: skip
         gpus += listed["gpus"]
         if not listed["gpus"] or len(gpus) >= listed["total"]:
             break
