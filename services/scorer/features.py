@@ -5,7 +5,8 @@ per GPU (counter increments use lag(), so a counter reset by a GPU reset is
 not a negative rate); one reads XID events; one joins the inventory and the
 latest sample. Nothing pulls raw samples into Python: at 10,000 GPUs a cycle
 reads ~600k rollup rows inside PostgreSQL and returns 10,000. Only refreshed
-minutes are read: those before gpu_metrics_1min_settled() (schema/0014).
+minutes are read: those before gpu_metrics_1min_settled() (schema/0014). The
+statements live in shared.store.verdict_inputs; this module folds their rows.
 """
 
 from __future__ import annotations
