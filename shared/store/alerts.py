@@ -13,11 +13,10 @@ from datetime import datetime
 from typing import Any, Literal
 
 import psycopg
-from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 
 from .errors import translated
-from .fleet import Row, dict_rows_async
+from .fleet import Row, dict_rows_async, tuple_rows
 
 SyncConn = psycopg.Connection[Any]
 AsyncConn = psycopg.AsyncConnection[Any]
@@ -26,9 +25,8 @@ ListedState = Literal["open", "acknowledged", "resolved", "unresolved"]  # unres
 
 def unresolved(conn: SyncConn) -> dict[tuple[str, str], int]:
     """The alerts not yet resolved: (gpu_uuid, kind) -> id."""
-    with translated(conn), conn.cursor(row_factory=tuple_row) as cur:
-        found = cur.execute("SELECT id, gpu_uuid, kind FROM gpu_alerts WHERE state <> 'resolved'")
-        return {(str(uuid), str(kind)): int(alert_id) for alert_id, uuid, kind in found}
+    found = tuple_rows(conn, "SELECT id, gpu_uuid, kind FROM gpu_alerts WHERE state <> 'resolved'")
+    return {(str(uuid), str(kind)): int(alert_id) for alert_id, uuid, kind in found}
 
 
 def open_alert(
@@ -42,14 +40,13 @@ def open_alert(
     as_of: datetime,
 ) -> int:
     """Open a new alert as of a cycle; its id."""
-    with translated(conn), conn.cursor(row_factory=tuple_row) as cur:
-        row = cur.execute(
-            "INSERT INTO gpu_alerts (gpu_uuid, kind, severity, state, summary, evidence, opened_at, updated_at)"
-            " VALUES (%s, %s, %s, 'open', %s, %s, %s, %s) RETURNING id",
-            (gpu_uuid, kind, severity, summary, Jsonb(evidence), as_of, as_of),
-        ).fetchone()
-    assert row is not None  # INSERT ... RETURNING returns its row
-    return int(row[0])
+    ((alert_id,),) = tuple_rows(
+        conn,
+        "INSERT INTO gpu_alerts (gpu_uuid, kind, severity, state, summary, evidence, opened_at, updated_at)"
+        " VALUES (%s, %s, %s, 'open', %s, %s, %s, %s) RETURNING id",
+        (gpu_uuid, kind, severity, summary, Jsonb(evidence), as_of, as_of),
+    )
+    return int(alert_id)
 
 
 def refresh_alert(
@@ -74,13 +71,13 @@ def resolve_alert(conn: SyncConn, alert_id: int, as_of: datetime) -> None:
 
 def open_counts(conn: SyncConn, as_of: datetime) -> list[tuple[str, str, int]]:
     """(gpu_uuid, severity, open alerts) of the GPUs the cycle of `as_of` scored; acknowledged ones not counted."""
-    with translated(conn), conn.cursor(row_factory=tuple_row) as cur:
-        found = cur.execute(
-            "SELECT g.gpu_uuid, g.severity, count(*) FROM gpu_alerts g JOIN gpu_status s USING (gpu_uuid)"
-            " WHERE s.as_of = %s AND g.state = 'open' GROUP BY g.gpu_uuid, g.severity",
-            (as_of,),
-        )
-        return [(str(uuid), str(severity), int(n)) for uuid, severity, n in found]
+    found = tuple_rows(
+        conn,
+        "SELECT g.gpu_uuid, g.severity, count(*) FROM gpu_alerts g JOIN gpu_status s USING (gpu_uuid)"
+        " WHERE s.as_of = %s AND g.state = 'open' GROUP BY g.gpu_uuid, g.severity",
+        (as_of,),
+    )
+    return [(str(uuid), str(severity), int(n)) for uuid, severity, n in found]
 
 
 # --- the API -----------------------------------------------------------------------------------

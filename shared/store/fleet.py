@@ -44,6 +44,13 @@ def dict_rows(conn: SyncConn, query: Query, params: Any = None) -> list[Row]:
         return cur.fetchall()
 
 
+def tuple_rows(conn: SyncConn, query: Query, params: Any = None) -> list[tuple[Any, ...]]:
+    """Every row of `query` as a tuple, on a sync connection; driver errors translated."""
+    with translated(conn), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(query, params)
+        return cur.fetchall()
+
+
 async def dict_rows_async(conn: AsyncConn, query: Query, params: Any = None) -> list[Row]:
     """Every row of `query` as a dict, on an async connection; driver errors translated."""
     with translated(conn):
@@ -59,9 +66,8 @@ async def reachable(conn: AsyncConn) -> None:
 
 def newest_sample_time(conn: SyncConn) -> datetime | None:
     """The time of the fleet's newest sample (None: nothing ingested yet)."""
-    with translated(conn), conn.cursor(row_factory=tuple_row) as cur:
-        row = cur.execute(NEWEST_SAMPLE).fetchone()
-    return row[0] if row else None
+    (newest,) = tuple_rows(conn, NEWEST_SAMPLE)[0]
+    return newest  # type: ignore[no-any-return]
 
 
 def hostnames(conn: SyncConn, gpu_uuids: list[str]) -> dict[str, str]:

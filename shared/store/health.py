@@ -14,11 +14,10 @@ from datetime import datetime
 from typing import Any, TypedDict
 
 import psycopg
-from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 
 from .errors import translated
-from .fleet import dict_rows_async
+from .fleet import dict_rows_async, tuple_rows
 
 SyncConn = psycopg.Connection[Any]
 AsyncConn = psycopg.AsyncConnection[Any]
@@ -86,9 +85,8 @@ _INSERT_PREDICTION = (
 
 def current_states(conn: SyncConn) -> dict[tuple[str, str], str]:
     """Every GPU's current state per subsystem: (gpu_uuid, subsystem) -> state."""
-    with translated(conn), conn.cursor(row_factory=tuple_row) as cur:
-        found = cur.execute("SELECT gpu_uuid, subsystem, state FROM gpu_health_current")
-        return {(str(uuid), str(sub)): str(state) for uuid, sub, state in found}
+    found = tuple_rows(conn, "SELECT gpu_uuid, subsystem, state FROM gpu_health_current")
+    return {(str(uuid), str(sub)): str(state) for uuid, sub, state in found}
 
 
 def write_verdicts(
@@ -125,26 +123,24 @@ class ScoredGpu(TypedDict):
 
 def scored_gpus(conn: SyncConn, as_of: datetime) -> list[ScoredGpu]:
     """The GPUs the cycle of `as_of` scored (gpu_status carries that cycle's time)."""
-    with translated(conn), conn.cursor(row_factory=tuple_row) as cur:
-        found = cur.execute(
-            "SELECT s.gpu_uuid, coalesce(a.hostname, ''), s.state, s.score"
-            " FROM gpu_status s LEFT JOIN gpu_assets a USING (gpu_uuid) WHERE s.as_of = %s",
-            (as_of,),
-        )
-        return [
-            ScoredGpu(gpu_uuid=str(u), hostname=str(h), state=str(s), score=float(p)) for u, h, s, p in found
-        ]
+    found = tuple_rows(
+        conn,
+        "SELECT s.gpu_uuid, coalesce(a.hostname, ''), s.state, s.score"
+        " FROM gpu_status s LEFT JOIN gpu_assets a USING (gpu_uuid) WHERE s.as_of = %s",
+        (as_of,),
+    )
+    return [ScoredGpu(gpu_uuid=str(u), hostname=str(h), state=str(s), score=float(p)) for u, h, s, p in found]
 
 
 def scored_subsystems(conn: SyncConn, as_of: datetime) -> list[tuple[str, str, str]]:
     """(gpu_uuid, subsystem, state) of every GPU the cycle of `as_of` scored."""
-    with translated(conn), conn.cursor(row_factory=tuple_row) as cur:
-        found = cur.execute(
-            "SELECT c.gpu_uuid, c.subsystem, c.state FROM gpu_health_current c JOIN gpu_status s USING (gpu_uuid)"
-            " WHERE s.as_of = %s",
-            (as_of,),
-        )
-        return [(str(u), str(sub), str(state)) for u, sub, state in found]
+    found = tuple_rows(
+        conn,
+        "SELECT c.gpu_uuid, c.subsystem, c.state FROM gpu_health_current c JOIN gpu_status s USING (gpu_uuid)"
+        " WHERE s.as_of = %s",
+        (as_of,),
+    )
+    return [(str(u), str(sub), str(state)) for u, sub, state in found]
 
 
 # --- what the scorer decided (the evaluation) --------------------------------------------------
@@ -154,19 +150,18 @@ def current_verdicts(
     conn: SyncConn, *, unhealthy_only: bool = False
 ) -> list[tuple[str, str, str, str | None]]:
     """(gpu_uuid, subsystem, state, rule) of every current verdict; only the non-healthy ones if asked."""
-    with translated(conn), conn.cursor(row_factory=tuple_row) as cur:
-        found = cur.execute(
-            "SELECT gpu_uuid, subsystem, state, rule FROM gpu_health_current"
-            " WHERE NOT %(only)s OR state <> 'healthy'",
-            {"only": unhealthy_only},
-        )
-        return [(str(u), str(s), str(st), None if r is None else str(r)) for u, s, st, r in found]
+    found = tuple_rows(
+        conn,
+        "SELECT gpu_uuid, subsystem, state, rule FROM gpu_health_current"
+        " WHERE NOT %(only)s OR state <> 'healthy'",
+        {"only": unhealthy_only},
+    )
+    return [(str(u), str(s), str(st), None if r is None else str(r)) for u, s, st, r in found]
 
 
 def actions(conn: SyncConn) -> dict[str, str]:
     """Every scored GPU's recommended action (gpu_status)."""
-    with translated(conn), conn.cursor(row_factory=tuple_row) as cur:
-        return {str(u): str(a) for u, a in cur.execute("SELECT gpu_uuid, action FROM gpu_status")}
+    return {str(u): str(a) for u, a in tuple_rows(conn, "SELECT gpu_uuid, action FROM gpu_status")}
 
 
 # --- the API's reads ---------------------------------------------------------------------------

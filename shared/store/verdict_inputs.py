@@ -12,9 +12,8 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple, TypeVar
 
 import psycopg
-from psycopg.rows import tuple_row
 
-from .errors import translated
+from .fleet import tuple_rows
 
 SyncConn = psycopg.Connection[Any]
 _Row = TypeVar("_Row", bound=tuple[Any, ...])
@@ -233,8 +232,7 @@ GROUP BY r.gpu_uuid
 
 
 def _fetch(conn: SyncConn, query: str, params: dict[str, Any], row: type[_Row]) -> list[_Row]:
-    with translated(conn), conn.cursor(row_factory=tuple_row) as cur:
-        return [row(*values) for values in cur.execute(query, params)]
+    return [row(*values) for values in tuple_rows(conn, query, params)]
 
 
 def inventory(conn: SyncConn, windows: FeatureWindows) -> list[InventoryRow]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -12,18 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shared.config import DatabaseSettings
-from shared.db import connect
 from shared.errors import DataRefusedError
 from shared.store import alerts
 from shared.store.alerts import AlertFilters
 
 from .store_rows import T0, add_alert, add_gpu, add_status, gpu, on_async
-
-
-@pytest.fixture
-def conn(migrated: DatabaseSettings) -> Iterator[psycopg.Connection[Any]]:
-    with connect(migrated) as c:
-        yield c
 
 
 def test_open_refresh_resolve_and_count(conn: psycopg.Connection[Any]) -> None:

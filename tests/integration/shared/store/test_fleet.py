@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -19,12 +18,6 @@ from shared.store import fleet
 from shared.store.fleet import SORTS, GpuFilters
 
 from .store_rows import T0, add_alert, add_gpu, add_latest, add_status, gpu, on_async
-
-
-@pytest.fixture
-def conn(migrated: DatabaseSettings) -> Iterator[psycopg.Connection[Any]]:
-    with connect(migrated) as c:
-        yield c
 
 
 @pytest.fixture

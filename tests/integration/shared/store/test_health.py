@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -12,18 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shared.config import DatabaseSettings
-from shared.db import connect
 from shared.errors import DataRefusedError
 from shared.store import health
 from shared.store.health import PredictionRow, StatusRow, VerdictRow
 
 from .store_rows import T0, add_alert, add_gpu, gpu, on_async
-
-
-@pytest.fixture
-def conn(migrated: DatabaseSettings) -> Iterator[psycopg.Connection[Any]]:
-    with connect(migrated) as c:
-        yield c
 
 
 def cycle(conn: psycopg.Connection[Any], as_of: datetime, memory: str, *, p30: float = 0.1) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,12 +18,6 @@ from shared.store import history
 from shared.store.history import COUNTERS, EventFilters
 
 from .store_rows import T0, gpu, on_async
-
-
-@pytest.fixture
-def conn(migrated: DatabaseSettings) -> Iterator[psycopg.Connection[Any]]:
-    with connect(migrated) as c:
-        yield c
 
 
 @pytest.fixture
