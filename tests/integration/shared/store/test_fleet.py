@@ -150,3 +150,19 @@ def test_hostile_filters_are_values_never_sql(
         assert host is None or g["hostname"] == host
         assert rack is None or g["rack"] == rack
         assert state is None or g["state"] == state
+
+
+def test_the_benches_synthetic_fleets(migrated: DatabaseSettings, conn: psycopg.Connection[Any]) -> None:
+    fleet.fill_api_bench_fleet(conn, as_of=T0, gpus=16, rollup_minutes=5)
+    totals = fleet.summary_sync(conn, missing_after_s=60).totals
+    assert (totals["gpus"], totals["healthy"], totals["degraded"], totals["missing"]) == (16, 14, 2, 0)
+    assert conn.execute("SELECT count(*) FROM gpu_metrics_1min").fetchone() == (16 * 5,)
+
+
+def test_the_scorer_benchs_synthetic_fleet(migrated: DatabaseSettings, conn: psycopg.Connection[Any]) -> None:
+    fleet.fill_scorer_bench_fleet(conn, as_of=T0, gpus=16)
+    assert fleet.newest_sample_time(conn) == T0
+    assert conn.execute("SELECT count(*), count(DISTINCT gpu_uuid) FROM gpu_metrics_1min").fetchone() == (
+        960,
+        16,
+    )
