@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -28,39 +29,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
 import uvicorn
-from psycopg import sql
 
 from bench._common import report
 from services.api.app import create_app, reader_settings
-from services.api.routes import SUMMARY_ALERTS, SUMMARY_PLACES, SUMMARY_TOTALS, gpu_list_statements
-from services.api.settings import ApiSection
+from services.api.settings import ApiSection, missing_after_s
 from shared.config import Settings
 from shared.db import connect
 from shared.migrate import migrated_schema
+from shared.store import fleet, history
 
 GPUS, HOURS, ROUNDS = 10_000, 24, 150
 NOW = datetime.now(UTC).replace(second=0, microsecond=0)
-
-FILL = [
-    """INSERT INTO gpu_assets (gpu_uuid, model, gpu_index, hostname, cluster, datacenter, rack, slowdown_temp_c,
-                              shutdown_temp_c, power_limit_w, fb_total_mib, first_seen, last_seen)
-       SELECT 'GPU-' || lpad(g::text, 8, '0') || '-0000-4000-8000-000000000000', 'NVIDIA H100 80GB HBM3', g %% 8,
-              'node-' || (g / 8), 'c1', 'dc' || (g / 2500), 'rack-' || (g / 64), 87, 92, 700, 81559,
-              %(t)s - interval '2 days', %(t)s
-       FROM generate_series(0, %(n)s - 1) g""",
-    """INSERT INTO gpu_latest (time, gpu_uuid, hostname, cluster, datacenter, rack, source, collector_id,
-                              gpu_temp_c, power_usage_w, gpu_util_pct)
-       SELECT %(t)s, gpu_uuid, hostname, cluster, datacenter, rack, 'mock', 'bench', 55 + gpu_index, 400, 80
-       FROM gpu_assets""",
-    """INSERT INTO gpu_status (gpu_uuid, state, score, grade, action, as_of)
-       SELECT gpu_uuid, CASE WHEN gpu_index = 7 THEN 'degraded' ELSE 'healthy' END,
-              CASE WHEN gpu_index = 7 THEN 85 ELSE 100 END, 'A', 'none', %(t)s FROM gpu_assets""",
-    """INSERT INTO gpu_metrics_1min (bucket, gpu_uuid, samples, gpu_temp_c_sum, gpu_temp_c_n, gpu_temp_c_max,
-              power_usage_w_sum, power_usage_w_n, power_usage_w_max, gpu_util_pct_sum, gpu_util_pct_n,
-              fb_used_mib_max, ecc_sbe_volatile_total_max, ecc_dbe_volatile_total_max)
-       SELECT %(t)s - m * interval '1 minute', a.gpu_uuid, 6, 360, 6, 61, 2400, 6, 410, 480, 6, 40000, 0, 0
-       FROM gpu_assets a, generate_series(0, %(minutes)s - 1) m""",
-]
 
 
 def percentiles(samples: list[float]) -> tuple[float, float]:
@@ -75,12 +54,6 @@ def serve(app: Any, port: int) -> tuple[uvicorn.Server, threading.Thread]:
     while not server.started:
         time.sleep(0.05)
     return server, thread
-
-
-def run_sql(conn: Any, statements: list[tuple[Any, dict[str, Any]]]) -> None:
-    """The endpoint's statements through psycopg, one after the other on one connection."""
-    for query, params in statements:
-        conn.execute(query, params).fetchall()
 
 
 def wrk(url: str, seconds: int = 10) -> tuple[float, float]:
@@ -103,10 +76,7 @@ def main() -> int:
     with migrated_schema(settings.db, "bench") as db:
         started = time.perf_counter()
         with connect(db) as conn:
-            for statement in FILL:
-                conn.execute(sql.SQL(statement), {"t": NOW, "n": GPUS, "minutes": HOURS * 60})
-            conn.commit()
-            conn.execute("ANALYZE")
+            fleet.fill_api_bench_fleet(conn, as_of=NOW, gpus=GPUS, rollup_minutes=HOURS * 60)
         print(
             f"(loaded {GPUS:,} GPUs and {GPUS * HOURS * 60:,} rollup rows in {time.perf_counter() - started:.0f} s)"
         )
@@ -123,24 +93,23 @@ def main() -> int:
             "from": (NOW - timedelta(hours=24)).isoformat(),
             "to": (NOW + timedelta(minutes=1)).isoformat(),
         }
-        list_params = {"cluster": None, "datacenter": None, "rack": None, "host": None, "model": None,
-                       "state": None, "limit": 100, "offset": 0}  # fmt: skip
-        count_query, page_query = gpu_list_statements("score")
-        series = {"g": gpu, "from": NOW - timedelta(hours=24), "to": NOW + timedelta(minutes=1)}
-        cases: list[tuple[str, str, dict[str, Any], list[tuple[Any, dict[str, Any]]]]] = [
+        missing_after = missing_after_s(api.rules_file)
+        # The endpoint's own statements (shared.store), one after the other on one connection.
+        cases: list[tuple[str, str, dict[str, Any], Callable[[Any], object]]] = [
             ("fleet summary", "/api/v1/fleet/summary", {},
-             [(SUMMARY_TOTALS, {}), (SUMMARY_ALERTS, {}), (SUMMARY_PLACES, {})]),
+             lambda conn: fleet.summary_sync(conn, missing_after_s=missing_after)),
             ("GPU list (100, by score)", "/api/v1/gpus", {"sort": "score", "limit": 100},
-             [(count_query, list_params), (page_query, list_params)]),
+             lambda conn: fleet.gpu_page_sync(conn, fleet.GpuFilters(), sort="score", limit=100, offset=0)),
             ("24 h series, 5 min buckets", f"/api/v1/gpus/{gpu}/series", {**span, "bucket": "5m"},
-             [(SERIES_SQL, series)]),
+             lambda conn: history.series_sync(conn, gpu, start=NOW - timedelta(hours=24),
+                                              end=NOW + timedelta(minutes=1), bucket_s=300)),
         ]  # fmt: skip
         with (
             httpx.Client(base_url="http://127.0.0.1:8765", timeout=60) as http,
             httpx.Client(base_url="http://127.0.0.1:8766", timeout=60) as http_cached,
             connect(reader_settings(db, api)) as conn,
         ):
-            for name, path, params, statements in cases:
+            for name, path, params, direct_read in cases:
                 http.get(path, params=params).raise_for_status()  # warm
                 http_cached.get(path, params=params).raise_for_status()
                 rest, direct, cached = [], [], []
@@ -149,7 +118,7 @@ def main() -> int:
                     http.get(path, params=params).raise_for_status()
                     rest.append(time.perf_counter() - t)
                     t = time.perf_counter()
-                    run_sql(conn, statements)
+                    direct_read(conn)
                     direct.append(time.perf_counter() - t)
                     t = time.perf_counter()
                     http_cached.get(path, params=params).raise_for_status()
@@ -176,9 +145,6 @@ def main() -> int:
             thread.join(10)
     return 0
 
-
-SERIES_SQL = """SELECT time_bucket(interval '5 minutes', bucket) AS t, sum(gpu_temp_c_sum) / nullif(sum(gpu_temp_c_n), 0)
-FROM gpu_metrics_1min WHERE gpu_uuid = %(g)s AND bucket >= %(from)s AND bucket < %(to)s GROUP BY t ORDER BY t"""
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -34,6 +34,7 @@ from services.sink.writer import BatchWriter
 from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
 from shared.db import connect
 from shared.kafka import JsonProducer, make_consumer, make_producer
+from shared.store import fleet, health
 
 
 def make_loop(
@@ -130,16 +131,14 @@ class Pipeline:
         """Score as of the newest sample, as the scorer does for a replayed or simulated fleet."""
         self.settle()
         with connect(self.db) as conn:
-            row = conn.execute("SELECT max(time) FROM gpu_latest").fetchone()
-            assert row is not None, "nothing ingested"
-            assert isinstance(row[0], datetime), "nothing ingested"
-            as_of = row[0]
+            as_of = fleet.newest_sample_time(conn)
+            assert isinstance(as_of, datetime), "nothing ingested"
             return run_cycle(conn, as_of, self.rules, None)
 
     def verdicts(self) -> dict[tuple[str, str], tuple[str, str | None]]:
         with connect(self.db) as conn:
-            rows = conn.execute("SELECT gpu_uuid, subsystem, state, rule FROM gpu_health_current").fetchall()
-        return {(str(u), str(s)): (str(st), None if r is None else str(r)) for u, s, st, r in rows}
+            rows = health.current_verdicts(conn)
+        return {(uuid, sub): (state, rule) for uuid, sub, state, rule in rows}
 
     def query(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
         with connect(self.db) as conn:

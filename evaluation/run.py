@@ -13,6 +13,7 @@ from services.scorer.rules_config import Rules
 from shared.config import DatabaseSettings
 from shared.db import connect
 from shared.migrate import migrated_schema
+from shared.store import health
 
 from .feed import SimFeed, sim_feed
 from .scenario import Scenario
@@ -44,11 +45,9 @@ class Record:
 def _snapshot(feed: SimFeed) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
     states: dict[str, dict[str, str]] = {}
     with connect(feed.db) as conn:
-        for uuid, sub, state in conn.execute(
-            "SELECT gpu_uuid, subsystem, state FROM gpu_health_current WHERE state <> 'healthy'"
-        ):
-            states.setdefault(str(uuid), {})[str(sub)] = str(state)
-        actions = {str(u): str(a) for u, a in conn.execute("SELECT gpu_uuid, action FROM gpu_status")}
+        for uuid, sub, state, _rule in health.current_verdicts(conn, unhealthy_only=True):
+            states.setdefault(uuid, {})[sub] = state
+        actions = health.actions(conn)
     return states, actions
 
 

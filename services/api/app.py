@@ -12,7 +12,6 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
@@ -21,10 +20,12 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from shared.config import DatabaseSettings
+from shared.errors import DatabaseUnavailableError
+from shared.store import fleet
 
 from .cache import CycleCache
 from .guard import RequestGuard
-from .settings import ApiSection
+from .settings import ApiSection, missing_after_s
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,7 @@ def create_app(db: DatabaseSettings, api: ApiSection, registry: CollectorRegistr
     app.state.ack_pool = ack_pool
     app.state.cache = cache
     app.state.api = api
+    app.state.missing_after_s = missing_after_s(api.rules_file)
     app.add_middleware(
         RequestGuard,
         api_key=api.api_key,
@@ -101,8 +103,8 @@ def create_app(db: DatabaseSettings, api: ApiSection, registry: CollectorRegistr
         problems = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors())
         return JSONResponse(status_code=422, content={"detail": problems})
 
-    @app.exception_handler(psycopg.OperationalError)
-    async def db_down(_: Request, e: psycopg.OperationalError) -> JSONResponse:
+    @app.exception_handler(DatabaseUnavailableError)
+    async def db_down(_: Request, e: DatabaseUnavailableError) -> JSONResponse:
         log.error("database unavailable: %s", e)
         return JSONResponse(status_code=503, content={"detail": "the database is not reachable"})
 
@@ -114,7 +116,7 @@ def create_app(db: DatabaseSettings, api: ApiSection, registry: CollectorRegistr
     async def readyz() -> JSONResponse:
         try:
             async with pool.connection(timeout=3) as conn:
-                await conn.execute("SELECT 1")
+                await fleet.reachable(conn)
         except Exception as e:
             return JSONResponse(status_code=503, content={"ready": False, "detail": str(e)[:200]})
         return JSONResponse({"ready": True})

@@ -25,9 +25,10 @@ from typing import Any
 import psycopg
 from fastapi.encoders import jsonable_encoder
 
-log = logging.getLogger(__name__)
+from shared.errors import DatabaseError
+from shared.store.notify import listen_scored
 
-CHANNEL = "gpuhealth_scored"
+log = logging.getLogger(__name__)
 
 
 def encode(content: Any) -> bytes:
@@ -69,14 +70,13 @@ class CycleCache:
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True) as conn:
-                    schema = (await (await conn.execute("SELECT current_schema()")).fetchone() or [None])[0]
-                    await conn.execute(f"LISTEN {CHANNEL}")
+                    schema = await listen_scored(conn)
                     self._forget()  # what was cached before listening may have missed a cycle
                     self.listening = True
                     async for note in conn.notifies():
                         if note.payload == schema:
                             self._forget()
-            except (psycopg.Error, OSError) as e:
+            except (DatabaseError, psycopg.Error, OSError) as e:  # psycopg's: connecting, the notifies stream
                 log.info("not caching: the scorer's announcements cannot be heard (%s)", e)
             finally:
                 self.listening = False

@@ -17,7 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -81,11 +81,11 @@ def _convert(kind: type, part: Any) -> Any:
 
 def page(
     name: str,
-    found: list[dict[str, Any]],
+    found: Sequence[Mapping[str, Any]],
     *,
     total: int,
     limit: int,
-    key: Callable[[dict[str, Any]], Sequence[Any]],
+    key: Callable[[Any], Sequence[Any]],
 ) -> dict[str, Any]:
     """One page of `limit` items out of `found` (fetched with limit + 1 to know whether more follow)."""
     more = len(found) > limit

@@ -6,13 +6,22 @@ filter never silently returns the whole fleet.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
+import psycopg
 from fastapi import APIRouter, Body, Depends, Header, HTTPException, Path, Query, Request
 from fastapi.responses import Response
-from psycopg import AsyncConnection, sql
+from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
+
+from shared.errors import DatabaseUnavailableError
+from shared.store import alerts as alert_store
+from shared.store import fleet, health, history
+from shared.store.fleet import SORTS, GpuFilters, dict_rows_async
+from shared.store.history import EventFilters
 
 from .guard import key_refusal
 from .paging import Cursor, decode_cursor, encode_cursor, page, wire
@@ -24,12 +33,6 @@ LABEL = r"^[A-Za-z0-9._:/@+-]{1,253}$"
 Label = Annotated[str | None, Query(pattern=LABEL, max_length=253)]
 State = Literal["healthy", "degraded", "unhealthy"]
 BUCKETS = {"10s": 10, "1m": 60, "5m": 300, "15m": 900, "1h": 3600, "6h": 21600, "1d": 86400}
-SORTS = {
-    "score": "s.score ASC NULLS LAST", "-score": "s.score DESC NULLS LAST",
-    "hostname": "a.hostname ASC, a.gpu_index ASC", "-hostname": "a.hostname DESC, a.gpu_index DESC",
-    "temp": "l.gpu_temp_c ASC NULLS LAST", "-temp": "l.gpu_temp_c DESC NULLS LAST",
-    "power": "l.power_usage_w ASC NULLS LAST", "-power": "l.power_usage_w DESC NULLS LAST",
-}  # fmt: skip
 
 
 def only(*names: str) -> Any:
@@ -45,11 +48,20 @@ def only(*names: str) -> Any:
     return Depends(check)
 
 
-async def rows(request: Request, query: str | sql.Composed, params: dict[str, Any]) -> list[dict[str, Any]]:
-    pool: AsyncConnectionPool = request.app.state.pool
-    async with pool.connection() as conn:
-        cur = await conn.execute(query, params)
-        return wire(await cur.fetchall())  # type: ignore[no-any-return]
+@asynccontextmanager
+async def connection(pool: AsyncConnectionPool) -> AsyncIterator[AsyncConnection[Any]]:
+    """A connection of `pool`; a pool that cannot hand one out (the database is down) is DatabaseUnavailableError."""
+    try:
+        async with pool.connection() as conn:
+            yield conn
+    except psycopg.OperationalError as e:  # PoolTimeout, or a connection the pool found broken
+        raise DatabaseUnavailableError(f"database connection lost: {e}") from e
+
+
+async def rows(request: Request, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every row of `query` on a reader connection, as it goes out (times in the wire format)."""
+    async with connection(request.app.state.pool) as conn:
+        return wire(await dict_rows_async(conn, query, params))  # type: ignore[no-any-return]
 
 
 def json_bytes(body: bytes) -> Response:
@@ -60,47 +72,13 @@ def utc(value: datetime) -> datetime:
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
-SUMMARY_TOTALS = """
-    SELECT count(*) AS gpus,
-           count(*) FILTER (WHERE s.state = 'healthy') AS healthy,
-           count(*) FILTER (WHERE s.state = 'degraded') AS degraded,
-           count(*) FILTER (WHERE s.state = 'unhealthy') AS unhealthy,
-           count(*) FILTER (WHERE s.state IS NULL) AS not_scored,
-           count(*) FILTER (WHERE l.time IS NULL OR l.time < (SELECT max(time) FROM gpu_latest) - interval '2 minutes') AS missing,
-           round(avg(l.gpu_temp_c)::numeric, 1)::float AS avg_temp_c,
-           round(max(l.gpu_temp_c)::numeric, 1)::float AS max_temp_c,
-           round(sum(l.power_usage_w)::numeric, 0)::float AS power_w,
-           round(avg(l.gpu_util_pct)::numeric, 1)::float AS avg_util_pct
-    FROM gpu_assets a LEFT JOIN gpu_status s USING (gpu_uuid) LEFT JOIN gpu_latest l USING (gpu_uuid)
-"""  # fmt: skip
-SUMMARY_ALERTS = "SELECT severity, count(*) AS n FROM gpu_alerts WHERE state <> 'resolved' GROUP BY 1"
-SUMMARY_PLACES = """
-    SELECT a.cluster, a.datacenter, a.rack, count(*) AS gpus,
-           count(*) FILTER (WHERE s.state = 'healthy') AS healthy,
-           count(*) FILTER (WHERE s.state = 'degraded') AS degraded,
-           count(*) FILTER (WHERE s.state = 'unhealthy') AS unhealthy
-    FROM gpu_assets a LEFT JOIN gpu_status s USING (gpu_uuid)
-    GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
-"""  # fmt: skip
-
-
-async def summary(conn: AsyncConnection[Any]) -> dict[str, Any]:
-    """The summary's three statements on one connection, pipelined: one round trip."""
-    async with conn.pipeline():
-        totals, alerts, places = (
-            await conn.execute(SUMMARY_TOTALS),
-            await conn.execute(SUMMARY_ALERTS),
-            await conn.execute(SUMMARY_PLACES),
-        )
+async def summary(conn: AsyncConnection[Any], missing_after_s: float) -> dict[str, Any]:
+    """The fleet summary as the API answers it."""
+    found = await fleet.summary(conn, missing_after_s=missing_after_s)
     return {
-        **wire((await totals.fetchall())[0]),
-        "open_alerts": {
-            "critical": 0,
-            "warning": 0,
-            "info": 0,
-            **{r["severity"]: r["n"] for r in await alerts.fetchall()},
-        },
-        "by_location": wire(await places.fetchall()),
+        **wire(found.totals),
+        "open_alerts": {"critical": 0, "warning": 0, "info": 0, **found.open_alerts},
+        "by_location": wire(found.by_location),
     }
 
 
@@ -109,32 +87,10 @@ async def fleet_summary(request: Request) -> Response:
     """GPU counts by state and location, fleet aggregates, open alerts, GPUs missing."""
 
     async def compute() -> dict[str, Any]:
-        async with request.app.state.pool.connection() as conn:
-            return await summary(conn)
+        async with connection(request.app.state.pool) as conn:
+            return await summary(conn, request.app.state.missing_after_s)
 
     return json_bytes(await request.app.state.cache.get_or_compute(("summary",), compute))
-
-
-_LIST_FROM = """
-    FROM gpu_assets a LEFT JOIN gpu_status s USING (gpu_uuid) LEFT JOIN gpu_latest l USING (gpu_uuid)
-    WHERE (%(cluster)s::text IS NULL OR a.cluster = %(cluster)s)
-      AND (%(datacenter)s::text IS NULL OR a.datacenter = %(datacenter)s)
-      AND (%(rack)s::text IS NULL OR a.rack = %(rack)s)
-      AND (%(host)s::text IS NULL OR a.hostname = %(host)s)
-      AND (%(model)s::text IS NULL OR a.model = %(model)s)
-      AND (%(state)s::text IS NULL OR s.state = %(state)s)
-"""
-
-
-def gpu_list_statements(sort: str) -> tuple[str, sql.Composed]:
-    """The GPU list's two statements (the total, the page) for a sort key of SORTS."""
-    page = sql.SQL(
-        "SELECT a.gpu_uuid, a.hostname, a.gpu_index, a.model, a.cluster, a.datacenter, a.rack,"
-        " s.state, s.score, s.grade, s.action, l.time AS last_seen, l.gpu_temp_c, l.power_usage_w, l.gpu_util_pct "
-        + _LIST_FROM
-        + " ORDER BY {order}, a.gpu_uuid LIMIT %(limit)s OFFSET %(offset)s"
-    ).format(order=sql.SQL(SORTS[sort]))
-    return "SELECT count(*) AS n " + _LIST_FROM, page
 
 
 @router.get(
@@ -166,17 +122,14 @@ async def list_gpus(
         (offset,) = decode_cursor(cursor, [int])
         if not 0 <= offset <= 1_000_000:
             raise HTTPException(400, "'cursor' is not one this endpoint returned; start without it")
-    params = {"cluster": cluster, "datacenter": datacenter, "rack": rack, "host": host, "model": model,
-              "state": state, "limit": limit, "offset": offset}  # fmt: skip
-    count_query, query = gpu_list_statements(sort)
+    filters = GpuFilters(
+        cluster=cluster, datacenter=datacenter, rack=rack, host=host, model=model, state=state
+    )
 
     async def compute() -> dict[str, Any]:
-        async with request.app.state.pool.connection() as conn:
-            async with conn.pipeline():
-                total = await conn.execute(count_query, params)
-                page = await conn.execute(query, params)
-            n = (await total.fetchall())[0]["n"]
-            found = wire(await page.fetchall())
+        async with connection(request.app.state.pool) as conn:
+            listed = await fleet.gpu_page(conn, filters, sort=sort, limit=limit, offset=offset)
+        n, found = listed.total, wire(listed.gpus)
         more = offset + len(found) < n
         return {"gpus": found, "total": n, "limit": limit, "offset": offset,
                 "next_cursor": encode_cursor([offset + len(found)]) if more and found else None}  # fmt: skip
@@ -186,56 +139,25 @@ async def list_gpus(
 
 
 GpuPath = Annotated[str, Path(pattern=GPU_UUID)]
-# Series of the counters behind findings (name in the answer -> column; the rollup keeps `<column>_max`).
-COUNTERS = {
-    "fb_used_mib": "fb_used_mib", "ecc_sbe": "ecc_sbe_volatile_total", "ecc_dbe": "ecc_dbe_volatile_total",
-    "retired_pages_sbe": "retired_pages_sbe", "retired_pages_dbe": "retired_pages_dbe",
-    "retired_pages_pending": "retired_pages_pending", "remapped_rows_uncorrectable": "remapped_rows_uncorrectable",
-    "row_remap_failure": "row_remap_failure", "pcie_replay": "pcie_replay_total", "xid_last": "xid_last",
-    "nvlink_crc_flit_errors": "nvlink_crc_flit_errors_total", "nvlink_crc_data_errors": "nvlink_crc_data_errors_total",
-    "nvlink_replay_errors": "nvlink_replay_errors_total", "nvlink_recovery_errors": "nvlink_recovery_errors_total",
-    "power_violation_us": "power_violation_us", "thermal_violation_us": "thermal_violation_us",
-}  # fmt: skip
 
 
 @router.get("/gpus/{gpu_uuid}", dependencies=[only()])
 async def gpu_detail(request: Request, gpu_uuid: GpuPath) -> dict[str, Any]:
     """One GPU: identity, placement, latest sample, verdicts with evidence, action, prediction."""
-    p = {"g": gpu_uuid}
-    asset = await rows(request, "SELECT * FROM gpu_assets WHERE gpu_uuid = %(g)s", p)
-    if not asset:
+    async with connection(request.app.state.pool) as conn:
+        found = await fleet.gpu_detail(conn, gpu_uuid)
+    if found is None:
         raise HTTPException(404, f"no GPU {gpu_uuid}")
-    latest = await rows(request, "SELECT * FROM gpu_latest WHERE gpu_uuid = %(g)s", p)
-    status = await rows(
-        request,
-        "SELECT state, score, grade, action, reasons, as_of FROM gpu_status WHERE gpu_uuid = %(g)s",
-        p,
-    )
-    verdicts = await rows(
-        request,
-        "SELECT subsystem, state, rule, evidence, since FROM gpu_health_current WHERE gpu_uuid = %(g)s ORDER BY subsystem",
-        p,
-    )
-    prediction = await rows(
-        request,
-        "SELECT time, p_fail_7d, p_fail_30d, reasons FROM gpu_failure_predictions WHERE gpu_uuid = %(g)s ORDER BY time DESC LIMIT 1",
-        p,
-    )
-    alerts = await rows(
-        request,
-        "SELECT g.*, a.hostname, a.gpu_index FROM gpu_alerts g JOIN gpu_assets a USING (gpu_uuid)"
-        " WHERE g.gpu_uuid = %(g)s AND g.state <> 'resolved' ORDER BY g.opened_at DESC",
-        p,
-    )
-    if latest:
-        latest[0]["mig"] = latest[0].get("mig") or []  # no MIG instances: [], as on Kafka
+    latest = wire(found.latest)
+    if latest is not None:
+        latest["mig"] = latest.get("mig") or []  # no MIG instances: [], as on Kafka
     return {
-        "asset": asset[0],
-        "latest": latest[0] if latest else None,
-        "status": status[0] if status else None,
-        "verdicts": verdicts,
-        "prediction": prediction[0] if prediction else None,
-        "open_alerts": alerts,
+        "asset": wire(found.asset),
+        "latest": latest,
+        "status": wire(found.status),
+        "verdicts": wire(found.verdicts),
+        "prediction": wire(found.prediction),
+        "open_alerts": wire(found.open_alerts),
     }
 
 
@@ -271,29 +193,15 @@ async def gpu_series(
     start, end = time_range(request, start, end, timedelta(hours=24))
     requested = bucket
     bucket, start = fit_bucket(bucket, start, end, request.app.state.api.max_points)
-    seconds = BUCKETS[bucket]
-    params = {"g": gpu_uuid, "from": start, "to": end, "b": timedelta(seconds=seconds)}
-    if seconds < 60:
-        counters = ", ".join(f"max({column}) AS {name}" for name, column in COUNTERS.items())
-        query = f"""SELECT time_bucket(%(b)s, time) AS t, avg(gpu_temp_c) AS temp_c, max(gpu_temp_c) AS temp_max_c,
-                          avg(power_usage_w) AS power_w, avg(gpu_util_pct) AS util_pct, {counters}
-                   FROM gpu_metrics WHERE gpu_uuid = %(g)s AND time >= %(from)s AND time < %(to)s
-                   GROUP BY t ORDER BY t"""
-    else:
-        counters = ", ".join(f"max({column}_max) AS {name}" for name, column in COUNTERS.items())
-        query = f"""SELECT time_bucket(%(b)s, bucket) AS t,
-                          sum(gpu_temp_c_sum) / nullif(sum(gpu_temp_c_n), 0) AS temp_c, max(gpu_temp_c_max) AS temp_max_c,
-                          sum(power_usage_w_sum) / nullif(sum(power_usage_w_n), 0) AS power_w,
-                          sum(gpu_util_pct_sum) / nullif(sum(gpu_util_pct_n), 0) AS util_pct, {counters}
-                   FROM gpu_metrics_1min WHERE gpu_uuid = %(g)s AND bucket >= %(from)s AND bucket < %(to)s
-                   GROUP BY t ORDER BY t"""
+    async with connection(request.app.state.pool) as conn:
+        points = await history.series(conn, gpu_uuid, start=start, end=end, bucket_s=BUCKETS[bucket])
     return {
         "gpu_uuid": gpu_uuid,
         "from": wire(start),
         "to": wire(end),
         "bucket": bucket,
         "requested_bucket": requested,
-        "points": await rows(request, query, params),
+        "points": wire(points),
     }
 
 
@@ -329,18 +237,11 @@ async def events(
 ) -> dict[str, Any]:
     """GPU events (XIDs, double-bit errors, throttling, lost GPUs...), newest first."""
     start, end = time_range(request, start, end, timedelta(days=7))
-    after = decode_cursor(cursor, [datetime, str, str]) if cursor else [None, None, None]
-    params = {"from": start, "to": end, "gpu": gpu, "kind": kind, "limit": limit + 1,
-              "ct": after[0], "cg": after[1], "ck": after[2]}  # fmt: skip
-    where = """
-        WHERE time >= %(from)s AND time < %(to)s AND (%(gpu)s::text IS NULL OR gpu_uuid = %(gpu)s)
-          AND (%(kind)s::text IS NULL OR kind = %(kind)s)"""
-    found = await rows(request, f"""
-        SELECT time, gpu_uuid, kind, hostname, cluster, datacenter, rack, details FROM gpu_events {where}
-          AND (%(ct)s::timestamptz IS NULL OR (time, gpu_uuid, kind) < (%(ct)s, %(cg)s::text, %(ck)s::text))
-        ORDER BY time DESC, gpu_uuid DESC, kind DESC LIMIT %(limit)s
-    """, params)  # fmt: skip
-    total = (await rows(request, f"SELECT count(*) AS n FROM gpu_events {where}", params))[0]["n"]
+    after = tuple(decode_cursor(cursor, [datetime, str, str])) if cursor else None
+    async with connection(request.app.state.pool) as conn:
+        found, total = await history.events(
+            conn, EventFilters(start=start, end=end, gpu=gpu, kind=kind), limit=limit + 1, after=after
+        )
     return page(
         "events", found, total=total, limit=limit, key=lambda r: (r["time"], r["gpu_uuid"], r["kind"])
     )
@@ -357,22 +258,10 @@ async def alerts(
     cursor: Cursor = None,
 ) -> dict[str, Any]:
     """Alerts, most severe then newest first, each naming its GPU's host, index and rack."""
-    after = decode_cursor(cursor, [int, datetime, int]) if cursor else [None, None, None]
-    params = {"state": state, "severity": severity, "gpu": gpu, "host": host, "limit": limit + 1,
-              "cr": after[0], "co": after[1], "ci": after[2]}  # fmt: skip
-    rank = "CASE g.severity WHEN 'critical' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END"
-    base = """
-        FROM gpu_alerts g LEFT JOIN gpu_assets a USING (gpu_uuid)
-        WHERE (%(state)s = 'unresolved' AND g.state <> 'resolved' OR g.state = %(state)s)
-          AND (%(severity)s::text IS NULL OR g.severity = %(severity)s)
-          AND (%(gpu)s::text IS NULL OR g.gpu_uuid = %(gpu)s) AND (%(host)s::text IS NULL OR a.hostname = %(host)s)"""
-    found = await rows(request, f"""
-        SELECT g.*, {rank} AS severity_rank, coalesce(a.hostname, '') AS hostname, a.gpu_index, a.rack {base}
-          AND (%(cr)s::int IS NULL OR {rank} > %(cr)s
-               OR {rank} = %(cr)s AND (g.opened_at, g.id) < (%(co)s::timestamptz, %(ci)s::bigint))
-        ORDER BY {rank}, g.opened_at DESC, g.id DESC LIMIT %(limit)s
-    """, params)  # fmt: skip
-    total = (await rows(request, f"SELECT count(*) AS n {base}", params))[0]["n"]
+    after = tuple(decode_cursor(cursor, [int, datetime, int])) if cursor else None
+    filters = alert_store.AlertFilters(state=state, severity=severity, gpu=gpu, host=host)
+    async with connection(request.app.state.pool) as conn:
+        found, total = await alert_store.listed(conn, filters, limit=limit + 1, after=after)
     listed = page("alerts", found, total=total, limit=limit,
                   key=lambda r: (r["severity_rank"], r["opened_at"], r["id"]))  # fmt: skip
     for alert in listed["alerts"]:
@@ -394,22 +283,19 @@ async def acknowledge(
     """
     if refusal := key_refusal(request.app.state.api.api_key, x_api_key):
         raise HTTPException(refusal.status, refusal.detail)
-    ack_pool: AsyncConnectionPool = request.app.state.ack_pool
-    async with ack_pool.connection() as conn:
-        cur = await conn.execute(
-            "SELECT * FROM acknowledge_alert(%(id)s, %(by)s)", {"id": alert_id, "by": by}
-        )
-        done: list[dict[str, Any]] = await cur.fetchall()  # type: ignore[assignment]
-    if done:
-        host = await rows(request, "SELECT hostname, gpu_index, rack FROM gpu_assets WHERE gpu_uuid = %(g)s",
-                          {"g": done[0]["gpu_uuid"]})  # fmt: skip
-        acked: dict[str, Any] = wire({**done[0], "hostname": "", "gpu_index": None, "rack": None,
-                                      **(host[0] if host else {})})  # fmt: skip
-        return acked
-    exists = await rows(request, "SELECT state FROM gpu_alerts WHERE id = %(id)s", {"id": alert_id})
-    if not exists:
+    async with connection(request.app.state.ack_pool) as conn:
+        done = await alert_store.acknowledge(conn, alert_id, by)
+    async with connection(request.app.state.pool) as conn:
+        if done is not None:
+            where = await fleet.placement(conn, done["gpu_uuid"])
+            acked: dict[str, Any] = wire(
+                {**done, "hostname": "", "gpu_index": None, "rack": None, **(where or {})}
+            )
+            return acked
+        state = await alert_store.alert_state(conn, alert_id)
+    if state is None:
         raise HTTPException(404, f"no alert {alert_id}")
-    raise HTTPException(409, f"alert {alert_id} is {exists[0]['state']}, not open")
+    raise HTTPException(409, f"alert {alert_id} is {state}, not open")
 
 
 @router.get("/predictions", dependencies=[only("limit", "min_p30", "cursor")])
@@ -420,20 +306,9 @@ async def predictions(
     cursor: Cursor = None,
 ) -> dict[str, Any]:
     """GPUs ranked by their risk of failing within 30 days, with the reasons."""
-    after = decode_cursor(cursor, [float, str]) if cursor else [None, None]
-    params = {"min": min_p30, "limit": limit + 1, "cp": after[0], "cg": after[1]}
-    base = """
-        FROM gpu_assets a
-        CROSS JOIN LATERAL (SELECT * FROM gpu_failure_predictions f WHERE f.gpu_uuid = a.gpu_uuid
-                            ORDER BY time DESC LIMIT 1) p
-        WHERE p.p_fail_30d >= %(min)s"""
-    found = await rows(request, f"""
-        SELECT a.gpu_uuid, a.hostname, a.model, a.rack, p.time, p.p_fail_7d, p.p_fail_30d, p.reasons {base}
-          AND (%(cp)s::float8 IS NULL OR p.p_fail_30d < %(cp)s
-               OR p.p_fail_30d = %(cp)s AND a.gpu_uuid > %(cg)s::text)
-        ORDER BY p.p_fail_30d DESC, a.gpu_uuid LIMIT %(limit)s
-    """, params)  # fmt: skip
-    total = (await rows(request, f"SELECT count(*) AS n {base}", params))[0]["n"]
+    after = tuple(decode_cursor(cursor, [float, str])) if cursor else None
+    async with connection(request.app.state.pool) as conn:
+        found, total = await health.ranked_predictions(conn, min_p30=min_p30, limit=limit + 1, after=after)
     return page(
         "predictions", found, total=total, limit=limit, key=lambda r: (r["p_fail_30d"], r["gpu_uuid"])
     )

@@ -2,9 +2,29 @@
 
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
+
 from pydantic import BaseModel, Field, SecretStr
 
 from shared.config import Settings
+from shared.errors import ConfigError
+
+# The scorer's rules (services/scorer/rules_config.py reads the same file): the API counts a GPU
+# as missing by the rules' own threshold, so the summary and the verdicts never disagree.
+RULES_FILE = Path(__file__).resolve().parents[2] / "config" / "health-rules.toml"
+
+
+def missing_after_s(rules_file: Path) -> int:
+    """The rules' [availability] missing_after_s: seconds without a sample after which a GPU is missing."""
+    try:
+        with rules_file.open("rb") as f:
+            value = tomllib.load(f)["availability"]["missing_after_s"]
+    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError) as e:
+        raise ConfigError(f"{rules_file}: no [availability] missing_after_s ({e})") from e
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ConfigError(f"{rules_file}: [availability] missing_after_s must be a positive integer")
+    return value
 
 
 class ApiSection(BaseModel):
@@ -32,6 +52,9 @@ class ApiSection(BaseModel):
     # The fleet summary and the GPU list are cached until the scorer's next cycle (cache.py),
     # and never longer than this (0: no cache). The scorer's default cycle is 30 s.
     cache_max_age_s: float = Field(default=30.0, ge=0, le=3600)
+    # The health rules the scorer judges by (GPUHEALTH_SCORER__RULES_FILE): the summary's
+    # `missing` uses their availability threshold.
+    rules_file: Path = RULES_FILE
 
 
 class ApiSettings(Settings):

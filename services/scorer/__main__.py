@@ -14,7 +14,6 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-import psycopg
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from pydantic import BaseModel, Field
 
@@ -23,6 +22,8 @@ from shared.db import connect
 from shared.errors import GpuHealthError
 from shared.kafka import JsonProducer, make_producer
 from shared.service import serve_when_ready, start_service, stop_on_signals
+from shared.store import fleet
+from shared.store.errors import translated
 
 from .alert_hosts import with_hostnames
 from .cycle import CycleResult, run_cycle
@@ -53,8 +54,7 @@ def resolve_as_of(conn: Conn, mode: str) -> datetime:
     if mode == "now":
         return datetime.now(UTC)
     if mode == "latest":
-        row = conn.execute("SELECT max(time) FROM gpu_latest").fetchone()
-        return row[0] if row and row[0] else datetime.now(UTC)
+        return fleet.newest_sample_time(conn) or datetime.now(UTC)
     parsed = datetime.fromisoformat(mode)
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
@@ -107,7 +107,8 @@ def main() -> int:
     while not stop.is_set():
         started = time.perf_counter()
         try:
-            with connect(settings.db) as conn:
+            conn = connect(settings.db)
+            with translated(conn), conn:  # the connection's own commit at the end is translated too
                 as_of = resolve_as_of(conn, cfg.as_of)
                 due = time.monotonic() - last_prediction >= cfg.predict_every_s
                 result = run_cycle(conn, as_of, rules, None if due else predictions)
@@ -127,7 +128,7 @@ def main() -> int:
                                 "predictions_written": result.predictions_written,
                                 "seconds": round(time.perf_counter() - started, 3)},
             )  # fmt: skip
-        except (GpuHealthError, psycopg.Error, OSError) as e:
+        except (GpuHealthError, OSError) as e:
             metrics.failures.inc()
             log.error("scoring cycle failed: %s", e)
         if once:

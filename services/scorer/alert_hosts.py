@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from shared.store import fleet
+
 Message = tuple[str, str, dict[str, Any]]
 
 
@@ -17,12 +19,7 @@ def with_hostnames(conn: Any, messages: list[Message]) -> list[Message]:
     missing = sorted({key for _, key, value in messages if not value.get("hostname")})
     hosts: dict[str, str] = {}
     if missing:
-        hosts = {
-            str(u): str(h)
-            for u, h in conn.execute(
-                "SELECT gpu_uuid, hostname FROM gpu_assets WHERE gpu_uuid = ANY(%s)", (missing,)
-            )
-        }
+        hosts = fleet.hostnames(conn, missing)
     for _, key, value in messages:
         if not value.get("hostname"):
             value["hostname"] = hosts.get(key, "")

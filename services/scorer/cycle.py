@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from psycopg.types.json import Jsonb
+from shared.store import alerts, health, notify
+from shared.store.errors import translated
+from shared.store.health import PredictionRow, StatusRow, VerdictRow
 
 from .features import Conn, GpuFeatures, read_features
 from .predict import Prediction, predict_all
@@ -93,16 +95,12 @@ def run_cycle(
     if predictions is None:
         predictions = predict_all(conn, as_of, rules)
     result.predictions = predictions
-    current = {
-        (str(u), str(s)): str(st)
-        for u, s, st in conn.execute("SELECT gpu_uuid, subsystem, state FROM gpu_health_current")
-    }
-    open_alerts = {
-        (str(u), str(k)): int(i)
-        for i, u, k in conn.execute("SELECT id, gpu_uuid, kind FROM gpu_alerts WHERE state <> 'resolved'")
-    }
+    current = health.current_states(conn)
+    open_alerts = alerts.unresolved(conn)
     wanted: dict[tuple[str, str], DesiredAlert] = {}
-    status_rows, history_rows, current_rows = [], [], []
+    status_rows: list[StatusRow] = []
+    history_rows: list[VerdictRow] = []
+    current_rows: list[VerdictRow] = []
     for uuid, g in features.items():
         verdicts = evaluate(g, rules, as_of)
         prediction = predictions.get(uuid) or Prediction(uuid, 0.0, 0.0)
@@ -113,18 +111,19 @@ def run_cycle(
             {"subsystem": v.subsystem, "state": v.state, "rule": v.rule, "action": v.action}
             for v in verdicts.values() if v.state != "healthy"
         ]  # fmt: skip
-        status_rows.append((uuid, state, points, grade, action, Jsonb(reasons), as_of))
+        status_rows.append(StatusRow(uuid, state, points, grade, action, reasons, as_of))
         for sub in SUBSYSTEMS:
             v = verdicts[sub]
             before = current.get((uuid, sub))
             # A healthy verdict that stays healthy has nothing new to say: skip the write
             # (at 10,000 GPUs that is ~70,000 upserts a cycle). Non-healthy ones refresh
             # their evidence every cycle.
+            row = VerdictRow(uuid, sub, v.state, v.rule, v.evidence, as_of)
             if before != v.state or v.state != "healthy":
-                current_rows.append((uuid, sub, v.state, v.rule, Jsonb(v.evidence), as_of))
+                current_rows.append(row)
             # A change of state, except a new GPU starting healthy, is history worth keeping.
             if before != v.state and (before is not None or v.state != "healthy"):
-                history_rows.append((as_of, uuid, sub, v.state, v.rule, Jsonb(v.evidence)))
+                history_rows.append(row)
                 result.messages.append(("health", uuid, {
                     "schema_version": 1, "time": as_of.isoformat(), "gpu_uuid": uuid, "hostname": g.hostname,
                     "subsystem": sub, "state": v.state, "previous": before, "rule": v.rule,
@@ -134,47 +133,23 @@ def run_cycle(
             wanted[(uuid, alert.kind)] = alert
     result.gpus = len(features)
     result.verdict_changes = len(history_rows)
-    with conn.cursor() as cur:
-        cur.executemany(
-            "INSERT INTO gpu_status (gpu_uuid, state, score, grade, action, reasons, as_of, updated_at)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, now()) ON CONFLICT (gpu_uuid) DO UPDATE SET"
-            " state = EXCLUDED.state, score = EXCLUDED.score, grade = EXCLUDED.grade, action = EXCLUDED.action,"
-            " reasons = EXCLUDED.reasons, as_of = EXCLUDED.as_of, updated_at = now()",
-            status_rows,
-        )
-        cur.executemany(
-            "INSERT INTO gpu_health_current (gpu_uuid, subsystem, state, rule, evidence, since, updated_at)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (gpu_uuid, subsystem) DO UPDATE SET"
-            " since = CASE WHEN gpu_health_current.state = EXCLUDED.state THEN gpu_health_current.since"
-            " ELSE EXCLUDED.since END, state = EXCLUDED.state, rule = EXCLUDED.rule,"
-            " evidence = EXCLUDED.evidence, updated_at = EXCLUDED.updated_at",
-            [(*row, row[-1]) for row in current_rows],
-        )
-        if history_rows:
-            cur.executemany(
-                "INSERT INTO gpu_health (time, gpu_uuid, subsystem, state, rule, evidence)"
-                " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                history_rows,
-            )
-        _write_alerts(cur, as_of, wanted, open_alerts, result)
-        if fresh_predictions:
-            rows = [
-                (as_of, p.gpu_uuid, p.p_fail_7d, p.p_fail_30d, Jsonb(p.reasons)) for p in predictions.values()
-            ]
-            cur.executemany(
-                "INSERT INTO gpu_failure_predictions (time, gpu_uuid, p_fail_7d, p_fail_30d, reasons)"
-                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                rows,
-            )
-            result.predictions_written = len(rows)
+    fresh = [
+        PredictionRow(p.gpu_uuid, p.p_fail_7d, p.p_fail_30d, p.reasons, as_of) for p in predictions.values()
+    ] if fresh_predictions else []  # fmt: skip
+    health.write_verdicts(
+        conn, statuses=status_rows, current=current_rows, changes=history_rows, predictions=fresh
+    )
+    result.predictions_written = len(fresh)
+    _write_alerts(conn, as_of, wanted, open_alerts, result)
     # Heard at the commit by the API's cache (services/api/cache.py): its answers end with this cycle.
-    conn.execute("SELECT pg_notify('gpuhealth_scored', current_schema())")
-    conn.commit()
+    notify.announce_scored(conn)
+    with translated(conn):
+        conn.commit()
     return result
 
 
 def _write_alerts(
-    cur: Any,
+    conn: Conn,
     as_of: datetime,
     wanted: dict[tuple[str, str], DesiredAlert],
     open_alerts: dict[tuple[str, str], int],
@@ -182,28 +157,20 @@ def _write_alerts(
 ) -> None:
     for (uuid, kind), alert in wanted.items():
         if (uuid, kind) in open_alerts:
-            cur.execute(
-                "UPDATE gpu_alerts SET severity = %s, summary = %s, evidence = %s, updated_at = %s WHERE id = %s",
-                (alert.severity, alert.summary, Jsonb(alert.evidence), as_of, open_alerts[(uuid, kind)]),
-            )
+            alerts.refresh_alert(conn, open_alerts[(uuid, kind)], severity=alert.severity, summary=alert.summary,
+                                 evidence=alert.evidence, as_of=as_of)  # fmt: skip
             continue
-        row = cur.execute(
-            "INSERT INTO gpu_alerts (gpu_uuid, kind, severity, state, summary, evidence, opened_at, updated_at)"
-            " VALUES (%s, %s, %s, 'open', %s, %s, %s, %s) RETURNING id",
-            (uuid, kind, alert.severity, alert.summary, Jsonb(alert.evidence), as_of, as_of),
-        ).fetchone()
+        alert_id = alerts.open_alert(conn, uuid, kind, severity=alert.severity, summary=alert.summary,
+                                     evidence=alert.evidence, as_of=as_of)  # fmt: skip
         result.alerts_opened += 1
         result.messages.append(("alerts", uuid, {
-            "schema_version": 1, "time": as_of.isoformat(), "alert_id": row[0], "gpu_uuid": uuid, "kind": kind,
+            "schema_version": 1, "time": as_of.isoformat(), "alert_id": alert_id, "gpu_uuid": uuid, "kind": kind,
             "severity": alert.severity, "state": "open", "summary": alert.summary, "evidence": alert.evidence,
         }))  # fmt: skip
     for (uuid, kind), alert_id in open_alerts.items():
         if (uuid, kind) in wanted:
             continue
-        cur.execute(
-            "UPDATE gpu_alerts SET state = 'resolved', resolved_at = %s, updated_at = %s WHERE id = %s",
-            (as_of, as_of, alert_id),
-        )
+        alerts.resolve_alert(conn, alert_id, as_of)
         result.alerts_resolved += 1
         result.messages.append(("alerts", uuid, {
             "schema_version": 1, "time": as_of.isoformat(), "alert_id": alert_id, "gpu_uuid": uuid,

@@ -5,16 +5,20 @@ per GPU (counter increments use lag(), so a counter reset by a GPU reset is
 not a negative rate); one reads XID events; one joins the inventory and the
 latest sample. Nothing pulls raw samples into Python: at 10,000 GPUs a cycle
 reads ~600k rollup rows inside PostgreSQL and returns 10,000. Only refreshed
-minutes are read: those before gpu_metrics_1min_settled() (schema/0014).
+minutes are read: those before gpu_metrics_1min_settled() (schema/0014). The
+statements live in shared.store.verdict_inputs; this module folds their rows.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, NamedTuple
 
 import psycopg
+
+from shared.store import verdict_inputs
+from shared.store.verdict_inputs import FeatureWindows
 
 from .rules_config import Rules
 
@@ -74,124 +78,54 @@ class GpuFeatures:
     lost_times: tuple[str, ...] = ()
 
 
-_ROLLUP = """
-WITH win AS (
-    SELECT gpu_uuid, bucket, gpu_temp_c_max, power_usage_w_sum, power_usage_w_n,
-           gpu_util_pct_sum, gpu_util_pct_n, clocks_event_reasons_any, fb_used_mib_max,
-           ecc_dbe_volatile_total_max, retired_pages_sbe_max, retired_pages_dbe_max,
-           retired_pages_pending_max, row_remap_failure_max, remapped_rows_uncorrectable_max,
-           ecc_sbe_volatile_total_max - lag(ecc_sbe_volatile_total_max) OVER w AS d_sbe,
-           ecc_dbe_volatile_total_max - lag(ecc_dbe_volatile_total_max) OVER w AS d_dbe,
-           pcie_replay_total_max - lag(pcie_replay_total_max) OVER w AS d_pcie,
-           (coalesce(nvlink_crc_flit_errors_total_max, 0) + coalesce(nvlink_crc_data_errors_total_max, 0))
-             - lag(coalesce(nvlink_crc_flit_errors_total_max, 0) + coalesce(nvlink_crc_data_errors_total_max, 0)) OVER w AS d_crc,
-           (coalesce(nvlink_replay_errors_total_max, 0) + coalesce(nvlink_recovery_errors_total_max, 0))
-             - lag(coalesce(nvlink_replay_errors_total_max, 0) + coalesce(nvlink_recovery_errors_total_max, 0)) OVER w AS d_nvl
-    FROM gpu_metrics_1min
-    WHERE bucket > %(t)s - %(long)s AND bucket <= %(t)s AND bucket < (SELECT gpu_metrics_1min_settled())
-    WINDOW w AS (PARTITION BY gpu_uuid ORDER BY bucket)
-)
-SELECT gpu_uuid,
-       (array_agg(ecc_dbe_volatile_total_max ORDER BY bucket DESC))[1],
-       (array_agg(coalesce(retired_pages_sbe_max, 0) + coalesce(retired_pages_dbe_max, 0) ORDER BY bucket DESC))[1],
-       (array_agg(retired_pages_pending_max ORDER BY bucket DESC))[1],
-       (array_agg(row_remap_failure_max ORDER BY bucket DESC))[1],
-       (array_agg(remapped_rows_uncorrectable_max ORDER BY bucket DESC))[1],
-       max(gpu_temp_c_max) FILTER (WHERE bucket > %(t)s - %(short)s),
-       sum(power_usage_w_sum) FILTER (WHERE bucket > %(t)s - %(short)s)
-         / nullif(sum(power_usage_w_n) FILTER (WHERE bucket > %(t)s - %(short)s), 0),
-       bit_or(clocks_event_reasons_any) FILTER (WHERE bucket > %(t)s - %(short)s),
-       max(gpu_util_pct_sum / nullif(gpu_util_pct_n, 0)) FILTER (WHERE bucket > %(t)s - %(idle)s),
-       count(*) FILTER (WHERE bucket > %(t)s - %(idle)s),
-       sum(greatest(d_sbe, 0)), sum(greatest(d_pcie, 0)), sum(greatest(d_crc, 0)),
-       sum(greatest(d_nvl, 0)), sum(greatest(d_dbe, 0)), count(*),
-       extract(epoch FROM max(bucket) - min(bucket))
-FROM win GROUP BY gpu_uuid
-"""
-
-_INVENTORY = """
-SELECT a.gpu_uuid, a.hostname, a.model,
-       CASE WHEN l.time <= %(t)s THEN l.time ELSE (
-           SELECT max(bucket) + interval '59 seconds' FROM gpu_metrics_1min r
-           WHERE r.gpu_uuid = a.gpu_uuid AND r.bucket <= %(t)s AND r.bucket > %(t)s - %(long)s
-             AND r.bucket < (SELECT gpu_metrics_1min_settled()))
-       END,
-       coalesce(a.slowdown_temp_c, %(slowdown)s),
-       a.power_limit_w, a.fb_total_mib, l.pod, l.fb_used_mib, l.row_remap_pending,
-       l.gpu_recovery_action
-FROM gpu_assets a LEFT JOIN gpu_latest l USING (gpu_uuid)
-WHERE a.first_seen <= %(t)s
-"""
-
-_XIDS = """
-WITH e AS (
-    SELECT gpu_uuid, (details->>'xid')::int AS code, time
-    FROM gpu_events
-    WHERE kind = 'xid' AND time > %(t)s - %(escalation)s AND time <= %(t)s AND details ? 'xid'
-)
-SELECT e.gpu_uuid, e.code,
-       count(*) FILTER (WHERE e.time > %(t)s - make_interval(secs => coalesce(c.clear_s, %(xid_s)s))),
-       count(*), count(*) FILTER (WHERE e.time > %(t)s - %(repeat)s),
-       (array_agg(e.time ORDER BY e.time DESC))[1:10]
-FROM e LEFT JOIN unnest(%(codes)s::int[], %(clears)s::int[]) AS c(code, clear_s) ON c.code = e.code
-GROUP BY e.gpu_uuid, e.code
-"""
-
-_LOSSES = """
-SELECT gpu_uuid, (array_agg(time ORDER BY time DESC))[1:10], count(*)
-FROM gpu_events
-WHERE kind = 'gpu_lost' AND time > %(t)s - %(escalation)s AND time <= %(t)s
-GROUP BY gpu_uuid
-"""
-
-
 def _int(value: Any) -> int:
     return int(value) if value is not None else 0
 
 
-def read_features(conn: Conn, as_of: datetime, rules: Rules) -> dict[str, GpuFeatures]:
+def feature_windows(as_of: datetime, rules: Rules) -> FeatureWindows:
+    """The windows the rules look back over from `as_of`."""
     w = rules.windows
-    params = {
-        "t": as_of,
-        "short": timedelta(seconds=w.short_s),
-        "long": timedelta(seconds=w.long_s),
-        "idle": timedelta(seconds=rules.idle.for_s),
-        "xid": timedelta(seconds=w.xid_s),
-        "escalation": timedelta(seconds=w.escalation_s),
-        "slowdown": rules.thermal.default_slowdown_c,
-        "xid_s": w.xid_s,
-        "repeat": timedelta(seconds=rules.xid_repeats.window_s),
-        "codes": list(rules.xid),
-        "clears": [rules.xid_clear_s(code) for code in rules.xid],
-    }
+    return FeatureWindows(
+        as_of=as_of, short_s=w.short_s, long_s=w.long_s, idle_s=rules.idle.for_s, escalation_s=w.escalation_s,
+        repeat_s=rules.xid_repeats.window_s, xid_s=w.xid_s, default_slowdown_c=rules.thermal.default_slowdown_c,
+        xid_clear_s={code: rules.xid_clear_s(code) for code in rules.xid},
+    )  # fmt: skip
+
+
+def read_features(conn: Conn, as_of: datetime, rules: Rules) -> dict[str, GpuFeatures]:
+    windows = feature_windows(as_of, rules)
     gpus: dict[str, GpuFeatures] = {}
-    for row in conn.execute(_INVENTORY, params):
-        uuid, host, model, last, slow, plimit, fbtotal, pod, fbused, remap_pending, recovery = row
-        gpus[uuid] = GpuFeatures(
-            gpu_uuid=uuid, hostname=host, model=model, last_time=last, slowdown_c=float(slow),
-            power_limit_w=plimit, fb_total_mib=fbtotal, pod=pod,
-            fb_used_mib=fbused, remap_pending=_int(remap_pending), recovery_action=recovery,
+    for a in verdict_inputs.inventory(conn, windows):
+        gpus[a.gpu_uuid] = GpuFeatures(
+            gpu_uuid=a.gpu_uuid, hostname=a.hostname, model=a.model, last_time=a.last_time,
+            slowdown_c=float(a.slowdown_c), power_limit_w=a.power_limit_w, fb_total_mib=a.fb_total_mib,
+            pod=a.pod, fb_used_mib=a.fb_used_mib, remap_pending=_int(a.row_remap_pending),
+            recovery_action=a.recovery_action,
         )  # fmt: skip
-    for row in conn.execute(_ROLLUP, params):
-        g = gpus.get(row[0])
+    for r in verdict_inputs.rollup_windows(conn, windows):
+        g = gpus.get(r.gpu_uuid)
         if g is None:
             continue
-        (g.dbe_volatile, g.retired_pages, g.retired_pending, g.remap_failure, g.remapped_uncorrectable) = (
-            _int(v) for v in row[1:6]
+        g.dbe_volatile, g.retired_pages = _int(r.dbe_volatile), _int(r.retired_pages)
+        g.retired_pending, g.remap_failure = _int(r.retired_pending), _int(r.remap_failure)
+        g.remapped_uncorrectable = _int(r.remapped_uncorrectable)
+        g.temp_max, g.power_avg = r.temp_max, r.power_avg
+        g.reasons_any = _int(r.reasons_any)
+        g.util_max_idle_window, g.idle_minutes = r.util_max_idle_window, _int(r.idle_minutes)
+        g.sbe_new, g.pcie_new, g.dbe_new = _int(r.sbe_new), _int(r.pcie_new), _int(r.dbe_new)
+        g.nvlink_crc_new, g.nvlink_replay_recovery_new = (
+            _int(r.nvlink_crc_new),
+            _int(r.nvlink_replay_recovery_new),
         )
-        g.temp_max, g.power_avg = row[6], row[7]
-        g.reasons_any = _int(row[8])
-        g.util_max_idle_window, g.idle_minutes = row[9], _int(row[10])
-        g.sbe_new, g.pcie_new, g.nvlink_crc_new, g.nvlink_replay_recovery_new, g.dbe_new = (
-            _int(v) for v in row[11:16]
-        )
-        g.minutes_long = _int(row[16])
-        g.span_long_s = float(row[17]) if row[17] is not None else None
-    for uuid, code, recent, total, in_repeat, times in conn.execute(_XIDS, params):
-        if uuid in gpus:
-            stamps = tuple(t.isoformat() for t in times)
-            gpus[uuid].xids[int(code)] = XidCounts(int(recent), int(total), int(in_repeat), stamps)
-    for uuid, times, _count in conn.execute(_LOSSES, params):
-        if uuid in gpus:
-            gpus[uuid].lost_times = tuple(t.isoformat() for t in times)
+        g.minutes_long = _int(r.minutes_long)
+        g.span_long_s = float(r.span_long_s) if r.span_long_s is not None else None
+    for x in verdict_inputs.xid_counts(conn, windows):
+        if x.gpu_uuid in gpus:
+            stamps = tuple(t.isoformat() for t in x.times)
+            gpus[x.gpu_uuid].xids[int(x.code)] = XidCounts(
+                int(x.recent), int(x.total), int(x.in_repeat_window), stamps
+            )
+    for loss in verdict_inputs.losses(conn, windows):
+        if loss.gpu_uuid in gpus:
+            gpus[loss.gpu_uuid].lost_times = tuple(t.isoformat() for t in loss.times)
     return gpus

@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from shared.dcgm import ClockEventReason as Reason
+from shared.store import verdict_inputs
 
 from .features import Conn
 from .rules_config import PredictorWeights, Rules
@@ -48,49 +49,6 @@ TERMS = (
     "hw_thermal_slowdown_fraction",
 )
 _LOG_TERMS = frozenset(TERMS[:4])
-
-_QUERY = """
-WITH r AS (
-    SELECT m.gpu_uuid, m.bucket, m.bucket > %(t)s - %(recent)s AS recent,
-           m.gpu_temp_c_sum / nullif(m.gpu_temp_c_n, 0) AS temp,
-           m.power_usage_w_sum / nullif(m.power_usage_w_n, 0) AS power,
-           (coalesce(m.clocks_event_reasons_any, 0) & %(hw_thermal)s) <> 0 AS hw_thermal,
-           greatest(m.ecc_sbe_volatile_total_max - lag(m.ecc_sbe_volatile_total_max) OVER w, 0) AS d_sbe,
-           greatest(m.pcie_replay_total_max - lag(m.pcie_replay_total_max) OVER w, 0) AS d_pcie,
-           greatest(coalesce(m.retired_pages_sbe_max, 0) + coalesce(m.remapped_rows_correctable_max, 0)
-             - lag(coalesce(m.retired_pages_sbe_max, 0) + coalesce(m.remapped_rows_correctable_max, 0)) OVER w, 0)
-             AS d_rows,
-           greatest(coalesce(m.nvlink_crc_flit_errors_total_max, 0) + coalesce(m.nvlink_crc_data_errors_total_max, 0)
-             - lag(coalesce(m.nvlink_crc_flit_errors_total_max, 0)
-                   + coalesce(m.nvlink_crc_data_errors_total_max, 0)) OVER w, 0) AS d_crc
-    FROM gpu_metrics_1min m
-    WHERE m.bucket > %(t)s - %(trend)s AND m.bucket <= %(t)s
-      AND m.bucket < (SELECT gpu_metrics_1min_settled())
-    WINDOW w AS (PARTITION BY m.gpu_uuid ORDER BY m.bucket)
-), fit AS (
-    SELECT gpu_uuid,
-           regr_slope(temp, power) FILTER (WHERE NOT recent AND power > 0) AS slope,
-           regr_intercept(temp, power) FILTER (WHERE NOT recent AND power > 0) AS icept,
-           min(power) FILTER (WHERE NOT recent AND power > 0) AS p_lo,
-           max(power) FILTER (WHERE NOT recent AND power > 0) AS p_hi
-    FROM r GROUP BY gpu_uuid
-), resid AS (
-    -- the recent minutes' temperature above the earlier power-to-temperature line, where the
-    -- line was seen (no extrapolation beyond the earlier window's range of power)
-    SELECT r.gpu_uuid, percentile_cont(0.5) WITHIN GROUP (ORDER BY r.temp - (f.icept + f.slope * r.power)) AS heat
-    FROM r JOIN fit f USING (gpu_uuid)
-    WHERE r.recent AND r.power BETWEEN f.p_lo AND f.p_hi AND f.slope IS NOT NULL
-    GROUP BY r.gpu_uuid
-)
-SELECT r.gpu_uuid,
-       extract(epoch FROM min(r.bucket)), extract(epoch FROM max(r.bucket)),
-       coalesce(sum(d_sbe) FILTER (WHERE recent), 0), coalesce(sum(d_sbe) FILTER (WHERE NOT recent), 0),
-       coalesce(sum(d_pcie) FILTER (WHERE recent), 0), coalesce(sum(d_pcie) FILTER (WHERE NOT recent), 0),
-       coalesce(sum(d_rows), 0), coalesce(sum(d_crc) FILTER (WHERE recent), 0),
-       min(h.heat), count(*) FILTER (WHERE hw_thermal)::float / count(*)
-FROM r LEFT JOIN resid h USING (gpu_uuid)
-GROUP BY r.gpu_uuid
-"""
 
 _MIN_HOURS = 1.0  # rates are over at least an hour, so a GPU seen for minutes cannot spike one
 _MIN_EARLIER_H = 6.0  # a trend needs this much history before the recent window
@@ -112,11 +70,12 @@ def _rate(count: float, hours: float) -> float:
 def precursor_features(conn: Conn, as_of: datetime, rules: Rules) -> dict[str, dict[str, float]]:
     """Every GPU's model inputs as of a time (raw values, before the log transform)."""
     pr = rules.prediction
-    params = {"t": as_of, "recent": timedelta(seconds=pr.recent_s), "trend": timedelta(seconds=pr.trend_s),
-              "hw_thermal": int(Reason.HW_THERMAL_SLOWDOWN)}  # fmt: skip
     cut = as_of.timestamp() - pr.recent_s
     out: dict[str, dict[str, float]] = {}
-    for row in conn.execute(_QUERY, params):
+    found = verdict_inputs.precursors(
+        conn, as_of, recent_s=pr.recent_s, trend_s=pr.trend_s, hw_thermal_mask=int(Reason.HW_THERMAL_SLOWDOWN)
+    )
+    for row in found:
         (uuid, first, last, sbe_r, sbe_e, pcie_r, pcie_e, rows, crc_r, heat_c, hw_frac) = row
         first, last = float(first), float(last)
         recent_h = (last - max(first, cut)) / 3600

@@ -25,26 +25,10 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from shared.store import alerts, health
+
 STATE_CODE = {"healthy": 0, "degraded": 1, "unhealthy": 2}
 SEVERITIES = ("info", "warning", "critical")
-
-# The GPUs scored in the cycle of `as_of` (gpu_status carries that cycle's time).
-_GPUS = """
-SELECT s.gpu_uuid, coalesce(a.hostname, ''), s.state, s.score
-FROM gpu_status s LEFT JOIN gpu_assets a USING (gpu_uuid)
-WHERE s.as_of = %s
-"""
-_SUBSYSTEMS = """
-SELECT c.gpu_uuid, c.subsystem, c.state
-FROM gpu_health_current c JOIN gpu_status s USING (gpu_uuid)
-WHERE s.as_of = %s
-"""
-_ALERTS = """
-SELECT g.gpu_uuid, g.severity, count(*)
-FROM gpu_alerts g JOIN gpu_status s USING (gpu_uuid)
-WHERE s.as_of = %s AND g.state = 'open'
-GROUP BY g.gpu_uuid, g.severity
-"""
 
 
 @dataclass(slots=True)
@@ -65,16 +49,18 @@ class VerdictSnapshot:
 def read_snapshot(conn: Any, as_of: datetime) -> VerdictSnapshot:
     """The verdicts written by the cycle of `as_of` (call after that cycle committed)."""
     snap = VerdictSnapshot(as_of=as_of)
-    for uuid, host, state, points in conn.execute(_GPUS, (as_of,)):
-        snap.gpus[str(uuid)] = GpuVerdicts(hostname=str(host), state=str(state), score=float(points))
-    for uuid, sub, state in conn.execute(_SUBSYSTEMS, (as_of,)):
-        gpu = snap.gpus.get(str(uuid))
+    for scored in health.scored_gpus(conn, as_of):
+        snap.gpus[scored["gpu_uuid"]] = GpuVerdicts(
+            hostname=scored["hostname"], state=scored["state"], score=scored["score"]
+        )
+    for uuid, sub, state in health.scored_subsystems(conn, as_of):
+        gpu = snap.gpus.get(uuid)
         if gpu is not None:
-            gpu.subsystems[str(sub)] = str(state)
-    for uuid, severity, n in conn.execute(_ALERTS, (as_of,)):
-        gpu = snap.gpus.get(str(uuid))
+            gpu.subsystems[sub] = state
+    for uuid, severity, n in alerts.open_counts(conn, as_of):
+        gpu = snap.gpus.get(uuid)
         if gpu is not None:
-            gpu.open_alerts[str(severity)] = int(n)
+            gpu.open_alerts[severity] = n
     return snap
 
 

@@ -12,4 +12,13 @@ Modules, one per table family:
 - `archive`: chunks past retention, their columns, their rows as Arrow (COPY), hypertable sizes.
 - `archive_duckdb`: DuckDB views over the Parquet archive UNION ALL the live rows.
 - `retention`: the retention lock, drop_chunks, policies, a chunk's SHARE lock, VACUUM.
+- `fleet`: gpu_assets, gpu_status, gpu_latest read fleet-wide: the API's summary, GPU list (its sort
+  keys and their psycopg.sql composition) and GPU detail; the newest sample; the benches' synthetic fleets.
+- `health`: gpu_status, gpu_health_current, gpu_health, gpu_failure_predictions: the scorer's cycle
+  writes, the verdicts read back (Prometheus series, evaluation), the API's history and predictions.
+- `alerts`: gpu_alerts: the scorer opens, refreshes and resolves; the API lists and acknowledges.
+- `history`: a GPU's metric series (raw or rollup) and the event list, for the API.
+- `verdict_inputs`: the scorer's feature and prediction windows over the settled 1-minute rollup,
+  XID and loss events, the inventory.
+- `notify`: the scorer's pg_notify at a cycle's commit; the API cache's LISTEN.
 """

@@ -45,7 +45,7 @@ from shared.models import to_json
 from shared.models_workload import GpuProcess, GpuProcesses, ProcessClass
 from shared.process_rules import ProcessRules
 from tests.helpers.kafka import consume_all, header_map
-from tests.paths import REPO
+from tests.paths import DATA, REPO
 
 
 @pytest.fixture
@@ -292,7 +292,7 @@ def _free_port() -> int:
 
 def _serve_vllm_metrics() -> ThreadingHTTPServer:
     """A stand-in vLLM whose /metrics alternates between two recorded scrapes."""
-    data = REPO / "tests" / "unit" / "data"
+    data = DATA
     scrapes = [(data / f"vllm-metrics-{i}.txt").read_bytes() for i in (1, 2)]
     served = [0]
 

@@ -1,0 +1,135 @@
+"""Alerts (gpu_alerts): opened, refreshed and resolved by the scorer, listed and acknowledged through the API.
+
+An alert is open until its evidence is gone; an operator's acknowledgement
+(the `acknowledge_alert` function, granted only to the acknowledging login)
+moves it to `acknowledged` and the scorer still resolves it. The scorer's
+writes run in its cycle's transaction (no commit here).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from .errors import translated
+from .fleet import Row, dict_rows_async, tuple_rows
+
+SyncConn = psycopg.Connection[Any]
+AsyncConn = psycopg.AsyncConnection[Any]
+ListedState = Literal["open", "acknowledged", "resolved", "unresolved"]  # unresolved: open or acknowledged
+
+
+def unresolved(conn: SyncConn) -> dict[tuple[str, str], int]:
+    """The alerts not yet resolved: (gpu_uuid, kind) -> id."""
+    found = tuple_rows(conn, "SELECT id, gpu_uuid, kind FROM gpu_alerts WHERE state <> 'resolved'")
+    return {(str(uuid), str(kind)): int(alert_id) for alert_id, uuid, kind in found}
+
+
+def open_alert(
+    conn: SyncConn,
+    gpu_uuid: str,
+    kind: str,
+    *,
+    severity: str,
+    summary: str,
+    evidence: dict[str, Any],
+    as_of: datetime,
+) -> int:
+    """Open a new alert as of a cycle; its id."""
+    ((alert_id,),) = tuple_rows(
+        conn,
+        "INSERT INTO gpu_alerts (gpu_uuid, kind, severity, state, summary, evidence, opened_at, updated_at)"
+        " VALUES (%s, %s, %s, 'open', %s, %s, %s, %s) RETURNING id",
+        (gpu_uuid, kind, severity, summary, Jsonb(evidence), as_of, as_of),
+    )
+    return int(alert_id)
+
+
+def refresh_alert(
+    conn: SyncConn, alert_id: int, *, severity: str, summary: str, evidence: dict[str, Any], as_of: datetime
+) -> None:
+    """An unresolved alert's severity, summary and evidence as of a cycle (its state is kept)."""
+    with translated(conn):
+        conn.execute(
+            "UPDATE gpu_alerts SET severity = %s, summary = %s, evidence = %s, updated_at = %s WHERE id = %s",
+            (severity, summary, Jsonb(evidence), as_of, alert_id),
+        )
+
+
+def resolve_alert(conn: SyncConn, alert_id: int, as_of: datetime) -> None:
+    """An alert whose evidence is gone, resolved as of a cycle."""
+    with translated(conn):
+        conn.execute(
+            "UPDATE gpu_alerts SET state = 'resolved', resolved_at = %s, updated_at = %s WHERE id = %s",
+            (as_of, as_of, alert_id),
+        )
+
+
+def open_counts(conn: SyncConn, as_of: datetime) -> list[tuple[str, str, int]]:
+    """(gpu_uuid, severity, open alerts) of the GPUs the cycle of `as_of` scored; acknowledged ones not counted."""
+    found = tuple_rows(
+        conn,
+        "SELECT g.gpu_uuid, g.severity, count(*) FROM gpu_alerts g JOIN gpu_status s USING (gpu_uuid)"
+        " WHERE s.as_of = %s AND g.state = 'open' GROUP BY g.gpu_uuid, g.severity",
+        (as_of,),
+    )
+    return [(str(uuid), str(severity), int(n)) for uuid, severity, n in found]
+
+
+# --- the API -----------------------------------------------------------------------------------
+
+_RANK = "CASE g.severity WHEN 'critical' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END"
+_LISTED = """
+    FROM gpu_alerts g LEFT JOIN gpu_assets a USING (gpu_uuid)
+    WHERE (%(state)s = 'unresolved' AND g.state <> 'resolved' OR g.state = %(state)s)
+      AND (%(severity)s::text IS NULL OR g.severity = %(severity)s)
+      AND (%(gpu)s::text IS NULL OR g.gpu_uuid = %(gpu)s) AND (%(host)s::text IS NULL OR a.hostname = %(host)s)"""
+
+
+@dataclass(frozen=True, slots=True)
+class AlertFilters:
+    """The alert list's filters; None matches everything. Values are bound, never spliced into SQL."""
+
+    state: ListedState = "unresolved"
+    severity: str | None = None
+    gpu: str | None = None
+    host: str | None = None
+
+
+async def listed(
+    conn: AsyncConn, filters: AlertFilters, *, limit: int, after: tuple[int, datetime, int] | None
+) -> tuple[list[Row], int]:
+    """Alerts, most severe then newest first, after the (severity_rank, opened_at, id) key `after`; and the total.
+
+    Each row: every column of gpu_alerts, `severity_rank` (0 critical, 1 warning, 2 info),
+    its GPU's `hostname` ("" if not in the inventory), `gpu_index` and `rack`.
+    """
+    cr, co, ci = after or (None, None, None)
+    params = {"state": filters.state, "severity": filters.severity, "gpu": filters.gpu, "host": filters.host,
+              "limit": limit, "cr": cr, "co": co, "ci": ci}  # fmt: skip
+    found = await dict_rows_async(conn, f"""
+        SELECT g.*, {_RANK} AS severity_rank, coalesce(a.hostname, '') AS hostname, a.gpu_index, a.rack {_LISTED}
+          AND (%(cr)s::int IS NULL OR {_RANK} > %(cr)s
+               OR {_RANK} = %(cr)s AND (g.opened_at, g.id) < (%(co)s::timestamptz, %(ci)s::bigint))
+        ORDER BY {_RANK}, g.opened_at DESC, g.id DESC LIMIT %(limit)s
+    """, params)  # fmt: skip
+    total = await dict_rows_async(conn, f"SELECT count(*) AS n {_LISTED}", params)
+    return found, int(total[0]["n"])
+
+
+async def acknowledge(conn: AsyncConn, alert_id: int, by: str) -> Row | None:
+    """Acknowledge an open alert as `by` (the acknowledging login's connection); its row, None if not open."""
+    done = await dict_rows_async(
+        conn, "SELECT * FROM acknowledge_alert(%(id)s, %(by)s)", {"id": alert_id, "by": by}
+    )
+    return done[0] if done else None
+
+
+async def alert_state(conn: AsyncConn, alert_id: int) -> str | None:
+    """An alert's state (None: no such alert)."""
+    found = await dict_rows_async(conn, "SELECT state FROM gpu_alerts WHERE id = %(id)s", {"id": alert_id})
+    return str(found[0]["state"]) if found else None

@@ -1,0 +1,264 @@
+"""The scorer's inputs: feature and prediction windows over gpu_metrics_1min, XID and loss events, the inventory.
+
+Every read of the rollup stops at gpu_metrics_1min_settled() (schema/0014): a
+minute the sink has not refreshed yet is never judged. Rows are NamedTuples in
+the statements' column order; the scorer folds them into its features.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple, TypeVar
+
+import psycopg
+
+from .fleet import tuple_rows
+
+SyncConn = psycopg.Connection[Any]
+_Row = TypeVar("_Row", bound=tuple[Any, ...])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FeatureWindows:
+    """How far back the features look from `as_of`, and the defaults the rules give."""
+
+    as_of: datetime
+    short_s: int  # thermal, power, throttling
+    long_s: int  # counter increments, the newest state of the counters
+    idle_s: int  # the idle-while-allocated window
+    escalation_s: int  # XIDs and losses counted for escalation
+    repeat_s: int  # the XID repeat window
+    xid_s: int  # how long an XID not in `xid_clear_s` counts as recent
+    default_slowdown_c: float  # for a GPU that never reported its own slowdown temperature
+    xid_clear_s: dict[int, int]  # per XID code: how long it counts as recent
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "t": self.as_of,
+            "short": timedelta(seconds=self.short_s),
+            "long": timedelta(seconds=self.long_s),
+            "idle": timedelta(seconds=self.idle_s),
+            "xid": timedelta(seconds=self.xid_s),
+            "escalation": timedelta(seconds=self.escalation_s),
+            "slowdown": self.default_slowdown_c,
+            "xid_s": self.xid_s,
+            "repeat": timedelta(seconds=self.repeat_s),
+            "codes": list(self.xid_clear_s),
+            "clears": list(self.xid_clear_s.values()),
+        }
+
+
+class InventoryRow(NamedTuple):
+    gpu_uuid: str
+    hostname: str
+    model: str
+    last_time: datetime | None  # the latest sample's, or the newest settled rollup minute's end before as_of
+    slowdown_c: float
+    power_limit_w: float | None
+    fb_total_mib: int | None
+    pod: str | None
+    fb_used_mib: int | None
+    row_remap_pending: int | None
+    recovery_action: int | None
+
+
+class RollupRow(NamedTuple):
+    gpu_uuid: str
+    dbe_volatile: int | None  # the newest minute's counters of the long window
+    retired_pages: int | None
+    retired_pending: int | None
+    remap_failure: int | None
+    remapped_uncorrectable: int | None
+    temp_max: float | None  # the short window
+    power_avg: float | None
+    reasons_any: int | None
+    util_max_idle_window: float | None  # the idle window
+    idle_minutes: int | None
+    sbe_new: int | None  # increments over the long window (a counter reset is not negative)
+    pcie_new: int | None
+    nvlink_crc_new: int | None
+    nvlink_replay_recovery_new: int | None
+    dbe_new: int | None
+    minutes_long: int
+    span_long_s: int | None  # seconds between the first and the newest minute
+
+
+class XidRow(NamedTuple):
+    gpu_uuid: str
+    code: int
+    recent: int  # within the code's time-to-clear
+    total: int  # within the escalation window
+    in_repeat_window: int
+    times: list[datetime]  # the newest ten, newest first
+
+
+class LossRow(NamedTuple):
+    gpu_uuid: str
+    times: list[datetime]  # gpu_lost events in the escalation window, the newest ten, newest first
+    losses: int
+
+
+class PrecursorRow(NamedTuple):
+    gpu_uuid: str
+    first_s: float  # epoch seconds of the trend window's first and newest minute
+    last_s: float
+    sbe_recent: float  # counter increments in the recent window, and in the rest of the trend window
+    sbe_earlier: float
+    pcie_recent: float
+    pcie_earlier: float
+    memory_rows: float  # retired pages (SBE) and correctable remapped rows over the window
+    crc_recent: float
+    heat_c: float | None  # median temperature above the GPU's own earlier power-to-temperature line
+    hw_thermal_fraction: float | None
+
+
+_ROLLUP = """
+WITH win AS (
+    SELECT gpu_uuid, bucket, gpu_temp_c_max, power_usage_w_sum, power_usage_w_n,
+           gpu_util_pct_sum, gpu_util_pct_n, clocks_event_reasons_any, fb_used_mib_max,
+           ecc_dbe_volatile_total_max, retired_pages_sbe_max, retired_pages_dbe_max,
+           retired_pages_pending_max, row_remap_failure_max, remapped_rows_uncorrectable_max,
+           ecc_sbe_volatile_total_max - lag(ecc_sbe_volatile_total_max) OVER w AS d_sbe,
+           ecc_dbe_volatile_total_max - lag(ecc_dbe_volatile_total_max) OVER w AS d_dbe,
+           pcie_replay_total_max - lag(pcie_replay_total_max) OVER w AS d_pcie,
+           (coalesce(nvlink_crc_flit_errors_total_max, 0) + coalesce(nvlink_crc_data_errors_total_max, 0))
+             - lag(coalesce(nvlink_crc_flit_errors_total_max, 0) + coalesce(nvlink_crc_data_errors_total_max, 0)) OVER w AS d_crc,
+           (coalesce(nvlink_replay_errors_total_max, 0) + coalesce(nvlink_recovery_errors_total_max, 0))
+             - lag(coalesce(nvlink_replay_errors_total_max, 0) + coalesce(nvlink_recovery_errors_total_max, 0)) OVER w AS d_nvl
+    FROM gpu_metrics_1min
+    WHERE bucket > %(t)s - %(long)s AND bucket <= %(t)s AND bucket < (SELECT gpu_metrics_1min_settled())
+    WINDOW w AS (PARTITION BY gpu_uuid ORDER BY bucket)
+)
+SELECT gpu_uuid,
+       (array_agg(ecc_dbe_volatile_total_max ORDER BY bucket DESC))[1],
+       (array_agg(coalesce(retired_pages_sbe_max, 0) + coalesce(retired_pages_dbe_max, 0) ORDER BY bucket DESC))[1],
+       (array_agg(retired_pages_pending_max ORDER BY bucket DESC))[1],
+       (array_agg(row_remap_failure_max ORDER BY bucket DESC))[1],
+       (array_agg(remapped_rows_uncorrectable_max ORDER BY bucket DESC))[1],
+       max(gpu_temp_c_max) FILTER (WHERE bucket > %(t)s - %(short)s),
+       sum(power_usage_w_sum) FILTER (WHERE bucket > %(t)s - %(short)s)
+         / nullif(sum(power_usage_w_n) FILTER (WHERE bucket > %(t)s - %(short)s), 0),
+       bit_or(clocks_event_reasons_any) FILTER (WHERE bucket > %(t)s - %(short)s),
+       max(gpu_util_pct_sum / nullif(gpu_util_pct_n, 0)) FILTER (WHERE bucket > %(t)s - %(idle)s),
+       count(*) FILTER (WHERE bucket > %(t)s - %(idle)s),
+       sum(greatest(d_sbe, 0)), sum(greatest(d_pcie, 0)), sum(greatest(d_crc, 0)),
+       sum(greatest(d_nvl, 0)), sum(greatest(d_dbe, 0)), count(*),
+       extract(epoch FROM max(bucket) - min(bucket))
+FROM win GROUP BY gpu_uuid
+"""
+
+
+_INVENTORY = """
+SELECT a.gpu_uuid, a.hostname, a.model,
+       CASE WHEN l.time <= %(t)s THEN l.time ELSE (
+           SELECT max(bucket) + interval '59 seconds' FROM gpu_metrics_1min r
+           WHERE r.gpu_uuid = a.gpu_uuid AND r.bucket <= %(t)s AND r.bucket > %(t)s - %(long)s
+             AND r.bucket < (SELECT gpu_metrics_1min_settled()))
+       END,
+       coalesce(a.slowdown_temp_c, %(slowdown)s),
+       a.power_limit_w, a.fb_total_mib, l.pod, l.fb_used_mib, l.row_remap_pending,
+       l.gpu_recovery_action
+FROM gpu_assets a LEFT JOIN gpu_latest l USING (gpu_uuid)
+WHERE a.first_seen <= %(t)s
+"""
+
+
+_XIDS = """
+WITH e AS (
+    SELECT gpu_uuid, (details->>'xid')::int AS code, time
+    FROM gpu_events
+    WHERE kind = 'xid' AND time > %(t)s - %(escalation)s AND time <= %(t)s AND details ? 'xid'
+)
+SELECT e.gpu_uuid, e.code,
+       count(*) FILTER (WHERE e.time > %(t)s - make_interval(secs => coalesce(c.clear_s, %(xid_s)s))),
+       count(*), count(*) FILTER (WHERE e.time > %(t)s - %(repeat)s),
+       (array_agg(e.time ORDER BY e.time DESC))[1:10]
+FROM e LEFT JOIN unnest(%(codes)s::int[], %(clears)s::int[]) AS c(code, clear_s) ON c.code = e.code
+GROUP BY e.gpu_uuid, e.code
+"""
+
+
+_LOSSES = """
+SELECT gpu_uuid, (array_agg(time ORDER BY time DESC))[1:10], count(*)
+FROM gpu_events
+WHERE kind = 'gpu_lost' AND time > %(t)s - %(escalation)s AND time <= %(t)s
+GROUP BY gpu_uuid
+"""
+
+
+_PRECURSORS = """
+WITH r AS (
+    SELECT m.gpu_uuid, m.bucket, m.bucket > %(t)s - %(recent)s AS recent,
+           m.gpu_temp_c_sum / nullif(m.gpu_temp_c_n, 0) AS temp,
+           m.power_usage_w_sum / nullif(m.power_usage_w_n, 0) AS power,
+           (coalesce(m.clocks_event_reasons_any, 0) & %(hw_thermal)s) <> 0 AS hw_thermal,
+           greatest(m.ecc_sbe_volatile_total_max - lag(m.ecc_sbe_volatile_total_max) OVER w, 0) AS d_sbe,
+           greatest(m.pcie_replay_total_max - lag(m.pcie_replay_total_max) OVER w, 0) AS d_pcie,
+           greatest(coalesce(m.retired_pages_sbe_max, 0) + coalesce(m.remapped_rows_correctable_max, 0)
+             - lag(coalesce(m.retired_pages_sbe_max, 0) + coalesce(m.remapped_rows_correctable_max, 0)) OVER w, 0)
+             AS d_rows,
+           greatest(coalesce(m.nvlink_crc_flit_errors_total_max, 0) + coalesce(m.nvlink_crc_data_errors_total_max, 0)
+             - lag(coalesce(m.nvlink_crc_flit_errors_total_max, 0)
+                   + coalesce(m.nvlink_crc_data_errors_total_max, 0)) OVER w, 0) AS d_crc
+    FROM gpu_metrics_1min m
+    WHERE m.bucket > %(t)s - %(trend)s AND m.bucket <= %(t)s
+      AND m.bucket < (SELECT gpu_metrics_1min_settled())
+    WINDOW w AS (PARTITION BY m.gpu_uuid ORDER BY m.bucket)
+), fit AS (
+    SELECT gpu_uuid,
+           regr_slope(temp, power) FILTER (WHERE NOT recent AND power > 0) AS slope,
+           regr_intercept(temp, power) FILTER (WHERE NOT recent AND power > 0) AS icept,
+           min(power) FILTER (WHERE NOT recent AND power > 0) AS p_lo,
+           max(power) FILTER (WHERE NOT recent AND power > 0) AS p_hi
+    FROM r GROUP BY gpu_uuid
+), resid AS (
+    -- the recent minutes' temperature above the earlier power-to-temperature line, where the
+    -- line was seen (no extrapolation beyond the earlier window's range of power)
+    SELECT r.gpu_uuid, percentile_cont(0.5) WITHIN GROUP (ORDER BY r.temp - (f.icept + f.slope * r.power)) AS heat
+    FROM r JOIN fit f USING (gpu_uuid)
+    WHERE r.recent AND r.power BETWEEN f.p_lo AND f.p_hi AND f.slope IS NOT NULL
+    GROUP BY r.gpu_uuid
+)
+SELECT r.gpu_uuid,
+       extract(epoch FROM min(r.bucket)), extract(epoch FROM max(r.bucket)),
+       coalesce(sum(d_sbe) FILTER (WHERE recent), 0), coalesce(sum(d_sbe) FILTER (WHERE NOT recent), 0),
+       coalesce(sum(d_pcie) FILTER (WHERE recent), 0), coalesce(sum(d_pcie) FILTER (WHERE NOT recent), 0),
+       coalesce(sum(d_rows), 0), coalesce(sum(d_crc) FILTER (WHERE recent), 0),
+       min(h.heat), count(*) FILTER (WHERE hw_thermal)::float / count(*)
+FROM r LEFT JOIN resid h USING (gpu_uuid)
+GROUP BY r.gpu_uuid
+"""
+
+
+def _fetch(conn: SyncConn, query: str, params: dict[str, Any], row: type[_Row]) -> list[_Row]:
+    return [row(*values) for values in tuple_rows(conn, query, params)]
+
+
+def inventory(conn: SyncConn, windows: FeatureWindows) -> list[InventoryRow]:
+    """Every GPU the inventory held by `as_of`, with its latest sample's fields."""
+    return _fetch(conn, _INVENTORY, windows.params(), InventoryRow)
+
+
+def rollup_windows(conn: SyncConn, windows: FeatureWindows) -> list[RollupRow]:
+    """Per GPU seen in the long window: its newest counters, the short and idle windows, the increments."""
+    return _fetch(conn, _ROLLUP, windows.params(), RollupRow)
+
+
+def xid_counts(conn: SyncConn, windows: FeatureWindows) -> list[XidRow]:
+    """Per GPU and XID code seen in the escalation window: how often, recently and in all."""
+    return _fetch(conn, _XIDS, windows.params(), XidRow)
+
+
+def losses(conn: SyncConn, windows: FeatureWindows) -> list[LossRow]:
+    """Per GPU lost in the escalation window: when."""
+    return _fetch(conn, _LOSSES, windows.params(), LossRow)
+
+
+def precursors(
+    conn: SyncConn, as_of: datetime, *, recent_s: int, trend_s: int, hw_thermal_mask: int
+) -> list[PrecursorRow]:
+    """Per GPU seen in the trend window: the prediction's raw increments, heat residual and slowdown fraction."""
+    params = {"t": as_of, "recent": timedelta(seconds=recent_s), "trend": timedelta(seconds=trend_s),
+              "hw_thermal": hw_thermal_mask}  # fmt: skip
+    return _fetch(conn, _PRECURSORS, params, PrecursorRow)

@@ -1,0 +1,19 @@
+"""Fixtures of the data-access package's integration tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from shared.config import DatabaseSettings
+from shared.db import connect
+
+
+@pytest.fixture
+def conn(migrated: DatabaseSettings) -> Iterator[psycopg.Connection[Any]]:
+    """A connection (not autocommit) to the test's migrated schema."""
+    with connect(migrated) as c:
+        yield c

@@ -1,0 +1,90 @@
+"""shared.store.verdict_inputs against a migrated schema: the scorer reads settled rollup minutes only."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.types.json import Jsonb
+
+from shared.config import DatabaseSettings
+from shared.db import connect
+from shared.store import verdict_inputs
+from shared.store.verdict_inputs import FeatureWindows
+
+from .store_rows import T0, add_gpu, add_latest, gpu
+
+AS_OF = T0 + timedelta(minutes=30)
+WINDOWS = FeatureWindows(
+    as_of=AS_OF,
+    short_s=900,
+    long_s=3600,
+    idle_s=600,
+    escalation_s=86400,
+    repeat_s=3600,
+    xid_s=86400,
+    default_slowdown_c=87.0,
+    xid_clear_s={48: 3600, 79: 600},
+)
+
+
+@pytest.fixture
+def conn(migrated: DatabaseSettings) -> Iterator[psycopg.Connection[Any]]:
+    """GPU 0 with 30 rollup minutes before AS_OF (its SBE counter +2 a minute), two XIDs and a loss."""
+    with connect(migrated) as c:
+        add_gpu(c, 0, host="node-a")
+        add_latest(c, 0, at=AS_OF - timedelta(seconds=5))
+        for m in range(30):
+            c.execute(
+                "INSERT INTO gpu_metrics_1min (bucket, gpu_uuid, samples, gpu_temp_c_sum, gpu_temp_c_n,"
+                " gpu_temp_c_max, power_usage_w_sum, power_usage_w_n, ecc_sbe_volatile_total_max)"
+                " VALUES (%s, %s, 6, 360, 6, %s, 1800, 6, %s)",
+                (T0 + timedelta(minutes=m), gpu(0), 60 + m, 2 * m),
+            )
+        for minutes_ago, kind, details in [
+            (50, "xid", {"xid": 48}),
+            (5, "xid", {"xid": 79}),
+            (20, "gpu_lost", {}),
+        ]:
+            c.execute(
+                "INSERT INTO gpu_events (time, gpu_uuid, kind, hostname, source, collector_id, details)"
+                " VALUES (%s, %s, %s, 'node-a', 'mock', 'test', %s)",
+                (AS_OF - timedelta(minutes=minutes_ago), gpu(0), kind, Jsonb(details)),
+            )
+        c.commit()
+        yield c
+
+
+def test_the_windows_fold_the_rollup(conn: psycopg.Connection[Any]) -> None:
+    (row,) = verdict_inputs.rollup_windows(conn, WINDOWS)
+    assert (row.gpu_uuid, row.minutes_long, row.sbe_new, row.span_long_s) == (gpu(0), 30, 58, 29 * 60)
+    assert row.temp_max == 89  # within the short window (the newest 15 minutes)
+    (asset,) = verdict_inputs.inventory(conn, WINDOWS)
+    assert (asset.hostname, asset.last_time, asset.slowdown_c) == (
+        "node-a",
+        AS_OF - timedelta(seconds=5),
+        87.0,
+    )
+    xids = {x.code: (x.recent, x.total) for x in verdict_inputs.xid_counts(conn, WINDOWS)}
+    assert xids == {48: (1, 1), 79: (1, 1)}
+    (loss,) = verdict_inputs.losses(conn, WINDOWS)
+    assert (loss.gpu_uuid, loss.losses, loss.times) == (gpu(0), 1, [AS_OF - timedelta(minutes=20)])
+    (pre,) = verdict_inputs.precursors(conn, AS_OF, recent_s=600, trend_s=7200, hw_thermal_mask=0x40)
+    assert (pre.gpu_uuid, pre.sbe_recent + pre.sbe_earlier, pre.hw_thermal_fraction) == (gpu(0), 58, 0.0)
+
+
+def test_minutes_the_sink_has_not_settled_are_not_read(conn: psycopg.Connection[Any]) -> None:
+    # The sink notes a minute it wrote but has not refreshed yet; readers stop before the oldest note.
+    conn.execute("INSERT INTO gpu_metrics_1min_pending (bucket) VALUES (%s)", (T0 + timedelta(minutes=20),))
+    conn.commit()
+    (row,) = verdict_inputs.rollup_windows(conn, WINDOWS)
+    assert (row.minutes_long, row.sbe_new, row.temp_max) == (20, 38, 79)
+    (pre,) = verdict_inputs.precursors(conn, AS_OF, recent_s=600, trend_s=7200, hw_thermal_mask=0x40)
+    assert pre.last_s == (T0 + timedelta(minutes=19)).timestamp()
+    conn.execute("DELETE FROM gpu_latest")
+    conn.commit()
+    (asset,) = verdict_inputs.inventory(conn, WINDOWS)  # no latest sample: the newest settled minute's end
+    assert asset.last_time == T0 + timedelta(minutes=19, seconds=59)
