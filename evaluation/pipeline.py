@@ -18,12 +18,11 @@ from typing import Any
 import psycopg
 from prometheus_client import CollectorRegistry
 
+from services.collector.build import CollectorSection, build_collector
 from services.collector.dcgm_source import DcgmSource
-from services.collector.enrich import Enricher, Placement
-from services.collector.events import EventDetector
 from services.collector.metrics import CollectorMetrics
 from services.collector.poller import Collector
-from services.collector.publisher import Publisher, collector_producer
+from services.collector.publisher import collector_producer
 from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
 from services.mock_dcgm.server import MockServer
 from services.scorer.cycle import CycleResult, run_cycle
@@ -91,20 +90,16 @@ class Pipeline:
         )
         self.server = MockServer(self.fleet, bind="127.0.0.1", base_port=0, admin_port=0, timestamps=True)
         self.db, self.topics = db, topics
-        metrics = CollectorMetrics(CollectorRegistry())
-        self.publisher = Publisher(JsonProducer(collector_producer(kafka, 100_000)), metrics)
-        self.collector = Collector(
+        self.collector: Collector = build_collector(
+            CollectorSection(collector_id="itest", cluster="c1", interval_s=60),
+            topics,
+            producer=JsonProducer(collector_producer(kafka, 100_000)),
+            metrics=CollectorMetrics(CollectorRegistry()),
             # The mock's servers bind their ports when built, so their URLs are known now.
             sources=[DcgmSource(self.server.node_url(i)) for i in range(nodes)],
-            enricher=Enricher(
-                collector_id="itest", local_hostname="itest", placement=Placement(cluster="c1")
-            ),
-            detector=EventDetector(collector_id="itest"),
-            publisher=self.publisher,
-            topics=topics,
-            metrics=metrics,
-            interval_s=60,
+            local_hostname="itest",
         )
+        self.publisher = self.collector.publisher
         self.sink: SinkLoop = make_loop(kafka, db, topics, f"pipe-{uuid.uuid4().hex[:8]}", batch_size=2000)
         self.rules = load_rules()
 
