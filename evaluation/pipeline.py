@@ -11,7 +11,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -27,27 +27,22 @@ from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
 from services.mock_dcgm.server import MockServer
 from services.scorer.cycle import CycleResult, run_cycle
 from services.scorer.rules_config import load_rules
+from services.sink.build import build_sink_loop, sink_loop_closed
 from services.sink.loop import SinkLoop
 from services.sink.metrics import SinkMetrics
-from services.sink.writer import BatchWriter
+from services.sink.settings import SinkSection
 from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
 from shared.db import connect
-from shared.kafka import JsonProducer, make_consumer, make_producer
+from shared.kafka import JsonProducer
+from shared.lifecycle import running
 
 
 def make_loop(
     kafka: KafkaSettings, db: DatabaseSettings, topics: TopicSettings, group: str, **kw: Any
 ) -> SinkLoop:
-    """A sink loop with quick retries, as the tests and evaluations want it."""
-    return SinkLoop(
-        consumer=make_consumer(kafka, group_id=group),
-        dlq_producer=make_producer(kafka),
-        writer=BatchWriter(db, group=group),
-        topics=topics,
-        metrics=SinkMetrics(CollectorRegistry()),
-        max_backoff_s=2.0,
-        **kw,
-    )
+    """A sink loop with quick retries, as the tests and evaluations want it (`kw`: SinkSection's fields)."""
+    cfg = SinkSection(group_id=group, max_backoff_s=2.0, **kw)
+    return build_sink_loop(kafka, db, topics, cfg, metrics=SinkMetrics(CollectorRegistry()))
 
 
 def stored_offsets_total(db: DatabaseSettings, group: str) -> int:
@@ -145,17 +140,12 @@ class Pipeline:
 def pipeline(
     kafka: KafkaSettings, db: DatabaseSettings, topics: TopicSettings, **kw: Any
 ) -> Iterator[Pipeline]:
+    """The pipeline running (the sink on a thread); everything closed in reverse, however the block ends."""
     p = Pipeline(kafka, db, topics, **kw)
-    p.server.start()
-    thread = threading.Thread(target=p.sink.run, daemon=True)
-    thread.start()
-    try:
+    with ExitStack() as stack:
+        stack.enter_context(p.server)
+        stack.enter_context(p.collector)
+        stack.enter_context(sink_loop_closed(p.sink))
+        p.server.start()
+        stack.enter_context(running(p.sink, name="pipeline-sink"))
         yield p
-    finally:
-        p.sink.stop.set()
-        thread.join(60)
-        p.sink.consumer.close()
-        p.sink.writer.close()
-        for s in p.collector.sources:
-            s.close()
-        p.server.stop()

@@ -20,12 +20,14 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from types import FrameType, TracebackType
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
 
+from shared import otlp
 from shared.config import DatabaseSettings
 from shared.db import wait_for_database
 from shared.service import serve_metrics
@@ -65,7 +67,7 @@ class Lifecycle(ExitStack):
         tb: TracebackType | None,
     ) -> bool:
         self.stop.set()
-        return super().__exit__(exc_type, exc, tb)
+        return bool(super().__exit__(exc_type, exc, tb))
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         log.info("%s: %s received, stopping", self.name, signal.Signals(signum).name)
@@ -78,6 +80,12 @@ class Lifecycle(ExitStack):
         """
         self.callback(serve_metrics(registry, port, bind))
 
+    def export_otlp(self, registry: CollectorRegistry) -> None:
+        """Export `registry` over OTLP when that is on (a service that serves its metrics itself),
+        flushed when the block ends."""
+        otlp.export_registry(registry)
+        self.callback(otlp.shutdown)
+
     def wait_for_database(self, database: DatabaseSettings, timeout_s: float = 120.0) -> None:
         """Block until the database answers (DatabaseUnavailableError after `timeout_s`)."""
         wait_for_database(database, timeout_s=timeout_s).close()
@@ -88,6 +96,22 @@ class Lifecycle(ExitStack):
         thread.start()
         self.callback(_join, thread, join_timeout_s)
         return thread
+
+
+@contextmanager
+def running(
+    loop: Loop, *, name: str, stop: threading.Event | None = None, join_timeout_s: float = 60.0
+) -> Iterator[threading.Event]:
+    """`loop.run(stop)` on a thread for the block (a test's, an evaluation's); at its end `stop` is set
+    and the thread joined. Yields the stop event (a fresh one unless given)."""
+    stop = threading.Event() if stop is None else stop
+    thread = threading.Thread(target=loop.run, args=(stop,), name=name, daemon=True)
+    thread.start()
+    try:
+        yield stop
+    finally:
+        stop.set()
+        _join(thread, join_timeout_s)
 
 
 def _restore_handlers(previous: dict[signal.Signals, Any]) -> None:
