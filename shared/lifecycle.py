@@ -73,11 +73,16 @@ class Lifecycle(ExitStack):
         log.info("%s: %s received, stopping", self.name, signal.Signals(signum).name)
         self.stop.set()
 
-    def serve_metrics(self, registry: CollectorRegistry, port: int, bind: str) -> None:
-        """Serve /metrics (and export it over OTLP when that is on) until the end of the block.
+    def serve_metrics(
+        self, registry: CollectorRegistry, port: int, bind: str, *, database: DatabaseSettings | None = None
+    ) -> None:
+        """Serve /metrics (and export it over OTLP when that is on) until the end of the block; a
+        service that needs the database waits for it first (at most two minutes).
 
-        OSError, naming the address, when the port is taken.
+        OSError, naming the address, when the port is taken; DatabaseUnavailableError.
         """
+        if database is not None:
+            wait_for_database(database, timeout_s=120).close()
         self.callback(serve_metrics(registry, port, bind))
 
     def export_otlp(self, registry: CollectorRegistry) -> None:
@@ -85,10 +90,6 @@ class Lifecycle(ExitStack):
         flushed when the block ends."""
         otlp.export_registry(registry)
         self.callback(otlp.shutdown)
-
-    def wait_for_database(self, database: DatabaseSettings, timeout_s: float = 120.0) -> None:
-        """Block until the database answers (DatabaseUnavailableError after `timeout_s`)."""
-        wait_for_database(database, timeout_s=timeout_s).close()
 
     def start_thread(self, loop: Loop, name: str, *, join_timeout_s: float = 60.0) -> threading.Thread:
         """Run `loop.run(self.stop)` on a thread, joined (after `stop` is set) when the block ends."""
@@ -112,6 +113,23 @@ def running(
     finally:
         stop.set()
         _join(thread, join_timeout_s)
+
+
+class Server(Protocol):
+    """A server that serves from its own threads between start() and stop()."""
+
+    def start(self) -> object: ...
+
+    def stop(self) -> None: ...
+
+
+def serve_until(server: Server, stop: threading.Event) -> None:
+    """Start `server`, serve until `stop` is set, and stop it however that ends."""
+    server.start()
+    try:
+        stop.wait()
+    finally:
+        server.stop()
 
 
 def _restore_handlers(previous: dict[signal.Signals, Any]) -> None:

@@ -25,6 +25,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from shared.lifecycle import serve_until
+
 from .faults import FaultError
 from .fleet import Fleet
 from .processes import MockProcesses
@@ -213,11 +215,7 @@ class MockServer:
 
     def run(self, stop: threading.Event) -> None:
         """Serve until `stop` is set; the ports are given back however it ends."""
-        self.start()
-        try:
-            stop.wait()
-        finally:
-            self.stop()
+        serve_until(self, stop)
 
     def stop(self) -> None:
         """Stop serving and give the ports back; safe twice, and before start()."""

@@ -22,6 +22,8 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from shared.lifecycle import serve_until
+
 VERSION = "0.6.8"
 _WORDS = [
     "the",
@@ -283,11 +285,7 @@ class MockOllamaServer:
 
     def run(self, stop: threading.Event) -> None:
         """Serve until `stop` is set; the port is given back however it ends."""
-        self.start()
-        try:
-            stop.wait()
-        finally:
-            self.stop()
+        serve_until(self, stop)
 
     def stop(self) -> None:
         """Stop serving and give the port back; safe twice, and before start()."""

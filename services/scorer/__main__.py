@@ -37,8 +37,7 @@ def main() -> int:
     cfg = settings.scorer
     with Lifecycle("scorer") as life:
         try:
-            life.wait_for_database(settings.db)
-            life.serve_metrics(registry, cfg.metrics_port, cfg.metrics_bind)
+            life.serve_metrics(registry, cfg.metrics_port, cfg.metrics_bind, database=settings.db)
         except (GpuHealthError, OSError) as e:
             log.error("scorer cannot start: %s", e)
             return 1

@@ -39,8 +39,7 @@ def main() -> int:
     metrics = SinkMetrics(registry)
     with Lifecycle("sink") as life:
         try:
-            life.wait_for_database(settings.db)
-            life.serve_metrics(registry, cfg.metrics_port, cfg.metrics_bind)
+            life.serve_metrics(registry, cfg.metrics_port, cfg.metrics_bind, database=settings.db)
         except (GpuHealthError, OSError) as e:
             log.error("sink cannot start: %s", e)
             return 1

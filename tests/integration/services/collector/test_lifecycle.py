@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,8 +14,8 @@ from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
 from services.mock_dcgm.server import MockServer
 from shared.config import KafkaSettings
 from tests.integration.kafka_helpers import consume_all
+from tests.integration.services.service_process import service_process, sigterm
 
-REPO = Path(__file__).resolve().parents[4]
 GPUS = 4
 
 
@@ -40,24 +36,17 @@ def test_sigterm_mid_work_exits_0_with_every_polled_sample_published(
 ) -> None:
     raw, events = topic_factory(prefix="raw"), topic_factory(prefix="events")
     spool = tmp_path / "spool.jsonl"
-    env = os.environ | {
-        "PYTHONPATH": str(REPO), "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
+    env = {
+        "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
         "GPUHEALTH_TOPICS__METRICS_RAW": raw, "GPUHEALTH_TOPICS__EVENTS": events,
         "GPUHEALTH_COLLECTOR__SOURCE": "mock",
         "GPUHEALTH_COLLECTOR__DCGM_URLS": json.dumps([node.node_url(0)]),
         "GPUHEALTH_COLLECTOR__INTERVAL_S": "0.1", "GPUHEALTH_COLLECTOR__METRICS_PORT": "0",
         "GPUHEALTH_COLLECTOR__COLLECTOR_ID": "lifecycle-test", "GPUHEALTH_COLLECTOR__SPOOL_PATH": str(spool),
     }  # fmt: skip
-    proc = subprocess.Popen([sys.executable, "-m", "services.collector"], env=env, cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
-    try:
+    with service_process("collector", env) as proc:
         wait_until(lambda: scrapes(node) >= 5, 60, "five polls")
-        proc.send_signal(signal.SIGTERM)  # polling every 0.1 s: a poll is in hand or about to be
-        out, _ = proc.communicate(timeout=60)
-        assert proc.returncode == 0, out
-    finally:
-        proc.kill()
+        sigterm(proc)  # polling every 0.1 s: a poll is in hand or about to be
     polled = scrapes(node) * GPUS  # the poll in hand when the signal came is finished, then flushed
     assert len(consume_all(kafka_settings, raw, expected=polled, timeout_s=30)) == polled
     assert not spool.exists() or spool.stat().st_size == 0  # nothing left behind for the next start
-    assert '"msg": "stopped"' in out

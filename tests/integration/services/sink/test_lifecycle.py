@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Callable
 
 from evaluation.pipeline import stored_offsets_total, wait_until
 from shared.config import DatabaseSettings, KafkaSettings
+from tests.integration.services.service_process import service_process, sigterm
 from tests.integration.sink_helpers import (
     count,
     env_for,
     produce_samples,
-    sink_process,
     sink_topics,
     sink_until,
 )
@@ -26,15 +25,9 @@ def test_sigterm_mid_work_exits_0_and_what_was_in_hand_is_stored_or_re_read(
     group = f"lifecycle-{topics.metrics_raw}"
     env = env_for(kafka_settings, migrated, topics, group)
     produce_samples(kafka_settings, topics.metrics_raw, 0, N)
-    proc = sink_process(env)
-    try:
+    with service_process("sink", env) as proc:
         wait_until(lambda: stored_offsets_total(migrated, group) > 0, 120, "the first batch stored")
-        proc.send_signal(signal.SIGTERM)  # batches of 500: more are in flight or in hand
-        out, _ = proc.communicate(timeout=60)
-        assert proc.returncode == 0, out
-    finally:
-        proc.kill()
-    assert '"msg": "stopped"' in out
+        sigterm(proc)  # batches of 500: more are in flight or in hand
     # What was in hand was either stored with its offset or left for the next run: never half of it.
     assert count(migrated, "gpu_metrics") == stored_offsets_total(migrated, group)
     sink_until(env, lambda: stored_offsets_total(migrated, group) == N, "the restarted sink to finish")
