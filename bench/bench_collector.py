@@ -18,12 +18,10 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench._common import report, scratch_topic
+from services.collector.build import CollectorSection, build_collector
 from services.collector.dcgm_source import DcgmSource
-from services.collector.enrich import Enricher, Placement
-from services.collector.events import EventDetector
 from services.collector.metrics import CollectorMetrics
-from services.collector.poller import Collector
-from services.collector.publisher import Publisher, collector_producer
+from services.collector.publisher import collector_producer
 from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
 from services.mock_dcgm.server import MockServer
 from shared.config import Settings, TopicSettings
@@ -44,18 +42,15 @@ def measure(settings: Settings, nodes: int, rounds: int) -> None:
     server.start()
     try:
         with scratch_topic(settings.kafka) as topic:
-            metrics = CollectorMetrics(CollectorRegistry())
-            publisher = Publisher(JsonProducer(collector_producer(settings.kafka, 1_000_000)), metrics)
-            sources = [DcgmSource(server.node_url(i)) for i in range(nodes)]
-            collector = Collector(
-                sources=sources,
-                enricher=Enricher(collector_id="bench", local_hostname="bench", placement=Placement()),
-                detector=EventDetector(collector_id="bench"),
-                publisher=publisher,
-                topics=TopicSettings(metrics_raw=topic, events=topic),
-                metrics=metrics,
-                interval_s=1,
+            collector = build_collector(
+                CollectorSection(collector_id="bench", interval_s=1),
+                TopicSettings(metrics_raw=topic, events=topic),
+                producer=JsonProducer(collector_producer(settings.kafka, 1_000_000)),
+                metrics=CollectorMetrics(CollectorRegistry()),
+                sources=[DcgmSource(server.node_url(i)) for i in range(nodes)],
+                local_hostname="bench",
             )
+            publisher = collector.publisher
             collector.poll_once()  # warm: connections, topic metadata
             pages = [fleet.scrape(i, timestamps=False)[0] for i in range(nodes)]
 
@@ -70,8 +65,7 @@ def measure(settings: Settings, nodes: int, rounds: int) -> None:
             t_full = cpu(full, rounds) / gpus * 1e6
             publisher.flush(60)
             t_parse = cpu(parse, rounds) / gpus * 1e6
-            for source in sources:
-                source.close()
+            collector.close()
     finally:
         server.stop()
     # The mock renders its pages in this same process; that CPU is not the collector's.

@@ -1,7 +1,7 @@
 """NVML read latency per GPU on a fake NVML whose every call costs what it cost on an H100.
 
 The fake (tests/unit/fake_nvml.py) spends, per call, the median the real call
-took on an H100 with driver 580 (tests/unit/data/h100/nvml-per-call.json: the
+took on an H100 with driver 580 (tests/data/h100/nvml-per-call.json: the
 issue's recording where it has the call, else issue 17's own measurements),
 and per field of a field-values call what that field cost alone. The figures:
 
@@ -28,9 +28,7 @@ from bench._common import report
 from services.collector.nvml_source import NvmlSource
 from shared.fakes.nvml import FakeNvml
 
-COSTS = json.loads(
-    (Path(__file__).resolve().parents[1] / "tests/unit/data/h100/nvml-per-call.json").read_text()
-)
+COSTS = json.loads((Path(__file__).resolve().parents[1] / "tests/data/h100/nvml-per-call.json").read_text())
 RECORDED = {  # the issue's recording, by the call it timed
     "nvmlDeviceGetUtilizationRates": "util", "nvmlDeviceGetTemperature": "temp",
     "nvmlDeviceGetPowerUsage": "power", "nvmlDeviceGetPcieThroughput": "pcie_tx",

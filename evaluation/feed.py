@@ -140,7 +140,7 @@ class SimFeed:
         fleet (predictions only when asked: they are hourly)."""
         as_of = datetime.fromtimestamp(self.last_poll_s or self.now_s, UTC)
         with connect(self.db) as conn:
-            # between predictions the scorer keeps its last ones, as services/scorer/__main__.py does
+            # between predictions the scorer keeps its last ones, as services/scorer/loop.py does
             result = run_cycle(conn, as_of, self.rules, None if predict else self.predictions)
         self.predictions = result.predictions
         return result

@@ -11,45 +11,39 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import datetime
 from typing import Any
 
 import psycopg
 from prometheus_client import CollectorRegistry
 
+from services.collector.build import CollectorSection, build_collector
 from services.collector.dcgm_source import DcgmSource
-from services.collector.enrich import Enricher, Placement
-from services.collector.events import EventDetector
 from services.collector.metrics import CollectorMetrics
 from services.collector.poller import Collector
-from services.collector.publisher import Publisher, collector_producer
+from services.collector.publisher import collector_producer
 from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
 from services.mock_dcgm.server import MockServer
 from services.scorer.cycle import CycleResult, run_cycle
 from services.scorer.rules_config import load_rules
+from services.sink.build import build_sink_loop, sink_loop_closed
 from services.sink.loop import SinkLoop
 from services.sink.metrics import SinkMetrics
-from services.sink.writer import BatchWriter
+from services.sink.settings import SinkSection
 from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
 from shared.db import connect
-from shared.kafka import JsonProducer, make_consumer, make_producer
+from shared.kafka import JsonProducer
+from shared.lifecycle import running
 from shared.store import fleet, health
 
 
 def make_loop(
     kafka: KafkaSettings, db: DatabaseSettings, topics: TopicSettings, group: str, **kw: Any
 ) -> SinkLoop:
-    """A sink loop with quick retries, as the tests and evaluations want it."""
-    return SinkLoop(
-        consumer=make_consumer(kafka, group_id=group),
-        dlq_producer=make_producer(kafka),
-        writer=BatchWriter(db, group=group),
-        topics=topics,
-        metrics=SinkMetrics(CollectorRegistry()),
-        max_backoff_s=2.0,
-        **kw,
-    )
+    """A sink loop with quick retries, as the tests and evaluations want it (`kw`: SinkSection's fields)."""
+    cfg = SinkSection(group_id=group, max_backoff_s=2.0, **kw)
+    return build_sink_loop(kafka, db, topics, cfg, metrics=SinkMetrics(CollectorRegistry()))
 
 
 def stored_offsets_total(db: DatabaseSettings, group: str) -> int:
@@ -92,20 +86,16 @@ class Pipeline:
         )
         self.server = MockServer(self.fleet, bind="127.0.0.1", base_port=0, admin_port=0, timestamps=True)
         self.db, self.topics = db, topics
-        metrics = CollectorMetrics(CollectorRegistry())
-        self.publisher = Publisher(JsonProducer(collector_producer(kafka, 100_000)), metrics)
-        self.collector = Collector(
+        self.collector: Collector = build_collector(
+            CollectorSection(collector_id="itest", cluster="c1", interval_s=60),
+            topics,
+            producer=JsonProducer(collector_producer(kafka, 100_000)),
+            metrics=CollectorMetrics(CollectorRegistry()),
             # The mock's servers bind their ports when built, so their URLs are known now.
             sources=[DcgmSource(self.server.node_url(i)) for i in range(nodes)],
-            enricher=Enricher(
-                collector_id="itest", local_hostname="itest", placement=Placement(cluster="c1")
-            ),
-            detector=EventDetector(collector_id="itest"),
-            publisher=self.publisher,
-            topics=topics,
-            metrics=metrics,
-            interval_s=60,
+            local_hostname="itest",
         )
+        self.publisher = self.collector.publisher
         self.sink: SinkLoop = make_loop(kafka, db, topics, f"pipe-{uuid.uuid4().hex[:8]}", batch_size=2000)
         self.rules = load_rules()
 
@@ -149,17 +139,12 @@ class Pipeline:
 def pipeline(
     kafka: KafkaSettings, db: DatabaseSettings, topics: TopicSettings, **kw: Any
 ) -> Iterator[Pipeline]:
+    """The pipeline running (the sink on a thread); everything closed in reverse, however the block ends."""
     p = Pipeline(kafka, db, topics, **kw)
-    p.server.start()
-    thread = threading.Thread(target=p.sink.run, daemon=True)
-    thread.start()
-    try:
+    with ExitStack() as stack:
+        stack.enter_context(p.server)
+        stack.enter_context(p.collector)
+        stack.enter_context(sink_loop_closed(p.sink))
+        p.server.start()
+        stack.enter_context(running(p.sink, name="pipeline-sink"))
         yield p
-    finally:
-        p.sink.stop.set()
-        thread.join(60)
-        p.sink.consumer.close()
-        p.sink.writer.close()
-        for s in p.collector.sources:
-            s.close()
-        p.server.stop()

@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import confluent_kafka
@@ -85,6 +86,23 @@ def make_consumer(
     config["error_cb"] = _on_client_error
     config.update(overrides or {})
     return confluent_kafka.Consumer(config)
+
+
+def close_consumer(consumer: confluent_kafka.Consumer) -> None:
+    """Leave the group and close; a consumer closed already is left as it is."""
+    try:
+        consumer.close()
+    except RuntimeError:  # "Consumer closed": closing twice is not an error here
+        log.debug("consumer was closed already")
+
+
+@contextmanager
+def closing_consumer(consumer: confluent_kafka.Consumer) -> Iterator[confluent_kafka.Consumer]:
+    """`consumer`, closed (once) when the block ends, however it ends."""
+    try:
+        yield consumer
+    finally:
+        close_consumer(consumer)
 
 
 def make_admin(settings: KafkaSettings) -> AdminClient:
@@ -216,3 +234,16 @@ class JsonProducer:
 
     def __len__(self) -> int:
         return len(self._producer)
+
+    def __enter__(self) -> JsonProducer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self, timeout_s: float = 30.0) -> int:
+        """Flush for up to `timeout_s`, saying what was left undelivered; safe to call twice."""
+        remaining = self.flush(timeout_s)
+        if remaining:
+            log.error("exiting with undelivered messages", extra={"undelivered": remaining})
+        return remaining

@@ -1,26 +1,23 @@
-"""What every long-running service does at start and stop, written once.
+"""What every long-running service does at start, written once.
 
 Settings from the environment (an invalid one is a clear message and exit code
 2, before logging exists), JSON logging, the configuration logged once with
-secrets masked, Prometheus /metrics about the service itself, and a stop event
-set by SIGTERM or SIGINT.
+secrets masked, and Prometheus /metrics about the service itself. The stop
+event, the signals and the teardown are shared.lifecycle's.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
-import threading
 from collections.abc import Callable
 from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, start_http_server
 
 from shared import otlp
-from shared.config import DatabaseSettings, Settings, load_settings, log_settings
-from shared.db import wait_for_database
+from shared.config import Settings, load_settings, log_settings
 from shared.errors import GpuHealthError
 from shared.logging import setup_logging
 
@@ -66,28 +63,4 @@ def serve_metrics(registry: CollectorRegistry, port: int, bind: str) -> Callable
         otlp.shutdown()
         server.shutdown()
 
-    return stop
-
-
-def serve_when_ready(
-    name: str, registry: CollectorRegistry, port: int, bind: str, database: DatabaseSettings | None = None
-) -> Callable[[], None] | None:
-    """Wait for the database (for services that need one), then serve /metrics.
-
-    Returns the function that stops serving, or None after logging why the service cannot start.
-    """
-    try:
-        if database is not None:
-            wait_for_database(database, timeout_s=120).close()
-        return serve_metrics(registry, port, bind)
-    except (GpuHealthError, OSError) as e:
-        log.error("%s cannot start: %s", name, e)
-        return None
-
-
-def stop_on_signals() -> threading.Event:
-    """An event that SIGTERM and SIGINT set: the service finishes its work in hand and exits 0."""
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
     return stop

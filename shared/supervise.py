@@ -26,6 +26,7 @@ from pathlib import Path
 from string import Template
 from typing import IO, Any
 
+from shared.lifecycle import Lifecycle
 from shared.logging import setup_logging
 
 log = logging.getLogger("supervise")
@@ -134,17 +135,17 @@ def main() -> int:
     except (OSError, tomllib.TOMLDecodeError, KeyError, ValueError) as e:
         log.error("cannot read %s: %s", args.spec, e)
         return 2
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    if args.pidfile:
-        args.pidfile.write_text(f"{os.getpid()}\n")
-    try:
-        supervise(children, stop)
-    finally:
-        if args.pidfile and args.pidfile.read_text().strip() == str(os.getpid()):
-            args.pidfile.unlink()
+    with Lifecycle("supervise") as life:
+        if args.pidfile:
+            args.pidfile.write_text(f"{os.getpid()}\n")
+            life.callback(_remove_pidfile, args.pidfile)
+        supervise(children, life.stop)
     return 0
+
+
+def _remove_pidfile(path: Path) -> None:
+    if path.read_text().strip() == str(os.getpid()):
+        path.unlink()
 
 
 if __name__ == "__main__":

@@ -6,11 +6,11 @@ import sys
 
 from prometheus_client import CollectorRegistry
 
-from shared import otlp
+from shared.lifecycle import Lifecycle
 from shared.service import start_service
 
 from .app import create_app
-from .server import api_server
+from .server import ApiLoop, api_server
 from .settings import ApiSettings
 
 
@@ -19,14 +19,12 @@ def main() -> int:
     if settings is None:
         return 2
     registry = CollectorRegistry()
-    otlp.export_registry(registry)
     app = create_app(settings.db, settings.api, registry)
     # SIGTERM: stop accepting, finish the requests in flight (at most shutdown_timeout_s), exit 0.
     server = api_server(app, settings.api)
-    try:
-        server.run()
-    finally:
-        otlp.shutdown()
+    with Lifecycle("api") as life:
+        life.export_otlp(registry)
+        ApiLoop(server).run(life.stop)
     return 0 if server.started else 1
 
 

@@ -99,6 +99,25 @@ class ApiServer(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
+class ApiLoop:
+    """The server in the shape of every service's loop: `run(stop)` serves until `stop` is set.
+
+    SIGTERM/SIGINT still go to uvicorn while it serves (ApiServer.capture_signals): it stops
+    accepting and finishes the requests in flight.
+    """
+
+    def __init__(self, server: ApiServer) -> None:
+        self.server = server
+
+    def run(self, stop: threading.Event) -> None:
+        threading.Thread(target=self._exit_on, args=(stop,), name="api-stop", daemon=True).start()
+        self.server.run()
+
+    def _exit_on(self, stop: threading.Event) -> None:
+        stop.wait()
+        self.server.should_exit = True
+
+
 def api_server(app: Any, api: ApiSection, *, host: str | None = None, port: int | None = None) -> ApiServer:
     """The server for `app` with the limits of `api` (host/port override api.bind/api.port)."""
     protocol = type("ApiH11Protocol", (GuardedH11Protocol,), {"header_timeout_s": api.header_timeout_s})

@@ -1,7 +1,7 @@
 """Reads GPUs through NVML (the `pynvml` module of nvidia-ml-py), one handle per GPU.
 
 A poll must stay cheap on an 8-GPU node, so the read follows what each query
-cost on an H100 (driver 580; tests/unit/data/h100/nvml-per-call.json). There a
+cost on an H100 (driver 580; tests/data/h100/nvml-per-call.json). There a
 poll takes 0.8-1.0 ms per GPU, where one call per metric took 49 ms:
 
 - The counters come in ONE ``nvmlDeviceGetFieldValues`` call per GPU

@@ -41,12 +41,35 @@ class Collector:
         monotonic: Callable[[], float] = time.monotonic,
         xid_feeds: Sequence[XidFeed] = (),
         on_samples: Callable[[list[GpuSample]], None] | None = None,
+        shutdown_flush_s: float = 5.0,
     ) -> None:
         self.sources, self.enricher, self.detector = sources, enricher, detector
         self.xid_feeds = xid_feeds  # XIDs from the kernel log, beside the sources
         self.on_samples = on_samples  # e.g. the OTLP GPU instruments
         self.publisher, self.topics, self.metrics = publisher, topics, metrics
         self.interval_s, self._monotonic = interval_s, monotonic
+        self.shutdown_flush_s = shutdown_flush_s
+        self._closed = False
+
+    def __enter__(self) -> Collector:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Give the broker `shutdown_flush_s` for what is queued (the rest is spooled), then close
+        the sources and feeds. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.publisher.close(self.shutdown_flush_s)
+        finally:
+            for source in self.sources:
+                source.close()
+            for feed in self.xid_feeds:
+                feed.close()
 
     def poll_once(self) -> tuple[int, int]:
         """Read all sources once; returns (samples, events) queued."""

@@ -23,9 +23,10 @@ from pydantic import BaseModel, Field
 
 from shared.config import Settings
 from shared.kafka import JsonProducer, make_producer
+from shared.lifecycle import Lifecycle
 from shared.models import to_json
 from shared.models_workload import LlmServerStatus, LlmSession
-from shared.service import serve_metrics, start_service, stop_on_signals
+from shared.service import start_service
 
 from .probe import probe_once
 from .proxy import OllamaProxy
@@ -110,7 +111,11 @@ class Monitor:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), cfg.probe_interval_s)
 
-    async def run(self, stopped: threading.Event) -> None:
+    def run(self, stop: threading.Event) -> None:
+        """Proxy, poll and probe until `stop` is set; the proxy stops accepting however it ends."""
+        asyncio.run(self._serve(stop))
+
+    async def _serve(self, stopped: threading.Event) -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         threading.Thread(
@@ -123,9 +128,11 @@ class Monitor:
         log.info(
             "proxying", extra={"listen": f"{self.cfg.listen_host}:{port}", "ollama": self.cfg.ollama_url}
         )
-        async with httpx.AsyncClient(timeout=10) as client:
-            await asyncio.gather(self.polls(stop, client), self.probes(stop, client))
-        await proxy.close()
+        try:
+            async with httpx.AsyncClient(timeout=10) as client:
+                await asyncio.gather(self.polls(stop, client), self.probes(stop, client))
+        finally:
+            await proxy.close()
 
 
 def main() -> int:
@@ -133,23 +140,16 @@ def main() -> int:
     if settings is None:
         return 2
     registry = CollectorRegistry()
-    try:
-        stop_metrics = serve_metrics(registry, settings.llm.metrics_port, settings.llm.metrics_bind)
-    except OSError as e:
-        log.error("llm monitor cannot start: %s", e)
-        return 1
-    producer = JsonProducer(make_producer(settings.kafka, {"client.id": f"{settings.kafka.client_id}-llm"}))
-    monitor = Monitor(settings, producer, registry)
-    stopped = stop_on_signals()
-    try:
-        asyncio.run(monitor.run(stopped))
-    except OSError as e:
-        log.error("llm monitor cannot serve: %s", e)
-        return 1
-    finally:
-        if remaining := producer.flush(30):
-            log.error("exiting with undelivered messages", extra={"undelivered": remaining})
-        stop_metrics()
+    with Lifecycle("llm-monitor") as life:
+        try:
+            life.serve_metrics(registry, settings.llm.metrics_port, settings.llm.metrics_bind)
+            producer = life.enter_context(
+                JsonProducer(make_producer(settings.kafka, {"client.id": f"{settings.kafka.client_id}-llm"}))
+            )
+            Monitor(settings, producer, registry).run(life.stop)
+        except OSError as e:  # the proxy's port, or the metrics port
+            log.error("llm monitor cannot serve: %s", e)
+            return 1
     log.info("stopped")
     return 0
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from shared import otlp
 from shared.config import Settings
 from shared.errors import GpuHealthError
-from shared.service import start_service, stop_on_signals
+from shared.lifecycle import Lifecycle
+from shared.service import start_service
 
 from .faults import FaultError
 from .fleet import DEFAULT_MODELS, Fleet, FleetSpec, SimClock, iso, parse_sim_start
@@ -80,29 +80,27 @@ def main() -> int:
     settings = start_service(MockDcgmSettings, "mock_dcgm")
     if settings is None:
         return 2
-    try:
-        fleet, server = build(settings.mock)
-    except (GpuHealthError, OSError) as e:
-        log.error("cannot start the mock fleet: %s", e)
-        return 1
-    stop = stop_on_signals()
-    server.start()
-    otlp.export_registry(server.registry)
-    log.info(
-        "mock fleet serving",
-        extra={
-            "nodes": len(fleet.nodes),
-            "gpus": sum(len(n.gpus) for n in fleet.nodes),
-            "first_node": server.node_url(0),
-            "admin": server.admin_url,
-            "sim_time": iso(fleet.clock.now()),
-            "speed": fleet.clock.speed,
-        },
-    )
-    stop.wait()
-    log.info("stopping")
-    server.stop()
-    otlp.shutdown()
+    with Lifecycle("mock_dcgm") as life:
+        try:
+            fleet, server = build(settings.mock)
+        except (GpuHealthError, OSError) as e:
+            log.error("cannot start the mock fleet: %s", e)
+            return 1
+        life.export_otlp(server.registry)
+        life.enter_context(server)
+        log.info(
+            "mock fleet serving",
+            extra={
+                "nodes": len(fleet.nodes),
+                "gpus": sum(len(n.gpus) for n in fleet.nodes),
+                "first_node": server.node_url(0),
+                "admin": server.admin_url,
+                "sim_time": iso(fleet.clock.now()),
+                "speed": fleet.clock.speed,
+            },
+        )
+        server.run(life.stop)
+        log.info("stopping")
     return 0
 
 

@@ -25,6 +25,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from shared.lifecycle import serve_until
+
 from .faults import FaultError
 from .fleet import Fleet
 from .processes import MockProcesses
@@ -211,9 +213,23 @@ class MockServer:
             thread.start()
             self._threads.append(thread)
 
+    def run(self, stop: threading.Event) -> None:
+        """Serve until `stop` is set; the ports are given back however it ends."""
+        serve_until(self, stop)
+
     def stop(self) -> None:
+        """Stop serving and give the ports back; safe twice, and before start()."""
+        threads, self._threads = self._threads, []
+        if threads:  # shutdown() waits for serve_forever, so only a started server is asked
+            for server in self.servers:
+                server.shutdown()
         for server in self.servers:
-            server.shutdown()
             server.server_close()
-        for thread in self._threads:
+        for thread in threads:
             thread.join(timeout=5)
+
+    def __enter__(self) -> MockServer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()

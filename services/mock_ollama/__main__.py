@@ -8,7 +8,8 @@ import sys
 from pydantic import BaseModel, Field
 
 from shared.config import Settings
-from shared.service import start_service, stop_on_signals
+from shared.lifecycle import Lifecycle
+from shared.service import start_service
 
 from .server import MockOllamaServer
 
@@ -32,15 +33,14 @@ def main() -> int:
     if settings is None:
         return 2
     cfg = settings.mock_ollama
-    try:
-        server = MockOllamaServer(cfg.host, cfg.port, time_scale=cfg.time_scale).start()
-    except OSError as e:
-        log.error("mock Ollama cannot start: %s", e)
-        return 1
-    stop = stop_on_signals()
-    log.info("serving", extra={"url": server.url, "time_scale": cfg.time_scale})
-    stop.wait()
-    server.stop()
+    with Lifecycle("mock-ollama") as life:
+        try:
+            server = life.enter_context(MockOllamaServer(cfg.host, cfg.port, time_scale=cfg.time_scale))
+        except OSError as e:
+            log.error("mock Ollama cannot start: %s", e)
+            return 1
+        log.info("serving", extra={"url": server.url, "time_scale": cfg.time_scale})
+        server.run(life.stop)
     log.info("stopped")
     return 0
 

@@ -22,6 +22,8 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from shared.lifecycle import serve_until
+
 VERSION = "0.6.8"
 _WORDS = [
     "the",
@@ -281,6 +283,19 @@ class MockOllamaServer:
         self._thread.start()
         return self
 
+    def run(self, stop: threading.Event) -> None:
+        """Serve until `stop` is set; the port is given back however it ends."""
+        serve_until(self, stop)
+
     def stop(self) -> None:
-        self.httpd.shutdown()
+        """Stop serving and give the port back; safe twice, and before start()."""
+        if self._thread.is_alive():  # shutdown() waits for serve_forever, so only a started server
+            self.httpd.shutdown()
+            self._thread.join(timeout=5)
         self.httpd.server_close()
+
+    def __enter__(self) -> MockOllamaServer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()

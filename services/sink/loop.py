@@ -137,8 +137,9 @@ class SinkLoop:
         )
 
     # ---------------------------------------------------------------- batches
-    def run(self) -> None:
-        """Consume until `stop` is set; the batches in flight are finished first.
+    def run(self, stop: threading.Event | None = None) -> None:
+        """Consume until `stop` (the service's, given by its lifecycle) is set; the batches in flight
+        are finished first.
 
         The stages overlap. Each consumed batch is split into lanes by partition. A
         lane's batches commit one after another, in order, while the next one is
@@ -147,6 +148,8 @@ class SinkLoop:
         consumes and decodes what comes next: psycopg waits for PostgreSQL without
         the GIL. The consumer is only ever touched from this thread.
         """
+        if stop is not None:
+            self.stop = stop
         self.subscribe()
         in_flight: dict[int, deque[tuple[Decoded, Future[WriteResult]]]] = {}
         self.rollup.start()

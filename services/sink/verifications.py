@@ -312,7 +312,10 @@ class RecordLoop:
         self.generation += 1
         self._held = []
 
-    def run(self) -> None:
+    def run(self, stop: threading.Event | None = None) -> None:
+        """Store until `stop` (the service's, given by its lifecycle) is set; a failure sets it."""
+        if stop is not None:
+            self.stop = stop
         self.consumer.subscribe(
             [self.topics.verifications, self.topics.systems],
             on_assign=self._on_assign,

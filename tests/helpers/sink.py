@@ -6,17 +6,18 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from evaluation.pipeline import wait_until
+from services.sink.build import sink_loop_closed
 from services.sink.loop import SinkLoop
 from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
 from shared.db import connect
 from shared.fakes.samples import sample
 from shared.kafka import JsonProducer, make_producer
+from shared.lifecycle import running as running_loop
 from tests.paths import REPO
 
 
@@ -46,15 +47,9 @@ def counter_value(counter: Any, **labels: str) -> float:
 
 @contextmanager
 def running(loop: SinkLoop) -> Iterator[SinkLoop]:
-    thread = threading.Thread(target=loop.run, daemon=True)
-    thread.start()
-    try:
+    """`loop` running on a thread for the block; then stopped, joined, and its consumer and writer closed."""
+    with sink_loop_closed(loop), running_loop(loop, name="test-sink"):
         yield loop
-    finally:
-        loop.stop.set()
-        thread.join(timeout=60)
-        loop.consumer.close()
-        loop.writer.close()
 
 
 def sink_process(env: dict[str, str]) -> subprocess.Popen[str]:

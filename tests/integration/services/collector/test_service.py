@@ -10,9 +10,8 @@ from collections.abc import Callable, Iterator
 import pytest
 from prometheus_client import CollectorRegistry
 
+from services.collector.build import CollectorSection, build_collector
 from services.collector.dcgm_source import DcgmSource
-from services.collector.enrich import Enricher, Placement
-from services.collector.events import EventDetector
 from services.collector.metrics import CollectorMetrics
 from services.collector.poller import Collector
 from services.collector.publisher import Publisher, collector_producer
@@ -42,17 +41,15 @@ def collector(
 ) -> Iterator[tuple[Collector, Publisher, TopicSettings]]:
     _, server = fleet
     topics = TopicSettings(metrics_raw=topic_factory(prefix="raw"), events=topic_factory(prefix="events"))
-    metrics = CollectorMetrics(CollectorRegistry())
-    publisher = Publisher(JsonProducer(collector_producer(kafka_settings, 100_000)), metrics)
-    collector = Collector(
+    collector = build_collector(
+        CollectorSection(collector_id="itest", cluster="c1", interval_s=1),
+        topics,
+        producer=JsonProducer(collector_producer(kafka_settings, 100_000)),
+        metrics=CollectorMetrics(CollectorRegistry()),
         sources=[DcgmSource(server.node_url(i), kind=Source.MOCK) for i in range(2)],
-        enricher=Enricher(collector_id="itest", local_hostname="itest", placement=Placement(cluster="c1")),
-        detector=EventDetector(collector_id="itest"),
-        publisher=publisher,
-        topics=topics,
-        metrics=metrics,
-        interval_s=1,
+        local_hostname="itest",
     )
+    publisher = collector.publisher
     yield collector, publisher, topics
     for source in collector.sources:
         source.close()

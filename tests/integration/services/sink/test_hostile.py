@@ -26,6 +26,7 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from evaluation.pipeline import make_loop, stored_offsets_total, wait_until
+from services.sink.build import close_sink_loop
 from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
 from shared.db import connect
 from shared.errors import ContractError
@@ -284,8 +285,7 @@ def test_hostile_records_never_stop_the_sink_and_each_record_ends_up_in_exactly_
     finally:
         loop.stop.set()
         sink.join(60)
-        loop.consumer.close()
-        loop.writer.close()
+        close_sink_loop(loop)
         dlq.close()
     with connect(migrated) as conn:
         pending = conn.execute("SELECT count(*) FROM sink_dead_letters WHERE delivered_at IS NULL").fetchone()

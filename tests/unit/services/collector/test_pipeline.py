@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from services.collector.build import CollectorSection, build_collector
 from services.collector.enrich import Enricher, Placement, load_inventory
 from services.collector.events import EventDetector
 from services.collector.metrics import CollectorMetrics
 from services.collector.poller import Collector
-from services.collector.publisher import Publisher
 from services.collector.readings import GpuReading, SourceError, SourceReading
 from shared.config import TopicSettings
 from shared.errors import ConfigError, KafkaProduceError
@@ -206,14 +206,13 @@ def make_collector(
     source: FakeSource, producer: FakeProducer, **kwargs: Any
 ) -> tuple[Collector, CollectorMetrics]:
     metrics = CollectorMetrics(CollectorRegistry())
-    collector = Collector(
-        sources=[source],
-        enricher=enricher(),
-        detector=EventDetector(collector_id="c-1"),
-        publisher=Publisher(producer, metrics),
-        topics=TopicSettings(),
+    collector = build_collector(
+        CollectorSection(collector_id="c-1", cluster="prod", datacenter="dc1", interval_s=10),
+        TopicSettings(),
+        producer=producer,
         metrics=metrics,
-        interval_s=10,
+        sources=[source],
+        local_hostname="here",
         **kwargs,
     )
     return collector, metrics

@@ -234,7 +234,7 @@ def test_the_poll_publishes_kernel_xids_beside_the_source_and_survives_a_failing
 
 
 def test_kernel_log_off_by_default_and_a_feed_that_cannot_open_is_skipped(monkeypatch: Any) -> None:
-    import services.collector.__main__ as main
+    import services.collector.build as main
 
     assert main.make_xid_feeds(main.CollectorSection()) == []
 

@@ -1,0 +1,143 @@
+"""One lifecycle for every long-running service: signals set `stop`, what it holds closes in reverse.
+
+    settings = start_service(ServiceSettings, "name")          # invalid: exit 2
+    with Lifecycle("name") as life:                            # SIGTERM/SIGINT -> life.stop
+        life.serve_metrics(registry, port, bind)                # /metrics (+ OTLP flush at the end)
+        loop = life.enter_context(build_service(settings))     # each resource a context manager
+        loop.run(life.stop)
+    return 0
+
+Leaving the block, by return, by the loop's end or by an exception, sets
+`stop` first (so threads the service started wind down) and then closes every
+entered resource once, the last entered first: threads are joined before the
+producer they publish through is flushed, and the metrics server, entered
+first, goes last, so an OTLP receiver gets the counts of the final flush. The
+signal handlers that were there before are put back.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from types import FrameType, TracebackType
+from typing import Any, Protocol
+
+from prometheus_client import CollectorRegistry
+
+from shared import otlp
+from shared.config import DatabaseSettings
+from shared.db import wait_for_database
+from shared.service import serve_metrics
+
+log = logging.getLogger(__name__)
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class Loop(Protocol):
+    """A service's work: runs until `stop` is set, finishing (and flushing) what it has in hand."""
+
+    def run(self, stop: threading.Event) -> None: ...
+
+
+class Lifecycle(ExitStack):
+    """An ExitStack that owns a service's stop event, its signal handlers, its /metrics and its teardown."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name
+        self.stop = threading.Event()
+
+    def __enter__(self) -> Lifecycle:
+        super().__enter__()
+        # Signal handlers belong to the main thread; elsewhere (a test driving a service) the
+        # caller sets `stop` itself.
+        if threading.current_thread() is threading.main_thread():
+            previous = {sig: signal.signal(sig, self._on_signal) for sig in STOP_SIGNALS}
+            self.callback(_restore_handlers, previous)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        self.stop.set()
+        return bool(super().__exit__(exc_type, exc, tb))
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        log.info("%s: %s received, stopping", self.name, signal.Signals(signum).name)
+        self.stop.set()
+
+    def serve_metrics(
+        self, registry: CollectorRegistry, port: int, bind: str, *, database: DatabaseSettings | None = None
+    ) -> None:
+        """Serve /metrics (and export it over OTLP when that is on) until the end of the block; a
+        service that needs the database waits for it first (at most two minutes).
+
+        OSError, naming the address, when the port is taken; DatabaseUnavailableError.
+        """
+        if database is not None:
+            wait_for_database(database, timeout_s=120).close()
+        self.callback(serve_metrics(registry, port, bind))
+
+    def export_otlp(self, registry: CollectorRegistry) -> None:
+        """Export `registry` over OTLP when that is on (a service that serves its metrics itself),
+        flushed when the block ends."""
+        otlp.export_registry(registry)
+        self.callback(otlp.shutdown)
+
+    def start_thread(self, loop: Loop, name: str, *, join_timeout_s: float = 60.0) -> threading.Thread:
+        """Run `loop.run(self.stop)` on a thread, joined (after `stop` is set) when the block ends."""
+        thread = threading.Thread(target=loop.run, args=(self.stop,), name=name, daemon=True)
+        thread.start()
+        self.callback(_join, thread, join_timeout_s)
+        return thread
+
+
+@contextmanager
+def running(
+    loop: Loop, *, name: str, stop: threading.Event | None = None, join_timeout_s: float = 60.0
+) -> Iterator[threading.Event]:
+    """`loop.run(stop)` on a thread for the block (a test's, an evaluation's); at its end `stop` is set
+    and the thread joined. Yields the stop event (a fresh one unless given)."""
+    stop = threading.Event() if stop is None else stop
+    thread = threading.Thread(target=loop.run, args=(stop,), name=name, daemon=True)
+    thread.start()
+    try:
+        yield stop
+    finally:
+        stop.set()
+        _join(thread, join_timeout_s)
+
+
+class Server(Protocol):
+    """A server that serves from its own threads between start() and stop()."""
+
+    def start(self) -> object: ...
+
+    def stop(self) -> None: ...
+
+
+def serve_until(server: Server, stop: threading.Event) -> None:
+    """Start `server`, serve until `stop` is set, and stop it however that ends."""
+    server.start()
+    try:
+        stop.wait()
+    finally:
+        server.stop()
+
+
+def _restore_handlers(previous: dict[signal.Signals, Any]) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
+
+
+def _join(thread: threading.Thread, timeout_s: float) -> None:
+    thread.join(timeout_s)
+    if thread.is_alive():
+        log.error("%s did not stop within %.0f s", thread.name, timeout_s)

@@ -1,0 +1,45 @@
+"""Running a service as `python -m services.<name>` in a test and stopping it as an orchestrator would."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx
+
+from tests.paths import REPO
+
+
+@contextmanager
+def service_process(name: str, env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
+    """The service running with `env` added to this environment; killed if the block leaves it running."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", f"services.{name}"], cwd=REPO, text=True,
+        env=os.environ | {"PYTHONPATH": str(REPO), **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def sigterm(proc: subprocess.Popen[str], timeout_s: float = 60) -> str:
+    """SIGTERM, then the exit status must be 0 and the service must say it stopped; returns its output."""
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=timeout_s)
+    assert proc.returncode == 0, out
+    assert '"msg": "stopped"' in out, out
+    return out
+
+
+def ollama_answers(url: str) -> bool:
+    """Whether an Ollama API (the mock, or the monitor's proxy in front of it) answers at `url`."""
+    try:
+        return httpx.get(f"{url}/api/version", timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False
