@@ -35,6 +35,7 @@ from services.api.settings import ApiSection
 from shared.config import Settings
 from shared.kafka import JsonProducer, make_producer, wait_for_kafka
 from shared.migrate import migrated_schema
+from shared.wire_time import wire_time
 from tests.integration.sink_helpers import gpu_uuid, sample
 
 REPO = Path(__file__).resolve().parents[1]
@@ -131,7 +132,7 @@ def main() -> int:
 def publish(producer: JsonProducer, topic: str, t: datetime) -> None:
     """One poll of the fleet: a sample per GPU, stamped with the poll's time."""
     for g in range(GPUS):
-        message: dict[str, Any] = {**sample(g, GPUS), "time": t.isoformat()}
+        message: dict[str, Any] = {**sample(g, GPUS), "time": wire_time(t)}
         producer.produce(topic, message["gpu_uuid"], message)
 
 

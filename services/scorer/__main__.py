@@ -22,6 +22,8 @@ from shared.config import Settings
 from shared.db import connect
 from shared.errors import GpuHealthError
 from shared.kafka import JsonProducer, make_producer
+from shared.models import to_json
+from shared.models_health import HEALTH_STATES
 from shared.service import serve_when_ready, start_service, stop_on_signals
 
 from .alert_hosts import with_hostnames
@@ -73,7 +75,7 @@ class ScorerMetrics:
     def record(self, r: CycleResult, seconds: float) -> None:
         self.cycles.inc()
         self.seconds.observe(seconds)
-        for state in ("healthy", "degraded", "unhealthy"):
+        for state in HEALTH_STATES:
             self.gpus.labels(state).set(r.states.get(state, 0))
         self.changes.inc(r.verdict_changes)
         self.alerts.labels("opened").inc(r.alerts_opened)
@@ -117,7 +119,7 @@ def main() -> int:
                 last_prediction = time.monotonic()
                 predictions = result.predictions
             for kind, key, value in result.messages:
-                producer.produce(topic[kind], key, value)
+                producer.produce(topic[kind], key, to_json(value))
             producer.poll(0)
             metrics.record(result, time.perf_counter() - started)
             log.info(

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-Message = tuple[str, str, dict[str, Any]]
+from .messages import Message, named
 
 
 def with_hostnames(conn: Any, messages: list[Message]) -> list[Message]:
-    missing = sorted({key for _, key, value in messages if not value.get("hostname")})
+    missing = sorted({key for _, key, value in messages if not value.hostname})
     hosts: dict[str, str] = {}
     if missing:
         hosts = {
@@ -23,7 +23,5 @@ def with_hostnames(conn: Any, messages: list[Message]) -> list[Message]:
                 "SELECT gpu_uuid, hostname FROM gpu_assets WHERE gpu_uuid = ANY(%s)", (missing,)
             )
         }
-    for _, key, value in messages:
-        if not value.get("hostname"):
-            value["hostname"] = hosts.get(key, "")
+    messages[:] = named(messages, hosts)
     return messages

@@ -16,6 +16,8 @@ from typing import Any, NamedTuple
 
 import psycopg
 
+from shared.wire_time import wire_time
+
 from .rules_config import Rules
 
 Conn = psycopg.Connection[tuple[Any, ...]]
@@ -189,9 +191,9 @@ def read_features(conn: Conn, as_of: datetime, rules: Rules) -> dict[str, GpuFea
         g.span_long_s = float(row[17]) if row[17] is not None else None
     for uuid, code, recent, total, in_repeat, times in conn.execute(_XIDS, params):
         if uuid in gpus:
-            stamps = tuple(t.isoformat() for t in times)
+            stamps = tuple(wire_time(t) for t in times)
             gpus[uuid].xids[int(code)] = XidCounts(int(recent), int(total), int(in_repeat), stamps)
     for uuid, times, _count in conn.execute(_LOSSES, params):
         if uuid in gpus:
-            gpus[uuid].lost_times = tuple(t.isoformat() for t in times)
+            gpus[uuid].lost_times = tuple(wire_time(t) for t in times)
     return gpus

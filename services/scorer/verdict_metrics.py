@@ -25,8 +25,10 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-STATE_CODE = {"healthy": 0, "degraded": 1, "unhealthy": 2}
-SEVERITIES = ("info", "warning", "critical")
+from shared.models_health import ALERT_SEVERITIES, HEALTH_STATES
+
+STATE_CODE: dict[str, int] = {state: code for code, state in enumerate(HEALTH_STATES)}
+SEVERITIES = ALERT_SEVERITIES
 
 # The GPUs scored in the cycle of `as_of` (gpu_status carries that cycle's time).
 _GPUS = """

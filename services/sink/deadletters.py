@@ -27,6 +27,7 @@ import psycopg
 from shared.config import DatabaseSettings
 from shared.db import connect
 from shared.errors import GpuHealthError
+from shared.wire_time import wire_time
 
 from .metrics import SinkMetrics
 
@@ -68,7 +69,7 @@ class DeadLetter:
             ("dlq.source.offset", str(self.offset).encode()),
             ("dlq.category", self.category.encode()),
             ("dlq.error", printable(self.reason).encode()),
-            ("dlq.failed_at", failed_at.isoformat().encode()),
+            ("dlq.failed_at", wire_time(failed_at).encode()),
         ]
         if self.value is not None and len(self.value) > MAX_DLQ_VALUE:
             headers.append(("dlq.value_truncated_from", str(len(self.value)).encode()))
