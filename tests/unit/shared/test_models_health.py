@@ -1,4 +1,4 @@
-"""The gpu-health and gpu-alerts contracts: strict like every topic's, committed, their values defined once."""
+"""The gpu-health and gpu-alerts contracts: strict like every topic's, committed, values defined once."""
 
 from __future__ import annotations
 
