@@ -74,8 +74,8 @@ class HealthVerdict(_Strict):
     evidence: Evidence
 
 
-class AlertOpened(_Strict):
-    """The scorer opened an alert (gpu-alerts, keyed by GPU UUID); alert_id is gpu_alerts.id."""
+class _ScorerAlert(_Strict):
+    """What each scorer alert message says: which alert (gpu_alerts.id), of which GPU, of what kind."""
 
     model_config = ConfigDict(json_schema_extra=_version_required)
 
@@ -87,24 +87,20 @@ class AlertOpened(_Strict):
     hostname: Hostname
     # unhealthy_<subsystem>, thermal, memory_pressure, power_limit, idle_while_allocated
     kind: Name
+
+
+class AlertOpened(_ScorerAlert):
+    """The scorer opened an alert (gpu-alerts, keyed by GPU UUID)."""
+
     severity: AlertSeverity
     state: Literal["open"]
     summary: Summary
     evidence: Evidence
 
 
-class AlertResolved(_Strict):
+class AlertResolved(_ScorerAlert):
     """The scorer resolved an alert: its evidence is gone (gpu-alerts, keyed by GPU UUID)."""
 
-    model_config = ConfigDict(json_schema_extra=_version_required)
-
-    schema_version: Version = UNSTATED
-    time: UtcTime
-    source: Literal["scorer"] = "scorer"
-    alert_id: int = Field(ge=1, lt=2**63)
-    gpu_uuid: GpuUuid
-    hostname: Hostname
-    kind: Name
     state: Literal["resolved"]
 
 
