@@ -107,17 +107,14 @@ def _version_required(schema: dict[str, Any]) -> None:
     schema["required"] = ["schema_version", *(r for r in schema.get("required", ()) if r != "schema_version")]
 
 
-# read with any offset, kept in UTC, written the one way every topic writes a time
-UtcTime = Annotated[
-    datetime, AfterValidator(sane_time), PlainSerializer(wire_time, return_type=str, when_used="json")
-]
+_WIRE_TIME = PlainSerializer(wire_time, return_type=str, when_used="json")  # every topic's one time format
+UtcTime = Annotated[datetime, AfterValidator(sane_time), _WIRE_TIME]
 # validators run last-first: the unstated check, then the type's own
 Version = Annotated[
     Literal[1], BeforeValidator(_not_bool), BeforeValidator(_stated), Field(validate_default=True)
 ]
 Label = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[^\x00-\x1f\x7f]*$")]
-# The one definition of a GPU's (or MIG instance's) UUID; the API's parameters use it too.
-GPU_UUID_PATTERN = r"^(GPU|MIG)-[A-Za-z0-9/-]{8,96}$"
+GPU_UUID_PATTERN = r"^(GPU|MIG)-[A-Za-z0-9/-]{8,96}$"  # the one definition (the API's parameters use it)
 GpuUuid = Annotated[str, Field(pattern=GPU_UUID_PATTERN)]
 
 # Bounds are physical, not typical: they catch broken readings, not hot GPUs.
