@@ -36,6 +36,7 @@ from shared.config import Settings
 from shared.fakes.samples import gpu_uuid, sample
 from shared.kafka import JsonProducer, make_producer, wait_for_kafka
 from shared.migrate import migrated_schema
+from shared.wire_time import wire_time
 
 REPO = Path(__file__).resolve().parents[1]
 GPUS, POLL_S, POLLS = 1000, 1.0, 30
@@ -131,7 +132,7 @@ def main() -> int:
 def publish(producer: JsonProducer, topic: str, t: datetime) -> None:
     """One poll of the fleet: a sample per GPU, stamped with the poll's time."""
     for g in range(GPUS):
-        message: dict[str, Any] = {**sample(g, GPUS), "time": t.isoformat()}
+        message: dict[str, Any] = {**sample(g, GPUS), "time": wire_time(t)}
         producer.produce(topic, message["gpu_uuid"], message)
 
 

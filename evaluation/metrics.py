@@ -24,7 +24,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.scorer.rules_config import LADDER, Rules
+from services.scorer.rules_config import Rules
+from shared.models_health import LADDER
 
 from .run import Record
 

@@ -27,6 +27,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PlainSerializer,
     TypeAdapter,
     ValidationError,
     ValidationInfo,
@@ -37,6 +38,7 @@ from shared.dcgm import INT64_BLANK
 from shared.errors import ContractError
 from shared.event_details import DETAILS_BY_KIND
 from shared.jsonlimits import check_bounds
+from shared.wire_time import wire_time
 
 SCHEMA_VERSION = 1
 JSON_SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schema" / "json"
@@ -105,13 +107,15 @@ def _version_required(schema: dict[str, Any]) -> None:
     schema["required"] = ["schema_version", *(r for r in schema.get("required", ()) if r != "schema_version")]
 
 
-UtcTime = Annotated[datetime, AfterValidator(sane_time)]
+_WIRE_TIME = PlainSerializer(wire_time, return_type=str, when_used="json")  # every topic's one time format
+UtcTime = Annotated[datetime, AfterValidator(sane_time), _WIRE_TIME]
 # validators run last-first: the unstated check, then the type's own
 Version = Annotated[
     Literal[1], BeforeValidator(_not_bool), BeforeValidator(_stated), Field(validate_default=True)
 ]
 Label = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[^\x00-\x1f\x7f]*$")]
-GpuUuid = Annotated[str, Field(pattern=r"^(GPU|MIG)-[A-Za-z0-9/-]{8,96}$")]
+GPU_UUID_PATTERN = r"^(GPU|MIG)-[A-Za-z0-9/-]{8,96}$"  # the one definition (the API's parameters use it)
+GpuUuid = Annotated[str, Field(pattern=GPU_UUID_PATTERN)]
 
 # Bounds are physical, not typical: they catch broken readings, not hot GPUs.
 Temp = Annotated[float | None, Field(ge=-60, le=250)]
@@ -366,7 +370,8 @@ def to_json(model: BaseModel) -> dict[str, Any]:
 
 
 def json_schemas() -> dict[str, dict[str, Any]]:
-    from shared.models_training import TrainingAlert  # it builds on this module's types
+    from shared.models_health import json_schemas as health_schemas  # they build on this module's types
+    from shared.models_training import TrainingAlert
     from shared.models_workload import json_schemas as workload_schemas
 
     return {
@@ -374,6 +379,7 @@ def json_schemas() -> dict[str, dict[str, Any]]:
         "gpu-event.v1.schema.json": GpuEvent.model_json_schema(),
         "gpu-alert-training.v1.schema.json": TrainingAlert.model_json_schema(),
         **workload_schemas(),
+        **health_schemas(),
     }
 
 

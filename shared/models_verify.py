@@ -2,7 +2,8 @@
 
 Pydantic models are the source of truth; ``python -m shared.models_verify``
 writes their JSON Schemas under ``schema/json/`` (a test keeps them in step).
-Times are UTC with milliseconds, written ``2026-11-22T18:00:00.123Z``. A value
+Times are UTC with milliseconds, written as every topic writes them
+(:mod:`shared.wire_time`: ``2026-11-22T18:00:00.123000Z``). A value
 the machine cannot report is ``null``, never a guess. Validation is strict in
 the same way as :mod:`shared.models`: wrong types, NaN/inf, unknown fields and
 unknown schema versions are refused with the field named; a record's size and
@@ -12,11 +13,10 @@ nesting are bounded (shared.jsonlimits) before it is parsed.
 from __future__ import annotations
 
 import sys
-from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from shared.chain import canonical_bytes, link_of, parse_canonical_input
 from shared.errors import ContractError
@@ -26,12 +26,7 @@ from shared.models import UNSTATED, GpuUuid, Label, UtcTime, Version, _version_r
 SCHEMA_VERSION = 1
 
 
-def format_time(value: datetime) -> str:
-    """The one time format of these topics: UTC, milliseconds, `Z`."""
-    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
-
-
-Time = Annotated[UtcTime, PlainSerializer(format_time, return_type=str)]
+Time = UtcTime  # UTC, milliseconds, written by shared.wire_time like every topic's times
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 Text = Annotated[str, Field(max_length=2000, pattern=r"^[^\x00]*$")]
 Finite = Annotated[float, Field(ge=-1e300, le=1e300)]

@@ -18,6 +18,8 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from shared.errors import DatabaseUnavailableError
+from shared.models import GPU_UUID_PATTERN, EventKind
+from shared.models_health import ALERT_STATES, AlertSeverity, HealthState
 from shared.store import alerts as alert_store
 from shared.store import fleet, health, history
 from shared.store.fleet import SORTS, GpuFilters, dict_rows_async
@@ -28,10 +30,10 @@ from .paging import Cursor, decode_cursor, encode_cursor, page, wire
 
 router = APIRouter(prefix="/api/v1")
 
-GPU_UUID = r"^(GPU|MIG)-[A-Za-z0-9/-]{8,96}$"
+GPU_UUID = GPU_UUID_PATTERN
 LABEL = r"^[A-Za-z0-9._:/@+-]{1,253}$"
 Label = Annotated[str | None, Query(pattern=LABEL, max_length=253)]
-State = Literal["healthy", "degraded", "unhealthy"]
+State = HealthState
 BUCKETS = {"10s": 10, "1m": 60, "5m": 300, "15m": 900, "1h": 3600, "6h": 21600, "1d": 86400}
 
 
@@ -219,17 +221,7 @@ def fit_bucket(bucket: str, start: datetime, end: datetime, max_points: int) -> 
 async def events(
     request: Request,
     gpu: Annotated[str | None, Query(pattern=GPU_UUID)] = None,
-    kind: Literal[
-        "xid",
-        "ecc_dbe",
-        "row_remap_failure",
-        "retirement_pending",
-        "throttle_start",
-        "throttle_end",
-        "gpu_lost",
-        "gpu_back",
-    ]
-    | None = None,
+    kind: Literal[tuple(k.value for k in EventKind)] | None = None,  # type: ignore[valid-type]
     start: Annotated[datetime | None, Query(alias="from")] = None,
     end: Annotated[datetime | None, Query(alias="to")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
@@ -250,8 +242,8 @@ async def events(
 @router.get("/alerts", dependencies=[only("state", "severity", "gpu", "host", "limit", "cursor")])
 async def alerts(
     request: Request,
-    state: Literal["open", "acknowledged", "resolved", "unresolved"] = "unresolved",
-    severity: Literal["info", "warning", "critical"] | None = None,
+    state: Literal[(*ALERT_STATES, "unresolved")] = "unresolved",  # type: ignore[valid-type]
+    severity: AlertSeverity | None = None,
     gpu: Annotated[str | None, Query(pattern=GPU_UUID)] = None,
     host: Label = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,

@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request
 
+from shared.models_verify import Outcome, RecordKind
+
 from .paging import Cursor, decode_cursor, page
 from .routes import GPU_UUID, LABEL, only, rows
 
@@ -45,8 +47,8 @@ def chain_breaks(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 async def gpu_verifications(
     request: Request,
     gpu_uuid: GpuPath,
-    kind: Literal["compute_check", "operation"] | None = None,
-    outcome: Literal["pass", "wrong_result", "too_slow", "error", "recorded"] | None = None,
+    kind: Literal[tuple(k.value for k in RecordKind)] | None = None,  # type: ignore[valid-type]
+    outcome: Literal[tuple(o.value for o in Outcome)] | None = None,  # type: ignore[valid-type]
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: Cursor = None,
 ) -> dict[str, Any]:

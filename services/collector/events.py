@@ -32,6 +32,7 @@ from datetime import datetime, timedelta
 
 from shared.dcgm import ClockEventReason as Reason
 from shared.models import Details, EventKind, GpuEvent, GpuSample, Source
+from shared.wire_time import wire_time
 
 from .kernel_log import KernelXid, normalize_pci
 from .xid_ledger import XidLedger
@@ -100,7 +101,7 @@ class EventDetector:
                         last.sample,
                         EventKind.GPU_LOST,
                         at,
-                        {"last_seen": last.sample.time.isoformat()},
+                        {"last_seen": wire_time(last.sample.time)},
                         source=source,
                     )
                 )

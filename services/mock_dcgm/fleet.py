@@ -12,6 +12,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from shared.wire_time import wire_time
+
 from .exposition import render_node
 from .faults import SUBSYSTEM, Fault, FaultError, make_fault
 from .profiles import MODELS
@@ -57,7 +59,9 @@ def _is_bool(*values: Any) -> bool:
 
 
 def iso(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds")
+    """A simulated time (epoch seconds) as every topic writes a time, to the millisecond."""
+    at = datetime.fromtimestamp(t, UTC)
+    return wire_time(at.replace(microsecond=at.microsecond // 1000 * 1000))
 
 
 DEFAULT_MODELS = ("h100-sxm", "h100-sxm", "a100-sxm4-80gb", "v100-sxm2-32gb")

@@ -23,6 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from shared.lifecycle import serve_until
+from shared.wire_time import wire_time
 
 VERSION = "0.6.8"
 _WORDS = [
@@ -74,10 +75,6 @@ MODELS: dict[str, ModelProfile] = {
 }
 
 
-def _iso(t: datetime) -> str:
-    return t.isoformat().replace("+00:00", "Z")
-
-
 class MockOllama:
     """The state behind the HTTP handler: which models are loaded, until when."""
 
@@ -122,7 +119,7 @@ class MockOllama:
                     "size": self.models[n].size_bytes,
                     "size_vram": self.models[n].size_bytes,
                     "digest": hashlib.sha256(n.encode()).hexdigest(),
-                    "expires_at": _iso(datetime.fromtimestamp(exp, UTC)),
+                    "expires_at": wire_time(datetime.fromtimestamp(exp, UTC)),
                     "details": {
                         "format": "gguf",
                         "family": self.models[n].family,
@@ -223,7 +220,7 @@ class _Handler(BaseHTTPRequestHandler):
         stream = request.get("stream") is not False
 
         def chunk(token: str, done: bool) -> dict[str, Any]:
-            c: dict[str, Any] = {"model": name, "created_at": _iso(datetime.now(UTC))}
+            c: dict[str, Any] = {"model": name, "created_at": wire_time(datetime.now(UTC))}
             if chat:
                 c["message"] = {"role": "assistant", "content": token}
             else:

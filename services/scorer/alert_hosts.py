@@ -12,15 +12,13 @@ from typing import Any
 
 from shared.store import fleet
 
-Message = tuple[str, str, dict[str, Any]]
+from .messages import Message, named
 
 
 def with_hostnames(conn: Any, messages: list[Message]) -> list[Message]:
-    missing = sorted({key for _, key, value in messages if not value.get("hostname")})
+    missing = sorted({key for _, key, value in messages if not value.hostname})
     hosts: dict[str, str] = {}
     if missing:
         hosts = fleet.hostnames(conn, missing)
-    for _, key, value in messages:
-        if not value.get("hostname"):
-            value["hostname"] = hosts.get(key, "")
+    messages[:] = named(messages, hosts)
     return messages

@@ -20,12 +20,12 @@ from shared.store.errors import translated
 from shared.store.health import PredictionRow, StatusRow, VerdictRow
 
 from .features import Conn, GpuFeatures, read_features
+from .messages import Message, alert_opened, alert_resolved, verdict_changed
 from .predict import Prediction, predict_all
 from .rules import SUBSYSTEMS, Verdict, evaluate, overall, score
 from .rules_config import Rules
 
 log = logging.getLogger(__name__)
-Message = tuple[str, str, dict[str, Any]]  # (topic kind, key, value)
 
 
 @dataclass(slots=True)
@@ -124,11 +124,11 @@ def run_cycle(
             # A change of state, except a new GPU starting healthy, is history worth keeping.
             if before != v.state and (before is not None or v.state != "healthy"):
                 history_rows.append(row)
-                result.messages.append(("health", uuid, {
-                    "schema_version": 1, "time": as_of.isoformat(), "gpu_uuid": uuid, "hostname": g.hostname,
-                    "subsystem": sub, "state": v.state, "previous": before, "rule": v.rule,
-                    "action": v.action, "evidence": v.evidence,
-                }))  # fmt: skip
+                if message := verdict_changed(
+                    as_of=as_of, gpu_uuid=uuid, hostname=g.hostname, subsystem=sub, state=v.state,
+                    previous=before, rule=v.rule, action=v.action, evidence=v.evidence,
+                ):  # fmt: skip
+                    result.messages.append(message)
         for alert in desired_alerts(g, verdicts, rules):
             wanted[(uuid, alert.kind)] = alert
     result.gpus = len(features)
@@ -163,16 +163,15 @@ def _write_alerts(
         alert_id = alerts.open_alert(conn, uuid, kind, severity=alert.severity, summary=alert.summary,
                                      evidence=alert.evidence, as_of=as_of)  # fmt: skip
         result.alerts_opened += 1
-        result.messages.append(("alerts", uuid, {
-            "schema_version": 1, "time": as_of.isoformat(), "alert_id": alert_id, "gpu_uuid": uuid, "kind": kind,
-            "severity": alert.severity, "state": "open", "summary": alert.summary, "evidence": alert.evidence,
-        }))  # fmt: skip
+        if message := alert_opened(
+            as_of=as_of, alert_id=alert_id, gpu_uuid=uuid, kind=kind, severity=alert.severity,
+            summary=alert.summary, evidence=alert.evidence,
+        ):  # fmt: skip
+            result.messages.append(message)
     for (uuid, kind), alert_id in open_alerts.items():
         if (uuid, kind) in wanted:
             continue
         alerts.resolve_alert(conn, alert_id, as_of)
         result.alerts_resolved += 1
-        result.messages.append(("alerts", uuid, {
-            "schema_version": 1, "time": as_of.isoformat(), "alert_id": alert_id, "gpu_uuid": uuid,
-            "kind": kind, "state": "resolved",
-        }))  # fmt: skip
+        if message := alert_resolved(as_of=as_of, alert_id=alert_id, gpu_uuid=uuid, kind=kind):
+            result.messages.append(message)

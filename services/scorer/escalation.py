@@ -18,8 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from shared.models_health import LADDER, Action
+
 from .features import XidCounts, XidValue
-from .rules_config import LADDER, Action, Rules
+from .rules_config import Rules
 
 FELL_OFF_THE_BUS = 79
 

@@ -19,6 +19,7 @@ import psycopg
 
 from shared.store import verdict_inputs
 from shared.store.verdict_inputs import FeatureWindows
+from shared.wire_time import wire_time
 
 from .rules_config import Rules
 
@@ -121,11 +122,11 @@ def read_features(conn: Conn, as_of: datetime, rules: Rules) -> dict[str, GpuFea
         g.span_long_s = float(r.span_long_s) if r.span_long_s is not None else None
     for x in verdict_inputs.xid_counts(conn, windows):
         if x.gpu_uuid in gpus:
-            stamps = tuple(t.isoformat() for t in x.times)
+            stamps = tuple(wire_time(t) for t in x.times)
             gpus[x.gpu_uuid].xids[int(x.code)] = XidCounts(
                 int(x.recent), int(x.total), int(x.in_repeat_window), stamps
             )
     for loss in verdict_inputs.losses(conn, windows):
         if loss.gpu_uuid in gpus:
-            gpus[loss.gpu_uuid].lost_times = tuple(t.isoformat() for t in loss.times)
+            gpus[loss.gpu_uuid].lost_times = tuple(wire_time(t) for t in loss.times)
     return gpus

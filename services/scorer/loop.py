@@ -23,6 +23,8 @@ from shared.config import DatabaseSettings, Settings, TopicSettings
 from shared.db import connect
 from shared.errors import GpuHealthError
 from shared.kafka import JsonProducer, make_producer
+from shared.models import to_json
+from shared.models_health import HEALTH_STATES
 from shared.store import fleet
 from shared.store.errors import translated
 
@@ -76,7 +78,7 @@ class ScorerMetrics:
     def record(self, r: CycleResult, seconds: float) -> None:
         self.cycles.inc()
         self.seconds.observe(seconds)
-        for state in ("healthy", "degraded", "unhealthy"):
+        for state in HEALTH_STATES:
             self.gpus.labels(state).set(r.states.get(state, 0))
         self.changes.inc(r.verdict_changes)
         self.alerts.labels("opened").inc(r.alerts_opened)
@@ -134,7 +136,7 @@ class ScorerLoop:
                 self.last_prediction = time.monotonic()
                 self.predictions = result.predictions
             for kind, key, value in result.messages:
-                self.producer.produce(self.topic[kind], key, value)
+                self.producer.produce(self.topic[kind], key, to_json(value))
             self.producer.poll(0)
         except (GpuHealthError, OSError) as e:
             self.metrics.failures.inc()

@@ -13,15 +13,15 @@ from typing import Any
 
 from shared.dcgm import ClockEventReason as Reason
 from shared.dcgm import GpuRecoveryAction as Recovery
+from shared.models_health import HEALTH_STATES as STATES
+from shared.models_health import LADDER, SUBSYSTEMS, Action
+from shared.wire_time import wire_time
 
 from .escalation import FELL_OFF_THE_BUS, escalate, fall_off_action, xid_action, xid_counts
 from .features import GpuFeatures
-from .rules_config import LADDER, Action, Rules
+from .rules_config import Rules
 
 __all__ = ["STATES", "SUBSYSTEMS", "Verdict", "escalate", "evaluate", "overall", "score"]
-
-SUBSYSTEMS = ("memory", "thermal", "power", "pcie", "nvlink", "xid", "availability")
-STATES = ("healthy", "degraded", "unhealthy")
 
 
 @dataclass(slots=True)
@@ -47,7 +47,7 @@ def _per_hour(count: int, g: GpuFeatures) -> float:
 
 
 def evaluate(g: GpuFeatures, rules: Rules, as_of: datetime) -> dict[str, Verdict]:
-    v = {s: Verdict(s) for s in SUBSYSTEMS}
+    v: dict[str, Verdict] = {s: Verdict(s) for s in SUBSYSTEMS}
     w = rules.windows
 
     # availability: a GPU that stops reporting is a finding, not a gap
@@ -56,7 +56,7 @@ def evaluate(g: GpuFeatures, rules: Rules, as_of: datetime) -> dict[str, Verdict
         fell_off = fall_off_action("reboot_node", g.xids.get(FELL_OFF_THE_BUS), g.lost_times)
         v["availability"].worse(
             "unhealthy", "not_reporting", fell_off.action,
-            last_seen=g.last_time.isoformat() if g.last_time else None,
+            last_seen=wire_time(g.last_time) if g.last_time else None,
             silent_s=round(age, 1) if age is not None else None,
             threshold_s=rules.availability.missing_after_s, **fell_off.evidence,
         )  # fmt: skip

@@ -9,13 +9,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from shared.errors import ConfigError
+from shared.models_health import Action
 
 DEFAULT_RULES = Path(__file__).resolve().parents[2] / "config" / "health-rules.toml"
 
 Severity = Literal["unhealthy", "degraded"]
-Action = Literal["none", "restart_workload", "reset_gpu", "reboot_node", "inspect"]
-# The escalation ladder: the same fault after an action moves one rung up.
-LADDER: tuple[Action, ...] = ("none", "restart_workload", "reset_gpu", "reboot_node", "inspect")
 
 
 class _Section(BaseModel):

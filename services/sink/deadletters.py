@@ -27,6 +27,7 @@ import psycopg
 from shared.config import DatabaseSettings
 from shared.db import connect
 from shared.errors import GpuHealthError
+from shared.models_deadletter import DeadLetterHeaders, dead_letter_headers
 
 from .metrics import SinkMetrics
 
@@ -60,19 +61,15 @@ class DeadLetter:
     def headers(
         self, group: str = "", failed_at: datetime | None = None
     ) -> list[tuple[str, str | bytes | None]]:
-        failed_at = failed_at or datetime.now(UTC)
-        headers: list[tuple[str, str | bytes | None]] = [
-            ("dlq.consumer_group", group.encode()),
-            ("dlq.source.topic", self.topic.encode()),
-            ("dlq.source.partition", str(self.partition).encode()),
-            ("dlq.source.offset", str(self.offset).encode()),
-            ("dlq.category", self.category.encode()),
-            ("dlq.error", printable(self.reason).encode()),
-            ("dlq.failed_at", failed_at.isoformat().encode()),
-        ]
-        if self.value is not None and len(self.value) > MAX_DLQ_VALUE:
-            headers.append(("dlq.value_truncated_from", str(len(self.value)).encode()))
-        return headers
+        size = len(self.value or b"")
+        return dead_letter_headers(
+            DeadLetterHeaders(
+                consumer_group=group, source_topic=self.topic, source_partition=self.partition,
+                source_offset=self.offset, category=self.category, error=printable(self.reason),
+                failed_at=failed_at or datetime.now(UTC),
+                value_truncated_from=size if size > MAX_DLQ_VALUE else None,
+            )
+        )  # fmt: skip
 
 
 def record_statement() -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -14,6 +13,8 @@ import pytest
 
 from evaluation.pipeline import pipeline
 from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
+from shared.models import to_json
+from shared.models_health import parse_alert, parse_health_verdict
 from tests.helpers.kafka import consume_all
 from tests.paths import REPO
 
@@ -143,9 +144,12 @@ def test_the_scorer_process_publishes_verdicts_and_exits_cleanly(
     once = subprocess.run([sys.executable, "-m", "services.scorer"], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     assert once.returncode == 0, once.stderr
-    verdicts = [json.loads(m.value() or b"") for m in consume_all(kafka_settings, health, expected=2)]
+    verdicts = [
+        to_json(parse_health_verdict(m.value() or b""))
+        for m in consume_all(kafka_settings, health, expected=2)
+    ]
     assert {(v["subsystem"], v["state"]) for v in verdicts} >= {("memory", "unhealthy"), ("xid", "unhealthy")}
-    opened = [json.loads(m.value() or b"") for m in consume_all(kafka_settings, alerts, expected=2)]
+    opened = [to_json(parse_alert(m.value() or b"")) for m in consume_all(kafka_settings, alerts, expected=2)]
     assert {a["kind"] for a in opened} == {"unhealthy_memory", "unhealthy_xid"}
     assert {a["state"] for a in opened} == {"open"}
 

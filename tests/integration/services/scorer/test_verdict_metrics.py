@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -19,6 +18,8 @@ from evaluation.pipeline import pipeline
 from services.scorer.verdict_metrics import VerdictCollector
 from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
 from shared.db import connect
+from shared.models import to_json
+from shared.models_health import parse_alert, parse_health_verdict
 from tests.helpers.kafka import consume_all
 from tests.paths import REPO
 
@@ -138,8 +139,11 @@ def test_the_scorer_process_exposes_the_verdicts_and_names_the_host_in_its_alert
     }
     assert memory[sick] == (host, 2)
     assert len(memory) == 2
-    opened = [json.loads(m.value() or b"") for m in consume_all(kafka_settings, alerts, expected=2)]
+    opened = [to_json(parse_alert(m.value() or b"")) for m in consume_all(kafka_settings, alerts, expected=2)]
     assert {a["kind"] for a in opened if a["gpu_uuid"] == sick} >= {"unhealthy_memory"}
     assert {a["hostname"] for a in opened} == {host}
-    changes = [json.loads(m.value() or b"") for m in consume_all(kafka_settings, health, expected=2)]
+    changes = [
+        to_json(parse_health_verdict(m.value() or b""))
+        for m in consume_all(kafka_settings, health, expected=2)
+    ]
     assert {c["hostname"] for c in changes} == {host}

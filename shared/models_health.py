@@ -1,0 +1,152 @@
+"""The scorer's topics: `HealthVerdict` (gpu-health) and `AlertOpened` / `AlertResolved` (gpu-alerts).
+
+This module is also the one definition of the health contract's values: the
+subsystems, the verdict states, the recommended actions (in escalation order),
+and the alerts' severities and states. The scorer, the API and the database's
+CHECK constraints (schema/0004_health.sql) all speak these.
+
+A `HealthVerdict` is one change of one GPU subsystem's verdict, published by
+the scorer after the cycle that decided it is committed. gpu-alerts carries
+the scorer's alerts (an `AlertOpened` when one opens, an `AlertResolved` when
+its evidence is gone; `source` is ``scorer``) and a training job's alerts
+(:class:`shared.models_training.TrainingAlert`, `source` ``training``);
+:func:`parse_alert` tells them apart. Validation is as strict as the sample
+contract's: schema_version required on the wire, unknown fields, wrong types,
+NaN/Infinity, NUL characters and lone surrogates refused with the field named.
+Times are written by shared.wire_time, like every topic's.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import ConfigDict, Field
+from typing_extensions import TypeAliasType
+
+from shared.errors import ContractError
+from shared.jsonlimits import check_bounds
+from shared.models import UNSTATED, GpuUuid, UtcTime, Version, _parse, _Strict, _version_required
+from shared.models_training import TrainingAlert, parse_training_alert
+
+HealthState = Literal["healthy", "degraded", "unhealthy"]
+HEALTH_STATES: tuple[HealthState, ...] = get_args(HealthState)  # best to worst
+Subsystem = Literal["memory", "thermal", "power", "pcie", "nvlink", "xid", "availability"]
+SUBSYSTEMS: tuple[Subsystem, ...] = get_args(Subsystem)
+Action = Literal["none", "restart_workload", "reset_gpu", "reboot_node", "inspect"]
+# The escalation ladder: the same fault after an action moves one rung up.
+LADDER: tuple[Action, ...] = get_args(Action)
+AlertSeverity = Literal["info", "warning", "critical"]
+ALERT_SEVERITIES: tuple[AlertSeverity, ...] = get_args(AlertSeverity)
+AlertState = Literal["open", "acknowledged", "resolved"]  # acknowledged: by an operator, in the API
+ALERT_STATES: tuple[AlertState, ...] = get_args(AlertState)
+
+# No NUL (PostgreSQL text cannot hold it) and, as a pattern, no lone surrogate either.
+Text = Annotated[str, Field(max_length=1000, pattern=r"^[^\x00]*$")]
+Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")]
+# The inventory's hostname; "" where the inventory does not know the GPU (it has left the fleet).
+Hostname = Annotated[str, Field(max_length=253, pattern=r"^[^\x00-\x1f\x7f]*$")]
+Summary = Annotated[str, Field(min_length=1, max_length=500, pattern=r"^[^\x00-\x1f\x7f]*$")]
+# What decided a verdict or an alert: counts, values, windows, times, lists of them.
+EvidenceValue = TypeAliasType(
+    "EvidenceValue",
+    "bool | Annotated[int, Field(ge=-(2**63), lt=2**63)] | float | Text"
+    " | Annotated[list[EvidenceValue], Field(max_length=1000)]"
+    " | Annotated[dict[Name, EvidenceValue], Field(max_length=64)] | None",
+)
+Evidence = Annotated[dict[Name, EvidenceValue], Field(max_length=64)]
+
+
+class HealthVerdict(_Strict):
+    """One GPU subsystem's verdict changed (gpu-health, keyed by GPU UUID), as of a scoring cycle."""
+
+    model_config = ConfigDict(json_schema_extra=_version_required)
+
+    schema_version: Version = UNSTATED
+    time: UtcTime  # the as-of time of the cycle that decided it
+    gpu_uuid: GpuUuid
+    hostname: Hostname
+    subsystem: Subsystem
+    state: HealthState
+    previous: HealthState | None  # null: the GPU's first verdict for this subsystem
+    rule: Name | None  # null when healthy: no rule found anything
+    action: Action
+    evidence: Evidence
+
+
+class _ScorerAlert(_Strict):
+    """What each scorer alert message says: which alert (gpu_alerts.id), of which GPU, of what kind."""
+
+    model_config = ConfigDict(json_schema_extra=_version_required)
+
+    schema_version: Version = UNSTATED
+    time: UtcTime
+    source: Literal["scorer"] = "scorer"
+    alert_id: int = Field(ge=1, lt=2**63)
+    gpu_uuid: GpuUuid
+    hostname: Hostname
+    # unhealthy_<subsystem>, thermal, memory_pressure, power_limit, idle_while_allocated
+    kind: Name
+
+
+class AlertOpened(_ScorerAlert):
+    """The scorer opened an alert (gpu-alerts, keyed by GPU UUID)."""
+
+    severity: AlertSeverity
+    state: Literal["open"]
+    summary: Summary
+    evidence: Evidence
+
+
+class AlertResolved(_ScorerAlert):
+    """The scorer resolved an alert: its evidence is gone (gpu-alerts, keyed by GPU UUID)."""
+
+    state: Literal["resolved"]
+
+
+GpuAlert = AlertOpened | AlertResolved | TrainingAlert
+
+
+def parse_health_verdict(raw: bytes | str) -> HealthVerdict:
+    """Validate one gpu-health message; ContractError says why it is refused."""
+    return _parse(HealthVerdict, raw)
+
+
+def parse_alert(raw: bytes | str) -> GpuAlert:
+    """Validate one gpu-alerts message of any producer; ContractError says why it is refused.
+
+    `source` names the producer (``training``; ``scorer``, or absent in messages the
+    scorer wrote before it said so) and `state` which of the scorer's messages it is.
+    """
+    check_bounds(raw)
+    try:
+        head = json.loads(raw)
+    except (ValueError, RecursionError) as e:
+        raise ContractError(f"value is not JSON: {e}") from e
+    if not isinstance(head, dict):
+        raise ContractError("value is not a JSON object")
+    source, state = head.get("source", "scorer"), head.get("state")
+    if source == "training":
+        return parse_training_alert(raw)
+    if source != "scorer":
+        raise ContractError(f"source: unknown gpu-alerts source {_shown(source)}")
+    if state == "open":
+        return _parse(AlertOpened, raw)
+    if state == "resolved":
+        return _parse(AlertResolved, raw)
+    raise ContractError(f"state: unknown alert state {_shown(state)}")
+
+
+def _shown(value: object) -> str:
+    """A refused value as an error message quotes it: short, whatever it was."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def json_schemas() -> dict[str, dict[str, Any]]:
+    """The committed JSON Schemas of gpu-health and of the scorer's two gpu-alerts messages."""
+    return {
+        "gpu-health.v1.schema.json": HealthVerdict.model_json_schema(),
+        "gpu-alert-opened.v1.schema.json": AlertOpened.model_json_schema(),
+        "gpu-alert-resolved.v1.schema.json": AlertResolved.model_json_schema(),
+    }
