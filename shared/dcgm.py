@@ -149,7 +149,7 @@ class ClockEventReason(IntFlag):
     DISPLAY_CLOCK_SETTING = 0x100
 
     @classmethod
-    def decode(cls, mask: int) -> list[str]:
+    def names(cls, mask: int) -> list[str]:
         """The reasons set in a mask, by name: e.g. 0x24 -> ["sw_power_cap", "sw_thermal_slowdown"]."""
         return [str(reason.name).lower() for reason in cls if mask & reason]
 

@@ -59,11 +59,11 @@ def thermal_alert(s: GpuStatus, t: AndonThresholds) -> Alert | None:
     critical = bool(reasons & Reason.HW_THERMAL_SLOWDOWN) or (s.temp_c is not None and s.temp_c >= slowdown)
     why = f"{s.temp_c:.0f} °C, limit {limit:.0f} °C" if s.temp_c is not None else "temperature unknown"
     if reasons:
-        why += f", throttling: {', '.join(Reason.decode(reasons))}"
+        why += f", throttling: {', '.join(Reason.names(reasons))}"
     return Alert(
         AlertKind.THERMAL, "critical" if critical else "warning", s.index, s.uuid, s.temp_c, limit, "C",
         f"thermal: {why}", s.time,
-        {"slowdown_c": slowdown, "reasons": Reason.decode(reasons)},
+        {"slowdown_c": slowdown, "reasons": Reason.names(reasons)},
     )  # fmt: skip
 
 

@@ -159,11 +159,11 @@ class EventDetector:
         is_ = (now.clocks_event_reasons or 0) & THROTTLING
         if is_ and not was:
             state.throttle_since = t
-            events.append(self._event(now, EventKind.THROTTLE_START, t, {"reasons": Reason.decode(is_)}))
+            events.append(self._event(now, EventKind.THROTTLE_START, t, {"reasons": Reason.names(is_)}))
         elif was and not is_:
             since = state.throttle_since
             state.throttle_since = None
-            ended: Details = {"reasons": Reason.decode(was)}
+            ended: Details = {"reasons": Reason.names(was)}
             if since is not None:
                 ended["duration_s"] = round((t - since).total_seconds(), 3)
             events.append(self._event(now, EventKind.THROTTLE_END, t, ended))

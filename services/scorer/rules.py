@@ -39,63 +39,79 @@ class Verdict:
             self.state, self.rule, self.action, self.evidence = state, rule, action, evidence
 
 
-def _per_hour(count: int, g: GpuFeatures) -> float:
+def _per_hour(count: int, gpu: GpuFeatures) -> float:
     """New counts per hour of elapsed time (not per rollup row: the rate must not depend on
     the poll cadence), over at least 10 minutes, so a GPU seen for two minutes cannot spike it."""
-    seconds = g.span_long_s if g.span_long_s is not None else g.minutes_long * 60.0
+    seconds = gpu.span_long_s if gpu.span_long_s is not None else gpu.minutes_long * 60.0
     return count * 3600.0 / max(seconds, 600.0)
 
 
-def evaluate(g: GpuFeatures, rules: Rules, as_of: datetime) -> dict[str, Verdict]:
-    v: dict[str, Verdict] = {s: Verdict(s) for s in SUBSYSTEMS}
-    w = rules.windows
+def evaluate(gpu: GpuFeatures, rules: Rules, as_of: datetime) -> dict[str, Verdict]:
+    verdicts: dict[str, Verdict] = {subsystem: Verdict(subsystem) for subsystem in SUBSYSTEMS}
+    windows = rules.windows
 
     # availability: a GPU that stops reporting is a finding, not a gap
-    age = (as_of - g.last_time).total_seconds() if g.last_time else None
+    age = (as_of - gpu.last_time).total_seconds() if gpu.last_time else None
     if age is None or age > rules.availability.missing_after_s:
-        fell_off = fall_off_action("reboot_node", g.xids.get(FELL_OFF_THE_BUS), g.lost_times)
-        v["availability"].worse(
+        fell_off = fall_off_action("reboot_node", gpu.xids.get(FELL_OFF_THE_BUS), gpu.lost_times)
+        verdicts["availability"].worse(
             "unhealthy", "not_reporting", fell_off.action,
-            last_seen=wire_time(g.last_time) if g.last_time else None,
+            last_seen=wire_time(gpu.last_time) if gpu.last_time else None,
             silent_s=round(age, 1) if age is not None else None,
             threshold_s=rules.availability.missing_after_s, **fell_off.evidence,
         )  # fmt: skip
 
     # memory / ECC (DCGM's MEM health watch)
-    m, mem = rules.memory, v["memory"]
-    if g.dbe_volatile >= m.dbe_volatile_fail:
-        mem.worse("unhealthy", "volatile_dbe", "reset_gpu", dbe_volatile=g.dbe_volatile,
-                  new_in_window=g.dbe_new, window_s=w.long_s)  # fmt: skip
-    if g.remap_failure:
+    mem_rules, mem = rules.memory, verdicts["memory"]
+    if gpu.dbe_volatile >= mem_rules.dbe_volatile_fail:
+        mem.worse("unhealthy", "volatile_dbe", "reset_gpu", dbe_volatile=gpu.dbe_volatile,
+                  new_in_window=gpu.dbe_new, window_s=windows.long_s)  # fmt: skip
+    if gpu.remap_failure:
         mem.worse("unhealthy", "row_remap_failure", "inspect", row_remap_failure=1,
-                  remapped_rows_uncorrectable=g.remapped_uncorrectable)  # fmt: skip
-    if g.retired_pages >= m.retired_pages_fail:
-        mem.worse("unhealthy", "retired_pages_limit", "inspect", retired_pages=g.retired_pages,
-                  threshold=m.retired_pages_fail)  # fmt: skip
-    if g.retired_pending >= m.retired_pending_warn:
-        mem.worse("degraded", "page_retirement_pending", "reset_gpu", retired_pages_pending=g.retired_pending)
-    if g.remap_pending:
+                  remapped_rows_uncorrectable=gpu.remapped_uncorrectable)  # fmt: skip
+    if gpu.retired_pages >= mem_rules.retired_pages_fail:
+        mem.worse("unhealthy", "retired_pages_limit", "inspect", retired_pages=gpu.retired_pages,
+                  threshold=mem_rules.retired_pages_fail)  # fmt: skip
+    if gpu.retired_pending >= mem_rules.retired_pending_warn:
+        mem.worse(
+            "degraded", "page_retirement_pending", "reset_gpu", retired_pages_pending=gpu.retired_pending
+        )
+    if gpu.remap_pending:
         mem.worse("degraded", "row_remap_pending", "reset_gpu", row_remap_pending=1)
-    sbe_rate = _per_hour(g.sbe_new, g)
-    if sbe_rate >= m.sbe_per_hour_fail:
-        mem.worse("unhealthy", "sbe_storm", "reset_gpu", sbe_per_hour=round(sbe_rate, 1),
-                  new_sbe=g.sbe_new, window_s=w.long_s, threshold=m.sbe_per_hour_fail)  # fmt: skip
-    elif sbe_rate >= m.sbe_per_hour_warn:
-        mem.worse("degraded", "sbe_rate_high", "restart_workload", sbe_per_hour=round(sbe_rate, 1),
-                  new_sbe=g.sbe_new, window_s=w.long_s, threshold=m.sbe_per_hour_warn)  # fmt: skip
+    sbe_rate = _per_hour(gpu.sbe_new, gpu)
+    if sbe_rate >= mem_rules.sbe_per_hour_fail:
+        mem.worse(
+            "unhealthy",
+            "sbe_storm",
+            "reset_gpu",
+            sbe_per_hour=round(sbe_rate, 1),
+            new_sbe=gpu.sbe_new,
+            window_s=windows.long_s,
+            threshold=mem_rules.sbe_per_hour_fail,
+        )
+    elif sbe_rate >= mem_rules.sbe_per_hour_warn:
+        mem.worse(
+            "degraded",
+            "sbe_rate_high",
+            "restart_workload",
+            sbe_per_hour=round(sbe_rate, 1),
+            new_sbe=gpu.sbe_new,
+            window_s=windows.long_s,
+            threshold=mem_rules.sbe_per_hour_warn,
+        )
 
     # thermal: against the GPU's own slowdown temperature
-    t = v["thermal"]
-    if g.temp_max is not None:
-        evidence = {"temp_max_c": g.temp_max, "slowdown_c": g.slowdown_c, "window_s": w.short_s}
-        if g.temp_max >= g.slowdown_c or g.reasons_any & Reason.HW_THERMAL_SLOWDOWN:
-            t.worse("unhealthy", "hw_thermal_slowdown", "inspect", **evidence,
-                    reasons=Reason.decode(g.reasons_any))  # fmt: skip
+    thermal = verdicts["thermal"]
+    if gpu.temp_max is not None:
+        evidence = {"temp_max_c": gpu.temp_max, "slowdown_c": gpu.slowdown_c, "window_s": windows.short_s}
+        if gpu.temp_max >= gpu.slowdown_c or gpu.reasons_any & Reason.HW_THERMAL_SLOWDOWN:
+            thermal.worse("unhealthy", "hw_thermal_slowdown", "inspect", **evidence,
+                    reasons=Reason.names(gpu.reasons_any))  # fmt: skip
         elif (
-            g.temp_max >= g.slowdown_c - rules.thermal.warn_margin_c
-            or g.reasons_any & Reason.SW_THERMAL_SLOWDOWN
+            gpu.temp_max >= gpu.slowdown_c - rules.thermal.warn_margin_c
+            or gpu.reasons_any & Reason.SW_THERMAL_SLOWDOWN
         ):
-            t.worse(
+            thermal.worse(
                 "degraded",
                 "near_slowdown_temperature",
                 "none",
@@ -104,46 +120,62 @@ def evaluate(g: GpuFeatures, rules: Rules, as_of: datetime) -> dict[str, Verdict
             )
 
     # power: a power brake is the board or node protecting itself
-    if g.reasons_any & Reason.HW_POWER_BRAKE_SLOWDOWN:
-        v["power"].worse("unhealthy", "hw_power_brake", "inspect", reasons=Reason.decode(g.reasons_any),
-                         window_s=w.short_s)  # fmt: skip
+    if gpu.reasons_any & Reason.HW_POWER_BRAKE_SLOWDOWN:
+        verdicts["power"].worse(
+            "unhealthy",
+            "hw_power_brake",
+            "inspect",
+            reasons=Reason.names(gpu.reasons_any),
+            window_s=windows.short_s,
+        )
 
     # PCIe replays
-    p, pcie_rate = rules.pcie, _per_hour(g.pcie_new, g)
-    if pcie_rate >= p.replays_per_hour_fail:
-        v["pcie"].worse("unhealthy", "pcie_replay_storm", "inspect", replays_per_hour=round(pcie_rate, 1),
-                        new_replays=g.pcie_new, window_s=w.long_s)  # fmt: skip
-    elif pcie_rate >= p.replays_per_hour_warn:
-        v["pcie"].worse("degraded", "pcie_replays", "none", replays_per_hour=round(pcie_rate, 1),
-                        new_replays=g.pcie_new, window_s=w.long_s)  # fmt: skip
+    pcie_rules, pcie_rate = rules.pcie, _per_hour(gpu.pcie_new, gpu)
+    if pcie_rate >= pcie_rules.replays_per_hour_fail:
+        verdicts["pcie"].worse(
+            "unhealthy",
+            "pcie_replay_storm",
+            "inspect",
+            replays_per_hour=round(pcie_rate, 1),
+            new_replays=gpu.pcie_new,
+            window_s=windows.long_s,
+        )
+    elif pcie_rate >= pcie_rules.replays_per_hour_warn:
+        verdicts["pcie"].worse("degraded", "pcie_replays", "none", replays_per_hour=round(pcie_rate, 1),
+                        new_replays=gpu.pcie_new, window_s=windows.long_s)  # fmt: skip
 
     # NVLink (DCGM's NVLINK watch: replay/recovery errors fail, CRC errors warn)
-    n = rules.nvlink
-    if g.nvlink_replay_recovery_new >= n.replay_recovery_fail:
-        v["nvlink"].worse("unhealthy", "nvlink_replay_recovery", "reset_gpu",
-                          new_replay_recovery=g.nvlink_replay_recovery_new, window_s=w.long_s)  # fmt: skip
-    crc_rate = _per_hour(g.nvlink_crc_new, g)
-    if crc_rate >= n.crc_per_hour_warn:
-        v["nvlink"].worse("degraded", "nvlink_crc_errors", "none", crc_per_hour=round(crc_rate, 1),
-                          window_s=w.long_s)  # fmt: skip
+    nvlink_rules = rules.nvlink
+    if gpu.nvlink_replay_recovery_new >= nvlink_rules.replay_recovery_fail:
+        verdicts["nvlink"].worse(
+            "unhealthy",
+            "nvlink_replay_recovery",
+            "reset_gpu",
+            new_replay_recovery=gpu.nvlink_replay_recovery_new,
+            window_s=windows.long_s,
+        )
+    crc_rate = _per_hour(gpu.nvlink_crc_new, gpu)
+    if crc_rate >= nvlink_rules.crc_per_hour_warn:
+        verdicts["nvlink"].worse("degraded", "nvlink_crc_errors", "none", crc_per_hour=round(crc_rate, 1),
+                          window_s=windows.long_s)  # fmt: skip
 
     # XIDs, by NVIDIA's catalog: each holds its verdict for its own time-to-clear; the action
     # escalates with repeats (escalation.py)
-    for code, value in sorted(g.xids.items()):
+    for code, value in sorted(gpu.xids.items()):
         counts = xid_counts(value)
         if counts.recent == 0:
             continue
         known = rules.xid.get(code)
         severity = known.severity if known else "degraded"
         base: Action = known.action if known else "restart_workload"
-        decision = xid_action(code, value, base, rules, g.lost_times)
-        v["xid"].worse(
+        decision = xid_action(code, value, base, rules, gpu.lost_times)
+        verdicts["xid"].worse(
             severity, f"xid_{code}", decision.action,
             xid=code, name=known.name if known else "not in the catalog", count_in_window=counts.recent,
             window_s=rules.xid_clear_s(code), count_30d=counts.total, **decision.evidence,
         )  # fmt: skip
-    driver_recovery_action(g, v["xid"])
-    return v
+    driver_recovery_action(gpu, verdicts["xid"])
+    return verdicts
 
 
 # What the driver says a GPU needs (NVML's recovery action) -> (state, recommended action).
@@ -157,9 +189,9 @@ _RECOVERY: dict[int, tuple[str, Action]] = {
 }
 
 
-def driver_recovery_action(g: GpuFeatures, verdict: Verdict) -> None:
+def driver_recovery_action(gpu: GpuFeatures, verdict: Verdict) -> None:
     """The driver's own recovery action, where it reports one, as an XID-subsystem finding."""
-    code = g.recovery_action
+    code = gpu.recovery_action
     if not code:
         return  # none needed, or a driver that does not say
     state, action = _RECOVERY.get(code, ("degraded", "inspect"))  # a code newer than this table
@@ -167,23 +199,23 @@ def driver_recovery_action(g: GpuFeatures, verdict: Verdict) -> None:
 
 
 def overall(verdicts: dict[str, Verdict]) -> tuple[str, Action]:
-    state = max((x.state for x in verdicts.values()), key=STATES.index)
-    action = max((x.action for x in verdicts.values()), key=LADDER.index)
+    state = max((verdict.state for verdict in verdicts.values()), key=STATES.index)
+    action = max((verdict.action for verdict in verdicts.values()), key=LADDER.index)
     return state, action
 
 
 def score(verdicts: dict[str, Verdict], p_fail_30d: float, rules: Rules) -> tuple[float, str]:
-    s = rules.score
+    weights = rules.score
     points = 100.0
-    for x in verdicts.values():
+    for verdict in verdicts.values():
         points -= (
-            s.unhealthy_penalty
-            if x.state == "unhealthy"
-            else s.degraded_penalty
-            if x.state == "degraded"
+            weights.unhealthy_penalty
+            if verdict.state == "unhealthy"
+            else weights.degraded_penalty
+            if verdict.state == "degraded"
             else 0
         )
-    points -= s.prediction_penalty * p_fail_30d
+    points -= weights.prediction_penalty * p_fail_30d
     points = max(0.0, min(100.0, points))
-    grade = next(g for floor, g in s.grades if points >= floor)
+    grade = next(grade_name for floor, grade_name in weights.grades if points >= floor)
     return round(points, 1), grade

@@ -87,7 +87,7 @@ class Score(_Section):
     grades: list[tuple[float, str]]
 
 
-class Prediction(_Section):
+class PredictionRules(_Section):
     recent_s: int = Field(gt=0)  # the recent part of the trend window
     trend_s: int = Field(gt=0)  # the whole window a trend is read over
     threshold: float = Field(gt=0, lt=1)  # p(fail in 30 d) at which a GPU counts as predicted to fail
@@ -114,7 +114,7 @@ class Rules(_Section):
     xid: dict[int, XidRule]
     xid_repeats: XidRepeats
     score: Score
-    prediction: Prediction
+    prediction: PredictionRules
     predictor: PredictorWeights
 
     def xid_clear_s(self, code: int) -> int:
