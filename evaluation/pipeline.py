@@ -15,7 +15,6 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-import psycopg
 from prometheus_client import CollectorRegistry
 
 from services.collector.dcgm_source import DcgmSource
@@ -34,6 +33,7 @@ from services.sink.writer import BatchWriter
 from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
 from shared.db import connect
 from shared.kafka import JsonProducer, make_consumer, make_producer
+from shared.store import offsets
 
 
 def make_loop(
@@ -52,16 +52,9 @@ def make_loop(
 
 
 def stored_offsets_total(db: DatabaseSettings, group: str) -> int:
-    with connect(db) as conn:
-        return stored_offsets_sum(conn, group)
-
-
-def stored_offsets_sum(conn: psycopg.Connection[tuple[object, ...]], group: str) -> int:
     """The next offsets `group` stored, summed over its partitions: the messages it has done."""
-    row = conn.execute(
-        "SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets WHERE consumer_group = %s", (group,)
-    ).fetchone()
-    return int(str(row[0])) if row else 0
+    with connect(db) as conn:
+        return offsets.stored_sum(conn, group)
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:

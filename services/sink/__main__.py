@@ -116,7 +116,7 @@ def main() -> int:
     gc.set_threshold(50_000, 20, 100)
     loop.stop = stop_on_signals()
     workload = WorkloadSink.from_settings(
-        settings, group_id=cfg.group_id, registry=registry, stop=loop.stop
+        settings, group_id=cfg.group_id, metrics=metrics, stop=loop.stop
     ).start()
     # gpu-verifications and gpu-systems: a small loop of their own (services/sink/verifications.py)
     records = RecordLoop(
@@ -141,8 +141,8 @@ def main() -> int:
         loop.stop.set()
         workload.join()
         stop_metrics()
-    if records.failed:
-        log.error("stopped: the records loop failed")
+    if records.failed or workload.failed:
+        log.error("stopped: a records loop failed")
         return 1
     log.info("stopped")
     return 0

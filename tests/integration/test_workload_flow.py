@@ -37,6 +37,7 @@ from services.llm_monitor.servers import poll_ollama
 from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
 from services.mock_dcgm.server import MockServer
 from services.mock_ollama.server import MockOllamaServer
+from services.sink.metrics import SinkMetrics
 from services.sink.workload import WorkloadSink
 from shared.config import DatabaseSettings, KafkaSettings, Settings, TopicSettings
 from shared.db import connect
@@ -64,7 +65,7 @@ def sink(
     settings = Settings(kafka=kafka_settings, db=migrated, topics=topics)
     stop = threading.Event()
     running = WorkloadSink.from_settings(
-        settings, group_id=f"test-{topics.processes}", registry=CollectorRegistry(), stop=stop
+        settings, group_id=f"test-{topics.processes}", metrics=SinkMetrics(CollectorRegistry()), stop=stop
     ).start()
     yield running
     stop.set()
@@ -383,7 +384,7 @@ def test_the_monitor_and_mock_ollama_run_as_services_probe_serve_metrics_and_sto
 
 
 def test_workload_retention_drops_only_old_chunks(migrated: DatabaseSettings) -> None:
-    from services.sink.workload_rows import WorkloadWriter
+    from services.sink.workload import WorkloadRetention
 
     old, recent = datetime.now(UTC) - timedelta(days=45), datetime.now(UTC) - timedelta(hours=1)
     with connect(migrated) as conn:
@@ -394,7 +395,7 @@ def test_workload_retention_drops_only_old_chunks(migrated: DatabaseSettings) ->
                 (t,),
             )
         conn.commit()
-    writer = WorkloadWriter(migrated, group="retention-test")
+    writer = WorkloadRetention(migrated)
     try:
         assert writer.drop_old_chunks({"gpu_process_polls": 30, "llm_sessions": 90})["gpu_process_polls"] == 1
     finally:
