@@ -21,6 +21,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from shared.config import DatabaseSettings
+from shared.errors import DatabaseUnavailableError
 
 from .cache import CycleCache
 from .guard import RequestGuard
@@ -102,7 +103,8 @@ def create_app(db: DatabaseSettings, api: ApiSection, registry: CollectorRegistr
         return JSONResponse(status_code=422, content={"detail": problems})
 
     @app.exception_handler(psycopg.OperationalError)
-    async def db_down(_: Request, e: psycopg.OperationalError) -> JSONResponse:
+    @app.exception_handler(DatabaseUnavailableError)  # the same, as shared.store translates it
+    async def db_down(_: Request, e: Exception) -> JSONResponse:
         log.error("database unavailable: %s", e)
         return JSONResponse(status_code=503, content={"detail": "the database is not reachable"})
 

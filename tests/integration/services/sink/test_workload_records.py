@@ -16,11 +16,10 @@ import json
 import threading
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-import confluent_kafka
 import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
@@ -34,8 +33,8 @@ from shared.db import connect
 from shared.errors import ContractError
 from shared.kafka import make_consumer, make_producer
 from shared.models_workload import LlmSession, parse_gpu_processes, parse_llm_message
-from tests.integration.kafka_helpers import header_map
 from tests.integration.sink_helpers import T0, counter_value
+from tests.integration.test_records_hostile import Draft, Run, dead_letters_in_topic, drain, produce
 
 MAX_BYTES = 4096
 REFUSE = (
@@ -45,26 +44,26 @@ HOSTILE_TEXT = st.text(st.characters(codec=None), max_size=16)
 
 
 @dataclass
-class Draft:
-    """A record to produce; each gets a unique request id / GPU when produced."""
+class WorkloadDraft(Draft):
+    """A session, a process listing, or raw bytes; each gets a unique request id / GPU when produced."""
 
-    shape: str  # session | listing | raw
     label: str = "m"  # the session's model or the listing's hostname (a Label: any text but controls)
     refused: bool = False  # the label carries REFUSE: the database refuses the record
-    key: str = "own"  # own | other (listings only: a session's key is not checked)
-    raw: bytes | None = None
     to: str = "sessions"  # raw drafts: sessions | processes
 
 
 drafts = st.one_of(
-    st.builds(Draft, shape=st.sampled_from(["session", "listing"])),
+    st.builds(WorkloadDraft, shape=st.sampled_from(["session", "listing"])),
     st.builds(
-        Draft, shape=st.sampled_from(["session", "listing"]), label=HOSTILE_TEXT, refused=st.booleans()
+        WorkloadDraft,
+        shape=st.sampled_from(["session", "listing"]),
+        label=HOSTILE_TEXT,
+        refused=st.booleans(),
     ),
-    st.builds(Draft, shape=st.just("listing"), key=st.just("other")),
-    st.builds(Draft, shape=st.just("session"), label=st.just("x" * MAX_BYTES)),  # oversized
+    st.builds(WorkloadDraft, shape=st.just("listing"), key=st.just("other")),
+    st.builds(WorkloadDraft, shape=st.just("session"), label=st.just("x" * MAX_BYTES)),  # oversized
     st.builds(
-        Draft,
+        WorkloadDraft,
         shape=st.just("raw"),
         to=st.sampled_from(["sessions", "processes"]),
         raw=st.binary(max_size=200)
@@ -77,22 +76,12 @@ drafts = st.one_of(
 BATCHES = st.lists(drafts, min_size=1, max_size=12)
 
 
-@dataclass
-class Run:
-    """What the examples share: the loop's group, a producer, a reader of the dead-letter topic."""
-
-    topics: TopicSettings
-    db: DatabaseSettings
-    group: str
-    producer: confluent_kafka.Producer
-    dlq: confluent_kafka.Consumer
-    n: int = 0  # records produced so far (makes every request id, GPU and time unique)
-    stored: int = 0  # records stored so far
-    dead: set[tuple[str, int, int]] = field(default_factory=set)
-    dead_seen: list[tuple[str, int, int]] = field(default_factory=list)
+class WorkloadRun(Run):
+    """records_hostile's Run (a group, a producer, a reader of the dead-letter topic), for workload."""
 
     def message(self, draft: Draft, i: int) -> tuple[str, bytes | None, bytes | None, str, bool]:
         """(topic, key, value, its request id or GPU UUID, whether it must be stored)."""
+        assert isinstance(draft, WorkloadDraft)
         label = f"{draft.label}{REFUSE}" if draft.refused else draft.label
         at = (T0 + timedelta(seconds=i)).isoformat()
         if draft.shape == "session":
@@ -134,29 +123,6 @@ def _stores(record: dict[str, Any], raw: bytes) -> bool:
         return False
 
 
-def produce(run: Run, batch: list[Draft]) -> tuple[set[str], set[tuple[str, int, int]]]:
-    """Produce the drafts: the ids of what must be stored, the sources of what must be dead letters."""
-    must_store: set[str] = set()
-    must_die: set[tuple[str, int, int]] = set()
-
-    def delivered(accepted: bool, ident: str) -> Callable[..., None]:
-        def done(err: confluent_kafka.KafkaError | None, msg: confluent_kafka.Message) -> None:
-            assert err is None, err
-            if accepted:
-                must_store.add(ident)
-            else:
-                must_die.add((msg.topic() or "", msg.partition() or 0, msg.offset() or 0))
-
-        return done
-
-    for draft in batch:
-        run.n += 1
-        topic, key, value, ident, accepted = run.message(draft, run.n)
-        run.producer.produce(topic, key=key, value=value, on_delivery=delivered(accepted, ident))
-    assert run.producer.flush(30) == 0
-    return must_store, must_die
-
-
 def stored_ids(db: DatabaseSettings, ids: set[str]) -> list[str]:
     """The request ids and GPU UUIDs among `ids` stored, once per row."""
     with connect(db) as conn:
@@ -176,17 +142,6 @@ def stored_total(db: DatabaseSettings) -> int:
             "SELECT (SELECT count(*) FROM llm_sessions) + (SELECT count(*) FROM gpu_process_polls)"
         ).fetchone()
     return int(str(row[0])) if row else 0
-
-
-def drain(run: Run) -> int:
-    for msg in run.dlq.consume(1000, 0.2):
-        if msg.error() is None:
-            h = header_map(msg)
-            assert h["dlq.consumer_group"] == run.group
-            run.dead_seen.append(
-                (h["dlq.source.topic"], int(h["dlq.source.partition"]), int(h["dlq.source.offset"]))
-            )
-    return len(run.dead_seen)
 
 
 @pytest.fixture
@@ -248,19 +203,6 @@ def running() -> Iterator[Callable[[WorkloadSink], Started]]:
             loop.consumer.close()
 
 
-def dead_letters_in_topic(kafka: KafkaSettings, topic: str) -> int:
-    """Messages in the dead-letter topic (its partitions' end offsets: nothing is ever deleted there)."""
-    consumer = make_consumer(kafka, group_id=f"count-{uuid.uuid4().hex[:8]}")
-    try:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        return sum(
-            consumer.get_watermark_offsets(confluent_kafka.TopicPartition(topic, p), timeout=10)[1]
-            for p in partitions
-        )
-    finally:
-        consumer.close()
-
-
 def lag_reported(loop: WorkloadSink, topic: str) -> bool:
     return any(
         s.labels.get("topic") == topic for metric in loop.metrics.lag.collect() for s in metric.samples
@@ -276,7 +218,7 @@ def test_hostile_workload_records_are_each_stored_or_dead_lettered_exactly_once(
     group = f"workload-{uuid.uuid4().hex[:8]}"
     dlq = make_consumer(kafka_settings, group_id=f"read-{group}")
     dlq.subscribe([topics.dlq])
-    run = Run(topics, refusing, group, make_producer(kafka_settings), dlq)
+    run = WorkloadRun(topics, refusing, group, make_producer(kafka_settings), dlq)
     loop = workload_loop(kafka_settings, refusing, topics, group)
 
     @settings(
@@ -285,11 +227,30 @@ def test_hostile_workload_records_are_each_stored_or_dead_lettered_exactly_once(
     )  # fmt: skip
     @given(batch=BATCHES)
     # one record the database refuses among good ones of both topics: split out, the rest stored
-    @example(batch=[Draft("session"), Draft("session", refused=True), Draft("listing"), Draft("session")])
-    @example(batch=[Draft("listing"), Draft("listing", label="é\u2028", refused=True), Draft("session")])
-    @example(batch=[Draft("raw", raw=b"{not json"), Draft("raw", raw=None, to="processes"), Draft("session")])
-    def one_example(batch: list[Draft]) -> None:
-        must_store, must_die = produce(run, batch)
+    @example(
+        batch=[
+            WorkloadDraft("session"),
+            WorkloadDraft("session", refused=True),
+            WorkloadDraft("listing"),
+            WorkloadDraft("session"),
+        ]
+    )
+    @example(
+        batch=[
+            WorkloadDraft("listing"),
+            WorkloadDraft("listing", label="é\u2028", refused=True),
+            WorkloadDraft("session"),
+        ]
+    )
+    @example(
+        batch=[
+            WorkloadDraft("raw", raw=b"{not json"),
+            WorkloadDraft("raw", raw=None, to="processes"),
+            WorkloadDraft("session"),
+        ]
+    )
+    def one_example(batch: list[WorkloadDraft]) -> None:
+        must_store, must_die = produce(run, list(batch))
         wait_until(lambda: stored_offsets_total(refusing, group) == run.n, 60, "every record's offset stored")
         wait_until(lambda: drain(run) >= len(run.dead) + len(must_die), 60, "the dead letters")
         assert not stop.is_set(), "the workload loop stopped"
@@ -332,13 +293,13 @@ def test_stopped_while_retrying_then_restarted_a_bad_record_is_dead_lettered_onc
     is retried, nothing is delivered nor stored; the next run stores the good record once and
     dead-letters the bad one once (the old workload loop delivered it first, then again)."""
     group = f"workload-{uuid.uuid4().hex[:8]}"
-    run = Run(
+    run = WorkloadRun(
         topics, migrated, group, make_producer(kafka_settings), make_consumer(kafka_settings, group_id=group)
     )
     with connect(migrated) as conn:  # not the records' fault: retried, never split
         conn.execute("ALTER TABLE llm_sessions RENAME TO llm_sessions_away")
         conn.commit()
-    must_store, must_die = produce(run, [Draft("raw", raw=b"{garbage"), Draft("session")])
+    must_store, must_die = produce(run, [WorkloadDraft("raw", raw=b"{garbage"), WorkloadDraft("session")])
     first = workload_loop(kafka_settings, migrated, topics, group)
     first_stop, first_thread = running(first)
     wait_until(lambda: counter_value(first.metrics.db_retries) >= 3, 60, "retries of the batch")
