@@ -35,6 +35,9 @@ from .metrics import SinkMetrics
 log = logging.getLogger(__name__)
 
 Source = deadletters.Source  # (topic, partition, offset) of a consumed record
+# Where a stored record came from: (topic, partition, offset, key, value), to dead-letter it
+# if the database refuses it.
+Origin = tuple[str, int, int, bytes | None, bytes | None]
 # A value this large is cut in the dead letter (with a header saying so): with its headers it
 # must still fit the broker's default message.max.bytes, or it could never be delivered.
 MAX_DLQ_VALUE = 900_000

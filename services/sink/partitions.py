@@ -23,10 +23,9 @@ import confluent_kafka
 from prometheus_client import Gauge
 
 from shared.errors import DatabaseError
+from shared.store.offsets import Partition
 
 log = logging.getLogger(__name__)
-
-Partition = tuple[str, int]  # (topic, partition)
 
 
 def resume_from_database(

@@ -36,14 +36,14 @@ from shared.db import connect
 from shared.errors import DatabaseError, DataRefusedError
 from shared.store import deadletters, offsets, samples
 from shared.store.errors import translated
+from shared.store.offsets import Partition
 
-from .deadletters import DeadLetter, DeadLetterRelay
+from .deadletters import DeadLetter, DeadLetterRelay, Origin
 from .decode import Record
 from .isolate import split_refused
 from .metrics import SinkMetrics
 from .partitions import (
     Every,
-    Partition,
     commit_courtesy,
     note_stored,
     poll_paused,
@@ -53,7 +53,6 @@ from .partitions import (
 
 log = logging.getLogger(__name__)
 
-Origin = tuple[str, int, int, bytes | None, bytes | None]  # (topic, partition, offset, key, value)
 Item = tuple[str, Any, Origin]  # (the table it is counted under, the record, where it came from)
 Cursor = psycopg.Cursor[Any]
 

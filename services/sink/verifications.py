@@ -24,16 +24,16 @@ from shared.config import DatabaseSettings, TopicSettings
 from shared.models_verify import parse_system, parse_verification, record_json
 from shared.store import verifications
 
-from .deadletters import DeadLetter
+from .deadletters import DeadLetter, Origin
 from .decode import Record
 from .metrics import SinkMetrics
-from .records import Cursor, Item, Origin, RecordsLoop
+from .records import Cursor, Item, RecordsLoop
 
 VERIFICATIONS, SYSTEMS = "gpu_verifications", "gpu_systems"  # the tables, as the rows metric names them
 
 
 @dataclass(slots=True)
-class RecordBatch:
+class VerificationBatch:
     verifications: list[tuple[Any, ...]] = field(default_factory=list)
     systems: list[tuple[Any, ...]] = field(default_factory=list)
     # parallel to verifications and systems: where each came from, to dead-letter it if refused
@@ -52,9 +52,9 @@ class RecordBatch:
         ]
 
 
-def decode_records(messages: Sequence[Record], topics: TopicSettings, max_bytes: int) -> RecordBatch:
+def decode_records(messages: Sequence[Record], topics: TopicSettings, max_bytes: int) -> VerificationBatch:
     """Rows for the two tables, and dead letters for whatever cannot be stored."""
-    batch = RecordBatch()
+    batch = VerificationBatch()
     for msg in messages:
         if msg.error() is not None:
             continue
@@ -122,7 +122,7 @@ class VerificationRecords:
     def topics(self, topics: TopicSettings) -> list[str]:
         return [topics.verifications, topics.systems]
 
-    def decode(self, messages: Sequence[Record], topics: TopicSettings, max_bytes: int) -> RecordBatch:
+    def decode(self, messages: Sequence[Record], topics: TopicSettings, max_bytes: int) -> VerificationBatch:
         return decode_records(messages, topics, max_bytes)
 
     def insert(self, cur: Cursor, table: str, record: Any) -> int:

@@ -25,13 +25,13 @@ from shared.models_workload import (
     parse_llm_message,
 )
 from shared.store import workload
+from shared.store.offsets import Partition
 from shared.store.workload import SERVER_COLUMNS, SESSION_COLUMNS
 
 from .deadletters import DeadLetter
 from .decode import Record
 from .records import Cursor, Item
 
-Partition = tuple[str, int]
 # The tables, as the rows metric names them: a process listing counts under its poll.
 POLLS, SESSIONS, SERVERS = "gpu_process_polls", "llm_sessions", "llm_server_status"
 

@@ -47,18 +47,14 @@ from shared.models import GpuEvent
 from shared.store import deadletters, events, offsets, rollup, samples
 from shared.store.errors import translated
 from shared.store.events import EVENTS_STAGE
+from shared.store.offsets import Partition
 from shared.store.samples import LATEST_STAGE, METRICS_STAGE, AlreadyStoredError
 
-from .deadletters import DeadLetter
+from .deadletters import DeadLetter, Origin
 from .isolate import split_refused
 from .rows import TIME, Row, event_row, newest_per_gpu
 
 log = logging.getLogger(__name__)
-
-Partition = tuple[str, int]  # (topic, partition)
-# Where a stored record came from: (topic, partition, offset, key, value), to dead-letter it
-# if the database refuses it.
-Origin = tuple[str, int, int, bytes | None, bytes | None]
 
 
 @dataclass(slots=True)
