@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from decimal import Decimal
 from typing import Any, TypedDict
 
 import psycopg
@@ -121,6 +122,66 @@ class FleetWork(TypedDict):
     newest_poll: datetime | None
 
 
+class ProcessRow(TypedDict):
+    """One process of a listing (gpu_processes, `username` as `user`)."""
+
+    pid: int
+    type: str
+    used_memory_mib: int | None
+    sm_util_pct: float | None
+    mem_util_pct: float | None
+    executable: str | None
+    command_line: str | None
+    user: str | None
+    start_time: datetime | None
+    container_id: str | None
+    pod_uid: str | None
+    qos_class: str | None
+    classification: str
+    rule: str
+
+
+class WorkByClass(TypedDict):
+    classification: str
+    processes: int
+    gpus: int
+    used_memory_mib: Decimal | int  # sum of a bigint: numeric in PostgreSQL
+    pods: int
+
+
+class WorkByRule(TypedDict):
+    rule: str
+    classification: str
+    processes: int
+
+
+class LlmModelFigures(TypedDict):
+    model: str
+    requests: int
+    errors: int
+    ttft_p50_ms: float | None
+    ttft_p95_ms: float | None
+    tps_p50: float | None
+    tps_p95: float | None
+    tpot_p50_ms: float | None
+    prompt_tokens: Decimal | int  # sums of bigints: numeric in PostgreSQL
+    completion_tokens: Decimal | int
+
+
+class LlmServerSnapshot(TypedDict):
+    server: str
+    time: datetime
+    engine: str
+    up: bool
+    version: str | None
+    models: list[dict[str, Any]]
+    requests_running: float | None
+    requests_waiting: float | None
+    kv_cache_usage_ratio: float | None
+    ttft_ms: float | None
+    tpot_ms: float | None
+
+
 _PROCESS_FIELDS = (
     "p.pid, p.type, p.used_memory_mib, p.sm_util_pct, p.mem_util_pct, p.executable, p.command_line,"
     " p.username AS user, p.start_time, p.container_id, p.pod_uid, p.qos_class, p.classification, p.rule"
@@ -143,7 +204,7 @@ async def process_listing(conn: AsyncConn, gpu_uuid: str) -> ProcessListing | No
     return found[0] if found else None
 
 
-async def processes_at(conn: AsyncConn, gpu_uuid: str, time: datetime) -> list[dict[str, Any]]:
+async def processes_at(conn: AsyncConn, gpu_uuid: str, time: datetime) -> list[ProcessRow]:
     """The GPU's processes of the poll at `time`, the biggest in memory first."""
     return await _fetch(
         conn,
@@ -166,7 +227,7 @@ async def fleet_work(conn: AsyncConn, hostname: str | None) -> FleetWork:
     return found[0]  # type: ignore[no-any-return]
 
 
-async def work_by_class(conn: AsyncConn, hostname: str | None) -> list[dict[str, Any]]:
+async def work_by_class(conn: AsyncConn, hostname: str | None) -> list[WorkByClass]:
     """Current processes by classification: processes, GPUs, memory, pods."""
     return await _fetch(
         conn,
@@ -178,7 +239,7 @@ async def work_by_class(conn: AsyncConn, hostname: str | None) -> list[dict[str,
     )
 
 
-async def work_by_rule(conn: AsyncConn, hostname: str | None) -> list[dict[str, Any]]:
+async def work_by_rule(conn: AsyncConn, hostname: str | None) -> list[WorkByRule]:
     """Current processes by the rule that classified them."""
     return await _fetch(
         conn,
@@ -189,7 +250,7 @@ async def work_by_rule(conn: AsyncConn, hostname: str | None) -> list[dict[str, 
     )
 
 
-async def llm_models(conn: AsyncConn, start: datetime, end: datetime) -> list[dict[str, Any]]:
+async def llm_models(conn: AsyncConn, start: datetime, end: datetime) -> list[LlmModelFigures]:
     """Per model in [start, end): requests, errors, TTFT/TPS/TPOT percentiles, tokens."""
     return await _fetch(
         conn,
@@ -208,7 +269,7 @@ async def llm_models(conn: AsyncConn, start: datetime, end: datetime) -> list[di
     )
 
 
-async def llm_servers(conn: AsyncConn) -> list[dict[str, Any]]:
+async def llm_servers(conn: AsyncConn) -> list[LlmServerSnapshot]:
     """Each LLM server's newest snapshot of the last day."""
     return await _fetch(
         conn,
