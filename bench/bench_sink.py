@@ -46,18 +46,17 @@ from typing import Any, NamedTuple
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from confluent_kafka.admin import AdminClient
-from psycopg import sql
 
 from bench._common import report, scratch_topic
 from bench.cpu import MACHINE, CpuMeter
-from evaluation.pipeline import stored_offsets_sum
-from services.sink.rows import METRIC_COLUMNS, STAGE_TYPES, stage_row
+from services.sink.rows import METRIC_COLUMNS, stage_row
 from shared.config import DatabaseSettings, KafkaSettings, Settings
 from shared.db import connect
 from shared.fakes.samples import sample
 from shared.kafka import JsonProducer, make_admin, make_producer, wait_for_kafka
 from shared.migrate import migrated_schema
 from shared.models import parse_sample, to_json
+from shared.store import offsets, rollup, samples
 
 REPO = Path(__file__).resolve().parents[1]
 N, GPUS, PARTITIONS = 200_000, 1000, 6
@@ -113,7 +112,7 @@ def sink_rate(kafka: KafkaSettings, db: DatabaseSettings, topic: str, processes:
             with connect(db, autocommit=True) as watch:
 
                 def all_stored() -> None:
-                    while stored_offsets_sum(watch, group) < N or rollup_behind(watch):
+                    while offsets.stored_sum(watch, group) < N or rollup.behind(watch):
                         time.sleep(0.02)
 
                 sinks = CpuMeter(pids={"sink": lambda: [p.pid for p in procs]}, names=SERVERS)
@@ -125,11 +124,6 @@ def sink_rate(kafka: KafkaSettings, db: DatabaseSettings, topic: str, processes:
     if any(codes):
         raise RuntimeError(f"a sink did not exit cleanly on SIGTERM: {codes}")
     return run
-
-
-def rollup_behind(conn: Any) -> bool:
-    """Minutes noted by stored batches that the sink's rollup refresh has not recomputed yet."""
-    return bool(conn.execute("SELECT EXISTS (SELECT FROM gpu_metrics_1min_pending)").fetchone()[0])
 
 
 def collector_message(i: int) -> dict[str, Any]:
@@ -168,18 +162,11 @@ def timed(meter: CpuMeter, work: Callable[[], object]) -> Run:
 
 
 def copy_rate(db: DatabaseSettings, rows: list[tuple[object, ...]]) -> Run:
-    """Rows/s of one binary COPY of the already-built rows."""
-    width = len(METRIC_COLUMNS)
-    statement = sql.SQL("COPY gpu_metrics ({}) FROM STDIN (FORMAT BINARY)").format(
-        sql.SQL(", ").join(sql.Identifier(c) for c in METRIC_COLUMNS)
-    )
+    """Rows/s of one binary COPY of the already-built rows (the sink's straight COPY, alone)."""
     with connect(db) as conn, conn.cursor() as cur:
 
         def copy_all() -> None:
-            with cur.copy(statement) as copy:
-                copy.set_types(STAGE_TYPES[:width])
-                for row in rows:
-                    copy.write_row(row)
+            samples.copy_straight(cur, rows, staging_rows=False)
             conn.commit()
 
         return timed(CpuMeter(pids={"bench (psycopg)": lambda: [os.getpid()]}, names=SERVERS), copy_all)

@@ -15,7 +15,6 @@ from contextlib import ExitStack, contextmanager
 from datetime import datetime
 from typing import Any
 
-import psycopg
 from prometheus_client import CollectorRegistry
 
 from services.collector.build import CollectorSection, build_collector
@@ -35,7 +34,7 @@ from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
 from shared.db import connect
 from shared.kafka import JsonProducer
 from shared.lifecycle import running
-from shared.store import fleet, health
+from shared.store import fleet, health, offsets
 
 
 def make_loop(
@@ -47,16 +46,9 @@ def make_loop(
 
 
 def stored_offsets_total(db: DatabaseSettings, group: str) -> int:
-    with connect(db) as conn:
-        return stored_offsets_sum(conn, group)
-
-
-def stored_offsets_sum(conn: psycopg.Connection[tuple[object, ...]], group: str) -> int:
     """The next offsets `group` stored, summed over its partitions: the messages it has done."""
-    row = conn.execute(
-        "SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets WHERE consumer_group = %s", (group,)
-    ).fetchone()
-    return int(str(row[0])) if row else 0
+    with connect(db) as conn:
+        return offsets.stored_sum(conn, group)
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:

@@ -104,7 +104,7 @@ def create_app(db: DatabaseSettings, api: ApiSection, registry: CollectorRegistr
         return JSONResponse(status_code=422, content={"detail": problems})
 
     @app.exception_handler(DatabaseUnavailableError)
-    async def db_down(_: Request, e: DatabaseUnavailableError) -> JSONResponse:
+    async def db_down(_: Request, e: Exception) -> JSONResponse:
         log.error("database unavailable: %s", e)
         return JSONResponse(status_code=503, content={"detail": "the database is not reachable"})
 

@@ -14,9 +14,10 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, HTTPException, Path, Query, Request
 
 from shared.models_verify import Outcome, RecordKind
+from shared.store import verifications
 
-from .paging import Cursor, decode_cursor, page
-from .routes import GPU_UUID, LABEL, only, rows
+from .paging import Cursor, decode_cursor, page, wire
+from .routes import GPU_UUID, LABEL, only
 
 router = APIRouter(prefix="/api/v1")
 
@@ -54,29 +55,12 @@ async def gpu_verifications(
 ) -> dict[str, Any]:
     """The GPU's newest verification records (compute checks, logged operations), newest first."""
     after = decode_cursor(cursor, [int, datetime]) if cursor else [None, None]
-    params = {
-        "g": gpu_uuid,
-        "kind": kind,
-        "outcome": outcome,
-        "limit": limit + 1,
-        "cs": after[0],
-        "ct": after[1],
-    }
-    where = """FROM gpu_verifications WHERE gpu_uuid = %(g)s
-          AND (%(kind)s::text IS NULL OR kind = %(kind)s)
-          AND (%(outcome)s::text IS NULL OR outcome = %(outcome)s)"""
-    found = await rows(
-        request,
-        f"""
-        SELECT time, seq, kind, name, outcome, hostname, device, backend, device_ms, cpu_ms, speedup,
-               prev_sha256, sha256, record, source_partition, source_offset {where}
-          AND (%(cs)s::bigint IS NULL OR (seq, time) < (%(cs)s, %(ct)s::timestamptz))
-        ORDER BY seq DESC, time DESC LIMIT %(limit)s
-    """,
-        params,
-    )
-    total = (await rows(request, f"SELECT count(*) AS n {where}", params))[0]["n"]
-    listed = page("verifications", found, total=total, limit=limit, key=lambda r: (r["seq"], r["time"]))
+    async with request.app.state.pool.connection() as conn:
+        found = await verifications.verifications_page(
+            conn, gpu_uuid, kind=kind, outcome=outcome, limit=limit + 1, after=(after[0], after[1])
+        )
+        total = await verifications.verifications_count(conn, gpu_uuid, kind=kind, outcome=outcome)
+    listed = page("verifications", wire(found), total=total, limit=limit, key=lambda r: (r["seq"], r["time"]))
     ordered = sorted(listed["verifications"], key=lambda r: (r["seq"], r["time"]))
     breaks = chain_breaks(ordered) if kind is None and outcome is None else []
     return {"gpu_uuid": gpu_uuid, **listed, "chain_breaks": breaks}
@@ -88,34 +72,20 @@ async def systems(
 ) -> dict[str, Any]:
     """Every node's latest announced identity, in brief."""
     (after,) = decode_cursor(cursor, [str]) if cursor else [None]
-    found = await rows(
-        request,
-        """
-        SELECT hostname, time, identity_sha256, source, gpus,
-               record->'host'->>'cpu_model' AS cpu_model, record->>'driver_version' AS driver_version,
-               coalesce((SELECT array_agg(DISTINCT g->>'model')
-                         FROM jsonb_array_elements(CASE jsonb_typeof(record->'gpus') WHEN 'array'
-                                                   THEN record->'gpus' ELSE '[]' END) g), '{}') AS gpu_models
-        FROM gpu_systems_latest WHERE %(after)s::text IS NULL OR hostname > %(after)s
-        ORDER BY hostname LIMIT %(limit)s
-    """,
-        {"limit": limit + 1, "after": after},
-    )
-    total = (await rows(request, "SELECT count(*) AS n FROM gpu_systems_latest", {}))[0]["n"]
-    return page("systems", found, total=total, limit=limit, key=lambda r: (r["hostname"],))
+    async with request.app.state.pool.connection() as conn:
+        found = await verifications.systems_page(conn, limit=limit + 1, after=after)
+        total = await verifications.systems_count(conn)
+    return page("systems", wire(found), total=total, limit=limit, key=lambda r: (r["hostname"],))
 
 
 @router.get("/systems/{hostname}", dependencies=[only()])
 async def system_detail(request: Request, hostname: HostPath) -> dict[str, Any]:
     """A node's latest identity, as its collector announced it (gpu-systems)."""
-    found = await rows(
-        request,
-        "SELECT time, identity_sha256, record FROM gpu_systems_latest WHERE hostname = %(h)s",
-        {"h": hostname},
-    )
-    if not found:
+    async with request.app.state.pool.connection() as conn:
+        found = await verifications.system_latest(conn, hostname)
+    if found is None:
         raise HTTPException(404, f"no system {hostname}")
-    return {"hostname": hostname, **found[0]}
+    return {"hostname": hostname, **wire(found)}
 
 
 @router.get("/systems/{hostname}/history", dependencies=[only("limit", "cursor")])
@@ -127,21 +97,12 @@ async def system_history(
 ) -> dict[str, Any]:
     """Every identity the node announced, newest first: when its hardware or driver changed."""
     after = decode_cursor(cursor, [datetime, str]) if cursor else [None, None]
-    params = {"h": hostname, "limit": limit + 1, "ct": after[0], "ci": after[1]}
-    total = (await rows(request, "SELECT count(*) AS n FROM gpu_systems WHERE hostname = %(h)s", params))[0][
-        "n"
-    ]
-    if not total:
-        raise HTTPException(404, f"no system {hostname}")
-    found = await rows(
-        request,
-        """
-        SELECT time, identity_sha256, source, gpus, record FROM gpu_systems
-        WHERE hostname = %(h)s
-          AND (%(ct)s::timestamptz IS NULL OR (time, identity_sha256) < (%(ct)s, %(ci)s::text))
-        ORDER BY time DESC, identity_sha256 DESC LIMIT %(limit)s
-    """,
-        params,
-    )
-    return {"hostname": hostname, **page("history", found, total=total, limit=limit,
+    async with request.app.state.pool.connection() as conn:
+        total = await verifications.system_history_count(conn, hostname)
+        if not total:
+            raise HTTPException(404, f"no system {hostname}")
+        found = await verifications.system_history_page(
+            conn, hostname, limit=limit + 1, after=(after[0], after[1])
+        )
+    return {"hostname": hostname, **page("history", wire(found), total=total, limit=limit,
                                          key=lambda r: (r["time"], r["identity_sha256"]))}  # fmt: skip

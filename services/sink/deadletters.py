@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -28,20 +28,20 @@ from shared.config import DatabaseSettings
 from shared.db import connect
 from shared.errors import GpuHealthError
 from shared.models_deadletter import DeadLetterHeaders, dead_letter_headers
+from shared.store import deadletters
+from shared.store.errors import printable
 
 from .metrics import SinkMetrics
 
 log = logging.getLogger(__name__)
 
-Source = tuple[str, int, int]  # (topic, partition, offset) of a consumed record
+Source = deadletters.Source  # (topic, partition, offset) of a consumed record
+# Where a stored record came from: (topic, partition, offset, key, value), to dead-letter it
+# if the database refuses it.
+Origin = tuple[str, int, int, bytes | None, bytes | None]
 # A value this large is cut in the dead letter (with a header saying so): with its headers it
 # must still fit the broker's default message.max.bytes, or it could never be delivered.
 MAX_DLQ_VALUE = 900_000
-
-
-def printable(text: str, limit: int = 4000) -> str:
-    """Text a header and a PostgreSQL text column can both hold: no NUL, no lone surrogates."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")[:limit]
 
 
 @dataclass(slots=True)
@@ -70,44 +70,6 @@ class DeadLetter:
                 value_truncated_from=size if size > MAX_DLQ_VALUE else None,
             )
         )  # fmt: skip
-
-
-def record_statement() -> str:
-    """The INSERT that records a batch's dead letters (executemany, inside the batch's transaction)."""
-    return (
-        "INSERT INTO sink_dead_letters (consumer_group, source_topic, source_partition, source_offset,"
-        " key, value, category, reason) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
-        " ON CONFLICT DO NOTHING"
-    )
-
-
-def record_params(group: str, letters: Iterable[DeadLetter]) -> list[tuple[Any, ...]]:
-    return [
-        (group, d.topic, d.partition, d.offset, d.key, d.value, d.category, printable(d.reason))
-        for d in letters
-    ]
-
-
-_LEASE = """
-UPDATE sink_dead_letters d SET attempts = d.attempts + 1, leased_until = now() + make_interval(secs => %s)
-FROM (SELECT consumer_group, source_topic, source_partition, source_offset FROM sink_dead_letters
-      WHERE consumer_group = %s AND delivered_at IS NULL AND (leased_until IS NULL OR leased_until < now())
-      ORDER BY failed_at LIMIT %s FOR UPDATE SKIP LOCKED) p
-WHERE (d.consumer_group, d.source_topic, d.source_partition, d.source_offset)
-    = (p.consumer_group, p.source_topic, p.source_partition, p.source_offset)
-RETURNING d.source_topic, d.source_partition, d.source_offset, d.key, d.value, d.category, d.reason,
-          d.failed_at, d.attempts
-"""
-_MARK = """
-UPDATE sink_dead_letters SET delivered_at = now(), leased_until = NULL
-WHERE consumer_group = %s AND (source_topic, source_partition, source_offset)
-    IN (SELECT * FROM unnest(%s::text[], %s::int[], %s::bigint[]))
-"""
-_RELEASE = """
-UPDATE sink_dead_letters SET leased_until = NULL
-WHERE consumer_group = %s AND (source_topic, source_partition, source_offset)
-    IN (SELECT * FROM unnest(%s::text[], %s::int[], %s::bigint[]))
-"""
 
 
 @dataclass(slots=True)
@@ -147,7 +109,7 @@ class DeadLetterRelay:
         while True:
             try:
                 pending = self._lease()
-            except (psycopg.Error, GpuHealthError) as e:
+            except GpuHealthError as e:
                 log.warning("dead letters not leased (retried later): %s", e)
                 self.close()
                 return delivered
@@ -162,7 +124,7 @@ class DeadLetterRelay:
             done = sent | found
             try:
                 self._mark(done)
-            except (psycopg.Error, GpuHealthError) as e:
+            except GpuHealthError as e:
                 # delivered but not marked: the next try finds them in the topic, and does not resend
                 log.warning("dead letters delivered, not yet marked: %s", e)
                 self.close()
@@ -189,38 +151,27 @@ class DeadLetterRelay:
         return self._conn
 
     def _lease(self) -> list[_Pending]:
-        conn = self._connection()
-        with conn.transaction():
-            rows = conn.execute(_LEASE, (self.lease_s, self.group, self.limit)).fetchall()
+        leased = deadletters.lease(self._connection(), self.group, lease_s=self.lease_s, limit=self.limit)
         pending = [
             _Pending(
                 DeadLetter(
-                    key=_bytes(k), value=_bytes(v), topic=str(t), partition=int(str(p)), offset=int(str(o)),
-                    category=str(c), reason=str(r),
+                    key=d.key, value=d.value, topic=d.topic, partition=d.partition, offset=d.offset,
+                    category=d.category, reason=d.reason,
                 ),
-                failed_at=at if isinstance(at, datetime) else datetime.now(UTC),
-                attempts=int(str(n)),
+                failed_at=d.failed_at, attempts=d.attempts,
             )
-            for t, p, o, k, v, c, r, at, n in rows
+            for d in leased
         ]  # fmt: skip
         return sorted(pending, key=lambda p: p.letter.source)
 
-    def _keys(self, sources: Iterable[Source]) -> tuple[Any, ...]:
-        ordered = sorted(sources)
-        return (self.group, [s[0] for s in ordered], [s[1] for s in ordered], [s[2] for s in ordered])
-
     def _mark(self, done: set[Source]) -> None:
         if done:
-            conn = self._connection()
-            with conn.transaction():
-                conn.execute(_MARK, self._keys(done))
+            deadletters.mark_delivered(self._connection(), self.group, done)
 
     def _unlease(self, pending: list[_Pending]) -> None:
         try:
-            conn = self._connection()
-            with conn.transaction():
-                conn.execute(_RELEASE, self._keys(p.letter.source for p in pending))
-        except (psycopg.Error, GpuHealthError) as e:
+            deadletters.unlease(self._connection(), self.group, [p.letter.source for p in pending])
+        except GpuHealthError as e:
             log.info("dead letter leases left to expire: %s", e)
             self.close()
 
@@ -313,7 +264,3 @@ def _source_of(msg: confluent_kafka.Message, group: str) -> Source | None:
         return (topic, int(headers["dlq.source.partition"]), int(headers["dlq.source.offset"]))
     except (KeyError, ValueError):
         return None
-
-
-def _bytes(value: object) -> bytes | None:
-    return bytes(value) if isinstance(value, bytes | memoryview | bytearray) else None

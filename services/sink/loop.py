@@ -30,6 +30,7 @@ from shared.errors import DatabaseError
 from .deadletters import DeadLetterRelay
 from .decode import Decoded, decode
 from .metrics import SinkMetrics
+from .partitions import Every, commit_courtesy, note_stored, poll_paused, report_lag, resume_from_database
 from .rollup import RollupRefresher
 from .writer import BatchWriter, EarlierBatchError, WriteResult
 
@@ -68,7 +69,7 @@ class SinkLoop:
         self.owned: set[tuple[str, int]] = set()
         self.ever_owned: set[tuple[str, int]] = set()
         self.stop = threading.Event()
-        self._last_lag = 0.0
+        self._lag_due = Every(10.0)
         self._caught_up = True  # the last consume was not a full batch
         # Per partition, the next offset known stored in the database (the lag is measured from it).
         self.stored: dict[tuple[str, int], int] = {}
@@ -76,7 +77,7 @@ class SinkLoop:
             settings=writer.settings, producer=dlq_producer, topic=topics.dlq, group=writer.group,
             metrics=metrics, reader=dlq_reader,
         )  # fmt: skip
-        self._next_relay = 0.0
+        self._relay_due = Every(5.0)  # dead letters recorded but not delivered (the broker was away)
         self._held: list[confluent_kafka.Message] = []  # polled while backing off, not yet batched
         self._given_up: dict[int, int] = {}  # lane -> the newest generation it gave a batch up in
         # Partition lanes, each with up to DEPTH batches in flight: one running its statements,
@@ -99,23 +100,10 @@ class SinkLoop:
     ) -> None:
         self.generation += 1
         self._held = []  # from the old assignment: re-read from the stored offsets
-        delay = 0.5
-        while True:
-            try:
-                stored = self.writer.stored_offsets((p.topic, p.partition) for p in partitions)
-                break
-            except DatabaseError as e:
-                if self.stop.is_set():
-                    stored = {}
-                    break
-                log.warning("cannot read stored offsets, retrying in %.1f s: %s", delay, e)
-                time.sleep(delay)
-                delay = min(delay * 2, self.max_backoff_s)
-        for p in partitions:
-            # The database is the truth: a partition it has never seen starts at the beginning.
-            p.offset = stored.get((p.topic, p.partition), confluent_kafka.OFFSET_BEGINNING)
+        stored = resume_from_database(
+            consumer, partitions, self.writer.stored_offsets, stop=self.stop, max_backoff_s=self.max_backoff_s
+        )
         self.stored.update(stored)
-        consumer.assign(partitions)
         self.owned = {(p.topic, p.partition) for p in partitions}
         self.ever_owned |= self.owned
         self.metrics.assigned.set(len(self.owned))
@@ -138,8 +126,7 @@ class SinkLoop:
 
     # ---------------------------------------------------------------- batches
     def run(self, stop: threading.Event | None = None) -> None:
-        """Consume until `stop` (the service's, given by its lifecycle) is set; the batches in flight
-        are finished first.
+        """Consume until `stop` (by default `self.stop`) is set; the batches in flight are finished first.
 
         The stages overlap. Each consumed batch is split into lanes by partition. A
         lane's batches commit one after another, in order, while the next one is
@@ -174,7 +161,8 @@ class SinkLoop:
                     previous = queue[-1][1] if queue else None
                     queue.append((decoded, self._start(decoded, previous)))
                 self.housekeeping()
-                self._relay_now_and_then()
+                if self._relay_due.due():
+                    self.relay.deliver_pending()
                 self._report_lag()
             for lane, queue in in_flight.items():
                 while queue:
@@ -233,12 +221,10 @@ class SinkLoop:
             if retried is None:
                 return False
             result = retried
-        for partition, offset in decoded.batch.next_offsets.items():
-            if offset > self.stored.get(partition, -1):
-                self.stored[partition] = offset
+        note_stored(self.stored, decoded.batch.next_offsets)
         if result.dead_recorded:
             self.relay.deliver_pending()
-        self._commit_courtesy(decoded)
+        commit_courtesy(self.consumer, decoded.batch.next_offsets)
         self._count(decoded, result)
         self.metrics.batch_seconds.observe(time.perf_counter() - decoded.started)
         return True
@@ -279,36 +265,8 @@ class SinkLoop:
                 self.consumer.resume(self.consumer.assignment())
 
     def _wait(self, seconds: float) -> None:
-        """Back off while polling the (paused) consumer, so it keeps its place in the group.
-
-        Pausing stops fetching, but what was fetched before can still come out of poll():
-        it is held for the next batch, never dropped (dropped, the consumer's position
-        would pass it, and the next stored offsets with it).
-        """
-        deadline = time.monotonic() + seconds
-        while (left := deadline - time.monotonic()) > 0:
-            msg = self.consumer.poll(min(left, 0.5))
-            if msg is not None:
-                self._held.append(msg)
-            self._report_lag(paused=True)
-
-    def _relay_now_and_then(self, every_s: float = 5.0) -> None:
-        """Dead letters recorded but not delivered (the broker was away) are sent again."""
-        now = time.monotonic()
-        if now >= self._next_relay:
-            self._next_relay = now + every_s
-            self.relay.deliver_pending()
-
-    def _commit_courtesy(self, decoded: Decoded) -> None:
-        offsets = [
-            confluent_kafka.TopicPartition(t, p, o) for (t, p), o in decoded.batch.next_offsets.items()
-        ]
-        if not offsets:
-            return
-        try:
-            self.consumer.commit(offsets=offsets, asynchronous=True)
-        except confluent_kafka.KafkaException as e:
-            log.info("courtesy commit to Kafka failed (the database holds the offsets): %s", e)
+        """Back off while polling the (paused) consumer, holding what it returns (partitions.poll_paused)."""
+        poll_paused(self.consumer, seconds, self._held, lambda: self._report_lag(paused=True))
 
     def _count(self, decoded: Decoded, result: WriteResult) -> None:
         batch = decoded.batch
@@ -323,25 +281,7 @@ class SinkLoop:
         self.metrics.duplicates.labels("gpu_metrics").inc(rows_skipped)
         self.metrics.duplicates.labels("gpu_events").inc(events_skipped)
 
-    def _report_lag(self, every_s: float = 10.0, *, paused: bool = False) -> None:
-        """Messages behind per partition: the end of the partition less what the database holds.
-
-        Measured from the stored offsets, not the consumer's position, which runs ahead of
-        them while batches are in flight or retried. While paused, a paused partition is not
-        fetched, so its end is asked of the broker rather than taken from the last fetch.
-        """
-        now = time.monotonic()
-        if now - self._last_lag < every_s:
-            return
-        self._last_lag = now
-        try:
-            for tp in self.consumer.assignment():
-                # cached: the watermarks of the last fetch response, no broker round trip
-                # (a blocking query per partition here once stalled the loop for seconds).
-                low, high = self.consumer.get_watermark_offsets(tp, timeout=1.0, cached=not paused)
-                if high < 0:
-                    continue
-                done = max(self.stored.get((tp.topic, tp.partition), low), low)
-                self.metrics.lag.labels(tp.topic, str(tp.partition)).set(max(0, high - done))
-        except confluent_kafka.KafkaException as e:
-            log.debug("lag not measured: %s", e)
+    def _report_lag(self, *, paused: bool = False) -> None:
+        """Messages behind per partition, from the stored offsets, every 10 s (partitions.report_lag)."""
+        if self._lag_due.due():
+            report_lag(self.consumer, self.stored, self.metrics.lag, paused=paused)

@@ -1,9 +1,9 @@
 """The 1-minute rollup's refresh loop: recomputes the minutes that stored batches noted, after them.
 
 A batch notes the minutes it stored samples in, in its own transaction
-(writer.py); this thread, on its own connection, calls
-gpu_metrics_1min_refresh() (schema/0014), which takes the committed notes and
-recomputes those minutes from gpu_metrics. A minute is recomputed whole, so
+(writer.py); this thread, on its own connection, refreshes them
+(shared.store.rollup: schema/0014's gpu_metrics_1min_refresh() takes the
+committed notes and recomputes those minutes from gpu_metrics). A minute is recomputed whole, so
 refreshing while it still fills costs its rows again: while the sink is
 behind (full batches) it refreshes at most every `interval_s`, so a burst of
 batches costs one refresh; once it has caught up (a batch that was not full)
@@ -25,6 +25,8 @@ import psycopg
 
 from shared.config import DatabaseSettings
 from shared.db import connect
+from shared.errors import DatabaseError
+from shared.store import rollup, samples
 
 from .metrics import SinkMetrics
 
@@ -111,10 +113,8 @@ class RollupRefresher:
             seen = self._stored
             started = time.monotonic()
         try:
-            conn = self._connection()
-            row = conn.execute("SELECT gpu_metrics_1min_refresh(%s)", (self.keep_raw,)).fetchone()
-            conn.commit()
-        except psycopg.Error as e:
+            minutes = rollup.refresh(self._connection(), self.keep_raw)
+        except DatabaseError as e:
             self.metrics.rollup_failures.inc()
             log.warning("rollup refresh failed, retrying: %s", e)
             if self._conn is not None:
@@ -125,13 +125,12 @@ class RollupRefresher:
             # Batches stored after the refresh began may not be in it: they keep waiting.
             self._waiting_since = None if self._stored == seen else started
         self.metrics.rollup_seconds.observe(time.monotonic() - started)
-        self.metrics.rollup_minutes.inc(int(str(row[0])) if row else 0)
+        self.metrics.rollup_minutes.inc(minutes)
         self.metrics.rollup_last_refresh.set_to_current_time()
         return True
 
     def _connection(self) -> psycopg.Connection[tuple[object, ...]]:
         if self._conn is None or self._conn.closed or self._conn.broken:
             self._conn = connect(self.settings)
-            self._conn.execute(f"SET statement_timeout = {int(self.statement_timeout_ms)}")
-            self._conn.commit()
+            samples.set_statement_timeout(self._conn, self.statement_timeout_ms)
         return self._conn

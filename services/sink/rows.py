@@ -1,7 +1,8 @@
-"""Rows for binary COPY, laid out from the contract models so the two cannot drift apart.
+"""Messages as rows for binary COPY, in the column layout shared.store.samples and .events derive
+from the contract models (so the two cannot drift apart).
 
 `gpu_metrics` holds every sample field but the identity columns that live in
-`gpu_assets` (model, index, PCI bus, driver); the staging table carries those
+`gpu_assets` (model, index, PCI bus, driver); the staging row carries those
 too, so one COPY feeds gpu_metrics, gpu_latest and gpu_assets. It also ends
 with the message's schema_version: the staging row is then the decoded
 message itself, in field order, without being copied into a narrower tuple.
@@ -18,29 +19,24 @@ from psycopg.types.json import Jsonb
 
 from shared.fastdecode import FastDecoder, as_builtins
 from shared.models import METRIC_FIELDS, GpuEvent, GpuSample, parse_sample, sane_time
+from shared.store.events import EVENT_COLUMNS, EVENT_TYPES
+from shared.store.samples import (
+    ASSET_ONLY,
+    GPU_UUID,
+    METRIC_COLUMNS,
+    PLAIN_COLUMNS,
+    STAGE_COLUMNS,
+    STAGE_TYPES,
+    TIME,
+)
 
-ASSET_ONLY = ("model", "gpu_index", "pci_bus_id", "driver_version")
-_PLAIN = (
-    "time", "gpu_uuid", "hostname", "cluster", "datacenter", "region", "rack", "job", "pod",
-    "namespace", "container", "source", "collector_id", "collection_latency_ms",
-)  # fmt: skip
-METRIC_COLUMNS: tuple[str, ...] = (*_PLAIN, "mig", *METRIC_FIELDS)
-STAGE_COLUMNS: tuple[str, ...] = (*METRIC_COLUMNS, *ASSET_ONLY, "schema_version")
+# The column layout is the store's; it is named here too for the sink's callers.
+__all__ = [
+    "EVENT_COLUMNS", "EVENT_TYPES", "GPU_UUID", "METRIC_COLUMNS", "STAGE_COLUMNS", "STAGE_TYPES", "TIME",
+    "Row", "event_row", "newest_per_gpu", "sample_row", "stage_row",
+]  # fmt: skip
 
-
-def _pg_type(field: str) -> str:
-    annotation = str(GpuSample.model_fields[field].annotation)
-    return "double precision" if "float" in annotation else "bigint"
-
-
-_TEXT = "text"
-STAGE_TYPES: tuple[str, ...] = (
-    "timestamptz", *([_TEXT] * 12), "double precision", "jsonb",
-    *(_pg_type(f) for f in METRIC_FIELDS),
-    _TEXT, "smallint", _TEXT, _TEXT, "smallint",
-)  # fmt: skip
-
-_plain = attrgetter(*_PLAIN)
+_plain = attrgetter(*PLAIN_COLUMNS)
 _metrics = attrgetter(*METRIC_FIELDS)
 _assets = attrgetter(*ASSET_ONLY)
 
@@ -66,7 +62,6 @@ def _stage_mig(message: Any) -> None:
 
 # The contract's JSON Schema compiled into a decoder that yields staging rows.
 FAST_SAMPLE = FastDecoder(GpuSample.model_json_schema(), STAGE_COLUMNS, sane_time, _stage_mig)
-GPU_UUID, TIME = STAGE_COLUMNS.index("gpu_uuid"), STAGE_COLUMNS.index("time")
 
 
 def stage_row(raw: bytes | str) -> Row:
@@ -79,11 +74,6 @@ def stage_row(raw: bytes | str) -> Row:
     return row if row is not None else sample_row(parse_sample(raw))
 
 
-EVENT_COLUMNS: tuple[str, ...] = (
-    "time", "gpu_uuid", "kind", "hostname", "cluster", "datacenter", "rack", "source",
-    "collector_id", "details",
-)  # fmt: skip
-EVENT_TYPES: tuple[str, ...] = ("timestamptz", *([_TEXT] * 8), "jsonb")
 _event_plain = attrgetter(*EVENT_COLUMNS[:-1])
 
 

@@ -19,7 +19,9 @@
 Either all of it is committed or none of it is: offsets are never stored past
 what is in the database, which is what makes restarts lossless and exact.
 
-If PostgreSQL refuses the batch for a data reason (faults.py), the batch is
+Every statement is shared.store's (samples, events, rollup, deadletters,
+offsets); a driver failure comes out of it translated. If PostgreSQL refuses
+the batch for a data reason (DataRefusedError), the batch is
 split, inside the same transaction under savepoints, until each refused record
 stands alone: those become dead letters carrying the database's error, the
 rest is stored, and the offsets move on. Any other failure rolls everything
@@ -37,24 +39,22 @@ from operator import itemgetter
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
 from shared.config import DatabaseSettings
 from shared.db import connect
-from shared.errors import DatabaseError, DatabaseUnavailableError
+from shared.errors import DatabaseError, DatabaseUnavailableError, DataRefusedError
 from shared.models import GpuEvent
+from shared.store import deadletters, events, offsets, rollup, samples
+from shared.store.errors import translated
+from shared.store.events import EVENTS_STAGE
+from shared.store.offsets import Partition
+from shared.store.samples import LATEST_STAGE, METRICS_STAGE, AlreadyStoredError
 
-from .deadletters import DeadLetter, record_params, record_statement
-from .faults import describe, is_data_fault
-from .rows import STAGE_TYPES, TIME, Row, event_row, newest_per_gpu
-from .statements import EVENTS_STAGE, LATEST_STAGE, METRICS_STAGE, STATEMENTS, WIDTH
+from .deadletters import DeadLetter, Origin
+from .isolate import split_refused
+from .rows import TIME, Row, event_row, newest_per_gpu
 
 log = logging.getLogger(__name__)
-
-Partition = tuple[str, int]  # (topic, partition)
-# Where a stored record came from: (topic, partition, offset, key, value), to dead-letter it
-# if the database refuses it.
-Origin = tuple[str, int, int, bytes | None, bytes | None]
 
 
 @dataclass(slots=True)
@@ -85,7 +85,7 @@ _Item = tuple[Row | None, GpuEvent | None, Origin | None]  # one record of a bat
 
 
 _TIMES = itemgetter(TIME)
-_UNIQUE_VIOLATION = "23505"
+_STAGES = (METRICS_STAGE, LATEST_STAGE, EVENTS_STAGE)
 
 
 class EarlierBatchError(DatabaseError):
@@ -126,11 +126,8 @@ class BatchWriter:
         self._close(slot)
         conn = connect(self.settings)
         try:
-            conn.execute(sql.SQL("SET statement_timeout = {}").format(sql.Literal(self.statement_timeout_ms)))
-            for stage in (METRICS_STAGE, LATEST_STAGE, EVENTS_STAGE):
-                conn.execute(stage.create())
-            conn.commit()
-        except psycopg.Error as e:
+            samples.prepare_writer_session(conn, _STAGES, self.statement_timeout_ms)
+        except DatabaseError as e:
             conn.close()
             raise DatabaseUnavailableError(f"preparing the sink's session failed: {e}") from e
         self._conns[slot] = conn
@@ -138,19 +135,12 @@ class BatchWriter:
 
     def stored_offsets(self, partitions: Iterable[Partition]) -> dict[Partition, int]:
         """The next offsets this group stored for the given partitions (absent: never written)."""
-        wanted = list(partitions)
         conn = self._connection(self.connections)
         try:
-            rows = conn.execute(
-                "SELECT topic, partition, next_offset FROM kafka_offsets WHERE consumer_group = %s"
-                " AND (topic, partition) IN (SELECT * FROM unnest(%s::text[], %s::int[]))",
-                (self.group, [t for t, _ in wanted], [p for _, p in wanted]),
-            ).fetchall()
-            conn.commit()
-        except psycopg.Error as e:
+            return offsets.stored(conn, self.group, partitions)
+        except DatabaseError as e:
             self._fail(self.connections)
             raise DatabaseError(f"reading stored offsets failed: {e}") from e
-        return {(str(t), int(str(p))): int(str(o)) for t, p, o in rows}
 
     def write(self, batch: Batch, after: Callable[[], object] | None = None) -> WriteResult:
         """Store the batch and its offsets atomically; DatabaseError leaves nothing behind.
@@ -170,7 +160,7 @@ class BatchWriter:
         result = WriteResult()
         try:
             with conn.cursor() as cur:
-                cur.execute("SAVEPOINT batch")
+                samples.savepoint(cur, "batch")
                 # What is small is staged while the batch before runs its statements.
                 fault = self._stage(cur, [], batch.events, newest=batch.rows)
                 if after is not None:
@@ -183,32 +173,26 @@ class BatchWriter:
                     # nothing of this lane, so the two can never deadlock over a shared key.
                     fault = self._optimistic(cur, result, batch)
                 if fault is not None:  # a replay, or a value refused: the careful path
-                    cur.execute("ROLLBACK TO SAVEPOINT batch")
+                    samples.rollback_to(cur, "batch")
                     result = WriteResult()
                     fault = self._stage(cur, batch.rows, batch.events) or self._insert(
                         cur, result, batch.rows, batch.events
                     )
                 dead = batch.dead
                 if fault is not None:
-                    cur.execute("ROLLBACK TO SAVEPOINT batch")
-                    log.warning("batch refused by the database, isolating the records: %s", describe(fault))
+                    samples.rollback_to(cur, "batch")
+                    log.warning("batch refused by the database, isolating the records: %s", fault)
                     result = WriteResult()
                     dead = [*dead, *self._isolate(cur, result, batch)]
-                if result.times:
-                    cur.execute(STATEMENTS["note"], (list(result.times),))
-                if dead:
-                    cur.executemany(record_statement(), record_params(self.group, dead))
-                    result.dead_recorded = len(dead)
-                if batch.next_offsets:
-                    cur.executemany(
-                        STATEMENTS["offsets"],
-                        [(self.group, t, p, o) for (t, p), o in sorted(batch.next_offsets.items())],
-                    )
-            conn.commit()
+                rollup.note_minutes(cur, result.times)
+                result.dead_recorded = deadletters.record(cur, self.group, dead)
+                offsets.store(cur, self.group, batch.next_offsets)
+            with translated(conn):
+                conn.commit()
         except EarlierBatchError:
             self._fail(slot)
             raise
-        except psycopg.Error as e:
+        except DatabaseError as e:
             self._fail(slot)
             raise DatabaseError(f"batch write failed: {e}") from e
         except Exception as e:  # e.g. a value psycopg could not send over a connection that broke
@@ -218,7 +202,7 @@ class BatchWriter:
 
     def _optimistic(
         self, cur: psycopg.Cursor[tuple[object, ...]], result: WriteResult, batch: Batch
-    ) -> Exception | None:
+    ) -> DataRefusedError | None:
         """The samples by a binary COPY straight into gpu_metrics, then what derives from them.
 
         The rows' newest-per-GPU and the events are already staged. A data fault (a
@@ -227,21 +211,17 @@ class BatchWriter:
         """
         try:
             if batch.rows:
-                with cur.copy(STATEMENTS["copy"]) as copy:
-                    copy.set_types(STAGE_TYPES[:WIDTH])
-                    for row in batch.rows:
-                        copy.write_row(row[:WIDTH])
+                samples.copy_straight(cur, batch.rows)
                 result.metrics_inserted = len(batch.rows)
                 result.times.update(map(_TIMES, batch.rows))
                 result.optimistic = True
                 self._derived(cur, result, batch.events, latest=True)
             elif batch.events:
                 self._derived(cur, result, batch.events, latest=False)
-        except Exception as e:
-            if not is_data_fault(e, cur.connection):
-                raise
-            if not (isinstance(e, psycopg.Error) and e.sqlstate == _UNIQUE_VIOLATION):
-                log.info("the straight COPY was refused, taking the careful path: %s", describe(e))
+        except AlreadyStoredError as e:
+            return e
+        except DataRefusedError as e:
+            log.info("the straight COPY was refused, taking the careful path: %s", e)
             return e
         return None
 
@@ -249,17 +229,15 @@ class BatchWriter:
         self,
         cur: psycopg.Cursor[tuple[object, ...]],
         result: WriteResult,
-        events: list[GpuEvent],
+        gpu_events: list[GpuEvent],
         *,
         latest: bool,
     ) -> None:
         """gpu_latest and gpu_assets from the staged newest rows; the staged events."""
         if latest:
-            cur.execute(STATEMENTS["latest"])
-            cur.execute(STATEMENTS["assets"])
-        if events:
-            cur.execute(STATEMENTS["events"])
-            result.events_inserted += cur.rowcount
+            samples.upsert_latest_and_assets(cur)
+        if gpu_events:
+            result.events_inserted += events.insert_staged(cur)
 
     def _stage(
         self,
@@ -267,7 +245,7 @@ class BatchWriter:
         rows: list[Row],
         events: list[GpuEvent],
         newest: list[Row] | None = None,
-    ) -> Exception | None:
+    ) -> DataRefusedError | None:
         """COPY the records into the staging tables; the data fault that stopped it, if any.
 
         `newest`: rows of which only each GPU's newest is staged (for gpu_latest and gpu_assets).
@@ -279,9 +257,7 @@ class BatchWriter:
                 LATEST_STAGE.copy_rows(cur, newest_per_gpu(newest if newest is not None else rows))
             if events:
                 EVENTS_STAGE.copy_rows(cur, map(event_row, events))
-        except Exception as e:
-            if not is_data_fault(e, cur.connection):
-                raise
+        except DataRefusedError as e:
             return e
         return None
 
@@ -291,17 +267,14 @@ class BatchWriter:
         result: WriteResult,
         rows: list[Row],
         events: list[GpuEvent],
-    ) -> Exception | None:
+    ) -> DataRefusedError | None:
         """From the staging tables into the hypertables; the data fault that stopped it, if any."""
         try:
             if rows:
-                cur.execute(STATEMENTS["metrics"])
-                result.metrics_inserted += cur.rowcount
+                result.metrics_inserted += samples.insert_staged(cur)
                 result.times.update(map(_TIMES, rows))
             self._derived(cur, result, events, latest=bool(rows))
-        except Exception as e:
-            if not is_data_fault(e, cur.connection):
-                raise
+        except DataRefusedError as e:
             return e
         return None
 
@@ -313,37 +286,33 @@ class BatchWriter:
             *((row, None, origin) for row, origin in _with_origins(batch.rows, batch.row_origins)),
             *((None, event, origin) for event, origin in _with_origins(batch.events, batch.event_origins)),
         ]
-        refused: list[DeadLetter] = []
-        parts = [items]
-        while parts:
-            part = parts.pop()
+
+        def store_part(part: list[_Item]) -> DataRefusedError | None:
             rows = [row for row, _, _ in part if row is not None]
             events = [event for _, event, _ in part if event is not None]
-            cur.execute("SAVEPOINT part")
-            cur.execute("TRUNCATE _stage_metrics, _stage_latest, _stage_events")
+            samples.savepoint(cur, "part")
+            samples.truncate_stages(cur, _STAGES)
             stored = WriteResult()
             fault = self._stage(cur, rows, events) or self._insert(cur, stored, rows, events)
-            if fault is None:
-                cur.execute("RELEASE SAVEPOINT part")
-                result.metrics_inserted += stored.metrics_inserted
-                result.events_inserted += stored.events_inserted
-                result.times |= stored.times
-                continue
-            cur.execute("ROLLBACK TO SAVEPOINT part")
-            cur.execute("RELEASE SAVEPOINT part")
-            if len(part) > 1:
-                half = len(part) // 2
-                parts += [part[half:], part[:half]]  # the first half is tried first
-                continue
-            row, _, origin = part[0]
+            if fault is not None:
+                samples.rollback_to(cur, "part", release=True)
+                return fault
+            samples.release(cur, "part")
+            result.metrics_inserted += stored.metrics_inserted
+            result.events_inserted += stored.events_inserted
+            result.times |= stored.times
+            return None
+
+        refused: list[DeadLetter] = []
+        for (row, _, origin), fault in split_refused(items, store_part):
             if row is not None:
                 result.refused_rows += 1
             else:
                 result.refused_events += 1
             if origin is None:
-                raise DatabaseError(f"a record without its origin was refused: {describe(fault)}") from fault
+                raise DatabaseError(f"a record without its origin was refused: {fault}") from fault
             topic, partition, offset, key, value = origin
-            refused.append(DeadLetter(key, value, topic, partition, offset, "database", describe(fault)))
+            refused.append(DeadLetter(key, value, topic, partition, offset, "database", str(fault)))
         return refused
 
     def _fail(self, slot: int) -> None:

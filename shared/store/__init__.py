@@ -21,4 +21,11 @@ Modules, one per table family:
 - `verdict_inputs`: the scorer's feature and prediction windows over the settled 1-minute rollup,
   XID and loss events, the inventory.
 - `notify`: the scorer's pg_notify at a cycle's commit; the API cache's LISTEN.
+- `samples`: gpu_metrics (the straight binary COPY, the staging tables, ON CONFLICT), gpu_latest, gpu_assets.
+- `events`: gpu_events.
+- `rollup`: the 1-minute rollup's noted minutes and their refresh (schema/0014).
+- `offsets`: kafka_offsets, every consumer group's position in the database.
+- `deadletters`: sink_dead_letters, recorded with their batch, leased, marked delivered.
+- `workload`: gpu_processes, gpu_process_polls, gpu_process_latest, llm_sessions, llm_server_status.
+- `verifications`: gpu_verifications, gpu_systems, gpu_systems_latest.
 """

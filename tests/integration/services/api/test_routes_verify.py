@@ -16,13 +16,13 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from psycopg.types.json import Jsonb
 
-from services.sink.verifications import LATEST_SQL, SYSTEM_SQL, VERIFICATION_SQL
 from services.verifier.chainlog import MemoryChain
 from shared.chain import link_of
 from shared.config import DatabaseSettings
 from shared.db import connect
 from shared.gpu_identity import NvmlReader
 from shared.models_verify import Outcome, RecordKind, record_json
+from shared.store.verifications import LATEST_SQL, SYSTEM_SQL, VERIFICATION_SQL
 from tests.helpers.verifier_fakes import UUIDS, FakeNvml
 
 ROUTES = ["/api/v1/gpus/{}/verifications", "/api/v1/systems/{}", "/api/v1/systems/{}/history"]

@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from evaluation.pipeline import stored_offsets_total
-from services.sink.deadletters import DeadLetter
+from services.sink.deadletters import DeadLetter, Origin
 from services.sink.rows import STAGE_COLUMNS, stage_row
-from services.sink.writer import Batch, BatchWriter, Origin
+from services.sink.writer import Batch, BatchWriter
 from shared.config import DatabaseSettings
 from shared.db import connect
 from shared.fakes.samples import sample

@@ -37,10 +37,12 @@ from services.llm_monitor.servers import poll_ollama
 from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
 from services.mock_dcgm.server import MockServer
 from services.mock_ollama.server import MockOllamaServer
+from services.sink.metrics import SinkMetrics
 from services.sink.workload import WorkloadSink
 from shared.config import DatabaseSettings, KafkaSettings, Settings, TopicSettings
 from shared.db import connect
 from shared.kafka import JsonProducer, make_producer
+from shared.lifecycle import running
 from shared.models import to_json
 from shared.models_workload import GpuProcess, GpuProcesses, ProcessClass
 from shared.process_rules import ProcessRules
@@ -62,13 +64,13 @@ def sink(
     kafka_settings: KafkaSettings, migrated: DatabaseSettings, topics: TopicSettings
 ) -> Iterator[WorkloadSink]:
     settings = Settings(kafka=kafka_settings, db=migrated, topics=topics)
-    stop = threading.Event()
-    running = WorkloadSink.from_settings(
-        settings, group_id=f"test-{topics.processes}", registry=CollectorRegistry(), stop=stop
-    ).start()
-    yield running
-    stop.set()
-    running.join(30)
+    with (
+        WorkloadSink.from_settings(
+            settings, group_id=f"test-{topics.processes}", metrics=SinkMetrics(CollectorRegistry())
+        ) as workload,
+        running(workload, name="sink-workload"),
+    ):
+        yield workload
 
 
 @pytest.fixture
@@ -280,8 +282,7 @@ def test_bad_workload_records_are_dead_lettered_and_the_good_ones_stored_once(
     wait_until(lambda: count(migrated, stored) == 5, 60, "all of the processes topic consumed")
     assert count(migrated, "SELECT count(*) FROM gpu_processes") == 1
     assert count(migrated, "SELECT count(*) FROM gpu_process_polls") == 1  # sent twice, stored once
-    assert sink._thread is not None
-    assert sink._thread.is_alive()
+    assert not sink.failed  # the loop is still running: bad records stopped nothing
 
 
 def _free_port() -> int:
@@ -383,7 +384,7 @@ def test_the_monitor_and_mock_ollama_run_as_services_probe_serve_metrics_and_sto
 
 
 def test_workload_retention_drops_only_old_chunks(migrated: DatabaseSettings) -> None:
-    from services.sink.workload_rows import WorkloadWriter
+    from services.sink.workload import WorkloadRetention
 
     old, recent = datetime.now(UTC) - timedelta(days=45), datetime.now(UTC) - timedelta(hours=1)
     with connect(migrated) as conn:
@@ -394,7 +395,7 @@ def test_workload_retention_drops_only_old_chunks(migrated: DatabaseSettings) ->
                 (t,),
             )
         conn.commit()
-    writer = WorkloadWriter(migrated, group="retention-test")
+    writer = WorkloadRetention(migrated)
     try:
         assert writer.drop_old_chunks({"gpu_process_polls": 30, "llm_sessions": 90})["gpu_process_polls"] == 1
     finally:

@@ -13,10 +13,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from evaluation.pipeline import wait_until
 from services.scorer.features import read_features
 from services.scorer.rules_config import load_rules
+from services.sink.deadletters import Origin
 from services.sink.metrics import SinkMetrics
 from services.sink.rollup import RollupRefresher
 from services.sink.rows import STAGE_COLUMNS, stage_row
-from services.sink.writer import Batch, BatchWriter, Origin
+from services.sink.writer import Batch, BatchWriter
 from shared.config import DatabaseSettings
 from shared.db import connect
 from shared.fakes.samples import T0, sample

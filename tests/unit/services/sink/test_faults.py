@@ -9,8 +9,7 @@ import psycopg
 import pytest
 from psycopg import errors
 
-from services.sink.deadletters import printable
-from services.sink.faults import describe, is_data_fault
+from shared.store.errors import describe, is_data_fault, printable
 
 
 @dataclass

@@ -29,32 +29,15 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-REPO = Path(__file__).resolve().parents[4]
+from tests.paths import REPO
+
 SCANNED = ("services", "shared", "evaluation", "bench", "gpuhealth")
 STORE = REPO / "shared" / "store"
-
-# Files whose SQL other parts of issue #15 move into shared/store/ (the API, the scorer, the sink's
-# writer, the evaluation, the other benches). The lead deletes this allowlist when all parts merge.
-OTHER_PARTS_ALLOWLIST = frozenset(
-    {
-        "bench/bench_sink.py",
-        "evaluation/pipeline.py",
-        "services/api/routes_verify.py",
-        "services/api/workload_routes.py",
-        "services/sink/deadletters.py",
-        "services/sink/rollup.py",
-        "services/sink/statements.py",
-        "services/sink/verifications.py",
-        "services/sink/workload_rows.py",
-        "services/sink/writer.py",
-    }
-)
 
 # A name: plain, "quoted", schema-qualified, or a str.format field standing for one ({} / {table}).
 _ID = r'(?:"[^"]+"|[A-Za-z_][\w$]*|\{\w*\})(?:\s*\.\s*(?:"[^"]+"|[A-Za-z_][\w$]*|\{\w*\}))*'
@@ -188,16 +171,9 @@ def sql_outside_store() -> dict[str, list[int]]:
 
 
 def test_no_sql_outside_the_store() -> None:
-    found = {f: lines for f, lines in sql_outside_store().items() if f not in OTHER_PARTS_ALLOWLIST}
+    found = sql_outside_store()
     named = [f"{f}:{line}" for f, lines in found.items() for line in lines]
     assert not named, "SQL outside shared/store/ (move it into a shared.store module):\n" + "\n".join(named)
-
-
-def test_the_allowlist_only_shrinks() -> None:
-    """An allowlisted file without SQL any more leaves the list (the lead deletes the list at the merge)."""
-    found = sql_outside_store()
-    stale = sorted(f for f in OTHER_PARTS_ALLOWLIST if f not in found)
-    assert not stale, f"no SQL left in {stale}: remove them from OTHER_PARTS_ALLOWLIST"
 
 
 def test_the_store_itself_is_seen_as_sql() -> None:

@@ -1,0 +1,57 @@
+"""kafka_offsets: the next offset each consumer group stored per partition, moved with its batch.
+
+The database, not Kafka, holds a sink's position: a batch's offsets are stored
+in the batch's transaction (`store`, never moving backwards), and a partition
+assigned to a sink resumes from `stored` (absent: never written, start at the
+beginning). `stored_sum` is how much of its topics a group has done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import psycopg
+
+from .errors import translated
+
+Partition = tuple[str, int]  # (topic, partition)
+
+_UPSERT = (
+    "INSERT INTO kafka_offsets (consumer_group, topic, partition, next_offset) VALUES (%s, %s, %s, %s)"
+    " ON CONFLICT (consumer_group, topic, partition) DO UPDATE"
+    " SET next_offset = greatest(kafka_offsets.next_offset, EXCLUDED.next_offset), updated_at = now()"
+)
+_SELECT = "SELECT topic, partition, next_offset FROM kafka_offsets WHERE consumer_group = %s"
+_SELECT_SOME = _SELECT + " AND (topic, partition) IN (SELECT * FROM unnest(%s::text[], %s::int[]))"
+_SUM = "SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets WHERE consumer_group = %s"
+
+
+def store(cur: psycopg.Cursor[Any], group: str, next_offsets: Mapping[Partition, int]) -> None:
+    """Record the next offsets of `group` (in the caller's transaction); a smaller one changes nothing."""
+    if next_offsets:
+        with translated(cur.connection):
+            cur.executemany(_UPSERT, [(group, t, p, o) for (t, p), o in sorted(next_offsets.items())])
+
+
+def stored(
+    conn: psycopg.Connection[Any], group: str, partitions: Iterable[Partition] | None = None
+) -> dict[Partition, int]:
+    """The next offsets `group` stored (for `partitions` only, if given), and the read committed."""
+    with translated(conn):
+        if partitions is None:
+            rows = conn.execute(_SELECT, (group,)).fetchall()
+        else:
+            wanted = list(partitions)
+            rows = conn.execute(
+                _SELECT_SOME, (group, [t for t, _ in wanted], [p for _, p in wanted])
+            ).fetchall()
+        conn.commit()
+    return {(str(t), int(str(p))): int(str(o)) for t, p, o in rows}
+
+
+def stored_sum(conn: psycopg.Connection[Any], group: str) -> int:
+    """The next offsets `group` stored, summed over its partitions: the messages it has done."""
+    with translated(conn):
+        row = conn.execute(_SUM, (group,)).fetchone()
+    return int(str(row[0])) if row else 0

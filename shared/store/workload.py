@@ -1,0 +1,282 @@
+"""gpu_processes, gpu_process_polls, gpu_process_latest, llm_sessions, llm_server_status: writes and reads.
+
+The sink stores each message once: every insert is ON CONFLICT DO NOTHING on
+the table's idempotency key, so a replay adds nothing, and a GPU's latest
+listing never moves back in time. Old chunks are dropped per table
+(`drop_old_chunks`, drop_chunks works under either TimescaleDB license). The
+API's reads take an async connection whose rows are dicts (dict_row); a GPU's
+processes are those of its newest poll, and LLM figures are percentiles over
+a window, computed in the database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, TypedDict
+
+import psycopg
+from psycopg import sql
+
+from .errors import translated
+
+Cursor = psycopg.Cursor[Any]
+AsyncConn = psycopg.AsyncConnection[Any]
+
+PROCESS_COLUMNS = (
+    "time", "gpu_uuid", "pid", "hostname", "type", "used_memory_mib", "sm_util_pct", "mem_util_pct",
+    "executable", "command_line", "username", "start_time", "container_id", "pod_uid", "qos_class",
+    "classification", "rule",
+)  # fmt: skip
+POLL_COLUMNS = ("time", "gpu_uuid", "gpu_index", "hostname", "collector_id", "source", "process_count")
+SESSION_COLUMNS = (
+    "time", "request_id", "source", "monitor_id", "server", "engine", "endpoint", "model", "streamed",
+    "http_status", "ok", "error", "prompt_tokens", "completion_tokens", "load_ms", "prompt_eval_ms",
+    "eval_ms", "total_ms", "ttft_ms", "wall_ms", "tokens_per_s", "tpot_ms",
+)  # fmt: skip
+SERVER_COLUMNS = (
+    "time", "server", "engine", "monitor_id", "up", "version", "models", "requests_running",
+    "requests_waiting", "kv_cache_usage_ratio", "ttft_ms", "tpot_ms", "prompt_tokens", "completion_tokens",
+)  # fmt: skip
+# Days kept per table: process listings are operational detail; LLM figures feed capacity planning.
+KEEP_DAYS = {"gpu_processes": 30, "gpu_process_polls": 30, "llm_sessions": 90, "llm_server_status": 90}
+
+
+def _insert(table: str, columns: Sequence[str]) -> sql.Composed:
+    return sql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT DO NOTHING").format(
+        sql.Identifier(table),
+        sql.SQL(", ").join(map(sql.Identifier, columns)),
+        sql.SQL(", ").join(sql.Placeholder() * len(columns)),
+    )
+
+
+_INSERT_PROCESS = _insert("gpu_processes", PROCESS_COLUMNS)
+_INSERT_POLL = _insert("gpu_process_polls", POLL_COLUMNS)
+_INSERT_SESSION = _insert("llm_sessions", SESSION_COLUMNS)
+_INSERT_SERVER = _insert("llm_server_status", SERVER_COLUMNS)
+_UPSERT_LATEST = (
+    "INSERT INTO gpu_process_latest (gpu_uuid, time, gpu_index, hostname, process_count)"
+    " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (gpu_uuid) DO UPDATE SET time = EXCLUDED.time,"
+    " gpu_index = EXCLUDED.gpu_index, hostname = EXCLUDED.hostname, process_count = EXCLUDED.process_count"
+    " WHERE EXCLUDED.time > gpu_process_latest.time"
+)
+
+
+def insert_process_poll(cur: Cursor, poll: tuple[Any, ...], processes: Sequence[tuple[Any, ...]]) -> int:
+    """One GPU's process listing: the poll (POLL_COLUMNS), its GPU's latest, its processes
+    (PROCESS_COLUMNS each). 1 if the poll was new, 0 if stored before."""
+    with translated(cur.connection):
+        cur.execute(_INSERT_POLL, poll)
+        inserted = max(cur.rowcount, 0)
+        time, gpu_uuid, gpu_index, hostname, _, _, count = poll
+        cur.execute(_UPSERT_LATEST, (gpu_uuid, time, gpu_index, hostname, count))
+        if processes:
+            cur.executemany(_INSERT_PROCESS, processes)
+    return inserted
+
+
+def insert_session(cur: Cursor, row: tuple[Any, ...]) -> int:
+    """One LLM request (SESSION_COLUMNS); 1 if new."""
+    with translated(cur.connection):
+        cur.execute(_INSERT_SESSION, row)
+        return max(cur.rowcount, 0)
+
+
+def insert_server_status(cur: Cursor, row: tuple[Any, ...]) -> int:
+    """One LLM server snapshot (SERVER_COLUMNS); 1 if new."""
+    with translated(cur.connection):
+        cur.execute(_INSERT_SERVER, row)
+        return max(cur.rowcount, 0)
+
+
+def drop_old_chunks(conn: psycopg.Connection[Any], keep_days: Mapping[str, int]) -> dict[str, int]:
+    """drop_chunks on each table older than its days (committed); the chunks dropped per table."""
+    dropped = {}
+    with translated(conn):
+        for table, days in keep_days.items():
+            rows = conn.execute(
+                "SELECT drop_chunks(%s::regclass, older_than => now() - make_interval(days => %s))",
+                (table, days),
+            ).fetchall()
+            dropped[table] = len(rows)
+        conn.commit()
+    return dropped
+
+
+# ---------------------------------------------------------------- the API's reads
+class ProcessListing(TypedDict):
+    """A GPU's newest poll (gpu_process_latest's row)."""
+
+    gpu_uuid: str
+    time: datetime
+    gpu_index: int
+    hostname: str
+    process_count: int
+
+
+class FleetWork(TypedDict):
+    gpus_listed: int
+    gpus_busy: int
+    processes: int
+    newest_poll: datetime | None
+
+
+class ProcessRow(TypedDict):
+    """One process of a listing (gpu_processes, `username` as `user`)."""
+
+    pid: int
+    type: str
+    used_memory_mib: int | None
+    sm_util_pct: float | None
+    mem_util_pct: float | None
+    executable: str | None
+    command_line: str | None
+    user: str | None
+    start_time: datetime | None
+    container_id: str | None
+    pod_uid: str | None
+    qos_class: str | None
+    classification: str
+    rule: str
+
+
+class WorkByClass(TypedDict):
+    classification: str
+    processes: int
+    gpus: int
+    used_memory_mib: Decimal | int  # sum of a bigint: numeric in PostgreSQL
+    pods: int
+
+
+class WorkByRule(TypedDict):
+    rule: str
+    classification: str
+    processes: int
+
+
+class LlmModelFigures(TypedDict):
+    model: str
+    requests: int
+    errors: int
+    ttft_p50_ms: float | None
+    ttft_p95_ms: float | None
+    tps_p50: float | None
+    tps_p95: float | None
+    tpot_p50_ms: float | None
+    prompt_tokens: Decimal | int  # sums of bigints: numeric in PostgreSQL
+    completion_tokens: Decimal | int
+
+
+class LlmServerSnapshot(TypedDict):
+    server: str
+    time: datetime
+    engine: str
+    up: bool
+    version: str | None
+    models: list[dict[str, Any]]
+    requests_running: float | None
+    requests_waiting: float | None
+    kv_cache_usage_ratio: float | None
+    ttft_ms: float | None
+    tpot_ms: float | None
+
+
+_PROCESS_FIELDS = (
+    "p.pid, p.type, p.used_memory_mib, p.sm_util_pct, p.mem_util_pct, p.executable, p.command_line,"
+    " p.username AS user, p.start_time, p.container_id, p.pod_uid, p.qos_class, p.classification, p.rule"
+)
+_HOST = "WHERE (%(h)s::text IS NULL OR l.hostname = %(h)s)"
+_CURRENT = (
+    "FROM gpu_process_latest l JOIN gpu_processes p ON p.gpu_uuid = l.gpu_uuid AND p.time = l.time " + _HOST
+)
+
+
+async def _fetch(conn: AsyncConn, query: str, params: dict[str, Any]) -> list[Any]:
+    with translated(conn):
+        cur = await conn.execute(query, params)
+        return await cur.fetchall()
+
+
+async def process_listing(conn: AsyncConn, gpu_uuid: str) -> ProcessListing | None:
+    """The GPU's newest poll (None: never listed)."""
+    found = await _fetch(conn, "SELECT * FROM gpu_process_latest WHERE gpu_uuid = %(g)s", {"g": gpu_uuid})
+    return found[0] if found else None
+
+
+async def processes_at(conn: AsyncConn, gpu_uuid: str, time: datetime) -> list[ProcessRow]:
+    """The GPU's processes of the poll at `time`, the biggest in memory first."""
+    return await _fetch(
+        conn,
+        f"SELECT {_PROCESS_FIELDS} FROM gpu_processes p WHERE p.gpu_uuid = %(g)s AND p.time = %(t)s"
+        " ORDER BY p.used_memory_mib DESC NULLS LAST, p.pid",
+        {"g": gpu_uuid, "t": time},
+    )
+
+
+async def fleet_work(conn: AsyncConn, hostname: str | None) -> FleetWork:
+    """GPUs listed and busy, processes, the newest poll (of one host, if given)."""
+    found = await _fetch(
+        conn,
+        f"""
+        SELECT count(*) AS gpus_listed, count(*) FILTER (WHERE l.process_count > 0) AS gpus_busy,
+               coalesce(sum(l.process_count), 0) AS processes, max(l.time) AS newest_poll
+          FROM gpu_process_latest l {_HOST}""",
+        {"h": hostname},
+    )
+    return found[0]  # type: ignore[no-any-return]
+
+
+async def work_by_class(conn: AsyncConn, hostname: str | None) -> list[WorkByClass]:
+    """Current processes by classification: processes, GPUs, memory, pods."""
+    return await _fetch(
+        conn,
+        f"""
+        SELECT p.classification, count(*) AS processes, count(DISTINCT p.gpu_uuid) AS gpus,
+               coalesce(sum(p.used_memory_mib), 0) AS used_memory_mib, count(DISTINCT p.pod_uid) AS pods
+          {_CURRENT} GROUP BY p.classification ORDER BY processes DESC, p.classification""",
+        {"h": hostname},
+    )
+
+
+async def work_by_rule(conn: AsyncConn, hostname: str | None) -> list[WorkByRule]:
+    """Current processes by the rule that classified them."""
+    return await _fetch(
+        conn,
+        f"""
+        SELECT p.rule, p.classification, count(*) AS processes
+          {_CURRENT} GROUP BY p.rule, p.classification ORDER BY processes DESC, p.rule""",
+        {"h": hostname},
+    )
+
+
+async def llm_models(conn: AsyncConn, start: datetime, end: datetime) -> list[LlmModelFigures]:
+    """Per model in [start, end): requests, errors, TTFT/TPS/TPOT percentiles, tokens."""
+    return await _fetch(
+        conn,
+        """
+        SELECT model, count(*) AS requests, count(*) FILTER (WHERE NOT ok) AS errors,
+               percentile_cont(0.5) WITHIN GROUP (ORDER BY ttft_ms) AS ttft_p50_ms,
+               percentile_cont(0.95) WITHIN GROUP (ORDER BY ttft_ms) AS ttft_p95_ms,
+               percentile_cont(0.5) WITHIN GROUP (ORDER BY tokens_per_s) AS tps_p50,
+               percentile_cont(0.95) WITHIN GROUP (ORDER BY tokens_per_s) AS tps_p95,
+               percentile_cont(0.5) WITHIN GROUP (ORDER BY tpot_ms) AS tpot_p50_ms,
+               coalesce(sum(prompt_tokens), 0) AS prompt_tokens,
+               coalesce(sum(completion_tokens), 0) AS completion_tokens
+          FROM llm_sessions WHERE time >= %(s)s AND time < %(e)s
+         GROUP BY model ORDER BY requests DESC, model""",
+        {"s": start, "e": end},
+    )
+
+
+async def llm_servers(conn: AsyncConn) -> list[LlmServerSnapshot]:
+    """Each LLM server's newest snapshot of the last day."""
+    return await _fetch(
+        conn,
+        """
+        SELECT DISTINCT ON (server) server, time, engine, up, version, models, requests_running,
+               requests_waiting, kv_cache_usage_ratio, ttft_ms, tpot_ms
+          FROM llm_server_status WHERE time > now() - interval '1 day'
+         ORDER BY server, time DESC""",
+        {},
+    )
