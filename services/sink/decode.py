@@ -50,7 +50,7 @@ class Record(Protocol):
     def value(self) -> bytes | None: ...
 
 
-def decode(
+def decode_lanes(
     messages: Sequence[Record], topics: TopicSettings, max_bytes: int, lanes: int = 1
 ) -> dict[int, Decoded]:
     """The messages as one batch per lane (partition % lanes); lanes without messages are absent.

@@ -28,7 +28,7 @@ from shared.config import TopicSettings
 from shared.errors import DatabaseError
 
 from .deadletters import DeadLetterRelay
-from .decode import Decoded, decode
+from .decode import Decoded, decode_lanes
 from .metrics import SinkMetrics
 from .partitions import Every, commit_courtesy, note_stored, poll_paused, report_lag, resume_from_database
 from .rollup import RollupRefresher
@@ -200,7 +200,7 @@ class SinkLoop:
         log.warning("batch given up: one before it in its lane was", extra={"records": decoded.consumed})
 
     def _decode(self, messages: list[confluent_kafka.Message]) -> dict[int, Decoded]:
-        lanes = decode(messages, self.topics, self.max_message_bytes, self.lanes)
+        lanes = decode_lanes(messages, self.topics, self.max_message_bytes, self.lanes)
         started = time.perf_counter()
         for decoded in lanes.values():
             decoded.generation, decoded.started = self.generation, started

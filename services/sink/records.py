@@ -73,7 +73,7 @@ class RecordFamily(Protocol):
 
     def topics(self, topics: TopicSettings) -> list[str]: ...
 
-    def decode(self, messages: Sequence[Record], topics: TopicSettings, max_bytes: int) -> RecordBatch: ...
+    def batch_of(self, messages: Sequence[Record], topics: TopicSettings, max_bytes: int) -> RecordBatch: ...
 
     def insert(self, cur: Cursor, table: str, record: Any) -> int:
         """Store one record (through shared.store); the rows it added to `table` (0: a replay)."""
@@ -240,7 +240,7 @@ class RecordsLoop:
                 if self._held:  # polled while paused: they come first, as they were fetched first
                     messages, self._held = [*self._held, *messages], []
                 if messages:
-                    self._store(self.family.decode(messages, self.topics, self.max_message_bytes))
+                    self._store(self.family.batch_of(messages, self.topics, self.max_message_bytes))
                 self.housekeeping()
                 if self._relay_due.due():
                     self.relay.deliver_pending()

@@ -122,7 +122,9 @@ class VerificationRecords:
     def topics(self, topics: TopicSettings) -> list[str]:
         return [topics.verifications, topics.systems]
 
-    def decode(self, messages: Sequence[Record], topics: TopicSettings, max_bytes: int) -> VerificationBatch:
+    def batch_of(
+        self, messages: Sequence[Record], topics: TopicSettings, max_bytes: int
+    ) -> VerificationBatch:
         return decode_records(messages, topics, max_bytes)
 
     def insert(self, cur: Cursor, table: str, record: Any) -> int:

@@ -137,7 +137,7 @@ class WorkloadRecords:
     def topics(self, topics: TopicSettings) -> list[str]:
         return [topics.processes, topics.llm_sessions]
 
-    def decode(self, messages: Sequence[Record], topics: TopicSettings, max_bytes: int) -> WorkloadBatch:
+    def batch_of(self, messages: Sequence[Record], topics: TopicSettings, max_bytes: int) -> WorkloadBatch:
         return decode_workload(messages, topics, max_bytes)
 
     def insert(self, cur: Cursor, table: str, record: Any) -> int:

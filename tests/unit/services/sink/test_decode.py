@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from services.sink.decode import decode
+from services.sink.decode import decode_lanes
 from shared.config import TopicSettings
 
 TOPICS = TopicSettings(metrics_raw="raw", events="events")
@@ -54,7 +54,7 @@ class Msg:
 
 
 def test_valid_samples_and_events_are_batched_with_next_offsets() -> None:
-    out = decode(
+    out = decode_lanes(
         [
             Msg("raw", 10, json.dumps(GOOD).encode()),
             Msg(
@@ -90,7 +90,7 @@ def test_bad_records_are_dead_lettered_with_reasons_and_still_advance_offsets() 
         Msg("events", 6, json.dumps({**EVENT, "kind": "meteor"}).encode()),
         Msg("raw", 7, json.dumps(GOOD).encode()),
     ]
-    out = decode(msgs, TOPICS, 10_000)[0]
+    out = decode_lanes(msgs, TOPICS, 10_000)[0]
     assert [(d.offset, d.category) for d in out.dead] == [
         (0, "contract"), (1, "contract"), (2, "empty"), (3, "oversized"),
         (4, "key"), (5, "topic"), (6, "contract"),
@@ -105,13 +105,13 @@ def test_bad_records_are_dead_lettered_with_reasons_and_still_advance_offsets() 
 
 
 def test_consumer_errors_are_not_records() -> None:
-    assert decode([Msg("raw", 0, None, error="transport")], TOPICS, 10_000) == {}
+    assert decode_lanes([Msg("raw", 0, None, error="transport")], TOPICS, 10_000) == {}
 
 
 def test_lanes_split_by_partition_each_with_its_own_offsets_and_dead_letters() -> None:
     msgs = [Msg("raw", 10 + p, json.dumps(GOOD).encode(), partition=p) for p in range(4)]
     msgs.append(Msg("raw", 20, b"{oops", partition=3))
-    lanes = decode(msgs, TOPICS, 10_000, lanes=2)
+    lanes = decode_lanes(msgs, TOPICS, 10_000, lanes=2)
     assert sorted(lanes) == [0, 1]
     assert lanes[0].batch.next_offsets == {("raw", 0): 11, ("raw", 2): 13}
     assert lanes[1].batch.next_offsets == {("raw", 1): 12, ("raw", 3): 21}
@@ -136,7 +136,7 @@ def test_any_exception_while_decoding_refuses_that_record_only(monkeypatch: pyte
         Msg("raw", 2, json.dumps({**GOOD, "time": "2026-11-21T11:00:10Z"}).encode()),
         Msg("events", 3, b'{"schema_version": 1, "details": ' + b"[" * 5000 + b"]" * 5000 + b"}"),
     ]
-    out = decode(msgs, TOPICS, 100_000)[0]
+    out = decode_lanes(msgs, TOPICS, 100_000)[0]
     assert [(d.offset, d.category) for d in out.dead] == [(1, "decode"), (3, "contract")]
     assert "RecursionError" in out.dead[0].reason
     assert "nested deeper" in out.dead[1].reason
