@@ -22,7 +22,7 @@ from shared.models import GPU_UUID_PATTERN, EventKind
 from shared.models_health import ALERT_STATES, AlertSeverity, HealthState
 from shared.store import alerts as alert_store
 from shared.store import fleet, health, history
-from shared.store.fleet import SORTS, GpuFilters, dict_rows_async
+from shared.store.fleet import SORTS, GpuFilters
 from shared.store.history import EventFilters
 
 from .guard import key_refusal
@@ -58,12 +58,6 @@ async def connection(pool: AsyncConnectionPool) -> AsyncIterator[AsyncConnection
             yield conn
     except psycopg.OperationalError as e:  # PoolTimeout, or a connection the pool found broken
         raise DatabaseUnavailableError(f"database connection lost: {e}") from e
-
-
-async def rows(request: Request, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every row of `query` on a reader connection, as it goes out (times in the wire format)."""
-    async with connection(request.app.state.pool) as conn:
-        return wire(await dict_rows_async(conn, query, params))  # type: ignore[no-any-return]
 
 
 def json_bytes(body: bytes) -> Response:

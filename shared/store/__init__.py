@@ -7,6 +7,7 @@ driver errors come out translated into the project's own (`errors.translated`).
 
 Modules, one per table family:
 - `errors`: psycopg's exceptions into `shared.errors` (unavailable / data refused / other).
+- `results`: one statement's rows as dicts or tuples, sync or async, errors translated.
 - `server`: TimescaleDB's version and license, the search_path, throwaway schemas.
 - `migrations`: the migration runner's lock and `schema_migrations` bookkeeping (the files stay in schema/).
 - `archive`: chunks past retention, their columns, their rows as Arrow (COPY), hypertable sizes.

@@ -13,16 +13,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypedDict
 
-import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row, tuple_row
 
 from .errors import translated
-
-SyncConn = psycopg.Connection[Any]
-AsyncConn = psycopg.AsyncConnection[Any]
-Query = str | sql.SQL | sql.Composed
-Row = dict[str, Any]  # every column of a `SELECT *` (gpu_assets, gpu_latest), by name
+from .results import AsyncConn, Row, SyncConn, dict_rows, dict_rows_async, tuple_rows
 
 # The newest sample of the fleet: what `latest` scoring and the evaluation judge as of,
 # and what the summary measures a GPU's silence against.
@@ -35,28 +30,6 @@ SORTS = {
     "temp": "l.gpu_temp_c ASC NULLS LAST", "-temp": "l.gpu_temp_c DESC NULLS LAST",
     "power": "l.power_usage_w ASC NULLS LAST", "-power": "l.power_usage_w DESC NULLS LAST",
 }  # fmt: skip
-
-
-def dict_rows(conn: SyncConn, query: Query, params: Any = None) -> list[Row]:
-    """Every row of `query` as a dict, on a sync connection; driver errors translated."""
-    with translated(conn), conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(query, params)
-        return cur.fetchall()
-
-
-def tuple_rows(conn: SyncConn, query: Query, params: Any = None) -> list[tuple[Any, ...]]:
-    """Every row of `query` as a tuple, on a sync connection; driver errors translated."""
-    with translated(conn), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query, params)
-        return cur.fetchall()
-
-
-async def dict_rows_async(conn: AsyncConn, query: Query, params: Any = None) -> list[Row]:
-    """Every row of `query` as a dict, on an async connection; driver errors translated."""
-    with translated(conn):
-        async with conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(query, params)
-            return await cur.fetchall()
 
 
 async def reachable(conn: AsyncConn) -> None:

@@ -17,7 +17,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from .errors import translated
-from .fleet import dict_rows_async, tuple_rows
+from .results import dict_rows_async, tuple_rows
 
 SyncConn = psycopg.Connection[Any]
 AsyncConn = psycopg.AsyncConnection[Any]

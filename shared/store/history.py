@@ -13,7 +13,7 @@ from typing import Any, TypedDict
 
 import psycopg
 
-from .fleet import Row, dict_rows, dict_rows_async
+from .results import Row, dict_rows, dict_rows_async
 
 SyncConn = psycopg.Connection[Any]
 AsyncConn = psycopg.AsyncConnection[Any]

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import psycopg
 
-from .fleet import tuple_rows
+from .results import tuple_rows
 
 SyncConn = psycopg.Connection[Any]
 _Row = TypeVar("_Row", bound=tuple[Any, ...])
