@@ -17,7 +17,7 @@ from shared.models_verify import Outcome, RecordKind
 from shared.store import verifications
 
 from .paging import Cursor, decode_cursor, page, wire
-from .routes import GPU_UUID, LABEL, only
+from .routes import GPU_UUID, LABEL, connection, only
 
 router = APIRouter(prefix="/api/v1")
 
@@ -55,7 +55,7 @@ async def gpu_verifications(
 ) -> dict[str, Any]:
     """The GPU's newest verification records (compute checks, logged operations), newest first."""
     after = decode_cursor(cursor, [int, datetime]) if cursor else [None, None]
-    async with request.app.state.pool.connection() as conn:
+    async with connection(request.app.state.pool) as conn:
         found = await verifications.verifications_page(
             conn, gpu_uuid, kind=kind, outcome=outcome, limit=limit + 1, after=(after[0], after[1])
         )
@@ -72,7 +72,7 @@ async def systems(
 ) -> dict[str, Any]:
     """Every node's latest announced identity, in brief."""
     (after,) = decode_cursor(cursor, [str]) if cursor else [None]
-    async with request.app.state.pool.connection() as conn:
+    async with connection(request.app.state.pool) as conn:
         found = await verifications.systems_page(conn, limit=limit + 1, after=after)
         total = await verifications.systems_count(conn)
     return page("systems", wire(found), total=total, limit=limit, key=lambda r: (r["hostname"],))
@@ -81,7 +81,7 @@ async def systems(
 @router.get("/systems/{hostname}", dependencies=[only()])
 async def system_detail(request: Request, hostname: HostPath) -> dict[str, Any]:
     """A node's latest identity, as its collector announced it (gpu-systems)."""
-    async with request.app.state.pool.connection() as conn:
+    async with connection(request.app.state.pool) as conn:
         found = await verifications.system_latest(conn, hostname)
     if found is None:
         raise HTTPException(404, f"no system {hostname}")
@@ -97,7 +97,7 @@ async def system_history(
 ) -> dict[str, Any]:
     """Every identity the node announced, newest first: when its hardware or driver changed."""
     after = decode_cursor(cursor, [datetime, str]) if cursor else [None, None]
-    async with request.app.state.pool.connection() as conn:
+    async with connection(request.app.state.pool) as conn:
         total = await verifications.system_history_count(conn, hostname)
         if not total:
             raise HTTPException(404, f"no system {hostname}")

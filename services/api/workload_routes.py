@@ -16,7 +16,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from shared.store import workload
 
 from .paging import wire
-from .routes import LABEL, GpuPath, only, time_range
+from .routes import LABEL, GpuPath, connection, only, time_range
 
 router = APIRouter(prefix="/api/v1")
 
@@ -24,7 +24,7 @@ router = APIRouter(prefix="/api/v1")
 @router.get("/gpus/{gpu_uuid}/processes", dependencies=[only()])
 async def gpu_processes(request: Request, gpu_uuid: GpuPath) -> dict[str, Any]:
     """What runs on one GPU now: its newest process poll, each process with its class and rule."""
-    async with request.app.state.pool.connection() as conn:
+    async with connection(request.app.state.pool) as conn:
         head = await workload.process_listing(conn, gpu_uuid)
         if head is None:
             raise HTTPException(404, f"no process listing for GPU {gpu_uuid}")
@@ -37,7 +37,7 @@ async def fleet_processes(
     request: Request, hostname: Annotated[str | None, Query(pattern=LABEL, max_length=253)] = None
 ) -> dict[str, Any]:
     """The fleet's GPU work now, by class and by rule: processes, GPUs, memory, pods."""
-    async with request.app.state.pool.connection() as conn:
+    async with connection(request.app.state.pool) as conn:
         gpus = await workload.fleet_work(conn, hostname)
         by_class = await workload.work_by_class(conn, hostname)
         by_rule = await workload.work_by_rule(conn, hostname)
@@ -52,7 +52,7 @@ async def llm_models(
 ) -> dict[str, Any]:
     """Per model: requests, errors, p50/p95 time to first token and tokens/s, p50 time per output token."""
     start, end = time_range(request, start, end, timedelta(hours=1))
-    async with request.app.state.pool.connection() as conn:
+    async with connection(request.app.state.pool) as conn:
         models = await workload.llm_models(conn, start, end)
     return {"from": start, "to": end, "models": wire(models)}
 
@@ -60,6 +60,6 @@ async def llm_models(
 @router.get("/llm/servers", dependencies=[only()])
 async def llm_servers(request: Request) -> dict[str, Any]:
     """Each LLM server's newest snapshot in the last day: up, version, loaded models with size and VRAM."""
-    async with request.app.state.pool.connection() as conn:
+    async with connection(request.app.state.pool) as conn:
         servers = await workload.llm_servers(conn)
     return {"servers": wire(servers)}
