@@ -11,6 +11,7 @@ The defaults match the native stack that ``make services`` starts
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field, SecretStr, ValidationError
@@ -21,6 +22,10 @@ from shared.errors import ConfigError
 log = logging.getLogger(__name__)
 
 S = TypeVar("S", bound="Settings")
+
+# The health rules (thresholds and windows) the scorer judges by, and by which the API counts a GPU
+# missing: one default for both (each service may point at another file through its settings).
+HEALTH_RULES_FILE = Path(__file__).resolve().parents[1] / "config" / "health-rules.toml"
 
 
 class KafkaSettings(BaseModel):

@@ -5,14 +5,14 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, field_validator
 
-from shared.config import Settings
+from shared.config import HEALTH_RULES_FILE, Settings
 from shared.errors import ConfigError
 
-# The scorer's rules (services/scorer/rules_config.py reads the same file): the API counts a GPU
-# as missing by the rules' own threshold, so the summary and the verdicts never disagree.
-RULES_FILE = Path(__file__).resolve().parents[2] / "config" / "health-rules.toml"
+# The scorer's rules (shared.config.HEALTH_RULES_FILE unless moved): the API counts a GPU as
+# missing by the rules' own threshold, so the summary and the verdicts never disagree.
+RULES_FILE = HEALTH_RULES_FILE
 
 
 def missing_after_s(rules_file: Path) -> int:
@@ -52,9 +52,19 @@ class ApiSection(BaseModel):
     # The fleet summary and the GPU list are cached until the scorer's next cycle (cache.py),
     # and never longer than this (0: no cache). The scorer's default cycle is 30 s.
     cache_max_age_s: float = Field(default=30.0, ge=0, le=3600)
-    # The health rules the scorer judges by (GPUHEALTH_SCORER__RULES_FILE): the summary's
-    # `missing` uses their availability threshold.
+    # The health rules the scorer judges by: the summary's `missing` uses their availability
+    # threshold. Where GPUHEALTH_SCORER__RULES_FILE moves the scorer's, set GPUHEALTH_API__RULES_FILE
+    # to the same file. Checked when the settings load (an unreadable file: exit 2).
     rules_file: Path = RULES_FILE
+
+    @field_validator("rules_file")
+    @classmethod
+    def _rules_file(cls, value: Path) -> Path:
+        try:
+            missing_after_s(value)
+        except ConfigError as e:
+            raise ValueError(str(e)) from None
+        return value
 
 
 class ApiSettings(Settings):

@@ -41,8 +41,7 @@ def main() -> int:
         except (GpuHealthError, OSError) as e:
             log.error("scorer cannot start: %s", e)
             return 1
-        life.enter_context(scorer.producer)
-        scorer.run(life.stop)
+        scorer.run(life.stop)  # its producer is flushed at the end of run, however it ends
     log.info("stopped")
     return 0
 

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from shared.config import DatabaseSettings, Settings, TopicSettings
 from shared.db import connect
@@ -45,10 +45,20 @@ class ScorerSection(BaseModel):
 
     interval_s: float = Field(default=30.0, ge=1, le=3600)
     predict_every_s: float = Field(default=300.0, ge=1)
-    as_of: str = "now"
+    as_of: str = "now"  # "now", "latest" (the newest sample) or an ISO time (one cycle, then exit)
     rules_file: Path = DEFAULT_RULES
     metrics_port: int = Field(default=9502, ge=0, le=65535)
     metrics_bind: str = "127.0.0.1"
+
+    @field_validator("as_of")
+    @classmethod
+    def _as_of(cls, value: str) -> str:
+        if value not in ("now", "latest"):
+            try:
+                datetime.fromisoformat(value)
+            except ValueError:
+                raise ValueError(f"as_of must be 'now', 'latest' or an ISO time, not {value!r}") from None
+        return value
 
 
 class ScorerSettings(Settings):
@@ -126,12 +136,16 @@ class ScorerLoop:
         started = time.perf_counter()
         try:
             conn = connect(self.db)
-            with translated(conn), conn:  # the connection's own commit at the end is translated too
+            try:  # the store translates its statements' errors; a bug here still raises as itself
                 as_of = resolve_as_of(conn, self.cfg.as_of)
                 due = time.monotonic() - self.last_prediction >= self.cfg.predict_every_s
                 result = run_cycle(conn, as_of, self.rules, None if due else self.predictions)
                 self.verdicts.refresh(conn, as_of)
                 with_hostnames(conn, result.messages)
+                with translated(conn):
+                    conn.commit()
+            finally:
+                conn.close()
             if due:
                 self.last_prediction = time.monotonic()
                 self.predictions = result.predictions

@@ -8,10 +8,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from shared.config import HEALTH_RULES_FILE
 from shared.errors import ConfigError
 from shared.models_health import Action
 
-DEFAULT_RULES = Path(__file__).resolve().parents[2] / "config" / "health-rules.toml"
+DEFAULT_RULES = HEALTH_RULES_FILE
 
 Severity = Literal["unhealthy", "degraded"]
 
