@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from typing import overload
 
 import psycopg
 
@@ -31,10 +33,21 @@ def connect(
     return conn
 
 
+@overload
 def wait_for_database(
-    settings: DatabaseSettings, timeout_s: float = 60.0
-) -> psycopg.Connection[tuple[object, ...]]:
-    """Connect, retrying with backoff until `timeout_s`; the last error is in the exception."""
+    settings: DatabaseSettings, timeout_s: float = 60.0, *, stop: None = None
+) -> psycopg.Connection[tuple[object, ...]]: ...
+@overload
+def wait_for_database(
+    settings: DatabaseSettings, timeout_s: float = 60.0, *, stop: threading.Event
+) -> psycopg.Connection[tuple[object, ...]] | None: ...
+def wait_for_database(
+    settings: DatabaseSettings, timeout_s: float = 60.0, *, stop: threading.Event | None = None
+) -> psycopg.Connection[tuple[object, ...]] | None:
+    """Connect, retrying with backoff until `timeout_s`; the last error is in the exception.
+
+    None if `stop` is set while waiting (a service told to stop before it could start).
+    """
     deadline = time.monotonic() + timeout_s
     delay = 0.2
     while True:
@@ -44,5 +57,8 @@ def wait_for_database(
             if time.monotonic() + delay > deadline:
                 raise DatabaseUnavailableError(f"database not reachable in {timeout_s:g} s: {e}") from e
             log.info("database not ready, retrying in %.1f s", delay, extra={"error": str(e)})
-            time.sleep(delay)
+            if stop is None:
+                time.sleep(delay)
+            elif stop.wait(delay):
+                return None
             delay = min(delay * 2, 5.0)

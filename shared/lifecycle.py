@@ -82,7 +82,11 @@ class Lifecycle(ExitStack):
         OSError, naming the address, when the port is taken; DatabaseUnavailableError.
         """
         if database is not None:
-            wait_for_database(database, timeout_s=120).close()
+            conn = wait_for_database(database, timeout_s=120, stop=self.stop)
+            if conn is None:  # SIGTERM while waiting: the loops find `stop` set and return at once
+                log.info("stopped before the database was reachable")
+                return
+            conn.close()
         self.callback(serve_metrics(registry, port, bind))
 
     def export_otlp(self, registry: CollectorRegistry) -> None:

@@ -8,7 +8,11 @@ import threading
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
+from shared.config import DatabaseSettings
+from shared.db import wait_for_database
+from shared.errors import DatabaseUnavailableError
 from shared.kafka import JsonProducer, close_consumer, closing_consumer
 from shared.lifecycle import Lifecycle, running
 
@@ -173,3 +177,25 @@ def test_signals_are_left_alone_off_the_main_thread() -> None:
     thread.start()
     thread.join(5)
     assert seen == [before, True]
+
+
+def test_a_stop_while_waiting_for_the_database_ends_the_wait() -> None:
+    """SIGTERM before the database came up: the service stops instead of waiting out its two minutes."""
+    nowhere = DatabaseSettings(host="127.0.0.1", port=1)
+    stop = threading.Event()
+    threading.Timer(0.5, stop.set).start()
+    assert wait_for_database(nowhere, timeout_s=3600, stop=stop) is None
+
+
+def test_a_lifecycle_stopped_while_waiting_serves_no_metrics_and_its_block_ends() -> None:
+    nowhere = DatabaseSettings(host="127.0.0.1", port=1)
+    registry = CollectorRegistry()
+    with Lifecycle("waiting") as life:
+        threading.Timer(0.5, life.stop.set).start()
+        life.serve_metrics(registry, 0, "127.0.0.1", database=nowhere)
+        assert life.stop.is_set()
+
+
+def test_without_a_stop_the_wait_still_gives_up_with_the_reason() -> None:
+    with pytest.raises(DatabaseUnavailableError, match="not reachable in"):
+        wait_for_database(DatabaseSettings(host="127.0.0.1", port=1), timeout_s=0.3)
