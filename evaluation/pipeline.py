@@ -41,6 +41,9 @@ def make_loop(
     kafka: KafkaSettings, db: DatabaseSettings, topics: TopicSettings, group: str, **kw: Any
 ) -> SinkLoop:
     """A sink loop with quick retries, as the tests and evaluations want it (`kw`: SinkSection's fields)."""
+    unknown = set(kw) - set(SinkSection.model_fields)
+    if unknown:  # SinkSection ignores fields it does not have: a typo would be dropped silently
+        raise TypeError(f"make_loop: not SinkSection fields: {sorted(unknown)}")
     cfg = SinkSection(group_id=group, max_backoff_s=2.0, **kw)
     return build_sink_loop(kafka, db, topics, cfg, metrics=SinkMetrics(CollectorRegistry()))
 

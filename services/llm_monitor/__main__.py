@@ -118,9 +118,13 @@ class Monitor:
     async def _serve(self, stopped: threading.Event) -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        threading.Thread(
-            target=lambda: (stopped.wait(), loop.call_soon_threadsafe(stop.set)), daemon=True
-        ).start()
+
+        def bridge() -> None:  # the service's stop (a thread's event) into this event loop
+            stopped.wait()
+            with contextlib.suppress(RuntimeError):  # the loop already ended on its own (e.g. port taken)
+                loop.call_soon_threadsafe(stop.set)
+
+        threading.Thread(target=bridge, daemon=True).start()
         proxy = OllamaProxy(
             upstream=self.cfg.ollama_url, on_session=self.publish, monitor_id=self.cfg.monitor_id
         )

@@ -79,8 +79,8 @@ class WorkloadRetention:
 class WorkloadSink(RecordsLoop):
     """The workload records loop. Constructor: RecordsLoop's, its family and retention set.
 
-    `run(stop)` consumes on the calling thread (as every sink loop); `start()`/`join()` run it
-    on a thread of its own, closing its consumer and retention connection when it ends.
+    `run(stop)` consumes on the calling thread (as every sink loop); as a context manager it
+    closes its consumer and its retention connection once, after run() has returned.
     """
 
     def __init__(
