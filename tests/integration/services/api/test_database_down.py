@@ -18,10 +18,15 @@ UUID = "GPU-11111111-2222-3333-4444-555555555555"
 
 def data_endpoints(openapi: dict[str, Any]) -> list[str]:
     """Every GET under /api/v1, its path parameters filled with a well-formed value."""
-    paths = []
-    for path, ops in openapi["paths"].items():
-        if "get" in ops and path.startswith("/api/v1"):
-            paths.append(re.sub(r"\{[^}]+\}", lambda m: UUID if "uuid" in m.group(0) else "node-0", path))
+
+    def filled(match: re.Match[str]) -> str:
+        return UUID if "uuid" in match.group(0) else "node-0"
+
+    paths: list[str] = [
+        re.sub(r"\{[^}]+\}", filled, path)
+        for path, ops in openapi["paths"].items()
+        if "get" in ops and str(path).startswith("/api/v1")
+    ]
     return sorted(paths)
 
 
