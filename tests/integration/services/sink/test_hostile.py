@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-import confluent_kafka
 import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
@@ -33,6 +32,7 @@ from shared.errors import ContractError
 from shared.fakes.samples import T0, sample
 from shared.kafka import make_consumer, make_producer
 from shared.models import parse_event, parse_sample
+from tests.helpers.hostile import HostileRun, Produced, drain, produce
 from tests.helpers.sink import count, env_for, sink_process, sink_topics
 
 MAX_BYTES = 4096
@@ -119,23 +119,10 @@ RECORDS = st.lists(
 )
 
 
-@dataclass
-class Run:
-    """The state the examples share: one sink, one producer, one reader of the dead-letter topic."""
+class Run(HostileRun):
+    """A hostile run over the sink's topics; a stored row is named by its GPU UUID's unique suffix."""
 
-    topics: TopicSettings
-    db: DatabaseSettings
-    group: str
-    producer: confluent_kafka.Producer
-    dlq: confluent_kafka.Consumer
-    n: int = 0  # records produced so far (also makes each GPU and time unique)
-    stored: int = 0
-    dead: set[tuple[str, int, int]] = field(default_factory=set)
-    refused_by_db: int = 0
-    dead_seen: list[tuple[str, int, int]] = field(default_factory=list)
-
-    def value(self, draft: Draft, i: int) -> tuple[str, bytes | None, bytes | None, Callable[[], bool]]:
-        """(topic, key, value, whether it must be stored) for one draft."""
+    def message(self, draft: Draft, i: int) -> Produced:
         gpu = f"GPU-{uuid.uuid4().hex[:8]}-0000-4000-8000-{i:012x}"
         at = (T0 + timedelta(seconds=i)).isoformat()
         topic = {"raw": self.topics.metrics_raw, "events": self.topics.events}.get(draft.topic)
@@ -155,7 +142,11 @@ class Run:
         key = {"uuid": gpu.encode(), "other": b"GPU-someone-else", "none": None}[draft.key]
         assert topic is not None
         assert message is not None
-        return topic, key, message, lambda: _accepted(topic == self.topics.metrics_raw, message, key, gpu)
+        return Produced(
+            topic, key, message, f"{i:012x}",
+            lambda: _accepted(topic == self.topics.metrics_raw, message, key, gpu),
+            refused_by_db=draft.changes.get("collector_id") == REFUSE,
+        )  # fmt: skip
 
 
 def _dumps(message: dict[str, Any]) -> bytes:
@@ -175,37 +166,6 @@ def _accepted(is_sample: bool, raw: bytes, key: bytes | None, gpu: str) -> bool:
     return message.collector_id != REFUSE
 
 
-def _headers(msg: confluent_kafka.Message) -> dict[str, str]:
-    raw: Any = msg.headers() or []
-    return {str(k): v.decode() for k, v in raw if isinstance(v, bytes)}
-
-
-def produce(run: Run, drafts: list[Draft]) -> tuple[set[str], set[tuple[str, int, int]]]:
-    """Produce the drafts; the GPUs whose record must be stored, and the sources that must be dead letters."""
-    must_store: set[str] = set()
-    must_die: set[tuple[str, int, int]] = set()
-
-    def delivered(verdict: Callable[[], bool], gpu: str, refused: bool) -> Callable[..., None]:
-        def done(err: confluent_kafka.KafkaError | None, msg: confluent_kafka.Message) -> None:
-            assert err is None, err
-            if verdict():
-                must_store.add(gpu)
-            else:
-                must_die.add((msg.topic() or "", msg.partition() or 0, msg.offset() or 0))
-                run.refused_by_db += refused
-
-        return done
-
-    for draft in drafts:
-        run.n += 1
-        topic, key, value, verdict = run.value(draft, run.n)
-        gpu = f"{run.n:012x}"
-        refused = draft.changes.get("collector_id") == REFUSE
-        run.producer.produce(topic, key=key, value=value, on_delivery=delivered(verdict, gpu, refused))
-    assert run.producer.flush(30) == 0
-    return must_store, must_die
-
-
 def stored_gpus(db: DatabaseSettings, suffixes: set[str]) -> list[str]:
     with connect(db) as conn:
         rows = conn.execute(
@@ -217,17 +177,7 @@ def stored_gpus(db: DatabaseSettings, suffixes: set[str]) -> list[str]:
 
 
 def read_dead(run: Run, expected: int) -> None:
-    wait_until(lambda: _drain(run) >= expected, 60, f"{expected} dead letters")
-
-
-def _drain(run: Run) -> int:
-    for msg in run.dlq.consume(1000, 0.2):
-        if msg.error() is None:
-            h = _headers(msg)
-            run.dead_seen.append(
-                (h["dlq.source.topic"], int(h["dlq.source.partition"]), int(h["dlq.source.offset"]))
-            )
-    return len(run.dead_seen)
+    wait_until(lambda: drain(run) >= expected, 60, f"{expected} dead letters")
 
 
 @pytest.fixture

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-import confluent_kafka
 import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
@@ -37,7 +36,7 @@ from shared.fakes.samples import T0
 from shared.gpu_identity import NvmlReader
 from shared.kafka import make_consumer, make_producer
 from shared.models_verify import SystemIdentity, parse_system, parse_verification, record_json
-from tests.helpers.kafka import header_map
+from tests.helpers.hostile import HostileRun, Produced, dead_letters_in_topic, drain, produce
 from tests.helpers.sink import counter_value
 from tests.helpers.verifier_fakes import FakeNvml
 from tests.integration.services.sink.test_hostile import ANY_JSON, ANY_TEXT, NUMBERS, deep
@@ -105,22 +104,11 @@ RECORDS = st.lists(
 )
 
 
-@dataclass
-class Run:
-    """What the examples share: one records loop, one producer, one reader of the dead-letter topic."""
+class Run(HostileRun):
+    """A hostile run over the records loop's topics; a stored row is named by its GPU UUID's or
+    hostname's unique suffix."""
 
-    topics: TopicSettings
-    db: DatabaseSettings
-    group: str
-    producer: confluent_kafka.Producer
-    dlq: confluent_kafka.Consumer
-    n: int = 0  # records produced so far (also makes each GPU, host and time unique)
-    stored: int = 0
-    dead: set[tuple[str, int, int]] = field(default_factory=set)
-    dead_seen: list[tuple[str, int, int]] = field(default_factory=list)
-
-    def message(self, draft: Draft, i: int) -> tuple[str, bytes | None, bytes | None, str, bool]:
-        """(topic, key, value, the suffix of its GPU UUID or hostname, whether it must be stored)."""
+    def message(self, draft: Draft, i: int) -> Produced:
         gpu, host = f"GPU-{uuid.uuid4().hex[:8]}-0000-4000-8000-{i:012x}", f"host-{i:012x}"
         topic = self.topics.verifications if draft.to == "verifications" else self.topics.systems
         changes = dict(draft.changes)
@@ -146,7 +134,7 @@ class Run:
             own, value = host, draft.raw
         key = {"own": own.encode(), "other": b"someone-else", "none": None}[draft.key]
         accepted = _accepted(topic == self.topics.verifications, value, key, own)
-        return topic, key, value, f"{i:012x}", accepted
+        return Produced(topic, key, value, f"{i:012x}", accepted)
 
 
 def _dumps(message: dict[str, Any]) -> bytes:
@@ -165,29 +153,6 @@ def _accepted(is_verification: bool, raw: bytes | None, key: bytes | None, own: 
         return False
 
 
-def produce(run: Run, drafts: list[Draft]) -> tuple[set[str], set[tuple[str, int, int]]]:
-    """Produce the drafts: the suffixes of what must be stored, the sources of what must be dead letters."""
-    must_store: set[str] = set()
-    must_die: set[tuple[str, int, int]] = set()
-
-    def delivered(accepted: bool, name: str) -> Callable[..., None]:
-        def done(err: confluent_kafka.KafkaError | None, msg: confluent_kafka.Message) -> None:
-            assert err is None, err
-            if accepted:
-                must_store.add(name)
-            else:
-                must_die.add((msg.topic() or "", msg.partition() or 0, msg.offset() or 0))
-
-        return done
-
-    for draft in drafts:
-        run.n += 1
-        topic, key, value, name, accepted = run.message(draft, run.n)
-        run.producer.produce(topic, key=key, value=value, on_delivery=delivered(accepted, name))
-    assert run.producer.flush(30) == 0
-    return must_store, must_die
-
-
 def stored_names(db: DatabaseSettings, suffixes: set[str]) -> list[str]:
     """The suffixes (of GPU UUIDs and hostnames) of the rows stored, once per row."""
     with connect(db) as conn:
@@ -197,17 +162,6 @@ def stored_names(db: DatabaseSettings, suffixes: set[str]) -> list[str]:
             (list(suffixes), list(suffixes)),
         ).fetchall()
     return [str(r[0]) for r in rows]
-
-
-def drain(run: Run) -> int:
-    for msg in run.dlq.consume(1000, 0.2):
-        if msg.error() is None:
-            h = header_map(msg)
-            assert h["dlq.consumer_group"] == run.group
-            run.dead_seen.append(
-                (h["dlq.source.topic"], int(h["dlq.source.partition"]), int(h["dlq.source.offset"]))
-            )
-    return len(run.dead_seen)
 
 
 @pytest.fixture
@@ -358,16 +312,3 @@ def test_stopped_while_retrying_then_restarted_each_record_is_stored_or_dead_let
     finally:
         reader.close()
     assert run.dead_seen == sorted(must_die)
-
-
-def dead_letters_in_topic(kafka: KafkaSettings, topic: str) -> int:
-    """Messages in the dead-letter topic (its partitions' end offsets: nothing is ever deleted there)."""
-    consumer = make_consumer(kafka, group_id=f"count-{uuid.uuid4().hex[:8]}")
-    try:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        return sum(
-            consumer.get_watermark_offsets(confluent_kafka.TopicPartition(topic, p), timeout=10)[1]
-            for p in partitions
-        )
-    finally:
-        consumer.close()

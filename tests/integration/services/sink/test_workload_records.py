@@ -34,14 +34,8 @@ from shared.errors import ContractError
 from shared.fakes.samples import T0
 from shared.kafka import make_consumer, make_producer
 from shared.models_workload import LlmSession, parse_gpu_processes, parse_llm_message
+from tests.helpers.hostile import HostileRun, Produced, dead_letters_in_topic, drain, produce
 from tests.helpers.sink import counter_value
-from tests.integration.services.sink.test_records_hostile import (
-    Draft,
-    Run,
-    dead_letters_in_topic,
-    drain,
-    produce,
-)
 
 MAX_BYTES = 4096
 REFUSE = (
@@ -51,9 +45,12 @@ HOSTILE_TEXT = st.text(st.characters(codec=None), max_size=16)
 
 
 @dataclass
-class WorkloadDraft(Draft):
+class WorkloadDraft:
     """A session, a process listing, or raw bytes; each gets a unique request id / GPU when produced."""
 
+    shape: str  # session | listing | raw
+    raw: bytes | None = None
+    key: str = "own"  # own | other
     label: str = "m"  # the session's model or the listing's hostname (a Label: any text but controls)
     refused: bool = False  # the label carries REFUSE: the database refuses the record
     to: str = "sessions"  # raw drafts: sessions | processes
@@ -83,12 +80,10 @@ drafts = st.one_of(
 BATCHES = st.lists(drafts, min_size=1, max_size=12)
 
 
-class WorkloadRun(Run):
-    """records_hostile's Run (a group, a producer, a reader of the dead-letter topic), for workload."""
+class WorkloadRun(HostileRun):
+    """A hostile run over the workload topics; a stored row is named by its request id or GPU UUID."""
 
-    def message(self, draft: Draft, i: int) -> tuple[str, bytes | None, bytes | None, str, bool]:
-        """(topic, key, value, its request id or GPU UUID, whether it must be stored)."""
-        assert isinstance(draft, WorkloadDraft)
+    def message(self, draft: WorkloadDraft, i: int) -> Produced:
         label = f"{draft.label}{REFUSE}" if draft.refused else draft.label
         at = (T0 + timedelta(seconds=i)).isoformat()
         if draft.shape == "session":
@@ -98,7 +93,9 @@ class WorkloadRun(Run):
                 "monitor_id": "m", "server": "s", "endpoint": "/api/chat", "model": label, "streamed": False,
                 "http_status": 200, "ok": True, "wall_ms": 1.5,
             }  # fmt: skip
-            return self.topics.llm_sessions, b"s", _dumps(record), ident, _stores(record, _dumps(record))
+            return Produced(
+                self.topics.llm_sessions, b"s", _dumps(record), ident, _stores(record, _dumps(record))
+            )
         ident = f"GPU-{i:08x}-0000-4000-8000-{uuid.uuid4().hex[:12]}"
         if draft.shape == "listing":
             record = {
@@ -108,9 +105,9 @@ class WorkloadRun(Run):
             }  # fmt: skip
             key = ident.encode() if draft.key == "own" else b"GPU-someone-else"
             accepted = _stores(record, _dumps(record)) and key == ident.encode()
-            return self.topics.processes, key, _dumps(record), ident, accepted
+            return Produced(self.topics.processes, key, _dumps(record), ident, accepted)
         topic = self.topics.llm_sessions if draft.to == "sessions" else self.topics.processes
-        return topic, b"k", draft.raw, ident, False  # no valid record is a list or random bytes
+        return Produced(topic, b"k", draft.raw, ident, False)  # no valid record is a list or random bytes
 
 
 def _dumps(record: dict[str, Any]) -> bytes:
