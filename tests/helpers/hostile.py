@@ -16,7 +16,9 @@ from typing import Any, NamedTuple
 
 import confluent_kafka
 
+from evaluation.pipeline import wait_until
 from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
+from shared.db import connect
 from shared.kafka import make_consumer
 from tests.helpers.kafka import header_map
 
@@ -101,3 +103,23 @@ def dead_letters_in_topic(kafka: KafkaSettings, topic: str) -> int:
         )
     finally:
         consumer.close()
+
+
+def await_dead_letters(run: HostileRun, must_die: set[Source]) -> None:
+    """Wait for this example's dead letters; then every record that must die did so exactly once."""
+    wait_until(lambda: drain(run) >= len(run.dead) + len(must_die), 60, "the dead letters")
+    run.dead |= must_die
+    assert len(run.dead_seen) == len(set(run.dead_seen)), "a record was dead-lettered twice"
+    assert set(run.dead_seen) == run.dead  # each other record exactly once
+
+
+def dead_letter_ledger(db: DatabaseSettings, group: str) -> tuple[int, int]:
+    """(letters recorded but not delivered, letters the database refused) in sink_dead_letters."""
+    with connect(db) as conn:
+        row = conn.execute(
+            "SELECT count(*) FILTER (WHERE delivered_at IS NULL),"
+            " count(*) FILTER (WHERE category = 'database') FROM sink_dead_letters WHERE consumer_group = %s",
+            (group,),
+        ).fetchone()
+    assert row is not None
+    return int(str(row[0])), int(str(row[1]))
