@@ -68,7 +68,7 @@ class SinkLoop:
         # other threads read this rather than calling into the consumer.
         self.owned: set[tuple[str, int]] = set()
         self.ever_owned: set[tuple[str, int]] = set()
-        self.stop = threading.Event()
+        self.stop = threading.Event()  # replaced by the one run() is given: the service's
         self._lag_due = Every(10.0)
         self._caught_up = True  # the last consume was not a full batch
         # Per partition, the next offset known stored in the database (the lag is measured from it).
@@ -125,8 +125,8 @@ class SinkLoop:
         )
 
     # ---------------------------------------------------------------- batches
-    def run(self, stop: threading.Event | None = None) -> None:
-        """Consume until `stop` (by default `self.stop`) is set; the batches in flight are finished first.
+    def run(self, stop: threading.Event) -> None:
+        """Consume until `stop` (the service's, from its lifecycle) is set; batches in flight are finished.
 
         The stages overlap. Each consumed batch is split into lanes by partition. A
         lane's batches commit one after another, in order, while the next one is
@@ -135,8 +135,7 @@ class SinkLoop:
         consumes and decodes what comes next: psycopg waits for PostgreSQL without
         the GIL. The consumer is only ever touched from this thread.
         """
-        if stop is not None:
-            self.stop = stop
+        self.stop = stop  # the rebalance callbacks and the retries look at it too
         self.subscribe()
         in_flight: dict[int, deque[tuple[Decoded, Future[WriteResult]]]] = {}
         self.rollup.start()

@@ -169,7 +169,7 @@ class RecordsLoop:
         self.batch_size, self.poll_timeout_s = batch_size, poll_timeout_s
         self.max_message_bytes, self.max_backoff_s = max_message_bytes, max_backoff_s
         self.statement_timeout_ms = statement_timeout_ms
-        self.stop = threading.Event()
+        self.stop = threading.Event()  # replaced by the one run() is given: the service's
         self.generation = 0  # bumped by every rebalance
         self.failed = False  # set when run() ended on an unexpected error (the sink exits non-zero)
         self.stored: dict[Partition, int] = {}  # per partition, the next offset stored (lag from it)
@@ -226,11 +226,10 @@ class RecordsLoop:
         self._held = []
 
     # ---------------------------------------------------------------- batches
-    def run(self, stop: threading.Event | None = None) -> None:
-        """Consume until `stop` (by default `self.stop`) is set. Never raises: an unexpected
-        error sets `failed` and the stop event, so the sink it belongs to stops too."""
-        if stop is not None:
-            self.stop = stop
+    def run(self, stop: threading.Event) -> None:
+        """Consume until `stop` (the service's, from its lifecycle) is set. Never raises: an
+        unexpected error sets `failed` and `stop`, so the sink it belongs to stops too."""
+        self.stop = stop  # the rebalance callbacks and the retries look at it too
         try:
             self.consumer.subscribe(
                 self.family.topics(self.topics), on_assign=self._on_assign, on_revoke=self._on_revoke

@@ -12,7 +12,6 @@ license.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 
@@ -92,7 +91,6 @@ class WorkloadSink(RecordsLoop):
         topics: TopicSettings,
         group: str,
         metrics: SinkMetrics,
-        stop: threading.Event | None = None,
         batch_size: int = 5000,
         poll_timeout_s: float = 0.5,
         max_message_bytes: int = 1_000_000,
@@ -108,13 +106,9 @@ class WorkloadSink(RecordsLoop):
             max_message_bytes=max_message_bytes, max_backoff_s=max_backoff_s, dlq_reader=dlq_reader,
             housekeeping=self.retention,
         )  # fmt: skip
-        if stop is not None:
-            self.stop = stop
 
     @classmethod
-    def from_settings(
-        cls, settings: Settings, *, group_id: str, metrics: SinkMetrics, stop: threading.Event | None = None
-    ) -> WorkloadSink:
+    def from_settings(cls, settings: Settings, *, group_id: str, metrics: SinkMetrics) -> WorkloadSink:
         """The loop of the sink whose group is `group_id` (its own group: `<group_id>-workload`)."""
         group = f"{group_id}-workload"
         return cls(
@@ -124,7 +118,6 @@ class WorkloadSink(RecordsLoop):
             topics=settings.topics,
             group=group,
             metrics=metrics,
-            stop=stop,
             dlq_reader=lambda: make_consumer(settings.kafka, group_id=f"{group}-dlq-check"),
         )
 

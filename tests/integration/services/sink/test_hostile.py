@@ -217,7 +217,7 @@ def test_hostile_records_never_stop_the_sink_and_each_record_ends_up_in_exactly_
         run.stored += len(stored)
         await_dead_letters(run, must_die)
 
-    sink = threading.Thread(target=loop.run, daemon=True)
+    sink = threading.Thread(target=loop.run, args=(loop.stop,), daemon=True)
 
     def thread_alive() -> bool:
         return sink.is_alive()

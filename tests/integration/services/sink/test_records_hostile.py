@@ -207,7 +207,7 @@ def running() -> Iterator[Callable[[RecordLoop], threading.Thread]]:
     started: list[tuple[RecordLoop, threading.Thread]] = []
 
     def start(loop: RecordLoop) -> threading.Thread:
-        thread = threading.Thread(target=loop.run, daemon=True)
+        thread = threading.Thread(target=loop.run, args=(loop.stop,), daemon=True)
         thread.start()
         started.append((loop, thread))
         return thread

@@ -155,7 +155,7 @@ class Loops:
             metrics=SinkMetrics(CollectorRegistry()),
             max_backoff_s=max_backoff_s,
         )
-        thread = threading.Thread(target=loop.run, daemon=True)
+        thread = threading.Thread(target=loop.run, args=(loop.stop,), daemon=True)
         thread.start()
         self.running[id(loop)] = (loop, thread)
         return loop

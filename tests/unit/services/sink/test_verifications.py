@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -220,6 +221,7 @@ def test_a_records_loop_that_fails_stops_the_whole_sink_and_says_so() -> None:
         dlq_producer=IdleProducer(),  # type: ignore[arg-type]
         db=DatabaseSettings(), topics=TOPICS, group="g", metrics=SinkMetrics(CollectorRegistry()),
     )  # fmt: skip
-    loop.run()  # returns: never raises out of its thread
+    stop = threading.Event()
+    loop.run(stop)  # returns: never raises out of its thread
     assert loop.failed
-    assert loop.stop.is_set()  # shared with the main loop: the sink stops and exits 1
+    assert stop.is_set()  # the service's stop: the whole sink stops and exits 1
