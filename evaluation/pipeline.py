@@ -34,7 +34,7 @@ from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
 from shared.db import connect
 from shared.kafka import JsonProducer
 from shared.lifecycle import running
-from shared.store import fleet, health, offsets
+from shared.store import fleet, health, offsets, rollup
 
 
 def make_loop(
@@ -107,10 +107,17 @@ class Pipeline:
             self.collector.poll_once()
 
     def settle(self) -> None:
-        """Wait until the sink has stored everything the collector published."""
+        """Wait until the sink has stored everything the collector published, and its rollup
+        refresh has recomputed every minute those batches noted (the scorer reads settled minutes
+        only: scoring before the refresh would judge the newest minutes as missing)."""
         assert self.publisher.flush(60) == 0
         produced = self.publisher.delivered
         wait_until(lambda: stored_offsets_total(self.db, self.sink.writer.group) >= produced, 90, "the sink")
+        wait_until(lambda: not self.rollup_behind(), 90, "the sink's rollup refresh")
+
+    def rollup_behind(self) -> bool:
+        with connect(self.db) as conn:
+            return rollup.behind(conn)
 
     def score(self) -> CycleResult:
         """Score as of the newest sample, as the scorer does for a replayed or simulated fleet."""
