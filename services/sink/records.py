@@ -26,7 +26,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import confluent_kafka
 import psycopg
@@ -131,7 +131,8 @@ def write_batch(
 class RecordsLoop:
     """Consumes a record family's topics into its tables; `run(stop)` until `stop` is set.
 
-    Constructor (keyword-only): `family`; `consumer` (its own group, subscribed by run);
+    A subclass names its family (`family_type`). Constructor (keyword-only): `consumer` (its
+    own group, subscribed by run);
     `dlq_producer`; `db` (read at every reconnect); `topics`; `group` (the offsets' and dead
     letters' group in the database); `metrics`; then tuning: `batch_size`, `poll_timeout_s`,
     `max_message_bytes`, `max_backoff_s`, `statement_timeout_ms`; `dlq_reader` makes a
@@ -140,10 +141,11 @@ class RecordsLoop:
     unexpected error, `failed` is set and so is the stop event (the whole sink stops).
     """
 
+    family_type: ClassVar[type[RecordFamily]]
+
     def __init__(
         self,
         *,
-        family: RecordFamily,
         consumer: confluent_kafka.Consumer,
         dlq_producer: confluent_kafka.Producer,
         db: DatabaseSettings,
@@ -158,13 +160,8 @@ class RecordsLoop:
         dlq_reader: Callable[[], confluent_kafka.Consumer] | None = None,
         housekeeping: Callable[[], None] = lambda: None,
     ) -> None:
-        self.family, self.consumer, self.dlq, self.db, self.topics = (
-            family,
-            consumer,
-            dlq_producer,
-            db,
-            topics,
-        )
+        self.family = self.family_type()
+        self.consumer, self.dlq, self.db, self.topics = consumer, dlq_producer, db, topics
         self.group, self.metrics, self.housekeeping = group, metrics, housekeeping
         self.batch_size, self.poll_timeout_s = batch_size, poll_timeout_s
         self.max_message_bytes, self.max_backoff_s = max_message_bytes, max_backoff_s

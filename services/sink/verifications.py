@@ -12,21 +12,19 @@ for shared.store.verifications.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import confluent_kafka
 from psycopg.types.json import Jsonb
 
 from shared.chain import link_of, parse_canonical_input
-from shared.config import DatabaseSettings, TopicSettings
+from shared.config import TopicSettings
 from shared.models_verify import parse_system, parse_verification, record_json
 from shared.store import verifications
 
 from .deadletters import DeadLetter, Origin
 from .decode import Record
-from .metrics import SinkMetrics
 from .records import Cursor, Item, RecordsLoop
 
 VERIFICATIONS, SYSTEMS = "gpu_verifications", "gpu_systems"  # the tables, as the rows metric names them
@@ -134,23 +132,6 @@ class VerificationRecords:
 
 
 class RecordLoop(RecordsLoop):
-    """The records loop of gpu-verifications and gpu-systems (RecordsLoop's constructor, its family set)."""
+    """The records loop of gpu-verifications and gpu-systems (RecordsLoop's constructor)."""
 
-    def __init__(
-        self,
-        *,
-        consumer: confluent_kafka.Consumer,
-        dlq_producer: confluent_kafka.Producer,
-        db: DatabaseSettings,
-        topics: TopicSettings,
-        group: str,
-        metrics: SinkMetrics,
-        max_message_bytes: int = 1_000_000,
-        max_backoff_s: float = 30.0,
-        dlq_reader: Callable[[], confluent_kafka.Consumer] | None = None,
-    ) -> None:
-        super().__init__(
-            family=VerificationRecords(), consumer=consumer, dlq_producer=dlq_producer, db=db, topics=topics,
-            group=group, metrics=metrics, max_message_bytes=max_message_bytes, max_backoff_s=max_backoff_s,
-            dlq_reader=dlq_reader,
-        )  # fmt: skip
+    family_type = VerificationRecords

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from typing import Any
 
-import confluent_kafka
 import psycopg
 
-from shared.config import DatabaseSettings, Settings, TopicSettings
+from shared.config import DatabaseSettings, Settings
 from shared.db import connect
 from shared.errors import DatabaseError
 from shared.kafka import close_consumer, make_consumer, make_producer
@@ -82,30 +82,19 @@ class WorkloadSink(RecordsLoop):
     closes its consumer and its retention connection once, after run() has returned.
     """
 
+    family_type = WorkloadRecords
+
     def __init__(
         self,
         *,
-        consumer: confluent_kafka.Consumer,
-        dlq_producer: confluent_kafka.Producer,
-        db: DatabaseSettings,
-        topics: TopicSettings,
-        group: str,
-        metrics: SinkMetrics,
-        batch_size: int = 5000,
-        poll_timeout_s: float = 0.5,
-        max_message_bytes: int = 1_000_000,
-        max_backoff_s: float = 30.0,
         keep_days: Mapping[str, int] = KEEP_DAYS,
         retention_interval_s: float = 600.0,
-        dlq_reader: Callable[[], confluent_kafka.Consumer] | None = None,
+        batch_size: int = 5000,
+        **loop: Any,
     ) -> None:
-        self.retention = WorkloadRetention(db, keep_days=keep_days, interval_s=retention_interval_s)
-        super().__init__(
-            family=WorkloadRecords(), consumer=consumer, dlq_producer=dlq_producer, db=db, topics=topics,
-            group=group, metrics=metrics, batch_size=batch_size, poll_timeout_s=poll_timeout_s,
-            max_message_bytes=max_message_bytes, max_backoff_s=max_backoff_s, dlq_reader=dlq_reader,
-            housekeeping=self.retention,
-        )  # fmt: skip
+        """RecordsLoop's keywords (`loop`), and how long each workload table keeps its rows."""
+        self.retention = WorkloadRetention(loop["db"], keep_days=keep_days, interval_s=retention_interval_s)
+        super().__init__(batch_size=batch_size, housekeeping=self.retention, **loop)
 
     @classmethod
     def from_settings(cls, settings: Settings, *, group_id: str, metrics: SinkMetrics) -> WorkloadSink:

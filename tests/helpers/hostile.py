@@ -10,18 +10,23 @@ the offsets the broker gave them; `drain` reads the dead-letter topic, checking 
 from __future__ import annotations
 
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import confluent_kafka
+from prometheus_client import CollectorRegistry
 
 from evaluation.pipeline import wait_until
+from services.sink.metrics import SinkMetrics
+from services.sink.records import RecordsLoop
 from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
 from shared.db import connect
-from shared.kafka import make_consumer
+from shared.kafka import make_consumer, make_producer
 from tests.helpers.kafka import header_map
 
+L = TypeVar("L", bound=RecordsLoop)
 Source = tuple[str, int, int]  # (topic, partition, offset) of a record
 
 
@@ -35,7 +40,7 @@ class Produced(NamedTuple):
 
 
 @dataclass
-class HostileRun:
+class HostileRun(ABC):
     """What the examples share: one producer, one reader of the dead-letter topic, the tallies."""
 
     topics: TopicSettings
@@ -49,8 +54,9 @@ class HostileRun:
     refused_by_db: int = 0
     dead_seen: list[Source] = field(default_factory=list)
 
+    @abstractmethod
     def message(self, draft: Any, i: int) -> Produced:
-        raise NotImplementedError(f"{type(self).__name__} must say how a draft becomes a message")
+        """The i-th produced message, made from `draft`."""
 
 
 def produce(run: HostileRun, drafts: list[Any]) -> tuple[set[str], set[Source]]:
@@ -123,3 +129,21 @@ def dead_letter_ledger(db: DatabaseSettings, group: str) -> tuple[int, int]:
         ).fetchone()
     assert row is not None
     return int(str(row[0])), int(str(row[1]))
+
+
+def records_loop(
+    loop_type: type[L],
+    kafka: KafkaSettings,
+    db: DatabaseSettings,
+    topics: TopicSettings,
+    group: str,
+    *,
+    max_message_bytes: int,
+) -> L:
+    """A records loop (verifications, workload) as the hostile runs want it: quick retries, a size limit."""
+    return loop_type(
+        consumer=make_consumer(kafka, group_id=group), dlq_producer=make_producer(kafka), db=db,
+        topics=topics, group=group, metrics=SinkMetrics(CollectorRegistry()),
+        max_message_bytes=max_message_bytes, max_backoff_s=1,
+        dlq_reader=lambda: make_consumer(kafka, group_id=f"{group}-dlq-check"),
+    )  # fmt: skip

@@ -23,10 +23,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
-from prometheus_client import CollectorRegistry
 
 from evaluation.pipeline import stored_offsets_total, wait_until
-from services.sink.metrics import SinkMetrics
 from services.sink.verifications import RecordLoop
 from shared.chain import GENESIS
 from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
@@ -44,6 +42,7 @@ from tests.helpers.hostile import (
     dead_letters_in_topic,
     drain,
     produce,
+    records_loop,
 )
 from tests.helpers.sink import counter_value
 from tests.helpers.verifier_fakes import FakeNvml
@@ -195,11 +194,7 @@ def refusing(migrated: DatabaseSettings) -> DatabaseSettings:
 
 
 def record_loop(kafka: KafkaSettings, db: DatabaseSettings, topics: TopicSettings, group: str) -> RecordLoop:
-    return RecordLoop(
-        consumer=make_consumer(kafka, group_id=group), dlq_producer=make_producer(kafka), db=db,
-        topics=topics, group=group, metrics=SinkMetrics(CollectorRegistry()), max_message_bytes=MAX_BYTES,
-        max_backoff_s=1, dlq_reader=lambda: make_consumer(kafka, group_id=f"{group}-dlq-check"),
-    )  # fmt: skip
+    return records_loop(RecordLoop, kafka, db, topics, group, max_message_bytes=MAX_BYTES)
 
 
 @pytest.fixture
