@@ -54,9 +54,12 @@ _RECORD = (
     " ON CONFLICT DO NOTHING"
 )
 _LEASE = """
-UPDATE sink_dead_letters d SET attempts = d.attempts + 1, leased_until = now() + make_interval(secs => %s)
-FROM (SELECT consumer_group, source_topic, source_partition, source_offset FROM sink_dead_letters
-      WHERE consumer_group = %s AND delivered_at IS NULL AND (leased_until IS NULL OR leased_until < now())
+UPDATE sink_dead_letters d SET attempts = d.attempts + 1, leased_until = now() + make_interval(secs => %s),
+    leased_by = pg_backend_pid()
+FROM (SELECT consumer_group, source_topic, source_partition, source_offset FROM sink_dead_letters l
+      WHERE consumer_group = %s AND delivered_at IS NULL
+        AND (leased_until IS NULL OR leased_until < now()
+             OR NOT EXISTS (SELECT FROM pg_stat_activity a WHERE a.pid = l.leased_by))
       ORDER BY failed_at LIMIT %s FOR UPDATE SKIP LOCKED) p
 WHERE (d.consumer_group, d.source_topic, d.source_partition, d.source_offset)
     = (p.consumer_group, p.source_topic, p.source_partition, p.source_offset)
@@ -64,12 +67,12 @@ RETURNING d.source_topic, d.source_partition, d.source_offset, d.key, d.value, d
           d.failed_at, d.attempts
 """
 _MARK = """
-UPDATE sink_dead_letters SET delivered_at = now(), leased_until = NULL
+UPDATE sink_dead_letters SET delivered_at = now(), leased_until = NULL, leased_by = NULL
 WHERE consumer_group = %s AND (source_topic, source_partition, source_offset)
     IN (SELECT * FROM unnest(%s::text[], %s::int[], %s::bigint[]))
 """
 _UNLEASE = """
-UPDATE sink_dead_letters SET leased_until = NULL
+UPDATE sink_dead_letters SET leased_until = NULL, leased_by = NULL
 WHERE consumer_group = %s AND (source_topic, source_partition, source_offset)
     IN (SELECT * FROM unnest(%s::text[], %s::int[], %s::bigint[]))
 """
