@@ -45,6 +45,7 @@ from typing import Any, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from bench._common import report, scratch_topic
@@ -66,8 +67,16 @@ BASELINE = "raw binary COPY"
 
 
 def group_settled(admin: AdminClient, group: str, members: int) -> bool:
-    """The group is stable with `members` members that own every partition between them."""
-    description = admin.describe_consumer_groups([group], request_timeout=10)[group].result(timeout=15)
+    """The group is stable with `members` members that own every partition between them.
+
+    Not yet, either, while the broker cannot describe it (a fresh broker's coordinator still loading).
+    """
+    try:
+        description = admin.describe_consumer_groups([group], request_timeout=10)[group].result(timeout=15)
+    except KafkaException as e:
+        if e.args and isinstance(e.args[0], KafkaError) and e.args[0].retriable():
+            return False
+        raise
     owned = sum(len(m.assignment.topic_partitions) for m in description.members)
     return (
         str(description.state).endswith("STABLE")

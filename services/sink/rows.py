@@ -10,7 +10,7 @@ message itself, in field order, without being copied into a narrower tuple.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from operator import attrgetter
 from typing import Any
@@ -33,7 +33,7 @@ from shared.store.samples import (
 # The column layout is the store's; it is named here too for the sink's callers.
 __all__ = [
     "EVENT_COLUMNS", "EVENT_TYPES", "GPU_UUID", "METRIC_COLUMNS", "STAGE_COLUMNS", "STAGE_TYPES", "TIME",
-    "Row", "event_row", "newest_per_gpu", "sample_row", "stage_row",
+    "Row", "event_row", "newest_per_gpu", "sample_row", "stage_row", "stage_rows",
 ]  # fmt: skip
 
 _plain = attrgetter(*PLAIN_COLUMNS)
@@ -72,6 +72,12 @@ def stage_row(raw: bytes | str) -> Row:
     """
     row = FAST_SAMPLE.decode(raw)
     return row if row is not None else sample_row(parse_sample(raw))
+
+
+def stage_rows(raws: Sequence[bytes]) -> list[Row] | None:
+    """Every message as a staging row by the compiled decoder alone, or None if it declines any
+    one of them (then each is taken on its own by stage_row, which names the reason)."""
+    return FAST_SAMPLE.decode_many(raws)
 
 
 _event_plain = attrgetter(*EVENT_COLUMNS[:-1])

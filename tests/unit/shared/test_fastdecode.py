@@ -28,6 +28,7 @@ GOOD: dict[str, Any] = {
     "gpu_temp_c": 61, "power_usage_w": 412.5, "gpu_util_pct": 97.0, "ecc_dbe_volatile_total": 0,
     "fb_total_mib": 81559, "clocks_event_reasons": 4, "prof_tensor_active_ratio": 0.41,
 }  # fmt: skip
+GOOD_RAW = json.dumps(GOOD).encode()
 
 
 def comparable(row: tuple[Any, ...]) -> list[Any]:
@@ -54,7 +55,16 @@ def pydantic_row(raw: bytes) -> tuple[Any, ...] | None:
 def check(message: dict[str, Any] | str) -> tuple[Any, ...] | None:
     """The property: the fast path accepts only what pydantic accepts, with the same row."""
     raw = (message if isinstance(message, str) else json.dumps(message, allow_nan=True)).encode()
+    # A batch's verdict first (decode remembers the labels it checked): it declines the batch
+    # exactly when decode declines one of its messages, and otherwise gives decode's rows.
+    many = FAST_SAMPLE.decode_many([GOOD_RAW, raw])
     fast, slow = FAST_SAMPLE.decode(raw), pydantic_row(raw)
+    assert (many is None) == (fast is None), f"decode_many and decode disagree on {raw!r}"
+    if many is not None and fast is not None:
+        assert [comparable(row) for row in many] == [
+            comparable(FAST_SAMPLE.decode(GOOD_RAW) or ()),
+            comparable(fast),
+        ]
     if fast is not None:
         assert slow is not None, f"fast path accepted what the contract refuses: {raw!r}"
         assert comparable(stage_row(raw)) == comparable(slow)

@@ -6,8 +6,11 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from psycopg.types.json import Jsonb
 
-from services.sink.decode import decode_lanes
+from services.sink.decode import Decoded, _decode_one, decode_lanes
 from shared.config import TopicSettings
 
 TOPICS = TopicSettings(metrics_raw="raw", events="events")
@@ -129,7 +132,13 @@ def test_any_exception_while_decoding_refuses_that_record_only(monkeypatch: pyte
             raise RecursionError("maximum recursion depth exceeded")
         return real(raw)
 
+    def fragile_at_once(raws: list[bytes]) -> Any:
+        if any(b"boom" in raw for raw in raws):
+            raise RecursionError("maximum recursion depth exceeded")
+        raise AssertionError("the lane holds the fragile record")
+
     monkeypatch.setattr(decode_module, "stage_row", fragile)
+    monkeypatch.setattr(decode_module, "stage_rows", fragile_at_once)
     msgs = [
         Msg("raw", 0, json.dumps(GOOD).encode()),
         Msg("raw", 1, json.dumps({**GOOD, "hostname": "boom"}).encode()),
@@ -143,3 +152,98 @@ def test_any_exception_while_decoding_refuses_that_record_only(monkeypatch: pyte
     assert len(out.batch.rows) == 2
     assert [o[2] for o in out.batch.row_origins] == [0, 2]  # each stored row knows where it came from
     assert out.batch.next_offsets == {("raw", 0): 3, ("events", 0): 4}
+
+
+# Records of every kind the sink can meet, good and bad, for the property below.
+OTHER_UUID = "GPU-0a0b0c0d-0000-4000-8000-000000000001"
+
+
+def raw(t: str, key: bytes | None = UUID.encode(), tail: bytes = b"", **changes: Any) -> Msg:
+    """A gpu-metrics-raw record of GOOD at time t, with changes."""
+    return Msg("raw", 0, json.dumps({**GOOD, "time": t, **changes}).encode() + tail, key=key)
+
+
+RECORDS = [
+    lambda t: raw(t),
+    lambda t: raw(t, key=None),
+    lambda t: raw(t, key=OTHER_UUID.encode(), gpu_uuid=OTHER_UUID),
+    lambda t: raw(t, mig=[{"profile": "1g.10gb", "instance_id": 1}]),
+    lambda t: raw(t, hostname="bad\u0007host"),  # a pattern
+    lambda t: raw(t, gpu_temp_c=-500),  # a bound
+    lambda t: raw(t, key=OTHER_UUID.encode()),  # the key
+    lambda t: raw(t.replace("Z", "+00:00")),
+    lambda t: raw(t + " "),  # pydantic decides
+    lambda t: Msg("raw", 0, b'{"a": 1},{"b": 2}'),
+    lambda t: Msg("raw", 0, b""),
+    lambda t: Msg("raw", 0, None),
+    lambda t: Msg("raw", 0, b"[" * 100 + b"]" * 100),
+    lambda t: Msg("raw", 0, b"x" * 20_000),
+    lambda t: raw(t, tail=b" " * 10_000),  # valid, too large
+    lambda t: Msg("raw", 0, None, error="transport"),
+    lambda t: Msg("events", 0, json.dumps({**EVENT, "time": t}).encode()),
+    lambda t: Msg("events", 0, json.dumps({**EVENT, "kind": "meteor"}).encode()),
+    lambda t: Msg("elsewhere", 0, json.dumps(GOOD).encode()),
+]
+
+
+def comparable(decoded: Decoded) -> tuple[Any, ...]:
+    """A batch in a form == compares by value (Jsonb compares by identity)."""
+    batch = decoded.batch
+    rows = [tuple(v.obj if isinstance(v, Jsonb) else v for v in row) for row in batch.rows]
+    dead = [(d.key, d.value, d.topic, d.partition, d.offset, d.category, d.reason) for d in batch.dead]
+    return (decoded.consumed, rows, batch.row_origins, batch.events, batch.event_origins, dead,
+            batch.next_offsets)  # fmt: skip
+
+
+GOOD_KINDS = 4  # the first RECORDS are valid samples
+
+
+def picks(kinds: int) -> st.SearchStrategy[list[tuple[int, int, int]]]:
+    """(kind, partition, second) of records drawn from the first `kinds` of RECORDS."""
+    return st.lists(st.tuples(st.integers(0, kinds - 1), st.integers(0, 3), st.integers(0, 59)), max_size=30)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    good=picks(GOOD_KINDS),
+    bad=picks(len(RECORDS)).map(lambda p: p[:2]),  # mostly good lanes with a stray bad record
+    at=st.integers(0, 30),
+    lanes=st.integers(1, 3),
+)
+def test_decoding_a_lane_at_once_gives_what_decoding_each_record_gives(
+    good: list[tuple[int, int, int]], bad: list[tuple[int, int, int]], at: int, lanes: int
+) -> None:
+    """Whatever the mix, the batch is the one a record-by-record decode builds: same rows and
+    origins, same dead letters with the same reasons, same offsets."""
+    msgs = []
+    for offset, (kind, partition, second) in enumerate(good[:at] + bad + good[at:]):
+        msg = RECORDS[kind](f"2026-11-21T11:00:{second:02d}Z")
+        msg._o, msg._p = offset, partition
+        msgs.append(msg)
+    expected: dict[int, Decoded] = {}
+    for msg in msgs:
+        if msg.error() is None:
+            lane = expected.setdefault(msg.partition() % lanes, Decoded())
+            lane.consumed += 1
+            _decode_one(msg, lane.batch, TOPICS, 10_000)
+    got = decode_lanes(msgs, TOPICS, 10_000, lanes)
+    assert sorted(got) == sorted(expected)
+    for n, lane in got.items():
+        assert comparable(lane) == comparable(expected[n])
+
+
+def test_a_lane_of_good_samples_is_decoded_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The common case never takes the record-by-record path."""
+    import services.sink.decode as decode_module
+
+    def one_by_one(*args: Any) -> None:
+        raise AssertionError("decoded one by one")
+
+    monkeypatch.setattr(decode_module, "_decode_one", one_by_one)
+    msgs = [raw(f"2026-11-21T11:00:{i:02d}Z") for i in range(20)]
+    for i, msg in enumerate(msgs):
+        msg._o, msg._p = i, i % 2
+    out = decode_lanes(msgs, TOPICS, 10_000, lanes=2)
+    assert [len(out[n].batch.rows) for n in (0, 1)] == [10, 10]
+    assert out[1].batch.next_offsets == {("raw", 1): 20}
+    assert [o[2] for o in out[0].batch.row_origins] == list(range(0, 20, 2))
