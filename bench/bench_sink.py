@@ -29,6 +29,7 @@ shares the same cores, so the sink cannot beat that ceiling on this machine.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -190,6 +191,8 @@ def one_sink_run(settings: Settings, processes: int, lanes: int) -> Callable[[Da
 
 
 def main() -> int:
+    help_only = argparse.RawDescriptionHelpFormatter
+    argparse.ArgumentParser(description=__doc__, formatter_class=help_only).parse_args()  # --help
     settings = Settings()
     wait_for_kafka(settings.kafka)
     rows = [stage_row(json.dumps(collector_message(i)))[: len(METRIC_COLUMNS)] for i in range(N)]
