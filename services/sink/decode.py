@@ -130,7 +130,8 @@ def _samples_at_once(records: list[Record], batch: Batch, max_bytes: int) -> boo
         return False
     batch.rows.extend(rows)
     batch.row_origins.extend(origins)
-    # A partition's records come in offset order: the last one seen is its newest.
+    # A partition's records come in offset order, so the last one seen is its newest (were they
+    # not, a lower next offset would only make a restart re-read rows that are then skipped).
     next_offsets = batch.next_offsets
     for partition, offset in dict(zip(zip(topics, partitions, strict=True), offsets, strict=True)).items():
         if offset >= next_offsets.get(partition, 0):
