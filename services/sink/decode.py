@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from operator import itemgetter, methodcaller
 from typing import Any, Protocol
 
@@ -21,6 +22,7 @@ from shared.errors import ContractError
 from shared.models import parse_event
 
 from .deadletters import DeadLetter
+from .partitions import note_stored
 from .rows import GPU_UUID, stage_row, stage_rows
 from .writer import Batch
 
@@ -67,16 +69,11 @@ def decode_lanes(
     their reasons. The two give the same batch.
     """
     records = [msg for msg in messages if msg.error() is None]  # consumer errors are not records
+    by_lane: dict[int, list[Record]] = {0: records} if lanes == 1 and records else {}
+    if lanes > 1:
+        for msg, partition in zip(records, map(_PARTITION, records), strict=True):
+            by_lane.setdefault((partition or 0) % lanes, []).append(msg)
     out: dict[int, Decoded] = {}
-    if not records:
-        return out
-    partitions = list(map(_PARTITION, records))
-    if lanes == 1 or None in partitions:
-        by_lane = {0: records} if lanes == 1 else _lanes_one_by_one(records, lanes)
-    else:
-        by_lane = {}
-        for msg, partition in zip(records, partitions, strict=True):
-            by_lane.setdefault(partition % lanes, []).append(msg)
     for n, lane_records in by_lane.items():
         lane = out[n] = Decoded(consumed=len(lane_records))
         samples, others = lane_records, []
@@ -84,7 +81,7 @@ def decode_lanes(
         if names.count(topics.metrics_raw) != len(names):
             samples = [m for m, name in zip(lane_records, names, strict=True) if name == topics.metrics_raw]
             others = [m for m, name in zip(lane_records, names, strict=True) if name != topics.metrics_raw]
-        if not (samples and _samples_at_once(samples, lane.batch, max_bytes)):
+        if not (samples and _samples_at_once(samples, topics.metrics_raw, lane.batch, max_bytes)):
             others = lane_records
         for msg in others:
             _decode_one(msg, lane.batch, topics, max_bytes)
@@ -96,15 +93,8 @@ _KEY, _VALUE = methodcaller("key"), methodcaller("value")
 _UUID = itemgetter(GPU_UUID)
 
 
-def _lanes_one_by_one(records: list[Record], lanes: int) -> dict[int, list[Record]]:
-    by_lane: dict[int, list[Record]] = {}
-    for msg in records:
-        by_lane.setdefault((msg.partition() or 0) % lanes, []).append(msg)
-    return by_lane
-
-
-def _samples_at_once(records: list[Record], batch: Batch, max_bytes: int) -> bool:
-    """All of these gpu-metrics-raw records into the batch, if every one is certainly valid.
+def _samples_at_once(records: list[Record], topic: str, batch: Batch, max_bytes: int) -> bool:
+    """All of these records of the samples' `topic` into the batch, if every one is certainly valid.
 
     False, leaving the batch as it was, if any one is not (or anything at all goes wrong):
     then each is decoded on its own.
@@ -121,10 +111,10 @@ def _samples_at_once(records: list[Record], batch: Batch, max_bytes: int) -> boo
         uuids = list(map(str.encode, map(_UUID, rows)))
         if keys != uuids and any(k is not None and k != u for k, u in zip(keys, uuids, strict=True)):
             return False
-        topics, partitions, offsets = (list(map(get, records)) for get in (_TOPIC, _PARTITION, _OFFSET))
+        partitions, offsets = list(map(_PARTITION, records)), list(map(_OFFSET, records))
         if None in partitions or None in offsets:
             return False
-        origins = list(zip(topics, partitions, offsets, keys, values, strict=True))
+        origins = list(zip(repeat(topic), partitions, offsets, keys, values))
     except Exception:  # whatever it was, decoding one by one finds whose it is
         log.debug("decoding the lane at once failed; decoding each record", exc_info=True)
         return False
@@ -132,10 +122,8 @@ def _samples_at_once(records: list[Record], batch: Batch, max_bytes: int) -> boo
     batch.row_origins.extend(origins)
     # A partition's records come in offset order, so the last one seen is its newest (were they
     # not, a lower next offset would only make a restart re-read rows that are then skipped).
-    next_offsets = batch.next_offsets
-    for partition, offset in dict(zip(zip(topics, partitions, strict=True), offsets, strict=True)).items():
-        if offset >= next_offsets.get(partition, 0):
-            next_offsets[partition] = offset + 1
+    newest = dict(zip(partitions, offsets, strict=True))
+    note_stored(batch.next_offsets, {(topic, partition): offset + 1 for partition, offset in newest.items()})
     return True
 
 
