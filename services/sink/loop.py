@@ -37,6 +37,10 @@ from .writer import BatchWriter, EarlierBatchError, WriteResult
 log = logging.getLogger(__name__)
 
 DEPTH = 2  # batches in flight per lane
+# While writes are in flight, the consumer waits for messages in steps this long (at most), so
+# a batch that finished while the topic went quiet is completed (offsets, metrics, the rollup
+# told) within one step rather than one whole poll timeout later.
+IN_FLIGHT_POLL_S = 0.05
 
 
 class SinkLoop:
@@ -141,10 +145,8 @@ class SinkLoop:
         self.rollup.start()
         try:
             while not self.stop.is_set():
-                messages = self.consumer.consume(self.batch_size, self.poll_timeout_s)
+                messages = self._consume(in_flight)
                 self._caught_up = len(messages) < self.batch_size
-                if self._held:  # polled while paused: they come first, as they were fetched first
-                    messages, self._held = [*self._held, *messages], []
                 lanes = self._decode(messages) if messages else {}
                 # Finish what is done (everything, when idle), and make room in busy lanes.
                 for lane, queue in in_flight.items():
@@ -172,6 +174,39 @@ class SinkLoop:
             self.rollup.close()
             self.relay.close()
             self.dlq.flush(30)
+
+    def _consume(
+        self, in_flight: dict[int, deque[tuple[Decoded, Future[WriteResult]]]]
+    ) -> list[confluent_kafka.Message]:
+        """Up to a batch of messages, waiting at most the poll timeout for it to fill.
+
+        While writes are in flight the wait is cut into short steps, and between them
+        the writes that finished are completed: the topic has run dry (the sink has
+        caught up), so their rollup refresh is not held back by the wait. Messages polled
+        while paused (a retry's backoff) keep their place: they were fetched before
+        whatever is consumed after them.
+        """
+        deadline = time.monotonic() + self.poll_timeout_s
+        messages, self._held = self._held, []
+        generation = self.generation
+        while len(messages) < self.batch_size:
+            wait = deadline - time.monotonic()
+            if any(in_flight.values()):
+                wait = min(wait, IN_FLIGHT_POLL_S)
+            more = self.consumer.consume(self.batch_size - len(messages), max(wait, 0.0))
+            if self.generation != generation:  # a rebalance: the new owner resumes from the database
+                messages, generation = [], self.generation
+            messages += more
+            if len(messages) >= self.batch_size or time.monotonic() >= deadline:
+                break
+            self._caught_up = True  # the topic ran dry: what finishes now is the newest there is
+            for lane, queue in in_flight.items():
+                while queue and queue[0][1].done():
+                    self._finish(lane, queue)  # a retry in it may poll (held) and see a rebalance
+            if self.generation != generation:
+                messages, generation = [], self.generation
+            messages, self._held = [*messages, *self._held], []
+        return messages
 
     def _finish(self, lane: int, queue: deque[tuple[Decoded, Future[WriteResult]]]) -> None:
         """Complete the lane's oldest batch; if it was given up, give up the ones after it too.

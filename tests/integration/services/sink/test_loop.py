@@ -16,9 +16,11 @@ from services.sink.loop import SinkLoop
 from services.sink.rows import stage_row
 from services.sink.writer import Batch, BatchWriter, EarlierBatchError
 from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
+from shared.db import connect
 from shared.errors import DatabaseError
 from shared.fakes.samples import sample
 from shared.kafka import make_producer
+from shared.store import rollup
 from tests.helpers.kafka import consume_all, header_map
 from tests.helpers.sink import (
     count,
@@ -204,6 +206,22 @@ def test_sigterm_stores_the_batch_in_flight_and_exits_zero(
         proc.kill()
     # Whatever it had written, its stored offsets say exactly that much: nothing half-done.
     assert stored_offsets_total(migrated, group) == count(migrated, "gpu_metrics")
+
+
+def test_a_batch_stored_as_the_topic_runs_dry_is_refreshed_without_waiting_out_the_poll(
+    kafka_settings: KafkaSettings, migrated: DatabaseSettings, topics: TopicSettings
+) -> None:
+    """The consumer waits up to its poll timeout for a batch to fill; a write that finishes
+    meanwhile is completed at once, so the rollup catches up with the last batch then, not
+    a whole poll timeout later."""
+    n, poll_timeout_s = 500, 6.0
+    group = f"sink-{uuid.uuid4().hex[:8]}"
+    produce_samples(kafka_settings, topics.metrics_raw, 0, n)
+    loop = make_loop(kafka_settings, migrated, topics, group, batch_size=n, poll_timeout_s=poll_timeout_s)
+    with running(loop), connect(migrated, autocommit=True) as conn:
+        wait_until(lambda: stored_offsets_total(migrated, group) == n, 60, "all offsets stored")
+        wait_until(lambda: not rollup.behind(conn), poll_timeout_s / 3, "the rollup refreshed")
+    assert count(migrated, "gpu_metrics_1min") == 50 * len({sample(i)["time"][:16] for i in range(n)})
 
 
 def test_a_batch_never_commits_after_an_earlier_one_failed(migrated: DatabaseSettings) -> None:
