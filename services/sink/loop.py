@@ -74,7 +74,7 @@ class SinkLoop:
         self.ever_owned: set[tuple[str, int]] = set()
         self.stop = threading.Event()  # replaced by the one run() is given: the service's
         self._lag_due = Every(10.0)
-        self._caught_up = True  # the last consume was not a full batch
+        self._caught_up = True  # the last consume found the topic dry (a wait that brought nothing)
         # Per partition, the next offset known stored in the database (the lag is measured from it).
         self.stored: dict[tuple[str, int], int] = {}
         self.relay = DeadLetterRelay(
@@ -146,7 +146,6 @@ class SinkLoop:
         try:
             while not self.stop.is_set():
                 messages = self._consume(in_flight)
-                self._caught_up = len(messages) < self.batch_size
                 lanes = self._decode(messages) if messages else {}
                 # Finish what is done (everything, when idle), and make room in busy lanes.
                 for lane, queue in in_flight.items():
@@ -194,12 +193,12 @@ class SinkLoop:
             if any(in_flight.values()):
                 wait = min(wait, IN_FLIGHT_POLL_S)
             more = self.consumer.consume(self.batch_size - len(messages), max(wait, 0.0))
+            self._caught_up = not more
             if self.generation != generation:  # a rebalance: the new owner resumes from the database
                 messages, generation = [], self.generation
             messages += more
             if len(messages) >= self.batch_size or time.monotonic() >= deadline:
                 break
-            self._caught_up = True  # the topic ran dry: what finishes now is the newest there is
             for lane, queue in in_flight.items():
                 while queue and queue[0][1].done():
                     self._finish(lane, queue)  # a retry in it may poll (held) and see a rebalance

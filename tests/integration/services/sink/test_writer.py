@@ -133,6 +133,37 @@ def test_the_scorer_reads_only_refreshed_minutes(migrated: DatabaseSettings) -> 
     assert {g.minutes_long for g in after.values()} == {10}
 
 
+def temp_bytes(conn: Any) -> int:
+    """Bytes of temporary files this database has written, as of now (statistics flushed)."""
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    row = conn.execute(
+        "SELECT temp_bytes FROM pg_stat_database WHERE datname = current_database()"
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_a_refresh_of_a_large_fleet_aggregates_in_memory(migrated: DatabaseSettings) -> None:
+    """Three polls of 12,000 GPUs: 36,000 samples in 12,000+ groups of aggregates, more than
+    PostgreSQL's default memory for a hash or a sort (work_mem 4 MB), so without 0017 the
+    refresh spilled to temporary files (~4 MB here)."""
+    gpus = 12_000
+    writer = BatchWriter(migrated, group="g", connections=1)
+    try:
+        writer.write(Batch(rows=[stage_row(json.dumps(sample(i, gpus))) for i in range(3 * gpus)]))
+    finally:
+        writer.close()
+    with connect(migrated, autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_force_next_flush()")
+        before = temp_bytes(conn)
+        conn.execute("SELECT gpu_metrics_1min_refresh(interval '100 years')")
+        conn.execute("SELECT pg_stat_force_next_flush()")
+        after = temp_bytes(conn)
+        (groups,) = conn.execute("SELECT count(*) FROM gpu_metrics_1min").fetchone() or (0,)
+    assert groups == len({(i % gpus, sample(i, gpus)["time"][:16]) for i in range(3 * gpus)})
+    assert after == before
+
+
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     parts=st.lists(st.tuples(st.integers(0, 400), st.integers(1, 150), st.booleans()), min_size=1, max_size=6)
