@@ -55,6 +55,7 @@ def main() -> int:
             rollup=RollupRefresher(
                 settings.db, metrics, interval_s=cfg.rollup_refresh_s, caught_up_s=cfg.rollup_caught_up_s,
                 keep_raw=timedelta(days=cfg.keep_raw_days), statement_timeout_ms=cfg.statement_timeout_ms,
+                complete_for=(cfg.group_id, settings.topics.metrics_raw),
             ),
         )))  # fmt: skip
         # gpu-verifications and gpu-systems: a small loop of their own (services/sink/verifications.py)

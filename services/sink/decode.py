@@ -23,7 +23,7 @@ from shared.models import parse_event
 
 from .deadletters import DeadLetter
 from .partitions import note_stored
-from .rows import GPU_UUID, stage_row, stage_rows
+from .rows import GPU_UUID, TIME, stage_row, stage_rows
 from .writer import Batch
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ def decode_lanes(
 
 _TOPIC, _PARTITION, _OFFSET = methodcaller("topic"), methodcaller("partition"), methodcaller("offset")
 _KEY, _VALUE = methodcaller("key"), methodcaller("value")
-_UUID = itemgetter(GPU_UUID)
+_UUID, _TIME = itemgetter(GPU_UUID), itemgetter(TIME)
 
 
 def _samples_at_once(records: list[Record], topic: str, batch: Batch, max_bytes: int) -> bool:
@@ -124,6 +124,8 @@ def _samples_at_once(records: list[Record], topic: str, batch: Batch, max_bytes:
     # not, a lower next offset would only make a restart re-read rows that are then skipped).
     newest = dict(zip(partitions, offsets, strict=True))
     note_stored(batch.next_offsets, {(topic, partition): offset + 1 for partition, offset in newest.items()})
+    frontiers = dict(zip(partitions, map(_TIME, rows), strict=True))  # the newest offset's, as one by one
+    batch.frontiers.update({(topic, partition): time for partition, time in frontiers.items()})
     return True
 
 
@@ -152,6 +154,7 @@ def _decode_one(msg: Record, batch: Batch, topics: TopicSettings, max_bytes: int
                 if key is None or key == row[GPU_UUID].encode():
                     batch.rows.append(row)
                     batch.row_origins.append((topic, partition, offset, key, value))
+                    batch.frontiers[(topic, partition)] = row[TIME]
                 else:
                     refused = ("key", "message key does not match gpu_uuid")
         elif topic == topics.events:

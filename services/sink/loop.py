@@ -30,7 +30,15 @@ from shared.errors import DatabaseError
 from .deadletters import DeadLetterRelay
 from .decode import Decoded, decode_lanes
 from .metrics import SinkMetrics
-from .partitions import Every, commit_courtesy, note_stored, poll_paused, report_lag, resume_from_database
+from .partitions import (
+    Every,
+    commit_courtesy,
+    fetched_all,
+    note_stored,
+    poll_paused,
+    report_lag,
+    resume_from_database,
+)
 from .rollup import RollupRefresher
 from .writer import BatchWriter, EarlierBatchError, WriteResult
 
@@ -89,7 +97,11 @@ class SinkLoop:
         self.lanes = max(1, writer.connections // DEPTH)
         self._executor = ThreadPoolExecutor(max_workers=writer.connections, thread_name_prefix="sink-writer")
         # The 1-minute rollup is refreshed after the batches, in a thread of its own (rollup.py).
-        self.rollup = rollup if rollup is not None else RollupRefresher(writer.settings, metrics)
+        self.rollup = (
+            rollup
+            if rollup is not None
+            else RollupRefresher(writer.settings, metrics, complete_for=(writer.group, topics.metrics_raw))
+        )
 
     # ---------------------------------------------------------------- rebalance
     def subscribe(self) -> None:
@@ -193,7 +205,10 @@ class SinkLoop:
             if any(in_flight.values()):
                 wait = min(wait, IN_FLIGHT_POLL_S)
             more = self.consumer.consume(self.batch_size - len(messages), max(wait, 0.0))
-            self._caught_up = not more
+            # Caught up: nothing came, and nothing is left to fetch (not merely a slow fetch).
+            self._caught_up = not more and fetched_all(self.consumer)
+            if self._caught_up:  # the rollup need not wait for the other lanes' later batches
+                self.rollup.caught_up()
             if self.generation != generation:  # a rebalance: the new owner resumes from the database
                 messages, generation = [], self.generation
             messages += more

@@ -4,14 +4,19 @@ A batch notes the minutes it stored samples in, in its own transaction
 (writer.py); this thread, on its own connection, refreshes them
 (shared.store.rollup: schema/0014's gpu_metrics_1min_refresh() takes the
 committed notes and recomputes those minutes from gpu_metrics). A minute is recomputed whole, so
-refreshing while it still fills costs its rows again: while the sink is
-behind (full batches) it refreshes at most every `interval_s`, so a burst of
-batches costs one refresh; once it has caught up (a batch that was not full)
-at most every `caught_up_s`, so the rollup follows the stream closely. The
-lag (how long the oldest stored but unrefreshed batch has waited) is on
-/metrics, bounded by the interval plus one refresh while the database is up. Readers
+refreshing while it still fills costs its rows again. While the sink is behind
+it refreshes at most every `interval_s`, and (given `complete_for`, its group
+and samples' topic) only the minutes every busy partition has passed (its
+frontier, schema/0018): lanes fill the same minutes at different moments, and
+a minute is then recomputed once rather than after each lane. Once it has
+caught up (a wait for messages brought none) it refreshes everything noted, at
+most every `caught_up_s`, so the rollup follows the stream closely. The lag
+(how long the oldest stored but unrefreshed batch has waited) is on /metrics:
+while caught up it is bounded by the interval plus one refresh while the
+database is up; while behind, minutes wait for the slowest partition. Readers
 keep to the refreshed minutes through gpu_metrics_1min_settled(). A last
-refresh runs on close, so a sink that stops cleanly leaves the rollup whole.
+refresh of everything runs on close, so a sink that stops cleanly leaves the
+rollup whole.
 """
 
 from __future__ import annotations
@@ -43,8 +48,13 @@ class RollupRefresher:
         caught_up_s: float = 0.25,
         keep_raw: timedelta = timedelta(days=30),
         statement_timeout_ms: int = 60_000,
+        complete_for: tuple[str, str] | None = None,
     ) -> None:
+        """`complete_for`: (consumer group, samples topic) whose partitions' frontiers bound a
+        refresh while the sink is behind; None refreshes every noted minute always."""
         self.settings, self.metrics = settings, metrics
+        self.complete_for = complete_for
+        self._behind = False  # the last batch stored was not caught up with the stream
         self.interval_s, self.caught_up_s, self.keep_raw = interval_s, caught_up_s, keep_raw
         self._pause_s = interval_s  # the pause that applies now
         self.statement_timeout_ms = statement_timeout_ms
@@ -69,10 +79,22 @@ class RollupRefresher:
         """
         with self._lock:
             self._pause_s = min(self.caught_up_s, self.interval_s) if caught_up else self.interval_s
+            self._behind = not caught_up
             self._stored += 1
             if self._waiting_since is None:
                 self._waiting_since = time.monotonic()
         self._wake.set()
+
+    def caught_up(self) -> None:
+        """The sink found no more messages: what is still noted is refreshed whole, soon."""
+        with self._lock:
+            if not self._behind:
+                return
+            self._behind = False
+            self._pause_s = min(self.caught_up_s, self.interval_s)
+            waiting = self._waiting_since is not None
+        if waiting:
+            self._wake.set()
 
     def start(self) -> None:
         if self._thread is None:
@@ -86,6 +108,7 @@ class RollupRefresher:
         if self._thread is not None:
             self._thread.join(timeout_s)
             self._thread = None
+        self._behind = False
         if self._waiting_since is not None:
             self.refresh()
         if self._conn is not None:
@@ -108,12 +131,17 @@ class RollupRefresher:
                 self._wake.set()
 
     def refresh(self) -> bool:
-        """One refresh of every noted minute; False (logged and counted) if it failed."""
+        """One refresh (while behind, of the minutes every partition has passed); False (logged
+        and counted) if it failed."""
         with self._lock:
             seen = self._stored
             started = time.monotonic()
+            complete_for = self.complete_for if self._behind else None
         try:
-            minutes = rollup.refresh(self._connection(), self.keep_raw)
+            conn = self._connection()
+            minutes = rollup.refresh(conn, self.keep_raw, complete_for)
+            # minutes left noted (not yet passed by every partition) wait on: since when
+            left = rollup.oldest_note_age(conn) if complete_for is not None else None
         except DatabaseError as e:
             self.metrics.rollup_failures.inc()
             log.warning("rollup refresh failed, retrying: %s", e)
@@ -122,8 +150,10 @@ class RollupRefresher:
                 self._conn = None
             return False
         with self._lock:
-            # Batches stored after the refresh began may not be in it: they keep waiting.
-            self._waiting_since = None if self._stored == seen else started
+            if left is not None:
+                self._waiting_since = time.monotonic() - left
+            else:  # batches stored after the refresh began may not be in it: they keep waiting
+                self._waiting_since = None if self._stored == seen else started
         self.metrics.rollup_seconds.observe(time.monotonic() - started)
         self.metrics.rollup_minutes.inc(minutes)
         self.metrics.rollup_last_refresh.set_to_current_time()

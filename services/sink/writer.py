@@ -75,6 +75,8 @@ class Batch:
     rows: list[Row] = field(default_factory=list)  # samples as staging rows (rows.STAGE_COLUMNS)
     events: list[GpuEvent] = field(default_factory=list)
     next_offsets: dict[Partition, int] = field(default_factory=dict)
+    # per partition, the time of its newest-offset sample in the batch (kafka_offsets.frontier)
+    frontiers: dict[Partition, datetime] = field(default_factory=dict)
     # parallel to rows and events (absent: the record cannot be dead-lettered, only refused)
     row_origins: list[Origin] = field(default_factory=list)
     event_origins: list[Origin] = field(default_factory=list)
@@ -186,7 +188,7 @@ class BatchWriter:
                     dead = [*dead, *self._isolate(cur, result, batch)]
                 rollup.note_minutes(cur, result.times)
                 result.dead_recorded = deadletters.record(cur, self.group, dead)
-                offsets.store(cur, self.group, batch.next_offsets)
+                offsets.store(cur, self.group, batch.next_offsets, batch.frontiers)
             with translated(conn):
                 conn.commit()
         except EarlierBatchError:

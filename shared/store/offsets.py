@@ -9,6 +9,7 @@ beginning). `stored_sum` is how much of its topics a group has done.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -18,20 +19,34 @@ from .errors import translated
 Partition = tuple[str, int]  # (topic, partition)
 
 _UPSERT = (
-    "INSERT INTO kafka_offsets (consumer_group, topic, partition, next_offset) VALUES (%s, %s, %s, %s)"
+    "INSERT INTO kafka_offsets (consumer_group, topic, partition, next_offset, frontier)"
+    " VALUES (%s, %s, %s, %s, %s)"
     " ON CONFLICT (consumer_group, topic, partition) DO UPDATE"
-    " SET next_offset = greatest(kafka_offsets.next_offset, EXCLUDED.next_offset), updated_at = now()"
+    " SET next_offset = greatest(kafka_offsets.next_offset, EXCLUDED.next_offset), updated_at = now(),"
+    " frontier = greatest(kafka_offsets.frontier, EXCLUDED.frontier)"
 )
 _SELECT = "SELECT topic, partition, next_offset FROM kafka_offsets WHERE consumer_group = %s"
 _SELECT_SOME = _SELECT + " AND (topic, partition) IN (SELECT * FROM unnest(%s::text[], %s::int[]))"
 _SUM = "SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets WHERE consumer_group = %s"
 
 
-def store(cur: psycopg.Cursor[Any], group: str, next_offsets: Mapping[Partition, int]) -> None:
-    """Record the next offsets of `group` (in the caller's transaction); a smaller one changes nothing."""
+def store(
+    cur: psycopg.Cursor[Any],
+    group: str,
+    next_offsets: Mapping[Partition, int],
+    frontiers: Mapping[Partition, datetime] | None = None,
+) -> None:
+    """Record the next offsets of `group` (in the caller's transaction); a smaller one changes nothing.
+
+    `frontiers`: per partition, the time of the newest sample stored with them (never moving
+    back either), which tells the rollup's refresh how far every partition has come.
+    """
     if next_offsets:
+        times = frontiers or {}
         with translated(cur.connection):
-            cur.executemany(_UPSERT, [(group, t, p, o) for (t, p), o in sorted(next_offsets.items())])
+            cur.executemany(
+                _UPSERT, [(group, t, p, o, times.get((t, p))) for (t, p), o in sorted(next_offsets.items())]
+            )
 
 
 def stored(

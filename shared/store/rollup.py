@@ -29,12 +29,44 @@ def note_minutes(cur: psycopg.Cursor[Any], times: Collection[datetime]) -> None:
             cur.execute(_NOTE, (list(times),))
 
 
-def refresh(conn: psycopg.Connection[Any], keep_raw: timedelta) -> int:
-    """Recompute every noted minute newer than `keep_raw` and commit; how many minutes it recomputed."""
+# The slowest busy partition's frontier (schema/0018): partitions idle for `busy` do not hold back.
+_FRONTIER = (
+    "SELECT min(frontier) FROM kafka_offsets WHERE consumer_group = %s AND topic = %s"
+    " AND frontier IS NOT NULL AND updated_at > now() - %s::interval"
+)
+_OLDEST_NOTE = "SELECT extract(epoch FROM clock_timestamp() - min(noted_at)) FROM gpu_metrics_1min_pending"
+
+
+def refresh(
+    conn: psycopg.Connection[Any],
+    keep_raw: timedelta,
+    complete_for: tuple[str, str] | None = None,
+    busy: timedelta = timedelta(minutes=1),
+) -> int:
+    """Recompute the noted minutes newer than `keep_raw` and commit; how many minutes it recomputed.
+
+    Every noted minute; or, with `complete_for` (a consumer group and its samples' topic), only
+    those before the minute of the slowest partition's frontier among the partitions it stored
+    in the last `busy` (the minutes every partition has passed); the others stay noted.
+    """
     with translated(conn):
-        row = conn.execute("SELECT gpu_metrics_1min_refresh(%s)", (keep_raw,)).fetchone()
+        if complete_for is None:
+            row = conn.execute("SELECT gpu_metrics_1min_refresh(%s)", (keep_raw,)).fetchone()
+        else:
+            group, topic = complete_for
+            row = conn.execute(
+                f"SELECT gpu_metrics_1min_refresh(%s, ({_FRONTIER}))", (keep_raw, group, topic, busy)
+            ).fetchone()
         conn.commit()
     return int(str(row[0])) if row else 0
+
+
+def oldest_note_age(conn: psycopg.Connection[Any]) -> float | None:
+    """Seconds since the oldest minute still noted was noted; None if none is."""
+    with translated(conn):
+        row = conn.execute(_OLDEST_NOTE).fetchone()
+        conn.commit()
+    return float(row[0]) if row and row[0] is not None else None
 
 
 def behind(conn: psycopg.Connection[Any]) -> bool:

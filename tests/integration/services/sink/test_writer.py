@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -133,6 +133,55 @@ def test_the_scorer_reads_only_refreshed_minutes(migrated: DatabaseSettings) -> 
     assert {g.minutes_long for g in after.values()} == {10}
 
 
+def settled(db: DatabaseSettings) -> datetime:
+    (first,) = query(db, "SELECT gpu_metrics_1min_settled()")[0]
+    return first  # type: ignore[no-any-return]
+
+
+def test_while_behind_a_refresh_takes_only_the_minutes_every_busy_partition_has_passed(
+    migrated: DatabaseSettings,
+) -> None:
+    writer = BatchWriter(migrated, group="g", connections=1)
+    rollup = RollupRefresher(migrated, SinkMetrics(CollectorRegistry()), complete_for=("g", "raw"))
+
+    def at(minutes: float) -> datetime:
+        return T0 + timedelta(minutes=minutes)
+
+    try:
+        # 10 minutes of samples; partition 0 has stored up to minute 9, partition 1 up to 4:30
+        part = batch(range(60 * GPUS))
+        part.next_offsets = {("raw", 0): 10, ("raw", 1): 10}
+        part.frontiers = {("raw", 0): at(9), ("raw", 1): at(4.5)}
+        writer.write(part)
+        rollup.stored(caught_up=False)
+        assert rollup.refresh()
+        assert settled(migrated) == at(4)  # minutes 0-3 are done; 4-9 wait for partition 1
+        assert {b for (b,) in query(migrated, "SELECT DISTINCT bucket FROM gpu_metrics_1min")} == {
+            at(m) for m in range(4)
+        }
+        assert rollup.lag_s() > 0  # what still waits is on /metrics
+        # a frontier never moves back
+        writer.write(Batch(next_offsets={("raw", 0): 11}, frontiers={("raw", 0): at(1)}))
+        assert query(migrated, "SELECT frontier FROM kafka_offsets WHERE partition = 0") == [(at(9),)]
+        # partition 1 has stored nothing for two minutes: it no longer holds the others back
+        with connect(migrated) as conn:
+            conn.execute(
+                "UPDATE kafka_offsets SET updated_at = now() - interval '2 minutes' WHERE partition = 1"
+            )
+        rollup.stored(caught_up=False)
+        assert rollup.refresh()
+        assert settled(migrated) == at(9)
+        # caught up: everything noted is refreshed
+        rollup.caught_up()
+        assert rollup.refresh()
+        assert rollup.lag_s() == 0
+        assert query(migrated, "SELECT count(*) FROM gpu_metrics_1min_pending") == [(0,)]
+    finally:
+        writer.close()
+        rollup.close()
+    assert query(migrated, _ROLLUP) == query(migrated, _FROM_RAW)
+
+
 def temp_bytes(conn: Any) -> int:
     """Bytes of temporary files this database has written, as of now (statistics flushed)."""
     conn.execute("SELECT pg_stat_clear_snapshot()")
@@ -164,32 +213,62 @@ def test_a_refresh_of_a_large_fleet_aggregates_in_memory(migrated: DatabaseSetti
     assert after == before
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+_SETTLED_ROLLUP = (
+    "SELECT bucket, gpu_uuid, samples, gpu_temp_c_sum, gpu_temp_c_n, gpu_temp_c_max, power_usage_w_sum"
+    " FROM gpu_metrics_1min WHERE bucket < gpu_metrics_1min_settled() ORDER BY 1, 2"
+)
+_SETTLED_FROM_RAW = (
+    "SELECT time_bucket(interval '1 minute', time), gpu_uuid, count(*), sum(gpu_temp_c), count(gpu_temp_c),"
+    " max(gpu_temp_c), sum(power_usage_w) FROM gpu_metrics WHERE time < gpu_metrics_1min_settled()"
+    " GROUP BY 1, 2 ORDER BY 1, 2"
+)
+NO_REFRESH, CAUGHT_UP, BEHIND = 0, 1, 2
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    parts=st.lists(st.tuples(st.integers(0, 400), st.integers(1, 150), st.booleans()), min_size=1, max_size=6)
+    parts=st.lists(
+        st.tuples(
+            st.integers(0, 400),  # first sample
+            st.integers(1, 150),  # samples
+            st.sampled_from([NO_REFRESH, CAUGHT_UP, BEHIND]),  # then, a refresh of all or of the complete
+            st.integers(-2, 20),  # the batch's frontier, minutes after T0 (the samples span 0..18)
+        ),
+        min_size=1,
+        max_size=6,
+    )
 )
 def test_the_rollup_equals_the_raw_rows_whatever_is_replayed_and_whenever_it_refreshes(
-    migrated: DatabaseSettings, parts: list[tuple[int, int, bool]]
+    migrated: DatabaseSettings, parts: list[tuple[int, int, int, int]]
 ) -> None:
-    """Overlapping batches (replays), refreshes in between or not: the rollup is the raw rows' aggregate."""
+    """Overlapping batches (replays), refreshes of everything or only of the minutes before the
+    frontier (whatever the frontier says, true or not): whatever is settled is the raw rows'
+    aggregate, and after a last refresh the whole rollup is."""
     with connect(migrated) as conn:
         conn.execute(
             "TRUNCATE gpu_metrics, gpu_metrics_1min, gpu_metrics_1min_pending, gpu_latest, gpu_assets,"
             " kafka_offsets"
         )
         conn.commit()
-    writer, rollup = BatchWriter(migrated, group="g", connections=1), refresher(migrated)
+    writer = BatchWriter(migrated, group="g", connections=1)
+    rollup = RollupRefresher(
+        migrated, SinkMetrics(CollectorRegistry()), interval_s=0.05, complete_for=("g", "raw")
+    )
     stored: set[int] = set()
     try:
-        for start, length, refresh_now in parts:
+        for start, length, refresh, frontier in parts:
             indices = range(start, start + length)
-            result = writer.write(batch(indices))
+            part = batch(indices, offset=start)
+            part.frontiers = {("raw", 0): T0 + timedelta(minutes=frontier)}
+            result = writer.write(part)
             assert result.metrics_inserted == len(set(indices) - stored)
             assert result.optimistic == (not set(indices) & stored)
             stored |= set(indices)
-            rollup.stored()
-            if refresh_now:
+            rollup.stored(caught_up=refresh != BEHIND)
+            if refresh != NO_REFRESH:
                 assert rollup.refresh()
+                assert query(migrated, _SETTLED_ROLLUP) == query(migrated, _SETTLED_FROM_RAW)
+        rollup.caught_up()
         assert rollup.refresh()
     finally:
         writer.close()

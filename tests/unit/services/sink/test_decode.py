@@ -192,7 +192,7 @@ def comparable(decoded: Decoded) -> tuple[Any, ...]:
     rows = [tuple(v.obj if isinstance(v, Jsonb) else v for v in row) for row in batch.rows]
     dead = [(d.key, d.value, d.topic, d.partition, d.offset, d.category, d.reason) for d in batch.dead]
     return (decoded.consumed, rows, batch.row_origins, batch.events, batch.event_origins, dead,
-            batch.next_offsets)  # fmt: skip
+            batch.next_offsets, batch.frontiers)  # fmt: skip
 
 
 GOOD_KINDS = 4  # the first RECORDS are valid samples
