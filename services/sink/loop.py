@@ -207,8 +207,6 @@ class SinkLoop:
             more = self.consumer.consume(self.batch_size - len(messages), max(wait, 0.0))
             # Caught up: nothing came, and nothing is left to fetch (not merely a slow fetch).
             self._caught_up = not more and fetched_all(self.consumer)
-            if self._caught_up:  # the rollup need not wait for the other lanes' later batches
-                self.rollup.caught_up()
             if self.generation != generation:  # a rebalance: the new owner resumes from the database
                 messages, generation = [], self.generation
             messages += more
@@ -217,10 +215,17 @@ class SinkLoop:
             for lane, queue in in_flight.items():
                 while queue and queue[0][1].done():
                     self._finish(lane, queue)  # a retry in it may poll (held) and see a rebalance
+            if self._caught_up and not any(in_flight.values()):
+                # all stored: the rollup need not wait for this sink's partitions any more
+                self.rollup.caught_up(self._own_samples())
             if self.generation != generation:
                 messages, generation = [], self.generation
             messages, self._held = [*messages, *self._held], []
         return messages
+
+    def _own_samples(self) -> list[tuple[str, int]]:
+        """The samples' partitions this loop holds."""
+        return [p for p in self.owned if p[0] == self.topics.metrics_raw]
 
     def _finish(self, lane: int, queue: deque[tuple[Decoded, Future[WriteResult]]]) -> None:
         """Complete the lane's oldest batch; if it was given up, give up the ones after it too.

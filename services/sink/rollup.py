@@ -5,18 +5,21 @@ A batch notes the minutes it stored samples in, in its own transaction
 (shared.store.rollup: schema/0014's gpu_metrics_1min_refresh() takes the
 committed notes and recomputes those minutes from gpu_metrics). A minute is recomputed whole, so
 refreshing while it still fills costs its rows again. While the sink is behind
-it refreshes at most every `interval_s`, and (given `complete_for`, its group
-and samples' topic) only the minutes every busy partition has passed (its
-frontier, schema/0018): lanes fill the same minutes at different moments, and
-a minute is then recomputed once rather than after each lane. Once it has
-caught up (a wait for messages brought none) it refreshes everything noted, at
-most every `caught_up_s`, so the rollup follows the stream closely. The lag
+it refreshes at most every `interval_s` (the first time `interval_s` after it
+fell behind), and (given `complete_for`, its group and samples' topic) only
+the minutes every partition still being filled has passed (their frontier,
+schema/0018): lanes fill the same minutes at different moments, and a minute
+is then recomputed once rather than after each lane. Once it has caught up (a
+wait for messages brought none, nothing is left to fetch, every batch is
+stored) it marks its partitions caught up (0019; its next batch clears the
+mark) and refreshes, at most every `caught_up_s`, what no other sink's
+partition is still filling: everything, once every sink has caught up. The lag
 (how long the oldest stored but unrefreshed batch has waited) is on /metrics:
-while caught up it is bounded by the interval plus one refresh while the
-database is up; while behind, minutes wait for the slowest partition. Readers
-keep to the refreshed minutes through gpu_metrics_1min_settled(). A last
-refresh of everything runs on close, so a sink that stops cleanly leaves the
-rollup whole.
+once every sink has caught up it is bounded by the interval plus one refresh
+while the database is up; while one is behind, minutes wait for its slowest
+partition. Readers keep to the refreshed minutes through
+gpu_metrics_1min_settled(). A last refresh of everything runs on close, so a
+sink that stops cleanly leaves the rollup whole.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Collection
 from datetime import timedelta
 
 import psycopg
@@ -31,7 +35,8 @@ import psycopg
 from shared.config import DatabaseSettings
 from shared.db import connect
 from shared.errors import DatabaseError
-from shared.store import rollup, samples
+from shared.store import offsets, rollup, samples
+from shared.store.offsets import Partition
 
 from .metrics import SinkMetrics
 
@@ -55,6 +60,9 @@ class RollupRefresher:
         self.settings, self.metrics = settings, metrics
         self.complete_for = complete_for
         self._behind = False  # the last batch stored was not caught up with the stream
+        self._own: frozenset[Partition] = frozenset()  # while caught up: the partitions it has done
+        self._marked = True  # _own is marked caught up in kafka_offsets (no batch stored since)
+        self._hold_until = 0.0  # having fallen behind, no refresh before then (monotonic)
         self.interval_s, self.caught_up_s, self.keep_raw = interval_s, caught_up_s, keep_raw
         self._pause_s = interval_s  # the pause that applies now
         self.statement_timeout_ms = statement_timeout_ms
@@ -72,29 +80,42 @@ class RollupRefresher:
         since = self._waiting_since
         return 0.0 if since is None else max(0.0, time.monotonic() - since)
 
-    def stored(self, *, caught_up: bool = True) -> None:
+    def stored(self, *, caught_up: bool = True, own: Collection[Partition] = ()) -> None:
         """A batch with samples was committed: its minutes are to be refreshed.
 
-        `caught_up`: the batch was not full (the sink is not behind): refresh soon.
+        `caught_up`: the sink has caught up with the stream: refresh soon. `own`: then, the
+        samples' partitions it holds, all of whose messages it has been handed.
         """
         with self._lock:
             self._pause_s = min(self.caught_up_s, self.interval_s) if caught_up else self.interval_s
+            if not caught_up and not self._behind:  # fallen behind: the other lanes store meanwhile
+                self._hold_until = time.monotonic() + self.interval_s
+            elif caught_up:
+                self._hold_until = 0.0
             self._behind = not caught_up
+            self._own = frozenset(own) if caught_up else frozenset()
+            self._marked = not self._own  # the batch cleared its partitions' marks
             self._stored += 1
             if self._waiting_since is None:
                 self._waiting_since = time.monotonic()
         self._wake.set()
 
-    def caught_up(self) -> None:
-        """The sink found no more messages: what is still noted is refreshed whole, soon."""
+    def caught_up(self, own: Collection[Partition] = ()) -> None:
+        """The sink found no more messages (`own`: its samples' partitions): refresh soon.
+
+        Also with nothing of its own to refresh: its partitions are marked caught up by the
+        refresh, so that they hold back no other sink's.
+        """
+        done = frozenset(own)
         with self._lock:
-            if not self._behind:
+            if not self._behind and self._own == done and self._marked:
                 return
-            self._behind = False
-            self._pause_s = min(self.caught_up_s, self.interval_s)
-            waiting = self._waiting_since is not None
-        if waiting:
-            self._wake.set()
+            if self._own != done:
+                self._marked = not done
+            self._behind, self._own, self._hold_until = False, done, 0.0
+            # marking its partitions may let another sink's refresh through: at once
+            self._pause_s = 0.0 if not self._marked else min(self.caught_up_s, self.interval_s)
+        self._wake.set()
 
     def start(self) -> None:
         if self._thread is None:
@@ -108,9 +129,8 @@ class RollupRefresher:
         if self._thread is not None:
             self._thread.join(timeout_s)
             self._thread = None
-        self._behind = False
         if self._waiting_since is not None:
-            self.refresh()
+            self.refresh(whole=True)
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -121,8 +141,8 @@ class RollupRefresher:
             self._wake.wait()
             if self._stop.is_set():
                 return
-            while (pause := last + self._pause_s - time.monotonic()) > 0:
-                if self._stop.wait(min(pause, self.caught_up_s)):  # so a catch-up is seen soon
+            while (pause := max(last + self._pause_s, self._hold_until) - time.monotonic()) > 0:
+                if self._stop.wait(min(pause, 0.05)):  # so a catch-up is seen soon
                     return
             self._wake.clear()
             last = time.monotonic()
@@ -130,16 +150,27 @@ class RollupRefresher:
                 self._stop.wait(min(5.0, 4 * self.interval_s))  # the database is away: not in a spin
                 self._wake.set()
 
-    def refresh(self) -> bool:
-        """One refresh (while behind, of the minutes every partition has passed); False (logged
-        and counted) if it failed."""
+    def refresh(self, *, whole: bool = False) -> bool:
+        """One refresh of the minutes every partition has passed (`whole`: of every noted minute);
+        False (logged and counted) if it failed.
+
+        While caught up, the sink's own partitions are first marked so (they no longer hold
+        back its, or another sink's, refreshes) and are left out of the frontier.
+        """
         with self._lock:
             seen = self._stored
             started = time.monotonic()
-            complete_for = self.complete_for if self._behind else None
+            complete_for = None if whole else self.complete_for
+            own = self._own if not self._behind else frozenset()
+            mark = not self._marked
         try:
             conn = self._connection()
-            minutes = rollup.refresh(conn, self.keep_raw, complete_for)
+            if mark and own and self.complete_for is not None:
+                offsets.mark_caught_up(conn, self.complete_for[0], own)
+            if mark:
+                with self._lock:
+                    self._marked = self._marked or self._own == own
+            minutes = rollup.refresh(conn, self.keep_raw, complete_for, caught_up=own)
             # minutes left noted (not yet passed by every partition) wait on: since when
             left = rollup.oldest_note_age(conn) if complete_for is not None else None
         except DatabaseError as e:
@@ -150,8 +181,10 @@ class RollupRefresher:
                 self._conn = None
             return False
         with self._lock:
-            if left is not None:
+            if left is not None:  # held back for partitions not done yet: look again in a while
                 self._waiting_since = time.monotonic() - left
+                self._pause_s = self.interval_s
+                self._wake.set()
             else:  # batches stored after the refresh began may not be in it: they keep waiting
                 self._waiting_since = None if self._stored == seen else started
         self.metrics.rollup_seconds.observe(time.monotonic() - started)

@@ -23,7 +23,11 @@ _UPSERT = (
     " VALUES (%s, %s, %s, %s, %s)"
     " ON CONFLICT (consumer_group, topic, partition) DO UPDATE"
     " SET next_offset = greatest(kafka_offsets.next_offset, EXCLUDED.next_offset), updated_at = now(),"
-    " frontier = greatest(kafka_offsets.frontier, EXCLUDED.frontier)"
+    " frontier = greatest(kafka_offsets.frontier, EXCLUDED.frontier), caught_up = false"
+)
+_CAUGHT_UP = (
+    "UPDATE kafka_offsets SET caught_up = true"
+    " WHERE consumer_group = %s AND (topic, partition) IN (SELECT * FROM unnest(%s::text[], %s::int[]))"
 )
 _SELECT = "SELECT topic, partition, next_offset FROM kafka_offsets WHERE consumer_group = %s"
 _SELECT_SOME = _SELECT + " AND (topic, partition) IN (SELECT * FROM unnest(%s::text[], %s::int[]))"
@@ -47,6 +51,15 @@ def store(
             cur.executemany(
                 _UPSERT, [(group, t, p, o, times.get((t, p))) for (t, p), o in sorted(next_offsets.items())]
             )
+
+
+def mark_caught_up(conn: psycopg.Connection[Any], group: str, partitions: Iterable[Partition]) -> None:
+    """`group` has stored everything there was of these partitions (until its next batch of them)."""
+    wanted = sorted(partitions)
+    if wanted:
+        with translated(conn):
+            conn.execute(_CAUGHT_UP, (group, [t for t, _ in wanted], [p for _, p in wanted]))
+            conn.commit()
 
 
 def stored(

@@ -183,7 +183,12 @@ def test_two_sinks_in_one_group_split_partitions_and_count_exactly(
         produce_samples(kafka_settings, topics.metrics_raw, 0, n)
         wait_until(lambda: stored_offsets_total(migrated, group) == n, 120, "both sinks to finish")
         raw_a, raw_b = raw(a), raw(b)
+        # Each holds back its refresh for the other's partitions while that one is behind; once
+        # both have caught up, nothing is held back: the rollup is whole while they still run.
+        with connect(migrated, autocommit=True) as conn:
+            wait_until(lambda: not rollup.behind(conn), 30, "the rollup to catch up with both")
     assert count(migrated, "gpu_metrics") == n
+    assert count(migrated, "gpu_metrics_1min") == 50 * len({sample(i)["time"][:16] for i in range(n)})
     assert raw_a, (a.ever_owned, b.ever_owned)
     assert raw_b, (a.ever_owned, b.ever_owned)
     assert not raw_a & raw_b  # shared, not duplicated

@@ -138,47 +138,64 @@ def settled(db: DatabaseSettings) -> datetime:
     return first  # type: ignore[no-any-return]
 
 
-def test_while_behind_a_refresh_takes_only_the_minutes_every_busy_partition_has_passed(
+def test_a_refresh_takes_only_the_minutes_every_partition_still_being_filled_has_passed(
     migrated: DatabaseSettings,
 ) -> None:
+    """Two sinks: `mine` holds partition 0 (stored up to minute 9), the other partition 1 (up to 4:30)."""
+    p0, p1 = ("raw", 0), ("raw", 1)
     writer = BatchWriter(migrated, group="g", connections=1)
-    rollup = RollupRefresher(migrated, SinkMetrics(CollectorRegistry()), complete_for=("g", "raw"))
+    mine, other = (
+        RollupRefresher(migrated, SinkMetrics(CollectorRegistry()), complete_for=("g", "raw"))
+        for _ in range(2)
+    )
 
     def at(minutes: float) -> datetime:
         return T0 + timedelta(minutes=minutes)
 
+    def pending() -> int:
+        return int(query(migrated, "SELECT count(*) FROM gpu_metrics_1min_pending")[0][0])
+
     try:
-        # 10 minutes of samples; partition 0 has stored up to minute 9, partition 1 up to 4:30
-        part = batch(range(60 * GPUS))
-        part.next_offsets = {("raw", 0): 10, ("raw", 1): 10}
-        part.frontiers = {("raw", 0): at(9), ("raw", 1): at(4.5)}
+        part = batch(range(60 * GPUS))  # 10 minutes of samples
+        part.next_offsets, part.frontiers = {p0: 10, p1: 10}, {p0: at(9), p1: at(4.5)}
         writer.write(part)
-        rollup.stored(caught_up=False)
-        assert rollup.refresh()
-        assert settled(migrated) == at(4)  # minutes 0-3 are done; 4-9 wait for partition 1
+        # behind: minutes 0-3 are done; 4-9 wait for partition 1
+        mine.stored(caught_up=False)
+        assert mine.refresh()
+        assert settled(migrated) == at(4)
         assert {b for (b,) in query(migrated, "SELECT DISTINCT bucket FROM gpu_metrics_1min")} == {
             at(m) for m in range(4)
         }
-        assert rollup.lag_s() > 0  # what still waits is on /metrics
-        # a frontier never moves back
-        writer.write(Batch(next_offsets={("raw", 0): 11}, frontiers={("raw", 0): at(1)}))
-        assert query(migrated, "SELECT frontier FROM kafka_offsets WHERE partition = 0") == [(at(9),)]
-        # partition 1 has stored nothing for two minutes: it no longer holds the others back
+        assert mine.lag_s() > 0  # what still waits is on /metrics
+        # caught up with its own partition: it still leaves the other's minutes to the other
+        mine.caught_up([p0])
+        assert mine.refresh()
+        assert settled(migrated) == at(4)
+        # the other catches up too: nothing holds back any more, everything is refreshed
+        other.caught_up([p1])
+        assert other.refresh()
+        assert pending() == 0
+        assert other.lag_s() == 0
+        # a frontier never moves back; a batch clears its partitions' caught-up mark
+        writer.write(
+            Batch(rows=rows(range(60 * GPUS, 61 * GPUS)), next_offsets={p1: 11}, frontiers={p1: at(1)})
+        )
+        assert query(migrated, "SELECT frontier, caught_up FROM kafka_offsets ORDER BY partition") == [
+            (at(9), True),
+            (at(4.5), False),
+        ]
+        mine.stored(caught_up=True, own=[p0])
+        assert mine.refresh()
+        assert pending() == 1  # minute 10, which partition 1 (busy, behind) has not passed
+        # partition 1 has stored nothing for two minutes: it no longer holds anyone back
         with connect(migrated) as conn:
-            conn.execute(
-                "UPDATE kafka_offsets SET updated_at = now() - interval '2 minutes' WHERE partition = 1"
-            )
-        rollup.stored(caught_up=False)
-        assert rollup.refresh()
-        assert settled(migrated) == at(9)
-        # caught up: everything noted is refreshed
-        rollup.caught_up()
-        assert rollup.refresh()
-        assert rollup.lag_s() == 0
-        assert query(migrated, "SELECT count(*) FROM gpu_metrics_1min_pending") == [(0,)]
+            conn.execute("UPDATE kafka_offsets SET updated_at = now() - interval '2 min' WHERE partition = 1")
+        assert mine.refresh()
+        assert pending() == 0
     finally:
         writer.close()
-        rollup.close()
+        mine.close()
+        other.close()
     assert query(migrated, _ROLLUP) == query(migrated, _FROM_RAW)
 
 
@@ -264,11 +281,11 @@ def test_the_rollup_equals_the_raw_rows_whatever_is_replayed_and_whenever_it_ref
             assert result.metrics_inserted == len(set(indices) - stored)
             assert result.optimistic == (not set(indices) & stored)
             stored |= set(indices)
-            rollup.stored(caught_up=refresh != BEHIND)
+            rollup.stored(caught_up=refresh != BEHIND, own=[("raw", 0)])
             if refresh != NO_REFRESH:
                 assert rollup.refresh()
                 assert query(migrated, _SETTLED_ROLLUP) == query(migrated, _SETTLED_FROM_RAW)
-        rollup.caught_up()
+        rollup.caught_up([("raw", 0)])
         assert rollup.refresh()
     finally:
         writer.close()
