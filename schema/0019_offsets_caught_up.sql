@@ -8,4 +8,12 @@
 -- everything it was handed and nothing more is there to fetch; its next batch
 -- clears the mark. The refresh bounds itself by the partitions that are busy and
 -- not caught up, and refreshes everything when there are none.
-ALTER TABLE kafka_offsets ADD COLUMN caught_up boolean NOT NULL DEFAULT false;
+--
+-- "Busy" is now judged by frontier_at, when a partition's frontier last moved,
+-- rather than by updated_at: a partition whose records were all refused (dead
+-- letters) moves its offsets but not its frontier, and must not hold the
+-- others back behind its old frontier.
+ALTER TABLE kafka_offsets
+    ADD COLUMN caught_up boolean NOT NULL DEFAULT false,
+    ADD COLUMN frontier_at timestamptz;
+UPDATE kafka_offsets SET frontier_at = updated_at WHERE frontier IS NOT NULL;

@@ -205,12 +205,13 @@ class SinkLoop:
             if any(in_flight.values()):
                 wait = min(wait, IN_FLIGHT_POLL_S)
             more = self.consumer.consume(self.batch_size - len(messages), max(wait, 0.0))
-            # Caught up: nothing came, and nothing is left to fetch (not merely a slow fetch).
-            self._caught_up = not more and fetched_all(self.consumer)
+            # Caught up: nothing came, none is in hand, and nothing is left to fetch (not merely
+            # a slow fetch).
+            self._caught_up = not more and not messages and fetched_all(self.consumer)
             if self.generation != generation:  # a rebalance: the new owner resumes from the database
                 messages, generation = [], self.generation
             messages += more
-            if len(messages) >= self.batch_size or time.monotonic() >= deadline:
+            if len(messages) >= self.batch_size:
                 break
             for lane, queue in in_flight.items():
                 while queue and queue[0][1].done():
@@ -221,6 +222,8 @@ class SinkLoop:
             if self.generation != generation:
                 messages, generation = [], self.generation
             messages, self._held = [*messages, *self._held], []
+            if time.monotonic() >= deadline:
+                break
         return messages
 
     def _own_samples(self) -> list[tuple[str, int]]:

@@ -63,6 +63,8 @@ class RollupRefresher:
         self._own: frozenset[Partition] = frozenset()  # while caught up: the partitions it has done
         self._marked = True  # _own is marked caught up in kafka_offsets (no batch stored since)
         self._hold_until = 0.0  # having fallen behind, no refresh before then (monotonic)
+        self._held_at = -float("inf")  # when that hold was last set: at most one every two intervals
+        self._events = 0  # stored() and caught_up() calls: what a refresh saw may have changed since
         self.interval_s, self.caught_up_s, self.keep_raw = interval_s, caught_up_s, keep_raw
         self._pause_s = interval_s  # the pause that applies now
         self.statement_timeout_ms = statement_timeout_ms
@@ -80,21 +82,23 @@ class RollupRefresher:
         since = self._waiting_since
         return 0.0 if since is None else max(0.0, time.monotonic() - since)
 
-    def stored(self, *, caught_up: bool = True, own: Collection[Partition] = ()) -> None:
+    def stored(self, *, caught_up: bool = True) -> None:
         """A batch with samples was committed: its minutes are to be refreshed.
 
-        `caught_up`: the sink has caught up with the stream: refresh soon. `own`: then, the
-        samples' partitions it holds, all of whose messages it has been handed.
+        `caught_up`: the sink has caught up with the stream: refresh soon. The batch cleared
+        its partitions' caught-up marks; `caught_up()` sets them again once all is stored.
         """
         with self._lock:
+            now = time.monotonic()
             self._pause_s = min(self.caught_up_s, self.interval_s) if caught_up else self.interval_s
-            if not caught_up and not self._behind:  # fallen behind: the other lanes store meanwhile
-                self._hold_until = time.monotonic() + self.interval_s
-            elif caught_up:
+            if caught_up:
                 self._hold_until = 0.0
+            elif not self._behind and now - self._held_at >= 2 * self.interval_s:
+                # fallen behind: the other lanes store meanwhile (not re-armed by every flip)
+                self._hold_until = self._held_at = now + self.interval_s
             self._behind = not caught_up
-            self._own = frozenset(own) if caught_up else frozenset()
-            self._marked = not self._own  # the batch cleared its partitions' marks
+            self._own, self._marked = frozenset(), True
+            self._events += 1
             self._stored += 1
             if self._waiting_since is None:
                 self._waiting_since = time.monotonic()
@@ -113,6 +117,7 @@ class RollupRefresher:
             if self._own != done:
                 self._marked = not done
             self._behind, self._own, self._hold_until = False, done, 0.0
+            self._events += 1
             # marking its partitions may let another sink's refresh through: at once
             self._pause_s = 0.0 if not self._marked else min(self.caught_up_s, self.interval_s)
         self._wake.set()
@@ -162,14 +167,14 @@ class RollupRefresher:
             started = time.monotonic()
             complete_for = None if whole else self.complete_for
             own = self._own if not self._behind else frozenset()
-            mark = not self._marked
+            mark, events = not self._marked, self._events
         try:
             conn = self._connection()
             if mark and own and self.complete_for is not None:
                 offsets.mark_caught_up(conn, self.complete_for[0], own)
             if mark:
-                with self._lock:
-                    self._marked = self._marked or self._own == own
+                with self._lock:  # unless a batch (which clears the marks) came in meanwhile
+                    self._marked = self._marked or self._events == events
             minutes = rollup.refresh(conn, self.keep_raw, complete_for, caught_up=own)
             # minutes left noted (not yet passed by every partition) wait on: since when
             left = rollup.oldest_note_age(conn) if complete_for is not None else None
@@ -183,7 +188,8 @@ class RollupRefresher:
         with self._lock:
             if left is not None:  # held back for partitions not done yet: look again in a while
                 self._waiting_since = time.monotonic() - left
-                self._pause_s = self.interval_s
+                if self._events == events:  # else a newer call set the pause
+                    self._pause_s = self.interval_s
                 self._wake.set()
             else:  # batches stored after the refresh began may not be in it: they keep waiting
                 self._waiting_since = None if self._stored == seen else started

@@ -19,11 +19,12 @@ from .errors import translated
 Partition = tuple[str, int]  # (topic, partition)
 
 _UPSERT = (
-    "INSERT INTO kafka_offsets (consumer_group, topic, partition, next_offset, frontier)"
-    " VALUES (%s, %s, %s, %s, %s)"
+    "INSERT INTO kafka_offsets (consumer_group, topic, partition, next_offset, frontier, frontier_at)"
+    " VALUES (%s, %s, %s, %s, %s, CASE WHEN %s::timestamptz IS NOT NULL THEN now() END)"
     " ON CONFLICT (consumer_group, topic, partition) DO UPDATE"
     " SET next_offset = greatest(kafka_offsets.next_offset, EXCLUDED.next_offset), updated_at = now(),"
-    " frontier = greatest(kafka_offsets.frontier, EXCLUDED.frontier), caught_up = false"
+    " frontier = greatest(kafka_offsets.frontier, EXCLUDED.frontier),"
+    " frontier_at = coalesce(EXCLUDED.frontier_at, kafka_offsets.frontier_at), caught_up = false"
 )
 _CAUGHT_UP = (
     "UPDATE kafka_offsets SET caught_up = true"
@@ -49,7 +50,11 @@ def store(
         times = frontiers or {}
         with translated(cur.connection):
             cur.executemany(
-                _UPSERT, [(group, t, p, o, times.get((t, p))) for (t, p), o in sorted(next_offsets.items())]
+                _UPSERT,
+                [
+                    (group, t, p, o, times.get((t, p)), times.get((t, p)))
+                    for (t, p), o in sorted(next_offsets.items())
+                ],
             )
 
 

@@ -30,11 +30,11 @@ def note_minutes(cur: psycopg.Cursor[Any], times: Collection[datetime]) -> None:
             cur.execute(_NOTE, (list(times),))
 
 
-# The slowest busy partition's frontier (schema/0018): partitions idle for `busy`, and those
-# whose sink has caught up (0019), do not hold back.
+# The slowest busy partition's frontier (schema/0018): partitions whose frontier has not moved
+# for `busy`, and those whose sink has caught up (0019), do not hold back.
 _FRONTIER = (
     "SELECT min(frontier) FROM kafka_offsets WHERE consumer_group = %s AND topic = %s"
-    " AND frontier IS NOT NULL AND NOT caught_up AND updated_at > now() - %s::interval"
+    " AND frontier IS NOT NULL AND NOT caught_up AND frontier_at > now() - %s::interval"
     " AND (topic, partition) NOT IN (SELECT * FROM unnest(%s::text[], %s::int[]))"
 )
 _OLDEST_NOTE = "SELECT extract(epoch FROM clock_timestamp() - min(noted_at)) FROM gpu_metrics_1min_pending"

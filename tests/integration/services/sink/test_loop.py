@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, cast
 
 import pytest
 
@@ -33,6 +35,22 @@ from tests.helpers.sink import (
     sink_until,
 )
 from tests.paths import REPO
+
+
+class LateConsumer:
+    """A consumer whose waits that bring nothing last a little past their timeout."""
+
+    def __init__(self, consumer: Any) -> None:
+        self._consumer = consumer
+
+    def consume(self, num_messages: int, timeout: float) -> list[Any]:
+        messages = self._consumer.consume(num_messages, timeout)
+        if not messages:
+            time.sleep(0.01)
+        return list(messages)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._consumer, name)
 
 
 @pytest.fixture
@@ -226,6 +244,32 @@ def test_a_batch_stored_as_the_topic_runs_dry_is_refreshed_without_waiting_out_t
     with running(loop), connect(migrated, autocommit=True) as conn:
         wait_until(lambda: stored_offsets_total(migrated, group) == n, 60, "all offsets stored")
         wait_until(lambda: not rollup.behind(conn), poll_timeout_s / 3, "the rollup refreshed")
+    assert count(migrated, "gpu_metrics_1min") == 50 * len({sample(i)["time"][:16] for i in range(n)})
+
+
+def test_a_sink_that_goes_idle_marks_its_partitions_caught_up_and_the_rollup_is_whole(
+    kafka_settings: KafkaSettings, migrated: DatabaseSettings, topics: TopicSettings
+) -> None:
+    """However the last batch finished (here every wait that brings nothing ends past its
+    deadline), an idle sink marks its partitions: they hold no refresh back."""
+    n = 3000
+    group = f"sink-{uuid.uuid4().hex[:8]}"
+    produce_samples(kafka_settings, topics.metrics_raw, 0, n)
+    loop = make_loop(kafka_settings, migrated, topics, group, batch_size=400, poll_timeout_s=0.05)
+    loop.consumer = cast(Any, LateConsumer(loop.consumer))
+    marked = (
+        "SELECT count(*) FILTER (WHERE caught_up), count(*) FROM kafka_offsets"
+        f" WHERE consumer_group = '{group}' AND topic = '{topics.metrics_raw}'"
+    )
+    with running(loop), connect(migrated, autocommit=True) as conn:
+        wait_until(lambda: stored_offsets_total(migrated, group) == n, 60, "all offsets stored")
+        wait_until(lambda: not rollup.behind(conn), 30, "the rollup refreshed while the sink runs")
+
+        def all_marked() -> bool:
+            done, partitions = conn.execute(marked).fetchone() or (0, 0)
+            return bool(partitions) and done == partitions
+
+        wait_until(all_marked, 30, "its partitions marked caught up")
     assert count(migrated, "gpu_metrics_1min") == 50 * len({sample(i)["time"][:16] for i in range(n)})
 
 

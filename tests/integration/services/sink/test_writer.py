@@ -184,12 +184,17 @@ def test_a_refresh_takes_only_the_minutes_every_partition_still_being_filled_has
             (at(9), True),
             (at(4.5), False),
         ]
-        mine.stored(caught_up=True, own=[p0])
+        mine.stored(caught_up=True)
+        mine.caught_up([p0])
         assert mine.refresh()
         assert pending() == 1  # minute 10, which partition 1 (busy, behind) has not passed
-        # partition 1 has stored nothing for two minutes: it no longer holds anyone back
+        # partition 1 has stored no sample for two minutes (only refused records since: its offsets
+        # move, its frontier does not): it no longer holds anyone back
         with connect(migrated) as conn:
-            conn.execute("UPDATE kafka_offsets SET updated_at = now() - interval '2 min' WHERE partition = 1")
+            conn.execute(
+                "UPDATE kafka_offsets SET frontier_at = now() - interval '2 min' WHERE partition = 1"
+            )
+        writer.write(Batch(next_offsets={p1: 12}))
         assert mine.refresh()
         assert pending() == 0
     finally:
@@ -281,7 +286,9 @@ def test_the_rollup_equals_the_raw_rows_whatever_is_replayed_and_whenever_it_ref
             assert result.metrics_inserted == len(set(indices) - stored)
             assert result.optimistic == (not set(indices) & stored)
             stored |= set(indices)
-            rollup.stored(caught_up=refresh != BEHIND, own=[("raw", 0)])
+            rollup.stored(caught_up=refresh != BEHIND)
+            if refresh == CAUGHT_UP:
+                rollup.caught_up([("raw", 0)])
             if refresh != NO_REFRESH:
                 assert rollup.refresh()
                 assert query(migrated, _SETTLED_ROLLUP) == query(migrated, _SETTLED_FROM_RAW)
