@@ -61,7 +61,8 @@ BEGIN
             RETURN n;
         END
         $body$ $fn$, aggregates);
-    -- every note: the one-argument form, as before
+    -- every note: the one-argument form, as before (it calls the two-argument one, which sets
+    -- work_mem itself: 0017's setting went with the old body)
     CREATE OR REPLACE FUNCTION gpu_metrics_1min_refresh(keep interval) RETURNS integer
     LANGUAGE sql AS $fn$ SELECT gpu_metrics_1min_refresh(keep, NULL) $fn$;
 END
