@@ -122,10 +122,10 @@ def _samples_at_once(records: list[Record], topic: str, batch: Batch, max_bytes:
     batch.row_origins.extend(origins)
     # A partition's records come in offset order, so the last one seen is its newest (were they
     # not, a lower next offset would only make a restart re-read rows that are then skipped).
-    newest = dict(zip(partitions, offsets, strict=True))
-    note_stored(batch.next_offsets, {(topic, partition): offset + 1 for partition, offset in newest.items()})
-    frontiers = dict(zip(partitions, map(_TIME, rows), strict=True))  # the newest offset's, as one by one
-    batch.frontiers.update({(topic, partition): time for partition, time in frontiers.items()})
+    # Per partition, its newest offset and that sample's time (the frontier, as one by one).
+    newest = dict(zip(partitions, zip(offsets, map(_TIME, rows), strict=True), strict=True))
+    note_stored(batch.next_offsets, {(topic, p): offset + 1 for p, (offset, _) in newest.items()})
+    batch.frontiers.update({(topic, p): time for p, (_, time) in newest.items()})
     return True
 
 

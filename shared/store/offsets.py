@@ -18,21 +18,28 @@ from .errors import translated
 
 Partition = tuple[str, int]  # (topic, partition)
 
+# "(topic, partition) is one of these": bound to the two arrays of `partition_arrays`
+IN_PARTITIONS = "(topic, partition) IN (SELECT * FROM unnest(%s::text[], %s::int[]))"
+
 _UPSERT = (
     "INSERT INTO kafka_offsets (consumer_group, topic, partition, next_offset, frontier, frontier_at)"
-    " VALUES (%s, %s, %s, %s, %s, CASE WHEN %s::timestamptz IS NOT NULL THEN now() END)"
+    " VALUES (%(group)s, %(topic)s, %(partition)s, %(offset)s, %(frontier)s,"
+    " CASE WHEN %(frontier)s::timestamptz IS NOT NULL THEN now() END)"
     " ON CONFLICT (consumer_group, topic, partition) DO UPDATE"
     " SET next_offset = greatest(kafka_offsets.next_offset, EXCLUDED.next_offset), updated_at = now(),"
     " frontier = greatest(kafka_offsets.frontier, EXCLUDED.frontier),"
     " frontier_at = coalesce(EXCLUDED.frontier_at, kafka_offsets.frontier_at), caught_up = false"
 )
-_CAUGHT_UP = (
-    "UPDATE kafka_offsets SET caught_up = true"
-    " WHERE consumer_group = %s AND (topic, partition) IN (SELECT * FROM unnest(%s::text[], %s::int[]))"
-)
+_CAUGHT_UP = "UPDATE kafka_offsets SET caught_up = true WHERE consumer_group = %s AND " + IN_PARTITIONS
 _SELECT = "SELECT topic, partition, next_offset FROM kafka_offsets WHERE consumer_group = %s"
-_SELECT_SOME = _SELECT + " AND (topic, partition) IN (SELECT * FROM unnest(%s::text[], %s::int[]))"
+_SELECT_SOME = _SELECT + " AND " + IN_PARTITIONS
 _SUM = "SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets WHERE consumer_group = %s"
+
+
+def partition_arrays(partitions: Iterable[Partition]) -> tuple[list[str], list[int]]:
+    """The partitions as IN_PARTITIONS' two parameters: their topics, their numbers."""
+    wanted = sorted(partitions)
+    return [t for t, _ in wanted], [p for _, p in wanted]
 
 
 def store(
@@ -48,22 +55,20 @@ def store(
     """
     if next_offsets:
         times = frontiers or {}
+        rows = [
+            {"group": group, "topic": t, "partition": p, "offset": o, "frontier": times.get((t, p))}
+            for (t, p), o in sorted(next_offsets.items())
+        ]
         with translated(cur.connection):
-            cur.executemany(
-                _UPSERT,
-                [
-                    (group, t, p, o, times.get((t, p)), times.get((t, p)))
-                    for (t, p), o in sorted(next_offsets.items())
-                ],
-            )
+            cur.executemany(_UPSERT, rows)
 
 
 def mark_caught_up(conn: psycopg.Connection[Any], group: str, partitions: Iterable[Partition]) -> None:
     """`group` has stored everything there was of these partitions (until its next batch of them)."""
-    wanted = sorted(partitions)
-    if wanted:
+    topics, numbers = partition_arrays(partitions)
+    if topics:
         with translated(conn):
-            conn.execute(_CAUGHT_UP, (group, [t for t, _ in wanted], [p for _, p in wanted]))
+            conn.execute(_CAUGHT_UP, (group, topics, numbers))
             conn.commit()
 
 
@@ -75,10 +80,7 @@ def stored(
         if partitions is None:
             rows = conn.execute(_SELECT, (group,)).fetchall()
         else:
-            wanted = list(partitions)
-            rows = conn.execute(
-                _SELECT_SOME, (group, [t for t, _ in wanted], [p for _, p in wanted])
-            ).fetchall()
+            rows = conn.execute(_SELECT_SOME, (group, *partition_arrays(partitions))).fetchall()
         conn.commit()
     return {(str(t), int(str(p))): int(str(o)) for t, p, o in rows}
 

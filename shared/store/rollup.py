@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 
 from .errors import translated
-from .offsets import Partition
+from .offsets import IN_PARTITIONS, Partition, partition_arrays
 
 _NOTE = (
     "INSERT INTO gpu_metrics_1min_pending (bucket)"
@@ -31,11 +31,12 @@ def note_minutes(cur: psycopg.Cursor[Any], times: Collection[datetime]) -> None:
 
 
 # The slowest busy partition's frontier (schema/0018): partitions whose frontier has not moved
-# for `busy`, and those whose sink has caught up (0019), do not hold back.
+# for BUSY, and those whose sink has caught up (0019), do not hold back.
+BUSY = timedelta(minutes=1)
 _FRONTIER = (
     "SELECT min(frontier) FROM kafka_offsets WHERE consumer_group = %s AND topic = %s"
     " AND frontier IS NOT NULL AND NOT caught_up AND frontier_at > now() - %s::interval"
-    " AND (topic, partition) NOT IN (SELECT * FROM unnest(%s::text[], %s::int[]))"
+    " AND NOT " + IN_PARTITIONS
 )
 _OLDEST_NOTE = "SELECT extract(epoch FROM clock_timestamp() - min(noted_at)) FROM gpu_metrics_1min_pending"
 
@@ -44,14 +45,13 @@ def refresh(
     conn: psycopg.Connection[Any],
     keep_raw: timedelta,
     complete_for: tuple[str, str] | None = None,
-    busy: timedelta = timedelta(minutes=1),
     caught_up: Collection[Partition] = (),
 ) -> int:
     """Recompute the noted minutes newer than `keep_raw` and commit; how many minutes it recomputed.
 
     Every noted minute; or, with `complete_for` (a consumer group and its samples' topic), only
     those before the minute of the slowest partition's frontier among the partitions it stored
-    in the last `busy` and has not caught up with (the minutes every partition has passed; all
+    samples of in the last BUSY and has not caught up with (the minutes every partition has passed; all
     of them if there are none such); the others stay noted. `caught_up`: partitions the caller
     has stored everything of, which never hold back.
     """
@@ -60,10 +60,9 @@ def refresh(
             row = conn.execute("SELECT gpu_metrics_1min_refresh(%s)", (keep_raw,)).fetchone()
         else:
             group, topic = complete_for
-            done = sorted(caught_up)
             row = conn.execute(
                 f"SELECT gpu_metrics_1min_refresh(%s, ({_FRONTIER}))",
-                (keep_raw, group, topic, busy, [t for t, _ in done], [p for _, p in done]),
+                (keep_raw, group, topic, BUSY, *partition_arrays(caught_up)),
             ).fetchone()
         conn.commit()
     return int(str(row[0])) if row else 0
