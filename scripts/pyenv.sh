@@ -33,8 +33,31 @@ install_cli() {
   fi
 }
 
+# The sink's compiled encoder (shared/_fastcopy.c, see shared/fastcopy.py), built next to its
+# source for the venv's Python when the source is newer. Without a C compiler the sink takes
+# its pure-Python path: slower, the same rows. A failed build leaves no stale module behind.
+build_native() {
+  local src=$here/shared/_fastcopy.c out
+  out=$here/shared/_fastcopy$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+  [[ -f $out && $out -nt $src ]] && return 0
+  if ! command -v "${CC:-cc}" >/dev/null; then
+    echo "pyenv: no C compiler; the sink decodes without shared/_fastcopy (slower)" >&2
+    return 0
+  fi
+  local include
+  include=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+  if ! "${CC:-cc}" -O2 -Wall -Wextra -Wno-unused-parameter -Werror -shared -fPIC -I"$include" \
+      "$src" -o "$out.tmp" >&2; then
+    rm -f "$out" "$out.tmp"
+    echo "pyenv: building shared/_fastcopy failed; the sink decodes without it (slower)" >&2
+    return 0
+  fi
+  mv "$out.tmp" "$out"
+}
+
 if [[ -x $venv/bin/python && -f $venv/.stamp && $(cat "$venv/.stamp") == "$stamp_want" ]]; then
   install_cli
+  build_native
   echo "$venv"
   exit 0
 fi
@@ -47,4 +70,5 @@ echo "$requirements" > "$venv/requirements.txt"
 "$venv/bin/python" -m pip install -q -r "$venv/requirements.txt" >&2
 echo "$stamp_want" > "$venv/.stamp"
 install_cli
+build_native
 echo "$venv"

@@ -13,17 +13,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from itertools import repeat
 from operator import itemgetter, methodcaller
 from typing import Any, Protocol
 
 from shared.config import TopicSettings
 from shared.errors import ContractError
+from shared.fastcopy import as_time
 from shared.models import parse_event
 
 from .deadletters import DeadLetter
 from .partitions import note_stored
-from .rows import GPU_UUID, TIME, stage_row, stage_rows
+from .rows import GPU_UUID, TIME, encode_samples, stage_row, stage_rows
 from .writer import Batch
 
 log = logging.getLogger(__name__)
@@ -97,36 +99,52 @@ def _samples_at_once(records: list[Record], topic: str, batch: Batch, max_bytes:
     """All of these records of the samples' `topic` into the batch, if every one is certainly valid.
 
     False, leaving the batch as it was, if any one is not (or anything at all goes wrong):
-    then each is decoded on its own.
+    then each is decoded on its own. The compiled encoder takes them straight into binary COPY
+    rows where it can (batch.encoded), else the compiled decoder into staging rows.
     """
     try:
         values = list(map(_VALUE, records))
         if None in values or max(map(len, values)) > max_bytes:
             return False
-        rows = stage_rows(values)
-        if rows is None:
-            return False
         keys = list(map(_KEY, records))
-        # the key must be the GPU's UUID (ASCII by the contract), or partitioning lies; None is fine
-        uuids = list(map(str.encode, map(_UUID, rows)))
-        if keys != uuids and any(k is not None and k != u for k, u in zip(keys, uuids, strict=True)):
-            return False
         partitions, offsets = list(map(_PARTITION, records)), list(map(_OFFSET, records))
         if None in partitions or None in offsets:
             return False
+        encoded = encode_samples(values, keys) if not (batch.rows or batch.encoded) else None
+        times: list[Any]
+        if encoded is not None:
+            times = encoded.times
+        else:
+            decoded = stage_rows(values)
+            if decoded is None:
+                return False
+            rows = decoded
+            # the key must be the GPU's UUID (ASCII by the contract), or partitioning lies; None is fine
+            uuids = list(map(str.encode, map(_UUID, rows)))
+            if keys != uuids and any(k is not None and k != u for k, u in zip(keys, uuids, strict=True)):
+                return False
+            times = list(map(_TIME, rows))
         origins = list(zip(repeat(topic), partitions, offsets, keys, values))
     except Exception:  # whatever it was, decoding one by one finds whose it is
         log.debug("decoding the lane at once failed; decoding each record", exc_info=True)
         return False
-    batch.rows.extend(rows)
+    if encoded is not None:
+        batch.encoded = encoded
+    else:
+        batch.rows.extend(rows)
     batch.row_origins.extend(origins)
     # A partition's records come in offset order, so the last one seen is its newest (were they
     # not, a lower next offset would only make a restart re-read rows that are then skipped).
     # Per partition, its newest offset and that sample's time (the frontier, as one by one).
-    newest = dict(zip(partitions, zip(offsets, map(_TIME, rows), strict=True), strict=True))
+    newest = dict(zip(partitions, zip(offsets, times, strict=True), strict=True))
     note_stored(batch.next_offsets, {(topic, p): offset + 1 for p, (offset, _) in newest.items()})
-    batch.frontiers.update({(topic, p): time for p, (_, time) in newest.items()})
+    frontier = as_time if encoded is not None else _same  # the encoder's times are µs (fastcopy)
+    batch.frontiers.update({(topic, p): frontier(time) for p, (_, time) in newest.items()})
     return True
+
+
+def _same(time: datetime) -> datetime:
+    return time
 
 
 def _decode_one(msg: Record, batch: Batch, topics: TopicSettings, max_bytes: int) -> None:

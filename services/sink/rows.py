@@ -12,13 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from operator import attrgetter
-from typing import Any
+from operator import attrgetter, itemgetter
+from typing import Any, TypeVar
 
 from psycopg.types.json import Jsonb
 
+from shared import fastcopy
+from shared.fastcopy import CopyEncoder, Encoded
 from shared.fastdecode import FastDecoder, as_builtins
-from shared.models import METRIC_FIELDS, GpuEvent, GpuSample, parse_sample, sane_time
+from shared.models import METRIC_FIELDS, GpuEvent, GpuSample, parse_sample, sample_time_bounds, sane_time
 from shared.store.events import EVENT_COLUMNS, EVENT_TYPES
 from shared.store.samples import (
     ASSET_ONLY,
@@ -33,10 +35,14 @@ from shared.store.samples import (
 # The column layout is the store's; it is named here too for the sink's callers.
 __all__ = [
     "EVENT_COLUMNS", "EVENT_TYPES", "GPU_UUID", "METRIC_COLUMNS", "STAGE_COLUMNS", "STAGE_TYPES", "TIME",
-    "Row", "event_row", "newest_per_gpu", "sample_row", "stage_row", "stage_rows",
+    "Row", "encode_samples", "event_row", "newest_encoded", "newest_per_gpu", "sample_row", "stage_row",
+    "stage_rows",
 ]  # fmt: skip
 
 _plain = attrgetter(*PLAIN_COLUMNS)
+_UUID, _TIME = itemgetter(GPU_UUID), itemgetter(TIME)
+_T = TypeVar("_T", datetime, int)
+_R = TypeVar("_R")
 _metrics = attrgetter(*METRIC_FIELDS)
 _assets = attrgetter(*ASSET_ONLY)
 
@@ -64,6 +70,26 @@ def _stage_mig(message: Any) -> None:
 FAST_SAMPLE = FastDecoder(GpuSample.model_json_schema(), STAGE_COLUMNS, sane_time, _stage_mig)
 
 
+def _copy_encoder() -> CopyEncoder | None:
+    module = fastcopy.compiled()
+    if module is None:
+        return None
+    return CopyEncoder(
+        module, GpuSample.model_json_schema(), STAGE_COLUMNS, STAGE_TYPES, width=len(METRIC_COLUMNS),
+        key="gpu_uuid", time="time", time_bounds=sample_time_bounds,
+    )  # fmt: skip
+
+
+# The same schema compiled into an encoder of binary COPY rows (None where it was not built).
+SAMPLE_COPY = _copy_encoder()
+
+
+def encode_samples(raws: list[bytes], keys: list[bytes | None]) -> Encoded | None:
+    """Every message as binary COPY rows by the compiled encoder alone, or None if it declines
+    any one of them or is not built (then stage_rows, then stage_row, take them)."""
+    return SAMPLE_COPY.encode(raws, keys) if SAMPLE_COPY is not None else None
+
+
 def stage_row(raw: bytes | str) -> Row:
     """One gpu-metrics-raw message as a staging row; ContractError says why it is refused.
 
@@ -87,17 +113,31 @@ def event_row(e: GpuEvent) -> tuple[Any, ...]:
     return (*_event_plain(e), Jsonb(e.details))
 
 
-def newest_per_gpu(rows: Iterable[Row]) -> list[Row]:
+def newest_per_gpu(rows: Sequence[Row]) -> list[Row]:
     """Each GPU's newest row, with the time of its oldest row appended (first_seen)."""
-    newest: dict[str, Row] = {}
-    first: dict[str, datetime] = {}
-    for row in rows:
-        gpu, time = row[GPU_UUID], row[TIME]
+    return [(*row, first) for row, first in _newest(map(_UUID, rows), map(_TIME, rows), rows)]
+
+
+_LATEST_FIELDS = fastcopy.field_count(len(STAGE_COLUMNS) + 1)
+
+
+def newest_encoded(encoded: Encoded) -> list[bytes]:
+    """newest_per_gpu for encoded samples: each GPU's newest row, first_seen appended, as a
+    binary COPY row (with its field count)."""
+    newest = _newest(encoded.keys, encoded.times, encoded.rows)
+    return [b"".join((_LATEST_FIELDS, row, fastcopy.time_field(first))) for row, first in newest]
+
+
+def _newest(gpus: Iterable[str], times: Iterable[_T], rows: Iterable[_R]) -> list[tuple[_R, _T]]:
+    """Each GPU's newest row, and the time of its oldest."""
+    newest: dict[str, tuple[_T, _R]] = {}
+    first: dict[str, _T] = {}
+    for gpu, time, row in zip(gpus, times, rows, strict=True):
         kept = newest.get(gpu)
         if kept is None:
-            newest[gpu], first[gpu] = row, time
-        elif time > kept[TIME]:
-            newest[gpu] = row
+            newest[gpu], first[gpu] = (time, row), time
+        elif time > kept[0]:
+            newest[gpu] = (time, row)
         elif time < first[gpu]:
             first[gpu] = time
-    return [(*row, first[gpu]) for gpu, row in newest.items()]
+    return [(row, first[gpu]) for gpu, (_, row) in newest.items()]

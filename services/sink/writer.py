@@ -43,6 +43,7 @@ import psycopg
 from shared.config import DatabaseSettings
 from shared.db import connect
 from shared.errors import DatabaseError, DatabaseUnavailableError, DataRefusedError
+from shared.fastcopy import Encoded, as_time
 from shared.models import GpuEvent
 from shared.store import deadletters, events, offsets, rollup, samples
 from shared.store.errors import translated
@@ -52,7 +53,7 @@ from shared.store.samples import LATEST_STAGE, METRICS_STAGE, AlreadyStoredError
 
 from .deadletters import DeadLetter, Origin
 from .isolate import split_refused
-from .rows import TIME, Row, event_row, newest_per_gpu
+from .rows import TIME, Row, event_row, newest_encoded, newest_per_gpu, stage_row
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,24 @@ class Batch:
     row_origins: list[Origin] = field(default_factory=list)
     event_origins: list[Origin] = field(default_factory=list)
     dead: list[DeadLetter] = field(default_factory=list)  # refused before the database saw them
+    # The samples as binary COPY rows instead of `rows`, when the compiled encoder took them all
+    # (shared.fastcopy); row_origins are then theirs.
+    encoded: Encoded | None = None
+
+    @property
+    def samples(self) -> int:
+        return len(self.rows) + (len(self.encoded.rows) if self.encoded is not None else 0)
+
+    def staging_rows(self) -> list[Row]:
+        """The samples as staging rows: the encoded ones decoded again from their messages (what
+        the encoder takes, the decoders take with the same values)."""
+        if self.encoded is None:
+            return self.rows
+        return [*self.rows, *(stage_row(value or b"") for *_, value in self.row_origins[len(self.rows) :])]
+
+    def decode_encoded(self) -> None:
+        """The encoded samples as staging rows from now on (for the careful path)."""
+        self.rows, self.encoded = self.staging_rows(), None
 
 
 _Item = tuple[Row | None, GpuEvent | None, Origin | None]  # one record of a batch being split
@@ -164,7 +183,7 @@ class BatchWriter:
             with conn.cursor() as cur:
                 samples.savepoint(cur, "batch")
                 # What is small is staged while the batch before runs its statements.
-                fault = self._stage(cur, [], batch.events, newest=batch.rows)
+                fault = self._stage(cur, [], batch.events, newest=batch.rows, encoded=batch.encoded)
                 if after is not None:
                     try:
                         after()
@@ -176,6 +195,7 @@ class BatchWriter:
                     fault = self._optimistic(cur, result, batch)
                 if fault is not None:  # a replay, or a value refused: the careful path
                     samples.rollback_to(cur, "batch")
+                    batch.decode_encoded()
                     result = WriteResult()
                     fault = self._stage(cur, batch.rows, batch.events) or self._insert(
                         cur, result, batch.rows, batch.events
@@ -212,7 +232,13 @@ class BatchWriter:
         for the caller to go back to the savepoint and take the careful path.
         """
         try:
-            if batch.rows:
+            if batch.encoded is not None:
+                samples.copy_straight_encoded(cur, batch.encoded.table_rows)
+                result.metrics_inserted = len(batch.encoded.rows)
+                result.times.update(map(as_time, set(batch.encoded.times)))
+                result.optimistic = True
+                self._derived(cur, result, batch.events, latest=True)
+            elif batch.rows:
                 samples.copy_straight(cur, batch.rows)
                 result.metrics_inserted = len(batch.rows)
                 result.times.update(map(_TIMES, batch.rows))
@@ -247,16 +273,20 @@ class BatchWriter:
         rows: list[Row],
         events: list[GpuEvent],
         newest: list[Row] | None = None,
+        encoded: Encoded | None = None,
     ) -> DataRefusedError | None:
         """COPY the records into the staging tables; the data fault that stopped it, if any.
 
-        `newest`: rows of which only each GPU's newest is staged (for gpu_latest and gpu_assets).
+        `newest` (or `encoded`): samples of which only each GPU's newest is staged (for gpu_latest
+        and gpu_assets).
         """
         try:
             if rows:
                 METRICS_STAGE.copy_rows(cur, rows)
             if rows or newest:
                 LATEST_STAGE.copy_rows(cur, newest_per_gpu(newest if newest is not None else rows))
+            elif encoded is not None:
+                LATEST_STAGE.copy_encoded(cur, newest_encoded(encoded))
             if events:
                 EVENTS_STAGE.copy_rows(cur, map(event_row, events))
         except DataRefusedError as e:

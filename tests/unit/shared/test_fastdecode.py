@@ -15,10 +15,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg.types.json import Jsonb
 
-from services.sink.rows import FAST_SAMPLE, sample_row, stage_row
+from services.sink.rows import FAST_SAMPLE, SAMPLE_COPY, STAGE_TYPES, sample_row, stage_row
 from shared.errors import ContractError
+from shared.fastcopy import as_time
 from shared.fastdecode import FastDecoder, SchemaNotSupportedError, python_pattern
 from shared.models import METRIC_FIELDS, GpuSample, parse_sample, sane_time, to_json
+from shared.store.samples import GPU_UUID, TIME, WIDTH
+from tests.helpers.copy_binary import binary_row
 
 UUID = "GPU-91310d89-c3e8-4b50-81d8-a29050bc85cc"
 GOOD: dict[str, Any] = {
@@ -45,6 +48,23 @@ def comparable(row: tuple[Any, ...]) -> list[Any]:
     return out
 
 
+def encoded_as_pydantic(raw: bytes) -> bool:
+    """The compiled COPY encoder accepts only what pydantic accepts, and then encodes exactly
+    what psycopg sends for pydantic's row; True if it accepted."""
+    assert SAMPLE_COPY is not None, "shared/_fastcopy is not built: run make venv"
+    encoded = SAMPLE_COPY.encode([raw], [None])
+    if encoded is None:
+        return False
+    row = pydantic_row(raw)
+    assert row is not None, f"the encoder accepted what the contract refuses: {raw!r}"
+    binary = binary_row(row, STAGE_TYPES)
+    assert encoded.rows == [binary[2:]], f"encoded differently from psycopg: {raw!r}"
+    assert encoded.table_rows == binary_row(row[:WIDTH], STAGE_TYPES[:WIDTH])
+    assert encoded.keys == [row[GPU_UUID]]
+    assert [as_time(t) for t in encoded.times] == [row[TIME]]
+    return True
+
+
 def pydantic_row(raw: bytes) -> tuple[Any, ...] | None:
     try:
         return sample_row(parse_sample(raw))
@@ -53,8 +73,10 @@ def pydantic_row(raw: bytes) -> tuple[Any, ...] | None:
 
 
 def check(message: dict[str, Any] | str) -> tuple[Any, ...] | None:
-    """The property: the fast path accepts only what pydantic accepts, with the same row."""
+    """The property: the fast path accepts only what pydantic accepts, with the same row (and
+    so does the compiled COPY encoder, shared.fastcopy: see encoded_as_pydantic)."""
     raw = (message if isinstance(message, str) else json.dumps(message, allow_nan=True)).encode()
+    encoded_as_pydantic(raw)
     # A batch's verdict first (decode remembers the labels it checked): it declines the batch
     # exactly when decode declines one of its messages, and otherwise gives decode's rows.
     many = FAST_SAMPLE.decode_many([GOOD_RAW, raw])

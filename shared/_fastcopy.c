@@ -1,0 +1,775 @@
+/* JSON messages straight into PostgreSQL's binary COPY rows, for a flat, closed schema.
+ *
+ * The compiled half of shared/fastcopy.py (read it first: it compiles the
+ * contract's JSON Schema into the column specs this module takes, and says what
+ * the fast path promises). In short: a batch of messages is encoded only if every
+ * one is certainly valid and in the plain form this parser knows; otherwise
+ * encode() returns None and the caller takes its other paths, which decide (and
+ * name the reason for a refusal). So this code only ever has to decline, never to
+ * explain, and it declines anything unusual: escapes and non-ASCII in strings,
+ * duplicate or unknown keys, nested values, numbers it cannot convert exactly.
+ *
+ * Nothing here raises on a message's content; a TypeError means the caller
+ * passed the wrong kind of argument (a bug).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+enum kind { K_TIME, K_TEXT, K_FLOAT8, K_INT8, K_INT2, K_EMPTY_ARRAY };
+
+typedef struct {
+    char *name;
+    Py_ssize_t name_len;
+    int kind;
+    int required, nullable;
+    int64_t ilo, ihi;              /* integer kinds: inclusive bounds */
+    double flo, fhi;               /* K_FLOAT8 bounds */
+    int flo_exclusive, fhi_exclusive;
+    Py_ssize_t min_len, max_len;   /* K_TEXT: length bounds (ASCII: bytes are characters) */
+    Py_ssize_t n_enum;             /* K_TEXT: if > 0, the only values allowed */
+    char **enum_values;
+    Py_ssize_t *enum_lens;
+} Column;
+
+typedef struct {
+    Py_ssize_t n, width;           /* columns; the first `width` are the COPY table's */
+    Py_ssize_t key_column;         /* a message key, when given, must equal this text column */
+    Py_ssize_t time_column;
+    Column *cols;
+    Py_ssize_t table_size;         /* open addressing over the names: column index or -1 */
+    Py_ssize_t *table;
+    /* The key that followed each column's in the last message (follows[n]: its first key), tried
+     * before the table: one producer writes its keys in the same order every time. */
+    Py_ssize_t *follows;
+} Spec;
+
+typedef struct {
+    int state;                     /* 0 absent, 1 null, 2 a value */
+    int64_t i;                     /* integer kinds, and K_TIME (µs since 2000-01-01 UTC) */
+    double f;
+    const char *s;
+    Py_ssize_t len;
+} Slot;
+
+typedef struct {
+    char *data;
+    Py_ssize_t len, cap;
+} Buf;
+
+#define CAPSULE "gpuhealth._fastcopy.Spec"
+
+/* ------------------------------------------------------------------ buffers */
+
+static int buf_reserve(Buf *b, Py_ssize_t more) {
+    if (b->len + more <= b->cap)
+        return 0;
+    Py_ssize_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + more)
+        cap *= 2;
+    char *data = PyMem_Realloc(b->data, (size_t)cap);
+    if (data == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->data = data;
+    b->cap = cap;
+    return 0;
+}
+
+static void put_be16(char *p, uint16_t v) {
+    p[0] = (char)(v >> 8);
+    p[1] = (char)v;
+}
+
+static void put_be32(char *p, uint32_t v) {
+    v = __builtin_bswap32(v);
+    memcpy(p, &v, 4);
+}
+
+static void put_be64(char *p, uint64_t v) {
+    v = __builtin_bswap64(v);
+    memcpy(p, &v, 8);
+}
+
+/* ------------------------------------------------------------------ the spec */
+
+static uint64_t name_hash(const char *s, Py_ssize_t len) {
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (Py_ssize_t k = 0; k < len; k++) {
+        h ^= (unsigned char)s[k];
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+static Py_ssize_t column_of(const Spec *spec, const char *name, Py_ssize_t len) {
+    Py_ssize_t mask = spec->table_size - 1;
+    for (Py_ssize_t at = (Py_ssize_t)(name_hash(name, len) & (uint64_t)mask);; at = (at + 1) & mask) {
+        Py_ssize_t c = spec->table[at];
+        if (c < 0)
+            return -1;
+        const Column *col = &spec->cols[c];
+        if (col->name_len == len && memcmp(col->name, name, (size_t)len) == 0)
+            return c;
+    }
+}
+
+static void spec_free(Spec *spec) {
+    if (spec == NULL)
+        return;
+    for (Py_ssize_t c = 0; spec->cols && c < spec->n; c++) {
+        Column *col = &spec->cols[c];
+        PyMem_Free(col->name);
+        for (Py_ssize_t e = 0; e < col->n_enum; e++)
+            PyMem_Free(col->enum_values[e]);
+        PyMem_Free(col->enum_values);
+        PyMem_Free(col->enum_lens);
+    }
+    PyMem_Free(spec->cols);
+    PyMem_Free(spec->table);
+    PyMem_Free(spec->follows);
+    PyMem_Free(spec);
+}
+
+static void capsule_free(PyObject *capsule) {
+    spec_free(PyCapsule_GetPointer(capsule, CAPSULE));
+}
+
+static char *copy_bytes(PyObject *bytes, Py_ssize_t *len) {
+    char *s;
+    if (PyBytes_AsStringAndSize(bytes, &s, len) < 0)
+        return NULL;
+    char *out = PyMem_Malloc((size_t)*len + 1);
+    if (out == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    memcpy(out, s, (size_t)*len + 1);
+    return out;
+}
+
+/* compile(columns, width, key_column, time_column) -> spec
+ *
+ * columns: a sequence of tuples (name: bytes, kind: int, required: bool, nullable: bool,
+ * ilo: int, ihi: int, flo: float, fhi: float, flo_exclusive: bool, fhi_exclusive: bool,
+ * min_len: int, max_len: int, enum: tuple[bytes, ...]), in the COPY's column order.
+ */
+static PyObject *fc_compile(PyObject *self, PyObject *args) {
+    PyObject *columns;
+    Py_ssize_t width, key_column, time_column;
+    if (!PyArg_ParseTuple(args, "Onnn", &columns, &width, &key_column, &time_column))
+        return NULL;
+    PyObject *seq = PySequence_Fast(columns, "columns must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Spec *spec = PyMem_Calloc(1, sizeof(Spec));
+    if (spec == NULL || (spec->cols = PyMem_Calloc((size_t)n, sizeof(Column))) == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    spec->n = n;
+    if (width < 1 || width > n || key_column < 0 || key_column >= n || time_column < 0 || time_column >= n) {
+        PyErr_SetString(PyExc_ValueError, "width, key_column or time_column out of range");
+        goto fail;
+    }
+    spec->width = width;
+    spec->key_column = key_column;
+    spec->time_column = time_column;
+    for (Py_ssize_t c = 0; c < n; c++) {
+        Column *col = &spec->cols[c];
+        PyObject *name, *enum_values;
+        int required, nullable, flo_ex, fhi_ex;
+        long long ilo, ihi;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, c), "SippLLddppnnO!", &name, &col->kind,
+                              &required, &nullable, &ilo, &ihi, &col->flo, &col->fhi, &flo_ex, &fhi_ex,
+                              &col->min_len, &col->max_len, &PyTuple_Type, &enum_values))
+            goto fail;
+        col->required = required;
+        col->nullable = nullable;
+        col->ilo = ilo;
+        col->ihi = ihi;
+        col->flo_exclusive = flo_ex;
+        col->fhi_exclusive = fhi_ex;
+        if (col->kind < K_TIME || col->kind > K_EMPTY_ARRAY) {
+            PyErr_Format(PyExc_ValueError, "column %zd: unknown kind %d", c, col->kind);
+            goto fail;
+        }
+        if ((col->name = copy_bytes(name, &col->name_len)) == NULL)
+            goto fail;
+        col->n_enum = PyTuple_GET_SIZE(enum_values);
+        if (col->n_enum) {
+            col->enum_values = PyMem_Calloc((size_t)col->n_enum, sizeof(char *));
+            col->enum_lens = PyMem_Calloc((size_t)col->n_enum, sizeof(Py_ssize_t));
+            if (col->enum_values == NULL || col->enum_lens == NULL) {
+                col->n_enum = 0;
+                PyErr_NoMemory();
+                goto fail;
+            }
+            for (Py_ssize_t e = 0; e < col->n_enum; e++) {
+                PyObject *value = PyTuple_GET_ITEM(enum_values, e);
+                if (!PyBytes_Check(value)) {
+                    col->n_enum = e;
+                    PyErr_SetString(PyExc_TypeError, "enum values must be bytes");
+                    goto fail;
+                }
+                if ((col->enum_values[e] = copy_bytes(value, &col->enum_lens[e])) == NULL) {
+                    col->n_enum = e;
+                    goto fail;
+                }
+            }
+        }
+    }
+    if (spec->cols[key_column].kind != K_TEXT || spec->cols[time_column].kind != K_TIME) {
+        PyErr_SetString(PyExc_ValueError, "the key column must be text and the time column a time");
+        goto fail;
+    }
+    spec->table_size = 8;
+    while (spec->table_size < 4 * n)
+        spec->table_size *= 2;
+    if ((spec->table = PyMem_Malloc((size_t)spec->table_size * sizeof(Py_ssize_t))) == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (Py_ssize_t k = 0; k < spec->table_size; k++)
+        spec->table[k] = -1;
+    if ((spec->follows = PyMem_Malloc((size_t)(n + 1) * sizeof(Py_ssize_t))) == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (Py_ssize_t c = 0; c <= n; c++)
+        spec->follows[c] = c < n ? c + 1 : 0;
+    for (Py_ssize_t c = 0; c < n; c++) {
+        const Column *col = &spec->cols[c];
+        if (column_of(spec, col->name, col->name_len) >= 0) {
+            PyErr_Format(PyExc_ValueError, "column %zd's name is given twice", c);
+            goto fail;
+        }
+        Py_ssize_t mask = spec->table_size - 1, at = (Py_ssize_t)(name_hash(col->name, col->name_len) & (uint64_t)mask);
+        while (spec->table[at] >= 0)
+            at = (at + 1) & mask;
+        spec->table[at] = c;
+    }
+    Py_DECREF(seq);
+    PyObject *capsule = PyCapsule_New(spec, CAPSULE, capsule_free);
+    if (capsule == NULL)
+        spec_free(spec);
+    return capsule;
+fail:
+    Py_DECREF(seq);
+    spec_free(spec);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ parsing (0: fine, -1: decline) */
+
+static const char *skip_ws(const char *p, const char *end) {
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+        p++;
+    return p;
+}
+
+/* A string without escapes, of printable ASCII only; *pp is at its opening quote. */
+static int parse_string(const char **pp, const char *end, const char **s, Py_ssize_t *len) {
+    const char *p = *pp;
+    if (p >= end || *p != '"')
+        return -1;
+    const char *start = p + 1, *close = memchr(start, '"', (size_t)(end - start));
+    if (close == NULL)
+        return -1;
+    unsigned bad = 0; /* one pass the compiler can vectorise */
+    for (const unsigned char *c = (const unsigned char *)start; c < (const unsigned char *)close; c++)
+        bad |= (unsigned)(*c < 0x20) | (unsigned)(*c >= 0x7f) | (unsigned)(*c == '\\');
+    if (bad)
+        return -1;
+    *s = start;
+    *len = close - start;
+    *pp = close + 1;
+    return 0;
+}
+
+typedef struct {
+    int negative, integral;        /* integral: no fraction, no exponent */
+    uint64_t mantissa;             /* the significant digits, as an integer */
+    int digits;                    /* how many of them (leading zeros not counted) */
+    int overflow;                  /* more than 19 significant digits */
+    long exp10;                    /* value = mantissa * 10^exp10 */
+    const char *start;
+    Py_ssize_t len;
+} Number;
+
+/* A JSON number: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? */
+static int parse_number(const char **pp, const char *end, Number *num) {
+    const char *p = *pp;
+    memset(num, 0, sizeof(*num));
+    num->start = p;
+    num->integral = 1;
+    if (p < end && *p == '-') {
+        num->negative = 1;
+        p++;
+    }
+    if (p >= end || *p < '0' || *p > '9')
+        return -1;
+    if (*p == '0') {
+        p++;
+        if (p < end && *p >= '0' && *p <= '9')
+            return -1; /* a leading zero */
+    } else {
+        for (; p < end && *p >= '0' && *p <= '9'; p++) {
+            if (num->digits == 19) {
+                num->overflow = 1;
+                num->exp10++;
+                continue;
+            }
+            num->mantissa = num->mantissa * 10 + (uint64_t)(*p - '0');
+            num->digits++;
+        }
+    }
+    if (p < end && *p == '.') {
+        num->integral = 0;
+        p++;
+        if (p >= end || *p < '0' || *p > '9')
+            return -1;
+        for (; p < end && *p >= '0' && *p <= '9'; p++) {
+            if (num->digits == 0 && *p == '0') {
+                num->exp10--; /* 0.00x: leading zeros are not significant */
+                continue;
+            }
+            if (num->digits == 19) {
+                num->overflow = 1;
+                continue;
+            }
+            num->mantissa = num->mantissa * 10 + (uint64_t)(*p - '0');
+            num->digits++;
+            num->exp10--;
+        }
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        num->integral = 0;
+        p++;
+        int negative = 0;
+        if (p < end && (*p == '+' || *p == '-'))
+            negative = *p++ == '-';
+        if (p >= end || *p < '0' || *p > '9')
+            return -1;
+        long e = 0;
+        for (; p < end && *p >= '0' && *p <= '9'; p++)
+            if (e < 100000)
+                e = e * 10 + (*p - '0');
+        num->exp10 += negative ? -e : e;
+    }
+    num->len = p - num->start;
+    *pp = p;
+    return 0;
+}
+
+static const double POW10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                               1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/* The number as the nearest double, exactly as Python's float() would round it. */
+static int number_as_double(const Number *num, double *out) {
+    if (num->integral) { /* an integer for a float: read as an integer, so -0 is 0 (as Python) */
+        if (num->overflow || num->mantissa > (1ULL << 53))
+            return -1; /* a huge one: leave it to the careful path */
+        *out = num->negative && num->mantissa ? -(double)num->mantissa : (double)num->mantissa;
+        return 0;
+    }
+    if (!num->overflow && num->mantissa <= (1ULL << 53) && num->exp10 >= -22 && num->exp10 <= 22) {
+        /* both exact doubles, so one correctly rounded operation (Clinger's fast path) */
+        double d = (double)num->mantissa;
+        d = num->exp10 < 0 ? d / POW10[-num->exp10] : d * POW10[num->exp10];
+        *out = num->negative ? -d : d;
+        return 0;
+    }
+    char text[64];
+    if (num->len >= (Py_ssize_t)sizeof(text))
+        return -1;
+    memcpy(text, num->start, (size_t)num->len);
+    text[num->len] = '\0';
+    char *stop;
+    double d = PyOS_string_to_double(text, &stop, NULL); /* correctly rounded; overflow gives inf */
+    if (d == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return -1;
+    }
+    if (stop != text + num->len || !isfinite(d))
+        return -1;
+    *out = d;
+    return 0;
+}
+
+static int number_as_int(const Number *num, int64_t *out) {
+    if (!num->integral || num->overflow)
+        return -1;
+    if (num->negative) {
+        if (num->mantissa > (uint64_t)INT64_MAX + 1)
+            return -1;
+        *out = num->mantissa == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)num->mantissa;
+    } else {
+        if (num->mantissa > (uint64_t)INT64_MAX)
+            return -1;
+        *out = (int64_t)num->mantissa;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ time */
+
+static int digits(const char *s, int n, int *out) {
+    int v = 0;
+    for (int k = 0; k < n; k++) {
+        if (s[k] < '0' || s[k] > '9')
+            return -1;
+        v = v * 10 + (s[k] - '0');
+    }
+    *out = v;
+    return 0;
+}
+
+static int64_t days_from_civil(int64_t y, int m, int d) { /* days since 1970-01-01 */
+    y -= m <= 2;
+    int64_t era = (y >= 0 ? y : y - 399) / 400;
+    int64_t yoe = y - era * 400;
+    int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + doe - 719468;
+}
+
+static int days_in_month(int y, int m) {
+    static const int days[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    return m == 2 && leap ? 29 : days[m - 1];
+}
+
+#define PG_EPOCH_DAYS 10957 /* 2000-01-01 in days since 1970-01-01 */
+
+/* Plain RFC 3339, YYYY-MM-DDTHH:MM:SS[.f{1,6}](Z|±HH:MM), as µs since 2000-01-01 UTC. */
+static int parse_time(const char *s, Py_ssize_t len, int64_t *out) {
+    int y, mo, d, h, mi, sec, frac = 0, frac_digits = 0;
+    if (len < 20 || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':')
+        return -1;
+    if (digits(s, 4, &y) || digits(s + 5, 2, &mo) || digits(s + 8, 2, &d) || digits(s + 11, 2, &h) ||
+        digits(s + 14, 2, &mi) || digits(s + 17, 2, &sec))
+        return -1;
+    const char *p = s + 19, *end = s + len;
+    if (*p == '.') {
+        for (p++; p < end && *p >= '0' && *p <= '9'; p++) {
+            if (++frac_digits > 6)
+                return -1;
+            frac = frac * 10 + (*p - '0');
+        }
+        if (frac_digits == 0)
+            return -1;
+        for (int k = frac_digits; k < 6; k++)
+            frac *= 10;
+    }
+    int64_t offset_s = 0;
+    if (p < end && *p == 'Z') {
+        p++;
+    } else if (p < end && (*p == '+' || *p == '-')) {
+        int oh, om, negative = *p == '-';
+        if (end - p < 6 || p[3] != ':' || digits(p + 1, 2, &oh) || digits(p + 4, 2, &om))
+            return -1;
+        if (oh > 23 || om > 59)
+            return -1;
+        offset_s = (negative ? -1 : 1) * (int64_t)(oh * 3600 + om * 60);
+        p += 6;
+    } else {
+        return -1;
+    }
+    if (p != end)
+        return -1;
+    if (y < 1 || mo < 1 || mo > 12 || d < 1 || d > days_in_month(y, mo) || h > 23 || mi > 59 || sec > 59)
+        return -1;
+    int64_t days = days_from_civil(y, mo, d) - PG_EPOCH_DAYS;
+    int64_t seconds = ((days * 24 + h) * 60 + mi) * 60 + sec - offset_s;
+    *out = seconds * 1000000 + frac;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ one message */
+
+static int parse_value(const Column *col, const char **pp, const char *end, Slot *slot, int64_t lo_us,
+                       int64_t hi_us) {
+    const char *p = *pp;
+    if (p < end && *p == 'n') {
+        if (end - p < 4 || memcmp(p, "null", 4) != 0 || !col->nullable)
+            return -1;
+        slot->state = 1;
+        *pp = p + 4;
+        return 0;
+    }
+    slot->state = 2;
+    switch (col->kind) {
+    case K_TEXT:
+        if (parse_string(pp, end, &slot->s, &slot->len))
+            return -1;
+        if (slot->len < col->min_len || (col->max_len >= 0 && slot->len > col->max_len))
+            return -1;
+        if (col->n_enum) {
+            Py_ssize_t e = 0;
+            for (; e < col->n_enum; e++)
+                if (col->enum_lens[e] == slot->len && memcmp(col->enum_values[e], slot->s, (size_t)slot->len) == 0)
+                    break;
+            if (e == col->n_enum)
+                return -1;
+        }
+        return 0;
+    case K_TIME: {
+        const char *s;
+        Py_ssize_t len;
+        int64_t t;
+        if (parse_string(pp, end, &s, &len) || parse_time(s, len, &t) || t < lo_us || t > hi_us)
+            return -1;
+        int64_t ms = t >= 0 ? t / 1000 : -((-t + 999) / 1000); /* the contract keeps milliseconds */
+        slot->i = ms * 1000;
+        return 0;
+    }
+    case K_FLOAT8: {
+        Number num;
+        if (parse_number(pp, end, &num) || number_as_double(&num, &slot->f))
+            return -1;
+        double f = slot->f;
+        if (col->flo_exclusive ? !(f > col->flo) : !(f >= col->flo))
+            return -1;
+        if (col->fhi_exclusive ? !(f < col->fhi) : !(f <= col->fhi))
+            return -1;
+        return 0;
+    }
+    case K_INT8:
+    case K_INT2: {
+        Number num;
+        if (parse_number(pp, end, &num) || number_as_int(&num, &slot->i))
+            return -1;
+        return slot->i < col->ilo || slot->i > col->ihi ? -1 : 0;
+    }
+    case K_EMPTY_ARRAY: /* only an empty array, stored as NULL: anything in it is the careful path's */
+        if (p >= end || *p != '[')
+            return -1;
+        p = skip_ws(p + 1, end);
+        if (p >= end || *p != ']')
+            return -1;
+        slot->state = 1;
+        *pp = p + 1;
+        return 0;
+    }
+    return -1;
+}
+
+/* The column of the key at *pp (its opening quote), or -1; *pp moves past the key. */
+static Py_ssize_t next_column(Spec *spec, Py_ssize_t previous, const char **pp, const char *end) {
+    Py_ssize_t guess = spec->follows[previous];
+    const char *p = *pp;
+    if (guess < spec->n) { /* the name expected, quoted, is right here: no scan, no lookup */
+        const Column *col = &spec->cols[guess];
+        if (end - p >= col->name_len + 2 && p[0] == '"' && p[col->name_len + 1] == '"' &&
+            memcmp(p + 1, col->name, (size_t)col->name_len) == 0) {
+            *pp = p + col->name_len + 2;
+            return guess;
+        }
+    }
+    const char *name;
+    Py_ssize_t len;
+    if (parse_string(pp, end, &name, &len))
+        return -1;
+    Py_ssize_t c = column_of(spec, name, len);
+    if (c >= 0)
+        spec->follows[previous] = c;
+    return c;
+}
+
+static int parse_message(Spec *spec, const char *p, const char *end, Slot *slots, int64_t lo_us,
+                         int64_t hi_us) {
+    Py_ssize_t previous = spec->n;
+    memset(slots, 0, (size_t)spec->n * sizeof(Slot));
+    p = skip_ws(p, end);
+    if (p >= end || *p != '{')
+        return -1;
+    p = skip_ws(p + 1, end);
+    if (p < end && *p == '}') {
+        p++;
+    } else {
+        for (;;) {
+            Py_ssize_t c = next_column(spec, previous, &p, end);
+            if (c < 0 || slots[c].state)
+                return -1; /* unknown, or given twice */
+            previous = c;
+            p = skip_ws(p, end);
+            if (p >= end || *p != ':')
+                return -1;
+            p = skip_ws(p + 1, end);
+            if (parse_value(&spec->cols[c], &p, end, &slots[c], lo_us, hi_us))
+                return -1;
+            if (slots[c].state == 0)
+                slots[c].state = 1;
+            p = skip_ws(p, end);
+            if (p < end && *p == ',') {
+                p = skip_ws(p + 1, end);
+                continue;
+            }
+            if (p < end && *p == '}') {
+                p++;
+                break;
+            }
+            return -1;
+        }
+    }
+    if (skip_ws(p, end) != end)
+        return -1;
+    for (Py_ssize_t c = 0; c < spec->n; c++)
+        if (slots[c].state == 0 && spec->cols[c].required)
+            return -1;
+    return 0;
+}
+
+/* The row's fields in binary COPY form (no field count); *cut is where the first `width` end. */
+static int encode_row(const Spec *spec, const Slot *slots, Buf *row, Py_ssize_t *cut) {
+    row->len = 0;
+    for (Py_ssize_t c = 0; c < spec->n; c++) {
+        const Slot *slot = &slots[c];
+        if (c == spec->width)
+            *cut = row->len;
+        if (buf_reserve(row, 4 + (slot->state == 2 && spec->cols[c].kind == K_TEXT ? slot->len : 8)))
+            return -1;
+        char *at = row->data + row->len;
+        if (slot->state != 2) {
+            put_be32(at, 0xffffffffu);
+            row->len += 4;
+            continue;
+        }
+        switch (spec->cols[c].kind) {
+        case K_TEXT:
+            put_be32(at, (uint32_t)slot->len);
+            memcpy(at + 4, slot->s, (size_t)slot->len);
+            row->len += 4 + slot->len;
+            break;
+        case K_FLOAT8: {
+            uint64_t bits;
+            memcpy(&bits, &slot->f, 8);
+            put_be32(at, 8);
+            put_be64(at + 4, bits);
+            row->len += 12;
+            break;
+        }
+        case K_TIME:
+        case K_INT8:
+            put_be32(at, 8);
+            put_be64(at + 4, (uint64_t)slot->i);
+            row->len += 12;
+            break;
+        case K_INT2:
+            put_be32(at, 2);
+            put_be16(at + 4, (uint16_t)(int16_t)slot->i);
+            row->len += 6;
+            break;
+        default: /* K_EMPTY_ARRAY is always NULL */
+            put_be32(at, 0xffffffffu);
+            row->len += 4;
+        }
+    }
+    if (spec->width == spec->n)
+        *cut = row->len;
+    return 0;
+}
+
+/* encode(spec, values, keys, lo_us, hi_us) -> (table_rows, rows, key_texts, times) or None
+ *
+ * values: list of bytes (the messages); keys: list of bytes or None, parallel (a key must
+ * equal the key column's text); lo_us, hi_us: the times allowed (µs since 2000-01-01 UTC,
+ * inclusive). table_rows: every row's first `width` columns in binary COPY form, each with its
+ * field count (no header, no trailer); rows: each row's every column, without the field
+ * count; key_texts: each row's key column as str; times: each row's time column as an int
+ * (µs since 2000-01-01 UTC, cut to milliseconds). None if any one message is declined.
+ */
+static PyObject *fc_encode(PyObject *self, PyObject *args) {
+    PyObject *capsule, *values, *keys;
+    long long lo_us, hi_us;
+    if (!PyArg_ParseTuple(args, "OO!O!LL", &capsule, &PyList_Type, &values, &PyList_Type, &keys, &lo_us, &hi_us))
+        return NULL;
+    Spec *spec = PyCapsule_GetPointer(capsule, CAPSULE);
+    if (spec == NULL)
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(values);
+    if (PyList_GET_SIZE(keys) != n) {
+        PyErr_SetString(PyExc_ValueError, "values and keys differ in length");
+        return NULL;
+    }
+    PyObject *result = NULL, *rows = PyList_New(n), *texts = PyList_New(n), *times = PyList_New(n);
+    Slot *slots = PyMem_Malloc((size_t)spec->n * sizeof(Slot));
+    Buf table = {0}, row = {0};
+    int declined = 0;
+    if (rows == NULL || texts == NULL || times == NULL || slots == NULL) {
+        if (slots == NULL)
+            PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t m = 0; m < n; m++) {
+        PyObject *value = PyList_GET_ITEM(values, m), *key = PyList_GET_ITEM(keys, m);
+        if (!PyBytes_Check(value) || (key != Py_None && !PyBytes_Check(key))) {
+            PyErr_SetString(PyExc_TypeError, "values must be bytes, and keys bytes or None");
+            goto done;
+        }
+        const char *raw = PyBytes_AS_STRING(value);
+        if (parse_message(spec, raw, raw + PyBytes_GET_SIZE(value), slots, lo_us, hi_us)) {
+            declined = 1;
+            goto done;
+        }
+        const Slot *k = &slots[spec->key_column];
+        if (k->state != 2) {
+            declined = 1;
+            goto done;
+        }
+        if (key != Py_None &&
+            (PyBytes_GET_SIZE(key) != k->len || memcmp(PyBytes_AS_STRING(key), k->s, (size_t)k->len) != 0)) {
+            declined = 1; /* a key that is not the GPU's: the careful path refuses it, with the reason */
+            goto done;
+        }
+        Py_ssize_t cut = 0;
+        if (encode_row(spec, slots, &row, &cut) || buf_reserve(&table, 2 + cut))
+            goto done;
+        put_be16(table.data + table.len, (uint16_t)spec->width);
+        memcpy(table.data + table.len + 2, row.data, (size_t)cut);
+        table.len += 2 + cut;
+        PyObject *bytes = PyBytes_FromStringAndSize(row.data, row.len);
+        PyObject *text = PyUnicode_DecodeASCII(k->s, k->len, NULL);
+        PyObject *time = PyLong_FromLongLong(slots[spec->time_column].i);
+        if (bytes == NULL || text == NULL || time == NULL) {
+            Py_XDECREF(bytes);
+            Py_XDECREF(text);
+            Py_XDECREF(time);
+            goto done;
+        }
+        PyList_SET_ITEM(rows, m, bytes);
+        PyList_SET_ITEM(texts, m, text);
+        PyList_SET_ITEM(times, m, time);
+    }
+    PyObject *table_bytes = PyBytes_FromStringAndSize(table.data ? table.data : "", table.len);
+    if (table_bytes != NULL)
+        result = Py_BuildValue("(NOOO)", table_bytes, rows, texts, times);
+done:
+    PyMem_Free(slots);
+    PyMem_Free(table.data);
+    PyMem_Free(row.data);
+    Py_XDECREF(rows);
+    Py_XDECREF(texts);
+    Py_XDECREF(times);
+    if (declined && !PyErr_Occurred())
+        Py_RETURN_NONE;
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"compile", fc_compile, METH_VARARGS, "compile(columns, width, key_column, time_column) -> spec"},
+    {"encode", fc_encode, METH_VARARGS,
+     "encode(spec, values, keys, lo_us, hi_us) -> (table_rows, rows, key_texts, times) | None"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastcopy",
+                                    "JSON messages straight into binary COPY rows (see shared/fastcopy.py).", -1,
+                                    methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__fastcopy(void) { return PyModule_Create(&module); }
