@@ -96,6 +96,21 @@ static void put_be64(char *p, uint64_t v) {
 
 /* ------------------------------------------------------------------ the spec */
 
+/* a == b for n bytes: names are short, and a libc call per key costs more than comparing them */
+static inline int same_bytes(const char *a, const char *b, Py_ssize_t n) {
+    uint64_t x, y;
+    for (; n >= 8; a += 8, b += 8, n -= 8) {
+        memcpy(&x, a, 8);
+        memcpy(&y, b, 8);
+        if (x != y)
+            return 0;
+    }
+    for (; n > 0; a++, b++, n--)
+        if (*a != *b)
+            return 0;
+    return 1;
+}
+
 static uint64_t name_hash(const char *s, Py_ssize_t len) {
     uint64_t h = 1469598103934665603ULL; /* FNV-1a */
     for (Py_ssize_t k = 0; k < len; k++) {
@@ -566,7 +581,7 @@ static Py_ssize_t next_column(Spec *spec, Py_ssize_t previous, const char **pp, 
     if (guess < spec->n) { /* the name expected, quoted, is right here: no scan, no lookup */
         const Column *col = &spec->cols[guess];
         if (end - p >= col->name_len + 2 && p[0] == '"' && p[col->name_len + 1] == '"' &&
-            memcmp(p + 1, col->name, (size_t)col->name_len) == 0) {
+            same_bytes(p + 1, col->name, col->name_len)) {
             *pp = p + col->name_len + 2;
             return guess;
         }
@@ -625,64 +640,92 @@ static int parse_message(Spec *spec, const char *p, const char *end, Slot *slots
     return 0;
 }
 
-/* The row's fields in binary COPY form (no field count); *cut is where the first `width` end. */
-static int encode_row(const Spec *spec, const Slot *slots, Buf *row, Py_ssize_t *cut) {
-    row->len = 0;
+/* ENCODED_MAX bounds a row's fields in binary COPY form: 12 bytes a field at most, and its texts,
+ * which lie within the message. */
+#define ENCODED_MAX(spec, message_len) (12 * (spec)->n + (message_len))
+
+/* The row's fields in binary COPY form (no field count) at `out`, which has room for
+ * ENCODED_MAX; its length. *cut is where the first `width` end. */
+static Py_ssize_t encode_row(const Spec *spec, const Slot *slots, char *out, Py_ssize_t *cut) {
+    char *at = out;
+    *cut = -1;
     for (Py_ssize_t c = 0; c < spec->n; c++) {
         const Slot *slot = &slots[c];
         if (c == spec->width)
-            *cut = row->len;
-        if (buf_reserve(row, 4 + (slot->state == 2 && spec->cols[c].kind == K_TEXT ? slot->len : 8)))
-            return -1;
-        char *at = row->data + row->len;
+            *cut = at - out;
         if (slot->state != 2) {
             put_be32(at, 0xffffffffu);
-            row->len += 4;
+            at += 4;
             continue;
         }
         switch (spec->cols[c].kind) {
         case K_TEXT:
             put_be32(at, (uint32_t)slot->len);
             memcpy(at + 4, slot->s, (size_t)slot->len);
-            row->len += 4 + slot->len;
+            at += 4 + slot->len;
             break;
         case K_FLOAT8: {
             uint64_t bits;
             memcpy(&bits, &slot->f, 8);
             put_be32(at, 8);
             put_be64(at + 4, bits);
-            row->len += 12;
+            at += 12;
             break;
         }
         case K_TIME:
         case K_INT8:
             put_be32(at, 8);
             put_be64(at + 4, (uint64_t)slot->i);
-            row->len += 12;
+            at += 12;
             break;
         case K_INT2:
             put_be32(at, 2);
             put_be16(at + 4, (uint16_t)(int16_t)slot->i);
-            row->len += 6;
+            at += 6;
             break;
         default: /* K_EMPTY_ARRAY is always NULL */
             put_be32(at, 0xffffffffu);
-            row->len += 4;
+            at += 4;
         }
     }
-    if (spec->width == spec->n)
-        *cut = row->len;
-    return 0;
+    if (*cut < 0)
+        *cut = at - out;
+    return at - out;
 }
 
-/* encode(spec, values, keys, lo_us, hi_us) -> (table_rows, rows, key_texts, times) or None
+/* Each key's newest row and its oldest time, in the order the keys first appear. */
+typedef struct {
+    const char *key;               /* within the message: alive for the whole call */
+    Py_ssize_t key_len;
+    Py_ssize_t newest;             /* the row */
+    int64_t newest_time, first_time;
+} Latest;
+
+static uint64_t key_hash(const char *s, Py_ssize_t len) {
+    uint64_t h = (uint64_t)len * 0x9e3779b97f4a7c15ULL, w;
+    for (; len >= 8; s += 8, len -= 8) {
+        memcpy(&w, s, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdULL;
+        h ^= h >> 29;
+    }
+    for (; len > 0; s++, len--)
+        h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
+    return h ^ (h >> 31);
+}
+
+/* encode(spec, values, keys, lo_us, hi_us) -> (table_rows, latest_rows, latest_keys, times) or None
  *
  * values: list of bytes (the messages); keys: list of bytes or None, parallel (a key must
  * equal the key column's text); lo_us, hi_us: the times allowed (µs since 2000-01-01 UTC,
- * inclusive). table_rows: every row's first `width` columns in binary COPY form, each with its
- * field count (no header, no trailer); rows: each row's every column, without the field
- * count; key_texts: each row's key column as str; times: each row's time column as an int
- * (µs since 2000-01-01 UTC, cut to milliseconds). None if any one message is declined.
+ * inclusive). None if any one message is declined. Otherwise:
+ * - table_rows: every row's first `width` columns in binary COPY form, each with its field
+ *   count (no header, no trailer);
+ * - latest_rows: for each distinct key column value, in the order they first appear, the
+ *   newest row (the first of equals) with every column and then the oldest row's time
+ *   appended, in binary COPY form with its field count;
+ * - latest_keys: those key column values, as str;
+ * - times: each row's time column (µs since 2000-01-01 UTC, cut to milliseconds) as native
+ *   int64s, 8 bytes a row.
  */
 static PyObject *fc_encode(PyObject *self, PyObject *args) {
     PyObject *capsule, *values, *keys;
@@ -692,26 +735,45 @@ static PyObject *fc_encode(PyObject *self, PyObject *args) {
     Spec *spec = PyCapsule_GetPointer(capsule, CAPSULE);
     if (spec == NULL)
         return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(values);
+    Py_ssize_t n = PyList_GET_SIZE(values), bound = 0;
     if (PyList_GET_SIZE(keys) != n) {
         PyErr_SetString(PyExc_ValueError, "values and keys differ in length");
         return NULL;
-    }
-    PyObject *result = NULL, *rows = PyList_New(n), *texts = PyList_New(n), *times = PyList_New(n);
-    Slot *slots = PyMem_Malloc((size_t)spec->n * sizeof(Slot));
-    Buf table = {0}, row = {0};
-    int declined = 0;
-    if (rows == NULL || texts == NULL || times == NULL || slots == NULL) {
-        if (slots == NULL)
-            PyErr_NoMemory();
-        goto done;
     }
     for (Py_ssize_t m = 0; m < n; m++) {
         PyObject *value = PyList_GET_ITEM(values, m), *key = PyList_GET_ITEM(keys, m);
         if (!PyBytes_Check(value) || (key != Py_None && !PyBytes_Check(key))) {
             PyErr_SetString(PyExc_TypeError, "values must be bytes, and keys bytes or None");
-            goto done;
+            return NULL;
         }
+        bound += 2 + ENCODED_MAX(spec, PyBytes_GET_SIZE(value));
+    }
+    /* The table's rows are written straight into the bytes returned; each row's columns past
+     * the table's (its tail) are kept aside, for the latest rows. */
+    PyObject *result = NULL, *table = PyBytes_FromStringAndSize(NULL, bound);
+    Py_ssize_t table_size = 16, n_latest = 0, table_len = 0;
+    while (table_size < 2 * n)
+        table_size *= 2;
+    Slot *slots = PyMem_Malloc((size_t)spec->n * sizeof(Slot));
+    Py_ssize_t *row_at = PyMem_Malloc((size_t)(n + 1) * sizeof(Py_ssize_t)); /* in table, after the count */
+    Py_ssize_t *tail_at = PyMem_Malloc((size_t)(n + 2) * sizeof(Py_ssize_t)); /* row m: tails[tail_at[m]..[m + 1]] */
+    int64_t *times = PyMem_Malloc((size_t)(n + 1) * sizeof(int64_t));
+    Latest *latest = PyMem_Malloc((size_t)(n + 1) * sizeof(Latest));
+    Py_ssize_t *index = PyMem_Malloc((size_t)table_size * sizeof(Py_ssize_t)); /* key -> latest entry, or -1 */
+    Buf tails = {0};
+    int declined = 0;
+    if (table == NULL || slots == NULL || row_at == NULL || tail_at == NULL || times == NULL || latest == NULL ||
+        index == NULL) {
+        if (table != NULL)
+            PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < table_size; k++)
+        index[k] = -1;
+    tail_at[0] = 0;
+    char *out = PyBytes_AS_STRING(table);
+    for (Py_ssize_t m = 0; m < n; m++) {
+        PyObject *value = PyList_GET_ITEM(values, m), *key = PyList_GET_ITEM(keys, m);
         const char *raw = PyBytes_AS_STRING(value);
         if (parse_message(spec, raw, raw + PyBytes_GET_SIZE(value), slots, lo_us, hi_us)) {
             declined = 1;
@@ -727,35 +789,74 @@ static PyObject *fc_encode(PyObject *self, PyObject *args) {
             declined = 1; /* a key that is not the GPU's: the careful path refuses it, with the reason */
             goto done;
         }
-        Py_ssize_t cut = 0;
-        if (encode_row(spec, slots, &row, &cut) || buf_reserve(&table, 2 + cut))
+        Py_ssize_t cut, len = encode_row(spec, slots, out + table_len + 2, &cut);
+        if (buf_reserve(&tails, len - cut))
             goto done;
-        put_be16(table.data + table.len, (uint16_t)spec->width);
-        memcpy(table.data + table.len + 2, row.data, (size_t)cut);
-        table.len += 2 + cut;
-        PyObject *bytes = PyBytes_FromStringAndSize(row.data, row.len);
-        PyObject *text = PyUnicode_DecodeASCII(k->s, k->len, NULL);
-        PyObject *time = PyLong_FromLongLong(slots[spec->time_column].i);
-        if (bytes == NULL || text == NULL || time == NULL) {
-            Py_XDECREF(bytes);
-            Py_XDECREF(text);
-            Py_XDECREF(time);
-            goto done;
+        put_be16(out + table_len, (uint16_t)spec->width);
+        row_at[m] = table_len + 2;
+        memcpy(tails.data + tails.len, out + table_len + 2 + cut, (size_t)(len - cut));
+        tails.len += len - cut;
+        tail_at[m + 1] = tails.len;
+        table_len += 2 + cut;
+        int64_t t = times[m] = slots[spec->time_column].i;
+        Py_ssize_t mask = table_size - 1, at = (Py_ssize_t)(key_hash(k->s, k->len) & (uint64_t)mask);
+        for (;; at = (at + 1) & mask) {
+            Py_ssize_t e = index[at];
+            if (e < 0) {
+                index[at] = n_latest;
+                latest[n_latest++] = (Latest){k->s, k->len, m, t, t};
+                break;
+            }
+            Latest *l = &latest[e];
+            if (l->key_len == k->len && same_bytes(l->key, k->s, k->len)) {
+                if (t > l->newest_time) {
+                    l->newest = m;
+                    l->newest_time = t;
+                } else if (t < l->first_time) {
+                    l->first_time = t;
+                }
+                break;
+            }
         }
-        PyList_SET_ITEM(rows, m, bytes);
-        PyList_SET_ITEM(texts, m, text);
-        PyList_SET_ITEM(times, m, time);
     }
-    PyObject *table_bytes = PyBytes_FromStringAndSize(table.data ? table.data : "", table.len);
-    if (table_bytes != NULL)
-        result = Py_BuildValue("(NOOO)", table_bytes, rows, texts, times);
+    {
+        Buf rows = {0};
+        PyObject *latest_keys = PyList_New(n_latest);
+        for (Py_ssize_t e = 0; latest_keys != NULL && e < n_latest; e++) {
+            const Latest *l = &latest[e];
+            Py_ssize_t m = l->newest, head = (m + 1 < n ? row_at[m + 1] - 2 : table_len) - row_at[m];
+            Py_ssize_t tail = tail_at[m + 1] - tail_at[m];
+            PyObject *text = PyUnicode_DecodeASCII(l->key, l->key_len, NULL);
+            if (text == NULL || buf_reserve(&rows, 2 + head + tail + 12)) {
+                Py_XDECREF(text);
+                Py_CLEAR(latest_keys);
+                break;
+            }
+            PyList_SET_ITEM(latest_keys, e, text);
+            char *at = rows.data + rows.len;
+            put_be16(at, (uint16_t)(spec->n + 1));
+            memcpy(at + 2, out + row_at[m], (size_t)head);
+            memcpy(at + 2 + head, tails.data + tail_at[m], (size_t)tail);
+            put_be32(at + 2 + head + tail, 8);
+            put_be64(at + 2 + head + tail + 4, (uint64_t)l->first_time);
+            rows.len += 2 + head + tail + 12;
+        }
+        if (latest_keys != NULL && _PyBytes_Resize(&table, table_len) == 0)
+            result = Py_BuildValue("(Oy#Ny#)", table, rows.data ? rows.data : "", rows.len, latest_keys,
+                                   (const char *)times, n * (Py_ssize_t)sizeof(int64_t));
+        else
+            Py_XDECREF(latest_keys);
+        PyMem_Free(rows.data);
+    }
 done:
+    Py_XDECREF(table);
     PyMem_Free(slots);
-    PyMem_Free(table.data);
-    PyMem_Free(row.data);
-    Py_XDECREF(rows);
-    Py_XDECREF(texts);
-    Py_XDECREF(times);
+    PyMem_Free(row_at);
+    PyMem_Free(tail_at);
+    PyMem_Free(times);
+    PyMem_Free(latest);
+    PyMem_Free(index);
+    PyMem_Free(tails.data);
     if (declined && !PyErr_Occurred())
         Py_RETURN_NONE;
     return result;
@@ -764,7 +865,7 @@ done:
 static PyMethodDef methods[] = {
     {"compile", fc_compile, METH_VARARGS, "compile(columns, width, key_column, time_column) -> spec"},
     {"encode", fc_encode, METH_VARARGS,
-     "encode(spec, values, keys, lo_us, hi_us) -> (table_rows, rows, key_texts, times) | None"},
+     "encode(spec, values, keys, lo_us, hi_us) -> (table_rows, latest_rows, latest_keys, times) | None"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -3,8 +3,8 @@
 The sink's hot path decodes a message into Python values (shared.fastdecode)
 only for psycopg to encode them again into PostgreSQL's binary COPY format.
 This module does both at once, in C (`_fastcopy.c`): a lane's messages become
-the bytes of the COPY into the table, each row's staging columns, and the few
-values the sink needs of each row (its key text and its time).
+the bytes of the COPY into the table, the COPY rows of each GPU's newest
+sample (for gpu_latest and gpu_assets), and each row's time.
 
 Like fastdecode it is a fast path, never an authority: it is compiled from the
 contract's own JSON Schema, and it declines the whole batch (None) unless every
@@ -77,23 +77,19 @@ def as_us(time: datetime) -> int:
     return (time - PG_EPOCH) // timedelta(microseconds=1)
 
 
-def field_count(n: int) -> bytes:
-    return n.to_bytes(2, "big")
-
-
-def time_field(us: int) -> bytes:
-    """A timestamptz field (length and value) in binary COPY form."""
-    return b"\x00\x00\x00\x08" + us.to_bytes(8, "big", signed=True)
-
-
 @dataclass(frozen=True, slots=True)
 class Encoded:
-    """A batch of messages in binary COPY form, in message order."""
+    """A batch of messages in binary COPY form."""
 
-    table_rows: bytes  # every row's first `width` columns, each row with its field count
-    rows: list[bytes]  # each row's every column, without the field count
-    keys: list[str]  # each row's key column
-    times: list[int]  # each row's time, µs since 2000-01-01 UTC (as_time)
+    table_rows: bytes  # every row's first `width` columns, in message order, each with its field count
+    # per key (in the order they first appear): its newest row (the first of equals), every
+    # column, with the time of its oldest row appended, and its field count
+    latest_rows: bytes
+    keys: list[str]  # those keys
+    times: Sequence[int]  # each row's time, µs since 2000-01-01 UTC (as_time), in message order
+
+    def __len__(self) -> int:
+        return len(self.times)
 
 
 class CopyEncoder:
@@ -138,12 +134,14 @@ class CopyEncoder:
 
     def encode(self, values: list[bytes], keys: list[bytes | None]) -> Encoded | None:
         """The messages as COPY rows, or None if any one is declined. A key, where not None,
-        must equal the message's key column."""
+        must equal the message's key column; the latest rows have one more column than the
+        spec's (first_seen, a time)."""
         earliest, latest = self._time_bounds()
         out = self._module.encode(self._spec, values, keys, as_us(earliest), as_us(latest))
         if out is None:
             return None
-        encoded = Encoded(*out)
+        table_rows, latest_rows, latest_keys, times = out
+        encoded = Encoded(table_rows, latest_rows, latest_keys, memoryview(times).cast("q"))
         if self._key_pattern is not None:
             new = set(encoded.keys) - self._keys_seen
             if not all(map(self._key_pattern.match, new)):

@@ -111,7 +111,7 @@ def _samples_at_once(records: list[Record], topic: str, batch: Batch, max_bytes:
         if None in partitions or None in offsets:
             return False
         encoded = encode_samples(values, keys) if not (batch.rows or batch.encoded) else None
-        times: list[Any]
+        times: Sequence[Any]
         if encoded is not None:
             times = encoded.times
         else:

@@ -49,7 +49,7 @@ class RollupRefresher:
         settings: DatabaseSettings,
         metrics: SinkMetrics,
         *,
-        interval_s: float = 2.0,
+        interval_s: float = 0.5,
         caught_up_s: float = 0.25,
         keep_raw: timedelta = timedelta(days=30),
         statement_timeout_ms: int = 60_000,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from operator import attrgetter, itemgetter
-from typing import Any, TypeVar
+from typing import Any
 
 from psycopg.types.json import Jsonb
 
@@ -35,14 +35,12 @@ from shared.store.samples import (
 # The column layout is the store's; it is named here too for the sink's callers.
 __all__ = [
     "EVENT_COLUMNS", "EVENT_TYPES", "GPU_UUID", "METRIC_COLUMNS", "STAGE_COLUMNS", "STAGE_TYPES", "TIME",
-    "Row", "encode_samples", "event_row", "newest_encoded", "newest_per_gpu", "sample_row", "stage_row",
+    "Row", "encode_samples", "event_row", "newest_per_gpu", "sample_row", "stage_row",
     "stage_rows",
 ]  # fmt: skip
 
 _plain = attrgetter(*PLAIN_COLUMNS)
 _UUID, _TIME = itemgetter(GPU_UUID), itemgetter(TIME)
-_T = TypeVar("_T", datetime, int)
-_R = TypeVar("_R")
 _metrics = attrgetter(*METRIC_FIELDS)
 _assets = attrgetter(*ASSET_ONLY)
 
@@ -118,20 +116,13 @@ def newest_per_gpu(rows: Sequence[Row]) -> list[Row]:
     return [(*row, first) for row, first in _newest(map(_UUID, rows), map(_TIME, rows), rows)]
 
 
-_LATEST_FIELDS = fastcopy.field_count(len(STAGE_COLUMNS) + 1)
-
-
-def newest_encoded(encoded: Encoded) -> list[bytes]:
-    """newest_per_gpu for encoded samples: each GPU's newest row, first_seen appended, as a
-    binary COPY row (with its field count)."""
-    newest = _newest(encoded.keys, encoded.times, encoded.rows)
-    return [b"".join((_LATEST_FIELDS, row, fastcopy.time_field(first))) for row, first in newest]
-
-
-def _newest(gpus: Iterable[str], times: Iterable[_T], rows: Iterable[_R]) -> list[tuple[_R, _T]]:
-    """Each GPU's newest row, and the time of its oldest."""
-    newest: dict[str, tuple[_T, _R]] = {}
-    first: dict[str, _T] = {}
+def _newest(
+    gpus: Iterable[str], times: Iterable[datetime], rows: Iterable[Row]
+) -> list[tuple[Row, datetime]]:
+    """Each GPU's newest row (the first of equals), and the time of its oldest (as the compiled
+    encoder computes its latest rows)."""
+    newest: dict[str, tuple[datetime, Row]] = {}
+    first: dict[str, datetime] = {}
     for gpu, time, row in zip(gpus, times, rows, strict=True):
         kept = newest.get(gpu)
         if kept is None:

@@ -28,7 +28,7 @@ class SinkSection(BaseModel):
     retention_interval_s: float = Field(default=600, ge=10)
     # The 1-minute rollup is refreshed after batches were stored (rollup.py): at most this often
     # while the sink is behind, and at most every ROLLUP_CAUGHT_UP_S once it has caught up.
-    rollup_refresh_s: float = Field(default=2.0, gt=0, le=60)
+    rollup_refresh_s: float = Field(default=0.5, gt=0, le=60)
     rollup_caught_up_s: float = Field(default=0.25, gt=0, le=60)
     # Chunks past retention are written here as Parquet before they are dropped (archive.py);
     # unset: they are dropped without a copy.

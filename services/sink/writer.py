@@ -53,7 +53,7 @@ from shared.store.samples import LATEST_STAGE, METRICS_STAGE, AlreadyStoredError
 
 from .deadletters import DeadLetter, Origin
 from .isolate import split_refused
-from .rows import TIME, Row, event_row, newest_encoded, newest_per_gpu, stage_row
+from .rows import TIME, Row, event_row, newest_per_gpu, stage_row
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ class Batch:
 
     @property
     def samples(self) -> int:
-        return len(self.rows) + (len(self.encoded.rows) if self.encoded is not None else 0)
+        return len(self.rows) + (len(self.encoded) if self.encoded is not None else 0)
 
     def staging_rows(self) -> list[Row]:
         """The samples as staging rows: the encoded ones decoded again from their messages (what
@@ -234,7 +234,7 @@ class BatchWriter:
         try:
             if batch.encoded is not None:
                 samples.copy_straight_encoded(cur, batch.encoded.table_rows)
-                result.metrics_inserted = len(batch.encoded.rows)
+                result.metrics_inserted = len(batch.encoded)
                 result.times.update(map(as_time, set(batch.encoded.times)))
                 result.optimistic = True
                 self._derived(cur, result, batch.events, latest=True)
@@ -286,7 +286,7 @@ class BatchWriter:
             if rows or newest:
                 LATEST_STAGE.copy_rows(cur, newest_per_gpu(newest if newest is not None else rows))
             elif encoded is not None:
-                LATEST_STAGE.copy_encoded(cur, newest_encoded(encoded))
+                LATEST_STAGE.copy_encoded(cur, encoded.latest_rows)
             if events:
                 EVENTS_STAGE.copy_rows(cur, map(event_row, events))
         except DataRefusedError as e:

@@ -86,10 +86,11 @@ class Stage:
             sql.Identifier(self.table), definition
         )
 
-    def copy_encoded(self, cur: Cursor, rows: Iterable[bytes]) -> None:
-        """Binary COPY into this stage of rows already in COPY form (shared.fastcopy)."""
+    def copy_encoded(self, cur: Cursor, rows: bytes) -> None:
+        """Binary COPY into this stage of rows already in COPY form (shared.fastcopy), one
+        after another."""
         with translated(cur.connection), cur.copy(self._copy()) as copy:
-            _write_encoded(copy, b"".join(rows))
+            _write_encoded(copy, rows)
 
     def _copy(self) -> sql.Composed:
         return sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(

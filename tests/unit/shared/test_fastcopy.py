@@ -18,13 +18,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.sink.rows import SAMPLE_COPY, STAGE_COLUMNS, STAGE_TYPES, stage_row
+from services.sink.rows import (
+    GPU_UUID,
+    SAMPLE_COPY,
+    STAGE_COLUMNS,
+    STAGE_TYPES,
+    TIME,
+    newest_per_gpu,
+    stage_row,
+)
 from shared import fastcopy
 from shared.errors import ContractError
 from shared.fastcopy import CopyEncoder, as_time, as_us
 from shared.fastdecode import SchemaNotSupportedError
 from shared.models import GpuSample, parse_sample, sample_time_bounds, to_json
-from shared.store.samples import WIDTH
+from shared.store.samples import LATEST_STAGE, WIDTH
+from tests.helpers.copy_binary import binary_row
 from tests.unit.shared.test_fastdecode import GOOD, GOOD_RAW, UUID, encoded_as_pydantic
 
 assert SAMPLE_COPY is not None, "shared/_fastcopy is not built: run make venv"
@@ -194,30 +203,35 @@ def test_keys_must_be_the_gpus_uuid_and_valid_or_the_batch_is_declined() -> None
         assert ENCODER.encode([json.dumps({**GOOD, "gpu_uuid": UUID + "\n"}).encode()], [None]) is None
 
 
-def test_a_batch_is_encoded_whole_in_order_or_declined_whole() -> None:
-    times = [f"2026-11-21T11:00:{s:02d}Z" for s in (5, 1, 9)]
-    raws = [json.dumps({**GOOD, "time": t}).encode() for t in times]
-    encoded = ENCODER.encode(raws, [None] * 3)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 5)), max_size=40))
+def test_a_batch_gives_each_gpus_newest_row_and_first_time_as_the_decoders_do(
+    picks: list[tuple[int, int]],
+) -> None:
+    """Rows in any order, ties included: the latest rows are newest_per_gpu's, byte for byte."""
+    raws = [
+        json.dumps({**GOOD, "gpu_uuid": f"GPU-{gpu:08d}-0000", "time": f"2026-11-21T11:00:0{second}Z",
+                    "gpu_temp_c": n}).encode()
+        for n, (gpu, second) in enumerate(picks)
+    ]  # fmt: skip
+    encoded = ENCODER.encode(raws, [None] * len(raws))
     assert encoded is not None
-    assert [as_time(t) for t in encoded.times] == [datetime.fromisoformat(t) for t in times]
-    table = b"".join(fastcopy.field_count(WIDTH) + r[: len(r) - tail_len(r)] for r in encoded.rows)
-    assert encoded.table_rows == table
-    assert ENCODER.encode([*raws, b"{}"], [None] * 4) is None
+    rows = [stage_row(raw) for raw in raws]
+    assert encoded.table_rows == b"".join(binary_row(r[:WIDTH], STAGE_TYPES[:WIDTH]) for r in rows)
+    newest = newest_per_gpu(rows)
+    assert encoded.latest_rows == b"".join(binary_row(r, LATEST_STAGE.types) for r in newest)
+    assert encoded.keys == [r[GPU_UUID] for r in newest]
+    assert [as_time(t) for t in encoded.times] == [r[TIME] for r in rows]
+    assert len(encoded) == len(raws)
+
+
+def test_a_batch_is_declined_whole_for_one_message() -> None:
+    assert ENCODER.encode([GOOD_RAW, GOOD_RAW, b"{}"], [None] * 3) is None
     empty = ENCODER.encode([], [])
     assert empty is not None
-    assert (empty.table_rows, empty.rows) == (b"", [])
+    assert (empty.table_rows, empty.latest_rows, empty.keys, len(empty)) == (b"", b"", [], 0)
     with pytest.raises(TypeError):
         ENCODER.encode(["not bytes"], [None])  # type: ignore[list-item]
-
-
-def tail_len(row: bytes) -> int:
-    """The bytes of a staging row after gpu_metrics' columns (the identity columns, the version)."""
-    n, at = 0, 0
-    while n < WIDTH:
-        length = int.from_bytes(row[at : at + 4], "big", signed=True)
-        at += 4 + max(length, 0)
-        n += 1
-    return len(row) - at
 
 
 def test_times_round_trip_to_microseconds() -> None:

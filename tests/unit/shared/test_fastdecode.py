@@ -57,9 +57,9 @@ def encoded_as_pydantic(raw: bytes) -> bool:
         return False
     row = pydantic_row(raw)
     assert row is not None, f"the encoder accepted what the contract refuses: {raw!r}"
-    binary = binary_row(row, STAGE_TYPES)
-    assert encoded.rows == [binary[2:]], f"encoded differently from psycopg: {raw!r}"
-    assert encoded.table_rows == binary_row(row[:WIDTH], STAGE_TYPES[:WIDTH])
+    table_row = binary_row(row[:WIDTH], STAGE_TYPES[:WIDTH])
+    assert encoded.table_rows == table_row, f"encoded differently from psycopg: {raw!r}"
+    assert encoded.latest_rows == binary_row((*row, row[TIME]), (*STAGE_TYPES, "timestamptz"))
     assert encoded.keys == [row[GPU_UUID]]
     assert [as_time(t) for t in encoded.times] == [row[TIME]]
     return True

@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from psycopg.types.json import Jsonb
 
 from services.sink.decode import Decoded, _decode_one, decode_lanes
-from services.sink.rows import GPU_UUID, SAMPLE_COPY, STAGE_TYPES, TIME
+from services.sink.rows import GPU_UUID, SAMPLE_COPY, STAGE_TYPES, TIME, newest_per_gpu
 from shared.config import TopicSettings
 from shared.fastcopy import as_time
-from shared.store.samples import WIDTH
+from shared.store.samples import LATEST_STAGE, WIDTH
 from tests.helpers.copy_binary import binary_row
 
 # The sink's compiled encoder is built wherever `make test` runs (scripts/pyenv.sh): its tests
@@ -209,10 +209,10 @@ def comparable(decoded: Decoded) -> tuple[Any, ...]:
     batch = decoded.batch
     staging = batch.staging_rows()
     if (encoded := batch.encoded) is not None:
-        binary = [binary_row(row, STAGE_TYPES) for row in staging]
-        assert encoded.rows == [b[2:] for b in binary]
         assert encoded.table_rows == b"".join(binary_row(row[:WIDTH], STAGE_TYPES[:WIDTH]) for row in staging)
-        assert encoded.keys == [row[GPU_UUID] for row in staging]
+        newest = newest_per_gpu(staging)
+        assert encoded.latest_rows == b"".join(binary_row(row, LATEST_STAGE.types) for row in newest)
+        assert encoded.keys == [row[GPU_UUID] for row in newest]
         assert list(map(as_time, encoded.times)) == [row[TIME] for row in staging]
     rows = [tuple(v.obj if isinstance(v, Jsonb) else v for v in row) for row in staging]
     dead = [(d.key, d.value, d.topic, d.partition, d.offset, d.category, d.reason) for d in batch.dead]
