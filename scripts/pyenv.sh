@@ -34,25 +34,31 @@ install_cli() {
 }
 
 # The sink's compiled encoder (shared/_fastcopy.c, see shared/fastcopy.py), built next to its
-# source for the venv's Python when the source is newer. Without a C compiler the sink takes
-# its pure-Python path: slower, the same rows. A failed build leaves no stale module behind.
+# source for the venv's Python. It is rebuilt when the source, the flags or the Python differ
+# from what the stamp beside it records. Without a C compiler the sink takes its pure-Python
+# path (slower, the same rows), and the tests that need the module say it is missing. A
+# failed build leaves no module behind, stale or not.
 build_native() {
-  local src=$here/shared/_fastcopy.c out
+  local src=$here/shared/_fastcopy.c out include flags stamp want tmp
   out=$here/shared/_fastcopy$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
-  [[ -f $out && $out -nt $src ]] && return 0
+  include=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+  flags="-O2 -Wall -Wextra -Wno-unused-parameter -shared -fPIC"
+  stamp=$out.stamp
+  want=$( { sha256sum "$src"; echo "$flags $include $("$venv/bin/python" -VV)"; } | sha256sum | cut -c1-16)
+  [[ -f $out && -f $stamp && $(cat "$stamp") == "$want" ]] && return 0
+  rm -f "$out" "$stamp"
   if ! command -v "${CC:-cc}" >/dev/null; then
     echo "pyenv: no C compiler; the sink decodes without shared/_fastcopy (slower)" >&2
     return 0
   fi
-  local include
-  include=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
-  if ! "${CC:-cc}" -O2 -Wall -Wextra -Wno-unused-parameter -Werror -shared -fPIC -I"$include" \
-      "$src" -o "$out.tmp" >&2; then
-    rm -f "$out" "$out.tmp"
+  tmp=$(mktemp "$out.XXXXXX")
+  # shellcheck disable=SC2086  # the flags are words
+  if ! "${CC:-cc}" $flags -I"$include" "$src" -o "$tmp" >&2 || ! chmod 0755 "$tmp"; then
+    rm -f "$tmp"
     echo "pyenv: building shared/_fastcopy failed; the sink decodes without it (slower)" >&2
     return 0
   fi
-  mv "$out.tmp" "$out"
+  mv "$tmp" "$out" && echo "$want" > "$stamp"
 }
 
 if [[ -x $venv/bin/python && -f $venv/.stamp && $(cat "$venv/.stamp") == "$stamp_want" ]]; then

@@ -9,14 +9,20 @@
  * explain, and it declines anything unusual: escapes and non-ASCII in strings,
  * duplicate or unknown keys, nested values, numbers it cannot convert exactly.
  *
- * Nothing here raises on a message's content; a TypeError means the caller
- * passed the wrong kind of argument (a bug).
+ * Nothing here raises on a message's content: a TypeError means the caller
+ * passed the wrong kind of argument (a bug), a MemoryError what it says (the
+ * caller then takes its other paths too).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+#if FLT_EVAL_METHOD != 0
+#error "the exact float conversion (number_as_double) needs double arithmetic in double precision"
+#endif
 
 enum kind { K_TIME, K_TEXT, K_FLOAT8, K_INT8, K_INT2, K_EMPTY_ARRAY };
 
@@ -42,7 +48,9 @@ typedef struct {
     Py_ssize_t table_size;         /* open addressing over the names: column index or -1 */
     Py_ssize_t *table;
     /* The key that followed each column's in the last message (follows[n]: its first key), tried
-     * before the table: one producer writes its keys in the same order every time. */
+     * before the table: one producer writes its keys in the same order every time. Only a
+     * guess, checked before use: written under the GIL, and harmless if another call's
+     * guesses overwrite it. */
     Py_ssize_t *follows;
 } Spec;
 

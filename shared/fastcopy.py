@@ -42,6 +42,7 @@ from types import ModuleType
 from typing import Any
 
 from shared.fastdecode import JsonSchema, SchemaNotSupportedError, python_pattern
+from shared.jsonlimits import MAX_RECORD_BYTES
 
 PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)  # binary COPY counts time from here, in µs
 COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + b"\x00" * 8  # signature, no flags, no extension
@@ -136,6 +137,8 @@ class CopyEncoder:
         """The messages as COPY rows, or None if any one is declined. A key, where not None,
         must equal the message's key column; the latest rows have one more column than the
         spec's (first_seen, a time)."""
+        if values and max(map(len, values)) > MAX_RECORD_BYTES:  # refused by the contract
+            return None
         earliest, latest = self._time_bounds()
         out = self._module.encode(self._spec, values, keys, as_us(earliest), as_us(latest))
         if out is None:

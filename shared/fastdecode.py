@@ -33,6 +33,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from shared.jsonlimits import MAX_RECORD_BYTES
+
 JsonSchema = dict[str, Any]
 
 # Keywords that document rather than constrain.
@@ -191,6 +193,8 @@ class FastDecoder:
 
     def decode(self, raw: bytes | str) -> tuple[Any, ...] | None:
         """The message's fields in `fields` order (nested objects as msgspec Structs), or None."""
+        if len(raw) > MAX_RECORD_BYTES:  # refused by the contract (shared.jsonlimits)
+            return None
         try:
             values: tuple[Any, ...] = astuple(self._decoder.decode(raw))
             labels = self._labels(values)
@@ -205,6 +209,9 @@ class FastDecoder:
 
         For a batch: C-level passes over the batch rather than a Python call per message.
         """
+        raws = list(raws)
+        if raws and max(map(len, raws)) > MAX_RECORD_BYTES:
+            return None
         try:
             values = list(map(astuple, map(self._decoder.decode, raws)))
             for labels in set(map(self._labels, values)) - self._labels_seen:

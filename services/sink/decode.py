@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from itertools import repeat
 from operator import itemgetter, methodcaller
 from typing import Any, Protocol
@@ -113,7 +112,7 @@ def _samples_at_once(records: list[Record], topic: str, batch: Batch, max_bytes:
         encoded = encode_samples(values, keys) if not (batch.rows or batch.encoded) else None
         times: Sequence[Any]
         if encoded is not None:
-            times = encoded.times
+            times = encoded.times  # µs (shared.fastcopy): as datetimes below, for the newest only
         else:
             decoded = stage_rows(values)
             if decoded is None:
@@ -138,13 +137,10 @@ def _samples_at_once(records: list[Record], topic: str, batch: Batch, max_bytes:
     # Per partition, its newest offset and that sample's time (the frontier, as one by one).
     newest = dict(zip(partitions, zip(offsets, times, strict=True), strict=True))
     note_stored(batch.next_offsets, {(topic, p): offset + 1 for p, (offset, _) in newest.items()})
-    frontier = as_time if encoded is not None else _same  # the encoder's times are µs (fastcopy)
-    batch.frontiers.update({(topic, p): frontier(time) for p, (_, time) in newest.items()})
+    batch.frontiers.update(
+        {(topic, p): as_time(time) if encoded is not None else time for p, (_, time) in newest.items()}
+    )
     return True
-
-
-def _same(time: datetime) -> datetime:
-    return time
 
 
 def _decode_one(msg: Record, batch: Batch, topics: TopicSettings, max_bytes: int) -> None:

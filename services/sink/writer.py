@@ -42,7 +42,7 @@ import psycopg
 
 from shared.config import DatabaseSettings
 from shared.db import connect
-from shared.errors import DatabaseError, DatabaseUnavailableError, DataRefusedError
+from shared.errors import ContractError, DatabaseError, DatabaseUnavailableError, DataRefusedError
 from shared.fastcopy import Encoded, as_time
 from shared.models import GpuEvent
 from shared.store import deadletters, events, offsets, rollup, samples
@@ -90,16 +90,23 @@ class Batch:
     def samples(self) -> int:
         return len(self.rows) + (len(self.encoded) if self.encoded is not None else 0)
 
-    def staging_rows(self) -> list[Row]:
-        """The samples as staging rows: the encoded ones decoded again from their messages (what
-        the encoder takes, the decoders take with the same values)."""
-        if self.encoded is None:
-            return self.rows
-        return [*self.rows, *(stage_row(value or b"") for *_, value in self.row_origins[len(self.rows) :])]
-
     def decode_encoded(self) -> None:
-        """The encoded samples as staging rows from now on (for the careful path)."""
-        self.rows, self.encoded = self.staging_rows(), None
+        """The encoded samples as staging rows from now on (for the careful path): decoded
+        again from their messages. What the encoder takes the decoders take, with the same
+        values (tests hold them to it); were one refused after all, it is dead-lettered with
+        its reason rather than failing the batch for ever."""
+        if self.encoded is None:
+            return
+        if self.rows:
+            raise ValueError("a batch holds its samples either encoded or as rows, not both")
+        origins, self.row_origins, self.encoded = self.row_origins, [], None
+        for topic, partition, offset, key, value in origins:
+            try:
+                self.rows.append(stage_row(value or b""))
+                self.row_origins.append((topic, partition, offset, key, value))
+            except ContractError as e:
+                log.error("an encoded sample was refused when decoded again: %s", e)
+                self.dead.append(DeadLetter(key, value, topic, partition, offset, "contract", str(e)))
 
 
 _Item = tuple[Row | None, GpuEvent | None, Origin | None]  # one record of a batch being split

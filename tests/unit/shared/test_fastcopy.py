@@ -18,7 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import services.sink.writer as writer_module
 from services.sink.rows import (
+    FAST_SAMPLE,
     GPU_UUID,
     SAMPLE_COPY,
     STAGE_COLUMNS,
@@ -27,10 +29,12 @@ from services.sink.rows import (
     newest_per_gpu,
     stage_row,
 )
+from services.sink.writer import Batch
 from shared import fastcopy
 from shared.errors import ContractError
 from shared.fastcopy import CopyEncoder, as_time, as_us
 from shared.fastdecode import SchemaNotSupportedError
+from shared.jsonlimits import MAX_RECORD_BYTES
 from shared.models import GpuSample, parse_sample, sample_time_bounds, to_json
 from shared.store.samples import LATEST_STAGE, WIDTH
 from tests.helpers.copy_binary import binary_row
@@ -232,6 +236,37 @@ def test_a_batch_is_declined_whole_for_one_message() -> None:
     assert (empty.table_rows, empty.latest_rows, empty.keys, len(empty)) == (b"", b"", [], 0)
     with pytest.raises(TypeError):
         ENCODER.encode(["not bytes"], [None])  # type: ignore[list-item]
+
+
+def test_a_message_longer_than_the_contract_allows_is_declined_by_every_fast_path() -> None:
+    raw = GOOD_RAW[:-1] + b" " * MAX_RECORD_BYTES + b"}"  # valid JSON, but too long a record
+    assert ENCODER.encode([GOOD_RAW, raw], [None, None]) is None
+    assert FAST_SAMPLE.decode(raw) is None
+    assert FAST_SAMPLE.decode_many([GOOD_RAW, raw]) is None
+    with pytest.raises(ContractError, match="exceeds"):
+        stage_row(raw)
+
+
+def test_an_encoded_sample_refused_when_decoded_again_becomes_a_dead_letter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The careful path decodes an encoded batch again; should the decoders refuse a message
+    the encoder took (they never do: the tests above), it is dead-lettered, not retried for ever."""
+    raws = [json.dumps({**GOOD, "time": f"2026-11-21T11:00:0{s}Z"}).encode() for s in range(3)]
+    batch = Batch(encoded=ENCODER.encode(raws, [None] * 3), next_offsets={("raw", 0): 3})
+    batch.row_origins = [("raw", 0, n, None, raw) for n, raw in enumerate(raws)]
+
+    def refuse_the_second(raw: bytes) -> Any:
+        if raw == raws[1]:
+            raise ContractError("refused after all")
+        return stage_row(raw)
+
+    monkeypatch.setattr(writer_module, "stage_row", refuse_the_second)
+    batch.decode_encoded()
+    assert batch.encoded is None
+    assert batch.rows == [stage_row(raws[0]), stage_row(raws[2])]
+    assert [origin[2] for origin in batch.row_origins] == [0, 2]
+    assert [(d.offset, d.category, d.reason) for d in batch.dead] == [(1, "contract", "refused after all")]
 
 
 def test_times_round_trip_to_microseconds() -> None:

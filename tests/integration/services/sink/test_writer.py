@@ -158,6 +158,31 @@ def test_a_value_the_straight_copy_refuses_is_isolated_and_the_rest_stored(
     assert query(migrated, "SELECT next_offset FROM kafka_offsets") == [(40,)]
 
 
+def test_an_encoded_sample_the_database_refuses_is_isolated_from_its_message(
+    migrated: DatabaseSettings,
+) -> None:
+    """A value the contract allows but this database refuses (a CHECK of its own): the straight
+    COPY of the encoded batch fails, the careful path decodes the messages again, and the one
+    refused row becomes a dead letter carrying its own message; the rest is stored."""
+    with connect(migrated) as conn:
+        conn.execute(
+            "ALTER TABLE gpu_metrics ADD CONSTRAINT local_rule CHECK (job IS DISTINCT FROM 'refused')"
+        )
+    writer = BatchWriter(migrated, group="g", connections=1)
+    b = batch(range(40), encoded=True)
+    refused = json.dumps({**sample(2, GPUS), "job": "refused"}).encode()
+    b.row_origins[2] = (*b.row_origins[2][:4], refused)
+    b.encoded = encode_samples([origin[4] or b"" for origin in b.row_origins], [None] * 40)
+    try:
+        result = writer.write(b)
+    finally:
+        writer.close()
+    assert (result.optimistic, result.metrics_inserted, result.refused_rows) == (False, 39, 1)
+    assert count(migrated, "gpu_metrics") == 39
+    assert query(migrated, "SELECT source_offset, value FROM sink_dead_letters") == [(2, refused)]
+    assert query(migrated, "SELECT next_offset FROM kafka_offsets") == [(40,)]
+
+
 def test_the_scorer_reads_only_refreshed_minutes(migrated: DatabaseSettings) -> None:
     writer, rollup = BatchWriter(migrated, group="g", connections=1), refresher(migrated)
     as_of = T0 + timedelta(minutes=10)

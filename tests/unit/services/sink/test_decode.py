@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 from typing import Any
 from unittest import mock
@@ -14,6 +15,7 @@ from psycopg.types.json import Jsonb
 
 from services.sink.decode import Decoded, _decode_one, decode_lanes
 from services.sink.rows import GPU_UUID, SAMPLE_COPY, STAGE_TYPES, TIME, newest_per_gpu
+from services.sink.writer import Batch
 from shared.config import TopicSettings
 from shared.fastcopy import as_time
 from shared.store.samples import LATEST_STAGE, WIDTH
@@ -203,11 +205,21 @@ RECORDS = [
 ]
 
 
+def staging_rows(batch: Batch) -> list[tuple[Any, ...]]:
+    """The batch's samples as staging rows: encoded ones decoded again, as the careful path does."""
+    twin = dataclasses.replace(batch, rows=list(batch.rows), row_origins=list(batch.row_origins),
+                               dead=list(batch.dead))  # fmt: skip
+    twin.decode_encoded()
+    assert twin.dead == batch.dead  # what the encoder took, the decoders take too
+    assert twin.row_origins == batch.row_origins
+    return twin.rows
+
+
 def comparable(decoded: Decoded) -> tuple[Any, ...]:
     """A batch in a form == compares by value (Jsonb compares by identity). Samples the compiled
     encoder took must be, byte for byte, what psycopg sends for the rows the decoders give."""
     batch = decoded.batch
-    staging = batch.staging_rows()
+    staging = staging_rows(batch)
     if (encoded := batch.encoded) is not None:
         assert encoded.table_rows == b"".join(binary_row(row[:WIDTH], STAGE_TYPES[:WIDTH]) for row in staging)
         newest = newest_per_gpu(staging)
