@@ -721,11 +721,11 @@ static uint64_t key_hash(const char *s, Py_ssize_t len) {
     return h ^ (h >> 31);
 }
 
-/* encode(spec, values, keys, lo_us, hi_us) -> (table_rows, latest_rows, latest_keys, times) or None
+/* encode(spec, values, keys, lo_us, hi_us, max_len) -> (table_rows, latest_rows, latest_keys, times) or None
  *
  * values: list of bytes (the messages); keys: list of bytes or None, parallel (a key must
  * equal the key column's text); lo_us, hi_us: the times allowed (µs since 2000-01-01 UTC,
- * inclusive). None if any one message is declined. Otherwise:
+ * inclusive); max_len: the longest message taken. None if any one message is declined. Otherwise:
  * - table_rows: every row's first `width` columns in binary COPY form, each with its field
  *   count (no header, no trailer);
  * - latest_rows: for each distinct key column value, in the order they first appear, the
@@ -738,7 +738,9 @@ static uint64_t key_hash(const char *s, Py_ssize_t len) {
 static PyObject *fc_encode(PyObject *self, PyObject *args) {
     PyObject *capsule, *values, *keys;
     long long lo_us, hi_us;
-    if (!PyArg_ParseTuple(args, "OO!O!LL", &capsule, &PyList_Type, &values, &PyList_Type, &keys, &lo_us, &hi_us))
+    Py_ssize_t max_len;
+    if (!PyArg_ParseTuple(args, "OO!O!LLn", &capsule, &PyList_Type, &values, &PyList_Type, &keys, &lo_us, &hi_us,
+                          &max_len))
         return NULL;
     Spec *spec = PyCapsule_GetPointer(capsule, CAPSULE);
     if (spec == NULL)
@@ -754,6 +756,8 @@ static PyObject *fc_encode(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_TypeError, "values must be bytes, and keys bytes or None");
             return NULL;
         }
+        if (PyBytes_GET_SIZE(value) > max_len)
+            Py_RETURN_NONE; /* longer than the caller's contract allows */
         bound += 2 + ENCODED_MAX(spec, PyBytes_GET_SIZE(value));
     }
     /* The table's rows are written straight into the bytes returned; each row's columns past
@@ -873,7 +877,7 @@ done:
 static PyMethodDef methods[] = {
     {"compile", fc_compile, METH_VARARGS, "compile(columns, width, key_column, time_column) -> spec"},
     {"encode", fc_encode, METH_VARARGS,
-     "encode(spec, values, keys, lo_us, hi_us) -> (table_rows, latest_rows, latest_keys, times) | None"},
+     "encode(spec, values, keys, lo_us, hi_us, max_len) -> (table_rows, latest_rows, latest_keys, times) | None"},
     {NULL, NULL, 0, NULL},
 };
 

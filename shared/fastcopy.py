@@ -41,12 +41,10 @@ from datetime import UTC, datetime, timedelta
 from types import ModuleType
 from typing import Any
 
-from shared.fastdecode import JsonSchema, SchemaNotSupportedError, python_pattern
+from shared.fastdecode import BOUNDS, NOTES, JsonSchema, SchemaNotSupportedError, python_pattern
 from shared.jsonlimits import MAX_RECORD_BYTES
 
 PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)  # binary COPY counts time from here, in µs
-COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + b"\x00" * 8  # signature, no flags, no extension
-COPY_TRAILER = b"\xff\xff"
 
 # Column kinds, as _fastcopy.c numbers them, and the PostgreSQL type each is sent as.
 TIME, TEXT, FLOAT8, INT8, INT2, EMPTY_ARRAY = range(6)
@@ -57,8 +55,6 @@ _PG_TYPES = {
 _INT_RANGE = {INT8: (-(2**63), 2**63 - 1), INT2: (-(2**15), 2**15 - 1)}
 # The one string pattern the C side holds by construction: it takes printable ASCII only.
 _NO_CONTROL = "^[^\\x00-\\x1f\\x7f]*$"
-_NOTES = {"title", "description"}
-_BOUND_KEYS = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
 
 
 def compiled() -> ModuleType | None:
@@ -131,16 +127,14 @@ class CopyEncoder:
         self._spec = module.compile(specs, width, columns.index(key), columns.index(time))
         self._time_bounds = time_bounds
         self._keys_seen: set[str] = set()
-        self.width = width
 
     def encode(self, values: list[bytes], keys: list[bytes | None]) -> Encoded | None:
         """The messages as COPY rows, or None if any one is declined. A key, where not None,
         must equal the message's key column; the latest rows have one more column than the
         spec's (first_seen, a time)."""
-        if values and max(map(len, values)) > MAX_RECORD_BYTES:  # refused by the contract
-            return None
         earliest, latest = self._time_bounds()
-        out = self._module.encode(self._spec, values, keys, as_us(earliest), as_us(latest))
+        # longer records the contract refuses (shared.jsonlimits)
+        out = self._module.encode(self._spec, values, keys, as_us(earliest), as_us(latest), MAX_RECORD_BYTES)
         if out is None:
             return None
         table_rows, latest_rows, latest_keys, times = out
@@ -163,7 +157,7 @@ def _column(
     nullable = False
     if "anyOf" in s:
         others = [o for o in s["anyOf"] if o != {"type": "null"}]
-        if len(others) != 1 or len(s["anyOf"]) != 2 or set(s) - _NOTES - {"anyOf", "default"}:
+        if len(others) != 1 or len(s["anyOf"]) != 2 or set(s) - NOTES - {"anyOf"}:
             raise SchemaNotSupportedError(f"{name}: anyOf other than 'X or null'")
         if s.get("default", None) is not None:
             raise SchemaNotSupportedError(f"{name}: a default other than null")
@@ -172,7 +166,7 @@ def _column(
         raise SchemaNotSupportedError(f"{name}: optional without a null default")
     if "$ref" in s:
         s = defs[s["$ref"].removeprefix("#/$defs/")]
-    s = {k: v for k, v in s.items() if k not in _NOTES and k != "default"}
+    s = {k: v for k, v in s.items() if k not in NOTES}
     integer = INT2 if pg_type == "smallint" else INT8
     kind, ints, floats, lengths, enum, pattern = TEXT, (0, 0), (0.0, 0.0, False, False), (0, -1), (), None
     match s:
@@ -186,9 +180,9 @@ def _column(
             lengths = (rest.get("minLength", 0), rest.get("maxLength", -1))
             if rest.get("pattern", _NO_CONTROL) != _NO_CONTROL:
                 pattern = rest["pattern"]
-        case {"type": "integer", **rest} if set(rest) <= _BOUND_KEYS:
+        case {"type": "integer", **rest} if set(rest) <= BOUNDS.keys():
             kind, ints = integer, _int_bounds(name, rest)
-        case {"type": "number", **rest} if set(rest) <= _BOUND_KEYS:
+        case {"type": "number", **rest} if set(rest) <= BOUNDS.keys():
             kind, floats = FLOAT8, _float_bounds(name, rest)
         case {"type": "array", **rest} if set(rest) <= {"items", "minItems", "maxItems"} and not required:
             if rest.get("minItems", 0) > 0:

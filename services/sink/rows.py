@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -40,7 +40,6 @@ __all__ = [
 ]  # fmt: skip
 
 _plain = attrgetter(*PLAIN_COLUMNS)
-_UUID, _TIME = itemgetter(GPU_UUID), itemgetter(TIME)
 _metrics = attrgetter(*METRIC_FIELDS)
 _assets = attrgetter(*ASSET_ONLY)
 
@@ -111,24 +110,18 @@ def event_row(e: GpuEvent) -> tuple[Any, ...]:
     return (*_event_plain(e), Jsonb(e.details))
 
 
-def newest_per_gpu(rows: Sequence[Row]) -> list[Row]:
-    """Each GPU's newest row, with the time of its oldest row appended (first_seen)."""
-    return [(*row, first) for row, first in _newest(map(_UUID, rows), map(_TIME, rows), rows)]
-
-
-def _newest(
-    gpus: Iterable[str], times: Iterable[datetime], rows: Iterable[Row]
-) -> list[tuple[Row, datetime]]:
-    """Each GPU's newest row (the first of equals), and the time of its oldest (as the compiled
-    encoder computes its latest rows)."""
-    newest: dict[str, tuple[datetime, Row]] = {}
+def newest_per_gpu(rows: Iterable[Row]) -> list[Row]:
+    """Each GPU's newest row (the first of equals), with the time of its oldest row appended
+    (first_seen). The compiled encoder picks its latest rows the same way (shared.fastcopy)."""
+    newest: dict[str, Row] = {}
     first: dict[str, datetime] = {}
-    for gpu, time, row in zip(gpus, times, rows, strict=True):
+    for row in rows:
+        gpu, time = row[GPU_UUID], row[TIME]
         kept = newest.get(gpu)
         if kept is None:
-            newest[gpu], first[gpu] = (time, row), time
-        elif time > kept[0]:
-            newest[gpu] = (time, row)
+            newest[gpu], first[gpu] = row, time
+        elif time > kept[TIME]:
+            newest[gpu] = row
         elif time < first[gpu]:
             first[gpu] = time
-    return [(row, first[gpu]) for gpu, (_, row) in newest.items()]
+    return [(*row, first[gpu]) for gpu, row in newest.items()]

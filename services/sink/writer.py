@@ -239,16 +239,14 @@ class BatchWriter:
         for the caller to go back to the savepoint and take the careful path.
         """
         try:
-            if batch.encoded is not None:
-                samples.copy_straight_encoded(cur, batch.encoded.table_rows)
-                result.metrics_inserted = len(batch.encoded)
-                result.times.update(map(as_time, set(batch.encoded.times)))
-                result.optimistic = True
-                self._derived(cur, result, batch.events, latest=True)
-            elif batch.rows:
-                samples.copy_straight(cur, batch.rows)
-                result.metrics_inserted = len(batch.rows)
-                result.times.update(map(_TIMES, batch.rows))
+            if batch.samples:
+                if batch.encoded is not None:
+                    samples.copy_straight_encoded(cur, batch.encoded.table_rows)
+                    result.times.update(map(as_time, set(batch.encoded.times)))
+                else:
+                    samples.copy_straight(cur, batch.rows)
+                    result.times.update(map(_TIMES, batch.rows))
+                result.metrics_inserted = batch.samples
                 result.optimistic = True
                 self._derived(cur, result, batch.events, latest=True)
             elif batch.events:

@@ -27,7 +27,6 @@ import psycopg
 from psycopg import sql
 
 from shared.errors import DataRefusedError
-from shared.fastcopy import COPY_HEADER, COPY_TRAILER
 from shared.models import METRIC_FIELDS, GpuSample
 
 from .errors import translated
@@ -58,6 +57,8 @@ STAGE_TYPES: tuple[str, ...] = (
 )  # fmt: skip
 WIDTH = len(METRIC_COLUMNS)  # a staging row starts with gpu_metrics' columns
 _UNIQUE_VIOLATION = "23505"
+COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + b"\x00" * 8  # binary COPY: signature, no flags, no extension
+COPY_TRAILER = b"\xff\xff"
 
 
 class AlreadyStoredError(DataRefusedError):
