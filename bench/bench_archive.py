@@ -30,8 +30,8 @@ import pyarrow.parquet as pq
 from prometheus_client import CollectorRegistry
 
 from bench._common import best_of, report
+from gpuhealth.gpu.readings import GpuReading, SourceReading
 from services.collector.enrich import Enricher, Placement
-from services.collector.readings import GpuReading, SourceReading
 from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
 from services.sink.maintenance import Retention
 from services.sink.metrics import SinkMetrics

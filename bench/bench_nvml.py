@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._common import report
-from services.collector.nvml_source import NvmlSource
+from gpuhealth.gpu.nvml_source import NvmlSource
 from shared.fakes.nvml import FakeNvml
 
 COSTS = json.loads((Path(__file__).resolve().parents[1] / "tests/data/h100/nvml-per-call.json").read_text())

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import IntEnum, IntFlag, StrEnum
+from enum import StrEnum
 
 # DCGM's sentinels (dcgm_structs.h): BLANK, then NOT_FOUND, NOT_SUPPORTED, NOT_PERMISSIONED.
 INT32_BLANK = 0x7FFFFFF0
@@ -135,43 +135,6 @@ def is_blank(value: float, kind: ValueKind) -> bool:
     return value >= INT64_BLANK
 
 
-class ClockEventReason(IntFlag):
-    """Bits of DCGM_FI_DEV_CLOCKS_EVENT_REASONS (NVML's clocks event reasons)."""
-
-    GPU_IDLE = 0x1
-    APPLICATIONS_CLOCKS_SETTING = 0x2
-    SW_POWER_CAP = 0x4
-    HW_SLOWDOWN = 0x8
-    SYNC_BOOST = 0x10
-    SW_THERMAL_SLOWDOWN = 0x20
-    HW_THERMAL_SLOWDOWN = 0x40
-    HW_POWER_BRAKE_SLOWDOWN = 0x80
-    DISPLAY_CLOCK_SETTING = 0x100
-
-    @classmethod
-    def names(cls, mask: int) -> list[str]:
-        """The reasons set in a mask, by name: e.g. 0x24 -> ["sw_power_cap", "sw_thermal_slowdown"]."""
-        return [str(reason.name).lower() for reason in cls if mask & reason]
-
-
 # dcgm-exporter's per-code XID count (label `xid`): how many of each XID it saw in its
 # counting window. DCGM_FI_DEV_XID_ERRORS only holds the latest code.
 XID_COUNT_METRIC = "DCGM_EXP_XID_ERRORS_COUNT"
-
-
-class GpuRecoveryAction(IntEnum):
-    """NVML's GPU recovery action (field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, driver r570+)."""
-
-    NONE = 0
-    GPU_RESET = 1
-    NODE_REBOOT = 2
-    DRAIN_P2P = 3
-    DRAIN_AND_RESET = 4
-
-    @classmethod
-    def name_of(cls, code: int) -> str:
-        """'gpu_reset', ...; a code newer than this table is 'unknown_<code>'."""
-        try:
-            return cls(code).name.lower()
-        except ValueError:
-            return f"unknown_{code}"

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-
-class GpuHealthError(Exception):
-    """Root of every error gpu-health raises on purpose."""
-
-
-class ConfigError(GpuHealthError):
-    """Settings are missing or invalid."""
+# The root and the errors the users' library raises too live in the library, which the services build on.
+from gpuhealth.errors import ConfigError as ConfigError
+from gpuhealth.errors import ContractError as ContractError
+from gpuhealth.errors import GpuHealthError as GpuHealthError
 
 
 class KafkaError(GpuHealthError):
@@ -46,7 +43,3 @@ class DataRefusedError(DatabaseError):
 
 class MigrationError(DatabaseError):
     """A schema migration is malformed, failed, or was edited after it was applied."""
-
-
-class ContractError(GpuHealthError):
-    """A message or value breaks the project's data contract."""

@@ -34,6 +34,7 @@ from pydantic import (
     model_validator,
 )
 
+from gpuhealth.gpu.readings import Source as Source  # the sample contract's sources
 from shared.dcgm import INT64_BLANK
 from shared.errors import ContractError
 from shared.event_details import DETAILS_BY_KIND
@@ -135,13 +136,6 @@ Mib = Annotated[int | None, Field(ge=0, le=100_000_000)]
 Count = Annotated[int | None, Field(ge=0, lt=INT64_BLANK)]
 Flag = Annotated[int | None, Field(ge=0, le=1)]
 Rate = Annotated[int | None, Field(ge=0, le=10**13)]
-
-
-class Source(StrEnum):
-    DCGM = "dcgm"
-    NVML = "nvml"
-    SMI = "smi"
-    MOCK = "mock"
 
 
 class _Strict(BaseModel):
@@ -252,7 +246,7 @@ class GpuSample(_Strict):
     shutdown_temp_c: Temp = None
     power_limit_w: Watts = None
     # what the driver says the GPU needs to recover (NVML's GPU recovery action,
-    # shared.dcgm.GpuRecoveryAction: 0 none, 1 GPU reset, 2 node reboot, 3 drain P2P,
+    # gpuhealth.gpu.driver_codes.GpuRecoveryAction: 0 none, 1 GPU reset, 2 node reboot, 3 drain P2P,
     # 4 drain and reset); null where the driver does not report it
     gpu_recovery_action: Annotated[int | None, Field(ge=0, le=255)] = None
 

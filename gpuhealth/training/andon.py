@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from shared.dcgm import ClockEventReason as Reason
+from gpuhealth.gpu.driver_codes import ClockEventReason as Reason
 from shared.models_training import AlertKind
 
 from .monitor import GpuStatus

@@ -11,9 +11,9 @@ import logging
 import shutil
 from typing import Any, Literal
 
-from services.collector.nvml_source import NvmlSource
-from services.collector.readings import GpuReading, GpuSource, SourceError, SourceReading
-from services.collector.smi_source import Runner, SmiSource, run_nvidia_smi
+from gpuhealth.gpu.nvml_source import NvmlSource
+from gpuhealth.gpu.readings import GpuReading, GpuSource, SourceError, SourceReading
+from gpuhealth.gpu.smi_source import Runner, SmiSource, run_nvidia_smi
 
 __all__ = ["GpuReading", "GpuSource", "SourceError", "SourceKind", "SourceReading", "open_source"]
 

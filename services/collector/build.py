@@ -21,6 +21,9 @@ from typing import Literal
 import httpx
 from pydantic import BaseModel, Field
 
+from gpuhealth.gpu.nvml_source import NvmlSource
+from gpuhealth.gpu.readings import GpuSource, SourceError
+from gpuhealth.gpu.smi_source import SmiSource
 from shared.config import Settings, TopicSettings
 from shared.models import GpuSample, Source
 
@@ -29,12 +32,9 @@ from .enrich import Enricher, Placement, load_inventory
 from .events import EventDetector
 from .kernel_log import XidFeed, open_kernel_log
 from .metrics import CollectorMetrics
-from .nvml_source import NvmlSource
 from .poller import Collector
 from .processes import ProcessSection
 from .publisher import Producer, Publisher
-from .readings import GpuSource, SourceError
-from .smi_source import SmiSource
 from .spool import SpoolFile
 
 log = logging.getLogger("services.collector")

@@ -26,10 +26,9 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpuhealth.gpu.readings import GpuReading, MetricValue, SourceError, SourceReading
 from shared.dcgm import BY_NAME, XID_COUNT_METRIC, ValueKind, is_blank
 from shared.models import MigInstance, Source
-
-from .readings import GpuReading, MetricValue, SourceError, SourceReading
 
 _WORKLOAD_LABELS = {"pod": "pod", "namespace": "namespace", "container": "container",
                     "hpc_job": "job", "job": "job", "jobid": "job"}  # fmt: skip

@@ -23,10 +23,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gpuhealth.gpu.readings import GpuReading, SourceReading
 from shared.errors import ConfigError
 from shared.models import METRIC_FIELDS, GpuSample, MigInstance
-
-from .readings import GpuReading, SourceReading
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from shared.dcgm import ClockEventReason as Reason
+from gpuhealth.gpu.driver_codes import ClockEventReason as Reason
 from shared.models import Details, EventKind, GpuEvent, GpuSample, Source
 from shared.wire_time import wire_time
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal, Protocol
 
-from .readings import SourceError
+from gpuhealth.gpu.readings import SourceError
 
 log = logging.getLogger(__name__)
 

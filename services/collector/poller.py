@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
+from gpuhealth.gpu.readings import GpuSource, SourceError
 from shared.config import TopicSettings
 from shared.models import GpuEvent, GpuSample, to_json
 
@@ -22,7 +23,6 @@ from .events import EventDetector
 from .kernel_log import XidFeed
 from .metrics import CollectorMetrics
 from .publisher import Publisher
-from .readings import GpuSource, SourceError
 
 log = logging.getLogger(__name__)
 

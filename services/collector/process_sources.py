@@ -18,8 +18,9 @@ from typing import Any, Literal, Protocol
 
 import httpx
 
+from gpuhealth.gpu.readings import SourceError
+
 from .proc_info import CgroupInfo, ProcInfo, ProcReader, parse_cgroup
-from .readings import SourceError
 
 log = logging.getLogger(__name__)
 _NOT_AVAILABLE = 2**63  # NVML's "not available" memory is 2^64-1; anything this big is not a reading

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
+from gpuhealth.gpu.readings import SourceError
 from shared.config import TopicSettings
 from shared.errors import ConfigError
 from shared.models import to_json
@@ -32,7 +33,6 @@ from .process_sources import (
     ObservedProcess,
     ProcessSource,
 )
-from .readings import SourceError
 
 if TYPE_CHECKING:  # the Kafka client is not needed to list processes (`python -m ...processes`)
     from .publisher import Publisher

@@ -17,7 +17,7 @@ import threading
 import uuid
 from dataclasses import dataclass, field
 
-from shared.dcgm import ClockEventReason as Reason
+from gpuhealth.gpu.driver_codes import ClockEventReason as Reason
 
 from .faults import Fault, FaultKind, counter_totals, xid_of
 from .profiles import GpuModel

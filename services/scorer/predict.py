@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from shared.dcgm import ClockEventReason as Reason
+from gpuhealth.gpu.driver_codes import ClockEventReason as Reason
 from shared.store import verdict_inputs
 
 from .features import Conn

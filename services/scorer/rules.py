@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from shared.dcgm import ClockEventReason as Reason
-from shared.dcgm import GpuRecoveryAction as Recovery
+from gpuhealth.gpu.driver_codes import ClockEventReason as Reason
+from gpuhealth.gpu.driver_codes import GpuRecoveryAction as Recovery
 from shared.models_health import HEALTH_STATES as STATES
 from shared.models_health import LADDER, SUBSYSTEMS, Action
 from shared.wire_time import wire_time

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpuhealth.gpu.driver_codes import ClockEventReason
 from services.sink.rows import FAST_SAMPLE, stage_row
-from shared.dcgm import ClockEventReason
 from shared.errors import ContractError
 from shared.event_details import DETAILS_BY_KIND, ThrottleReason
 from shared.jsonlimits import MAX_JSON_DEPTH, check_bounds

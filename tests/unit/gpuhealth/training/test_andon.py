@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpuhealth.gpu.driver_codes import ClockEventReason as Reason
 from gpuhealth.training import AlertKind, AndonChecker, AndonThresholds, GpuStatus
 from gpuhealth.training.andon import idle_alert, memory_alert, power_alert, thermal_alert
 from services.scorer.rules_config import DEFAULT_RULES, load_rules
-from shared.dcgm import ClockEventReason as Reason
 from shared.errors import ConfigError
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)

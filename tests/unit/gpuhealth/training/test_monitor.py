@@ -8,12 +8,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpuhealth.gpu.nvml_source import NvmlSource
+from gpuhealth.gpu.readings import GpuReading
+from gpuhealth.gpu.smi_source import SmiSource
 from gpuhealth.training import GpuMonitor, SourceError, open_source
 from gpuhealth.training.monitor import statuses_from, visible_devices
 from gpuhealth.training.sources import SourceReading
-from services.collector.nvml_source import NvmlSource
-from services.collector.readings import GpuReading
-from services.collector.smi_source import SmiSource
 from shared.fakes.scripted_nvml import BrokenNvml, ScriptedNvml
 from shared.models import Source
 

@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import TypeAdapter
 
+from gpuhealth.gpu.readings import SourceError
 from services.collector.kernel_log import (
     JournalFeed,
     KmsgFeed,
@@ -25,7 +26,6 @@ from services.collector.kernel_log import (
     parse_kmsg_record,
     parse_xid_line,
 )
-from services.collector.readings import SourceError
 from shared.event_details import XidDetails
 from tests.paths import DATA
 

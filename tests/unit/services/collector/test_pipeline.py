@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from gpuhealth.gpu.readings import GpuReading, SourceError, SourceReading
 from services.collector.build import CollectorSection, build_collector
 from services.collector.enrich import Enricher, Placement, load_inventory
 from services.collector.events import EventDetector
 from services.collector.metrics import CollectorMetrics
 from services.collector.poller import Collector
-from services.collector.readings import GpuReading, SourceError, SourceReading
 from shared.config import TopicSettings
 from shared.errors import ConfigError, KafkaProduceError
 from shared.models import EventKind, GpuSample, Source, parse_event, parse_sample

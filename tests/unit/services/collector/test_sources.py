@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 
 import pytest
 
+from gpuhealth.gpu.readings import SourceError
+from gpuhealth.gpu.smi_source import QUERY_FIELDS, SmiSource
 from services.collector.dcgm_source import parse_exposition
-from services.collector.readings import SourceError
-from services.collector.smi_source import QUERY_FIELDS, SmiSource
 from tests.paths import DATA
 
 DATA = DATA

@@ -8,11 +8,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpuhealth.gpu.readings import GpuReading, SourceError, SourceReading
 from services.collector.dcgm_source import DcgmSource, new_xids, parse_exposition
 from services.collector.enrich import Enricher, Placement
 from services.collector.events import PENDING_FOR, EventDetector
 from services.collector.kernel_log import KernelXid
-from services.collector.readings import GpuReading, SourceError, SourceReading
 from shared.dcgm import FIELDS
 from shared.models import EventKind, GpuEvent, GpuSample, MigInstance, Source
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from gpuhealth.gpu.driver_codes import ClockEventReason as Reason
 from services.mock_dcgm.faults import FaultError
 from services.mock_dcgm.fleet import Fleet
-from shared.dcgm import ClockEventReason as Reason
 from tests.helpers.mock_fleet import T0, make_fleet
 
 H100, A100, V100 = 0, 2, 3  # node indices in the default model cycle

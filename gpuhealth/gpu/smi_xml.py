@@ -21,8 +21,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET  # the report comes from the local driver's own tool
 
-from shared.dcgm import GpuRecoveryAction
-
+from .driver_codes import GpuRecoveryAction
 from .readings import MetricValue
 
 _DEGREES = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*C\s*$")

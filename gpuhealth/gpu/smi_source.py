@@ -21,9 +21,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from shared.models import Source
-
-from .readings import GpuReading, MetricValue, SourceError, SourceReading
+from .readings import GpuReading, MetricValue, Source, SourceError, SourceReading
 from .smi_xml import parse_smi_xml, recovery_action_code
 
 # nvidia-smi field -> sample field ("" for identity columns handled separately).

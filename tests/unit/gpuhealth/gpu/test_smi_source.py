@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.collector.readings import SourceError
-from services.collector.smi_source import QUERY_FIELDS, SmiSource, _value
-from services.collector.smi_xml import parse_smi_xml, recovery_action_code
+from gpuhealth.gpu.readings import SourceError
+from gpuhealth.gpu.smi_source import QUERY_FIELDS, SmiSource, _value
+from gpuhealth.gpu.smi_xml import parse_smi_xml, recovery_action_code
 from shared.models import METRIC_FIELDS
 from tests.paths import DATA
 

@@ -36,10 +36,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from shared.models import Source
-
 from .pcie_counters import PcieSampler, PcieTraffic
-from .readings import GpuReading, MetricValue, SourceError, SourceReading
+from .readings import GpuReading, MetricValue, Source, SourceError, SourceReading
 
 log = logging.getLogger(__name__)
 

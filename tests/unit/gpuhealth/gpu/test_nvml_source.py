@@ -8,9 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from services.collector.nvml_source import FAST_FIELDS, SLOW_FIELDS, NvmlSource, _field_number, _handle_key
-from services.collector.pcie_counters import FASTEST_S, SLOWEST_S, PcieTraffic
-from services.collector.readings import SourceError
+from gpuhealth.gpu.nvml_source import FAST_FIELDS, SLOW_FIELDS, NvmlSource, _field_number, _handle_key
+from gpuhealth.gpu.pcie_counters import FASTEST_S, SLOWEST_S, PcieTraffic
+from gpuhealth.gpu.readings import SourceError
 from shared.fakes.nvml import BUS_IDS, UUIDS, FakeNvml
 
 
@@ -233,7 +233,7 @@ def test_the_field_tables_name_each_sample_field_once() -> None:
 
 
 def test_a_failing_sweep_does_not_end_the_sampler() -> None:
-    from services.collector.pcie_counters import PcieSampler
+    from gpuhealth.gpu.pcie_counters import PcieSampler
 
     failures = [RuntimeError("driver hiccup")]
 

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import Protocol
 
-from shared.errors import GpuHealthError
-from shared.models import Source
+from gpuhealth.errors import GpuHealthError
 
 MetricValue = int | float | None
+
+
+class Source(StrEnum):
+    """Where a reading came from (a sample's `source` in the gpu-metrics-raw contract)."""
+
+    DCGM = "dcgm"
+    NVML = "nvml"
+    SMI = "smi"
+    MOCK = "mock"
 
 
 class SourceError(GpuHealthError):
