@@ -13,8 +13,9 @@ import tomllib
 print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))
 PY
 
-# Everything a service reads at run time: code, migrations, and config/ (the
-# scorer's health rules; without it the scorer exits 2 at start).
+# Everything a service reads at run time: code (gpuhealth/: the library's pieces the services build
+# on), migrations, and config/ (the scorer's health rules; without it the scorer exits 2 at start).
+COPY gpuhealth ./gpuhealth
 COPY shared ./shared
 COPY services ./services
 COPY schema ./schema
