@@ -1,13 +1,18 @@
 """A transparent HTTP/1.1 proxy in front of Ollama that measures each generate/chat request.
 
-Bytes go through as they arrive: a streamed answer's chunks (NDJSON in
-chunked transfer encoding) are written to the client the moment each chunk
-is read from Ollama, framing and all, while a copy of the payload feeds the
-request's SessionMeter. Requests other than POST /api/generate and /api/chat
-are relayed without measuring. Connections to Ollama are kept alive and
-reused. It is asyncio over raw streams rather than an HTTP framework: the
-proxy must add well under a millisecond per request (bench/bench_llm_proxy.py).
-A bad request gets a 4xx; Ollama unreachable gets a 502 (and a failed session).
+HTTP/1.1 framing, on both sides, is h11's (the state machine under httpx and
+uvicorn): requests from clients are parsed by an h11 server connection, and
+each kept-alive connection to Ollama is an h11 client connection. A request
+with both Content-Length and Transfer-Encoding, a bad length, a bad chunk,
+an oversized head or a body cut short gets a 4xx (501 for a transfer coding
+other than chunked) and the connection is closed, so no two parsers can
+disagree on where a request ends. A streamed answer's payload goes to the
+client as soon as a read from Ollama brings it, re-framed as one chunk per
+read, while a copy feeds the request's SessionMeter. Requests other than POST
+/api/generate and /api/chat are relayed without measuring. Over asyncio
+streams rather than an HTTP framework: the proxy must add well under a
+millisecond per request (bench/bench_llm_proxy.py). Ollama unreachable gets
+a 502 (and a failed session).
 """
 
 from __future__ import annotations
@@ -15,30 +20,42 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import json
 import logging
 import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
+import h11
+
 from shared.models_workload import LlmSession
 
-from .chunked import ChunkedDecoder, ChunkedError
 from .ollama_metrics import SessionMeter, request_facts
 
 log = logging.getLogger(__name__)
 
 MEASURED = {b"/api/generate": "/api/generate", b"/api/chat": "/api/chat"}
-_HOP = {
-    b"connection",
-    b"keep-alive",
-    b"proxy-connection",
-    b"transfer-encoding",
-    b"te",
-    b"upgrade",
-    b"content-length",
-    b"host",
-}
+# Not forwarded: hop-by-hop, re-framed by h11 on the way out, or answered by the proxy itself (Expect).
+_REQUEST_DROPPED = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"transfer-encoding",
+        b"te",
+        b"trailer",
+        b"upgrade",
+        b"content-length",
+        b"host",
+        b"expect",
+    }
+)
+_RESPONSE_DROPPED = frozenset(
+    {b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"te", b"trailer", b"upgrade"}
+)
 MAX_HEAD = 64 * 1024
+READ_SIZE = 65536
+LINGER_S = 2.0
 _DEADLINE: contextvars.ContextVar[asyncio.Timeout | None] = contextvars.ContextVar("deadline", default=None)
 
 
@@ -48,51 +65,43 @@ class BadRequestError(Exception):
         self.status = status
 
 
-Headers = list[tuple[bytes, bytes]]
+class _Upstream:
+    """One connection to Ollama with its h11 client state; `received` tells a stale kept-alive one."""
+
+    __slots__ = ("http", "reader", "received", "writer")
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.http = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD)
+        self.received = 0
 
 
-def _parse_head(head: bytes) -> tuple[bytes, Headers]:
-    lines = head.split(b"\r\n")
-    headers: Headers = []
-    for line in lines[1:]:
-        if not line:
-            continue
-        name, sep, value = line.partition(b":")
-        if not sep or not name or name != name.strip():
-            raise BadRequestError(400, "malformed header line")
-        headers.append((name.lower(), value.strip()))
-    return lines[0], headers
+def _refusal(http: h11.Connection, status: int, message: str) -> bytes:
+    """The bytes of a JSON error answer that closes the connection; none once an answer has begun."""
+    body = json.dumps({"error": message}, separators=(",", ":")).encode()
+    headers = [
+        (b"Content-Type", b"application/json"),
+        (b"Content-Length", b"%d" % len(body)),
+        (b"Connection", b"close"),
+    ]
+    try:
+        head = http.send(h11.Response(status_code=status, headers=headers, reason=b"Proxy Error"))
+        return head + http.send(h11.Data(data=body)) + http.send(h11.EndOfMessage())
+    except h11.LocalProtocolError:
+        return b""
 
 
-def _get(headers: Headers, name: bytes) -> bytes | None:
-    return next((v for n, v in headers if n == name), None)
-
-
-def _content_length(headers: Headers) -> int | None:
-    raw = _get(headers, b"content-length")
-    if raw is None:
-        return None
-    if not raw.isdigit():
-        raise BadRequestError(400, "bad Content-Length")
-    return int(raw)
-
-
-async def _read_chunked(reader: asyncio.StreamReader, limit: int) -> bytes:
-    body = bytearray()
-    while True:
-        size_line = await reader.readuntil(b"\r\n")
-        try:
-            size = int(size_line.split(b";", 1)[0].strip(), 16)
-        except ValueError as e:
-            raise BadRequestError(400, "bad chunk size") from e
-        if size == 0:
-            while (await reader.readuntil(b"\r\n")) != b"\r\n":
+async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, refusal: bytes) -> None:
+    """Send the refusal, then read what the client still sends for a moment before closing:
+    closing with unread bytes makes the kernel reset the connection, and the client could lose the
+    refusal it was sent."""
+    with contextlib.suppress(ConnectionError, TimeoutError):
+        writer.write(refusal)
+        if writer.can_write_eof():
+            writer.write_eof()
+        async with asyncio.timeout(LINGER_S):
+            while await reader.read(READ_SIZE):
                 pass
-            return bytes(body)
-        if len(body) + size > limit:
-            raise BadRequestError(413, f"request body over {limit} bytes")
-        body += await reader.readexactly(size)
-        await reader.readexactly(2)
 
 
 class OllamaProxy:
@@ -112,11 +121,12 @@ class OllamaProxy:
         self.host, self.port = parts.hostname, parts.port or 80
         self.upstream, self.on_session, self.monitor_id = upstream.rstrip("/"), on_session, monitor_id
         self.max_body_bytes, self.timeout_s, self.pool_size = max_body_bytes, upstream_timeout_s, pool_size
-        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        self._host_header = b"%s:%d" % (self.host.encode(), self.port)
+        self._idle: list[_Upstream] = []
         self.server: asyncio.Server | None = None
 
     async def start(self, host: str, port: int) -> int:
-        self.server = await asyncio.start_server(self._client, host, port, limit=MAX_HEAD)
+        self.server = await asyncio.start_server(self._client, host, port)
         return int(self.server.sockets[0].getsockname()[1])
 
     async def close(self) -> None:
@@ -124,90 +134,102 @@ class OllamaProxy:
             self.server.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.server.wait_closed(), 5)
-        for _, writer in self._idle:
-            writer.close()
+        for up in self._idle:
+            up.writer.close()
         self._idle.clear()
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        http = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+        refusal = b""
         try:
-            while await self._one(reader, writer):
-                pass
-        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
+            while await self._one(http, reader, writer):
+                http.start_next_cycle()  # a pipelined request waits in h11's buffer
+        except (ConnectionError, TimeoutError):
             pass
+        except h11.ProtocolError as e:  # the client's framing (h11 says which status fits)
+            refusal = _refusal(http, e.error_status_hint, str(e))
         except BadRequestError as e:
-            await self._reply(writer, e.status, str(e))
+            refusal = _refusal(http, e.status, str(e))
         finally:
+            if refusal:
+                await _linger(reader, writer, refusal)
             writer.close()
 
-    async def _reply(self, writer: asyncio.StreamWriter, status: int, message: str) -> None:
-        body = ('{"error":"' + message.replace('"', "'") + '"}').encode()
-        writer.write(
-            b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
-            b"Connection: close\r\n\r\n%s" % (status, b"Proxy Error", len(body), body)
-        )
-        with contextlib.suppress(ConnectionError):
-            await writer.drain()
+    async def _request(
+        self, http: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> tuple[h11.Request, bytes] | None:
+        """The client's next request and its whole body; None once the client is done."""
+        event = await self._client_event(http, reader, writer)
+        if type(event) is not h11.Request:
+            return None  # ConnectionClosed (h11 raises on anything else)
+        if event.method == b"CONNECT":
+            raise BadRequestError(405, "CONNECT is not proxied")
+        has_length = has_chunked = False
+        for name, value in event.headers:
+            if name == b"content-length":
+                has_length = True
+                if int(value) > self.max_body_bytes:
+                    raise BadRequestError(413, f"request body over {self.max_body_bytes} bytes")
+            elif name == b"transfer-encoding":
+                has_chunked = True
+        if has_length and has_chunked:  # RFC 9112 6.1: the classic smuggling shape; refuse and close
+            raise BadRequestError(400, "both Content-Length and Transfer-Encoding")
+        body = bytearray()
+        while type(part := await self._client_event(http, reader, writer)) is h11.Data:
+            body += part.data
+            if len(body) > self.max_body_bytes:
+                raise BadRequestError(413, f"request body over {self.max_body_bytes} bytes")
+        return event, bytes(body)  # EndOfMessage: h11 raises on a body cut short
 
-    async def _one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+    async def _client_event(
+        self, http: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> h11.Event:
+        while (event := http.next_event()) is h11.NEED_DATA:
+            if http.they_are_waiting_for_100_continue:
+                writer.write(http.send(h11.InformationalResponse(status_code=100, headers=[])))
+            http.receive_data(await reader.read(READ_SIZE))
+        if not isinstance(event, h11.Event):  # PAUSED comes only between cycles, never asked for here
+            raise h11.RemoteProtocolError("no request expected now")
+        return event
+
+    async def _one(
+        self, http: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bool:
         """Relay one request and its answer; False when the client connection is done."""
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-        except asyncio.IncompleteReadError:
+        got = await self._request(http, reader, writer)
+        if got is None:
             return False
         arrived = time.perf_counter()
-        request_line, headers = _parse_head(head[:-4])
-        parts = request_line.split(b" ")
-        if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
-            raise BadRequestError(400, "malformed request line")
-        method, target, version = parts
-        if _get(headers, b"transfer-encoding") is not None:
-            body = await _read_chunked(reader, self.max_body_bytes)
-        else:
-            length = _content_length(headers) or 0
-            if length > self.max_body_bytes:
-                raise BadRequestError(413, f"request body over {self.max_body_bytes} bytes")
-            body = await reader.readexactly(length)
-        connection = (_get(headers, b"connection") or b"").lower()
-        keep_alive = connection != b"close" and (version == b"HTTP/1.1" or connection == b"keep-alive")
-        endpoint = MEASURED.get(target.split(b"?", 1)[0]) if method == b"POST" else None
+        request, body = got
+        method = request.method
+        endpoint = MEASURED.get(request.target.split(b"?", 1)[0]) if method == b"POST" else None
         meter, streamed = None, True
         if endpoint is not None:
             model, streamed = request_facts(body)
             meter = SessionMeter(endpoint=endpoint, model=model, started=arrived)  # type: ignore[arg-type]
-        out = bytearray(
-            b"%s %s HTTP/1.1\r\nHost: %s:%d\r\n" % (method, target, self.host.encode(), self.port)
-        )
-        for name, value in headers:
-            if name not in _HOP:
-                out += b"%s: %s\r\n" % (name, value)
-        out += (
-            b"Content-Length: %d\r\n\r\n" % len(body)
-            if body or method in (b"POST", b"PUT", b"PATCH")
-            else b"\r\n"
-        )
-        out += body
+        headers = [(b"Host", self._host_header)]
+        headers += [(n, v) for n, v in request.headers if n not in _REQUEST_DROPPED]
+        if body or method in (b"POST", b"PUT", b"PATCH"):
+            headers.append((b"Content-Length", b"%d" % len(body)))
+        upstream_request = h11.Request(method=method, target=request.target, headers=headers)
         answered: list[int] = []  # the status, once the answer's head went to the client
         try:
             async with asyncio.timeout(self.timeout_s) as deadline:
                 _DEADLINE.set(deadline)  # per task: each client connection is its own task
-                await self._relay(bytes(out), method, writer, meter, keep_alive, answered)
-        except (
-            OSError,
-            ValueError,
-            asyncio.IncompleteReadError,
-            asyncio.LimitOverrunError,
-            BadRequestError,
-        ) as e:
+                await self._relay(upstream_request, body, http, writer, meter, answered)
+        except (OSError, ValueError, h11.ProtocolError) as e:
             if meter is not None:
                 meter.error = f"upstream failed: {e}"[:500]
             if not answered:  # nothing sent yet: the client gets a clear 502
-                await self._reply(writer, 502, f"Ollama at {self.upstream} failed: {type(e).__name__} {e}")
-            keep_alive = False  # mid-answer: closing is the only honest end
+                writer.write(_refusal(http, 502, f"Ollama at {self.upstream} failed: {type(e).__name__} {e}"))
+                with contextlib.suppress(ConnectionError):
+                    await writer.drain()
+            return False  # mid-answer: closing is the only honest end
         finally:
             if meter is not None:
                 meter.finish()
                 self._record(meter, answered[0] if answered else 502, streamed)
-        return keep_alive
+        return http.our_state is h11.DONE and http.their_state is h11.DONE
 
     def _record(self, meter: SessionMeter, status: int, streamed: bool) -> None:
         try:
@@ -223,112 +245,110 @@ class OllamaProxy:
         except Exception:  # a measurement must never break the relay
             log.exception("session not recorded")
 
-    async def _read(self, up: asyncio.StreamReader, size: int) -> bytes:
-        """One read, pushing the request's inactivity deadline on (cheaper than a wait_for per read)."""
-        data = await up.read(size)
+    async def _up_read(self, up: _Upstream) -> None:
+        """One read from Ollama into its h11 connection, pushing the request's inactivity deadline
+        on (cheaper than a wait_for per read)."""
+        data = await up.reader.read(READ_SIZE)
         if (deadline := _DEADLINE.get()) is not None:
             deadline.reschedule(asyncio.get_running_loop().time() + self.timeout_s)
-        return data
+        up.received += len(data)
+        up.http.receive_data(data)
 
-    async def _send(self, request: bytes) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes]:
+    async def _up_event(self, up: _Upstream) -> h11.Event:
+        """Ollama's next event, reading as much as it takes."""
+        while (event := up.http.next_event()) is h11.NEED_DATA:
+            await self._up_read(up)
+        if not isinstance(event, h11.Event):
+            raise h11.RemoteProtocolError("no answer expected now")
+        return event
+
+    async def _send(self, request: h11.Request, body: bytes) -> tuple[_Upstream, h11.Response]:
         """Send upstream and read the answer's head. A kept-alive connection Ollama has closed
         meanwhile fails before any answer: then the request goes once more on a fresh one."""
         while self._idle:
-            reader, writer = self._idle.pop()
-            if writer.is_closing() or reader.at_eof():
-                writer.close()
+            up = self._idle.pop()
+            if up.writer.is_closing() or up.reader.at_eof():
+                up.writer.close()
                 continue
             try:
-                writer.write(request)
-                await writer.drain()
-                return reader, writer, await reader.readuntil(b"\r\n\r\n")
-            except (ConnectionError, asyncio.IncompleteReadError):
-                writer.close()
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(self.host, self.port, limit=MAX_HEAD), 10
-        )
+                return up, await self._exchange(up, request, body)
+            except (ConnectionError, h11.RemoteProtocolError):
+                up.writer.close()
+                if up.received:
+                    raise  # Ollama answered something: not a stale connection
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), 10)
+        up = _Upstream(reader, writer)
         try:
-            writer.write(request)
-            await writer.drain()
-            return reader, writer, await reader.readuntil(b"\r\n\r\n")
+            return up, await self._exchange(up, request, body)
         except BaseException:
             writer.close()
             raise
 
+    async def _exchange(self, up: _Upstream, request: h11.Request, body: bytes) -> h11.Response:
+        up.received = 0
+        data = up.http.send(request)
+        if body:
+            data += up.http.send(h11.Data(data=body))
+        up.writer.write(data + up.http.send(h11.EndOfMessage()))
+        await up.writer.drain()
+        while True:  # a 1xx (Ollama's own 100 Continue, say) is Ollama's business, not the client's
+            event = await self._up_event(up)
+            if type(event) is h11.Response:
+                framing = {n for n, _ in event.headers if n in (b"content-length", b"transfer-encoding")}
+                if len(framing) == 2:  # RFC 9112 6.3: "ought to be handled as an error"
+                    raise h11.RemoteProtocolError("an answer with both Content-Length and Transfer-Encoding")
+                return event
+            if type(event) is not h11.InformationalResponse:
+                raise h11.RemoteProtocolError(f"unexpected {type(event).__name__} before the answer")
+
     async def _relay(
         self,
-        request: bytes,
-        method: bytes,
+        request: h11.Request,
+        body: bytes,
+        http: h11.Connection,
         client: asyncio.StreamWriter,
         meter: SessionMeter | None,
-        client_keep_alive: bool,
         answered: list[int],
     ) -> None:
         """Send the request upstream and stream the answer back, noting its status in `answered`."""
-        up_reader, up_writer, head = await self._send(request)
-        reusable = False
+        up, response = await self._send(request, body)
         try:
-            status_line, headers = _parse_head(head[:-4])
-            status = int(status_line.split(b" ", 2)[1])
-            out = bytearray(status_line + b"\r\n")
-            for name, value in headers:
-                if name not in (b"connection", b"keep-alive"):
-                    out += b"%s: %s\r\n" % (name, value)
-            out += b"Connection: %s\r\n\r\n" % (b"keep-alive" if client_keep_alive else b"close")
-            client.write(bytes(out))
-            answered.append(status)
-            chunked = (_get(headers, b"transfer-encoding") or b"").lower() == b"chunked"
-            length = _content_length(headers)
-            if method == b"HEAD" or status in (204, 304) or 100 <= status < 200:
-                reusable = True
-            elif chunked:
-                await self._chunks(up_reader, client, meter)
-                reusable = True
-            elif length is not None:
-                await self._exactly(up_reader, client, meter, length)
-                reusable = True
-            else:
-                while data := await self._read(up_reader, 65536):
-                    client.write(data)
+            headers = [(n, v) for n, v in response.headers if n not in _RESPONSE_DROPPED]
+            head = h11.Response(status_code=response.status_code, headers=headers, reason=response.reason)
+            payload: list[bytes] = []  # of one read from Ollama: one chunk to the client
+            while True:
+                event = up.http.next_event()
+                if type(event) is h11.Data:
+                    payload.append(event.data)
+                    continue
+                if event is not h11.NEED_DATA and type(event) is not h11.EndOfMessage:
+                    raise h11.RemoteProtocolError(f"unexpected {event} in the answer")
+                out = bytearray()  # a fresh one each time: the transport may still hold a view of the last
+                if not answered:  # the head goes with the first read that framed well (else a 502)
+                    out += http.send(head)
+                    answered.append(response.status_code)
+                if payload:
+                    data = b"".join(payload)
+                    payload.clear()
                     if meter is not None:
                         meter.feed(data)
-                    await client.drain()
+                    out += http.send(h11.Data(data=data))
+                if event is h11.NEED_DATA:
+                    client.write(out)
+                    if client.transport.get_write_buffer_size() > READ_SIZE:
+                        await client.drain()
+                    await self._up_read(up)
+                else:
+                    client.write(out + http.send(h11.EndOfMessage()))
+                    break
             await client.drain()
-            reusable = reusable and (_get(headers, b"connection") or b"").lower() != b"close"
         finally:
-            if reusable and len(self._idle) < self.pool_size:
-                self._idle.append((up_reader, up_writer))
+            if (
+                up.http.our_state is h11.DONE
+                and up.http.their_state is h11.DONE
+                and len(self._idle) < self.pool_size
+            ):
+                up.http.start_next_cycle()
+                self._idle.append(up)
             else:
-                up_writer.close()
-
-    async def _chunks(
-        self, up: asyncio.StreamReader, client: asyncio.StreamWriter, meter: SessionMeter | None
-    ) -> None:
-        """Forward every read as it comes; the decoder finds the payload and the end of the body."""
-        decoder = ChunkedDecoder()
-        while not decoder.done:
-            data = await self._read(up, 65536)
-            if not data:
-                raise asyncio.IncompleteReadError(b"", None)
-            payload, used = decoder.feed(data)
-            if used < len(data):
-                raise ChunkedError("bytes after the end of a chunked body")
-            client.write(data)
-            if meter is not None and payload:
-                meter.feed(payload)
-            if client.transport.get_write_buffer_size() > 65536:
-                await client.drain()
-
-    async def _exactly(
-        self, up: asyncio.StreamReader, client: asyncio.StreamWriter, meter: SessionMeter | None, length: int
-    ) -> None:
-        left = length
-        while left > 0:
-            data = await self._read(up, min(left, 65536))
-            if not data:
-                raise asyncio.IncompleteReadError(b"", left)
-            left -= len(data)
-            client.write(data)
-            if meter is not None:
-                meter.feed(data)
-            await client.drain()
+                up.writer.close()
