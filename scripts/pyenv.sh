@@ -33,37 +33,8 @@ install_cli() {
   fi
 }
 
-# The sink's compiled encoder (shared/_fastcopy.c, see shared/fastcopy.py), built next to its
-# source for the venv's Python. It is rebuilt when the source, the flags or the Python differ
-# from what the stamp beside it records. Without a C compiler the sink takes its pure-Python
-# path (slower, the same rows), and the tests that need the module say it is missing. A
-# failed build leaves no module behind, stale or not.
-build_native() {
-  local src=$here/shared/_fastcopy.c out include flags stamp want tmp
-  out=$here/shared/_fastcopy$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
-  include=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
-  flags="-O2 -Wall -Wextra -Wno-unused-parameter -shared -fPIC"
-  stamp=$out.stamp
-  want=$( { sha256sum "$src"; echo "$flags $include $("$venv/bin/python" -VV)"; } | sha256sum | cut -c1-16)
-  [[ -f $out && -f $stamp && $(cat "$stamp") == "$want" ]] && return 0
-  rm -f "$out" "$stamp"
-  if ! command -v "${CC:-cc}" >/dev/null; then
-    echo "pyenv: no C compiler; the sink decodes without shared/_fastcopy (slower)" >&2
-    return 0
-  fi
-  tmp=$(mktemp "$out.XXXXXX")
-  # shellcheck disable=SC2086  # the flags are words
-  if ! "${CC:-cc}" $flags -I"$include" "$src" -o "$tmp" >&2 || ! chmod 0755 "$tmp"; then
-    rm -f "$tmp"
-    echo "pyenv: building shared/_fastcopy failed; the sink decodes without it (slower)" >&2
-    return 0
-  fi
-  mv "$tmp" "$out" && echo "$want" > "$stamp"
-}
-
 if [[ -x $venv/bin/python && -f $venv/.stamp && $(cat "$venv/.stamp") == "$stamp_want" ]]; then
   install_cli
-  build_native
   echo "$venv"
   exit 0
 fi
@@ -76,5 +47,4 @@ echo "$requirements" > "$venv/requirements.txt"
 "$venv/bin/python" -m pip install -q -r "$venv/requirements.txt" >&2
 echo "$stamp_want" > "$venv/.stamp"
 install_cli
-build_native
 echo "$venv"

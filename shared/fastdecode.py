@@ -38,8 +38,8 @@ from shared.jsonlimits import MAX_RECORD_BYTES
 JsonSchema = dict[str, Any]
 
 # Keywords that document rather than constrain.
-NOTES = {"title", "description", "default", "examples"}
-BOUNDS = {"minimum": "ge", "maximum": "le", "exclusiveMinimum": "gt", "exclusiveMaximum": "lt"}
+_NOTES = {"title", "description", "default", "examples"}
+_BOUNDS = {"minimum": "ge", "maximum": "le", "exclusiveMinimum": "gt", "exclusiveMaximum": "lt"}
 _RFC3339 = re.compile(
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})"
 )
@@ -66,7 +66,7 @@ def python_pattern(pattern: str) -> str:
 
 
 def _check_keys(schema: JsonSchema, allowed: set[str]) -> None:
-    unknown = set(schema) - allowed - NOTES
+    unknown = set(schema) - allowed - _NOTES
     if unknown:
         raise SchemaNotSupportedError(f"unsupported JSON Schema keywords {sorted(unknown)} in {schema}")
 
@@ -97,8 +97,8 @@ class _Compiler:
             return Literal[tuple(s["enum"])]
         kind = s.get("type")
         if kind in ("integer", "number"):
-            _check_keys(s, {"type", *BOUNDS})
-            meta = msgspec.Meta(**{BOUNDS[k]: v for k, v in s.items() if k in BOUNDS})
+            _check_keys(s, {"type", *_BOUNDS})
+            meta = msgspec.Meta(**{_BOUNDS[k]: v for k, v in s.items() if k in _BOUNDS})
             number: type = int if kind == "integer" else float
             return Annotated[number, meta]
         if kind == "string":
@@ -207,7 +207,7 @@ class FastDecoder:
     def decode_many(self, raws: Iterable[bytes | str]) -> list[tuple[Any, ...]] | None:
         """Every message decoded as `decode` would, or None if any one of them would be declined.
 
-        For a batch: C-level passes over the batch rather than a Python call per message.
+        For a batch: msgspec and map pass over the whole batch rather than a Python call per message.
         """
         raws = list(raws)
         if raws and max(map(len, raws)) > MAX_RECORD_BYTES:

@@ -62,19 +62,13 @@ def _future_bound() -> datetime:
     return bound
 
 
-def sample_time_bounds() -> tuple[datetime, datetime]:
-    """The earliest and the latest plausible sample time, now (both allowed)."""
-    return _EPOCH_FLOOR, _future_bound()
-
-
 def sane_time(value: datetime) -> datetime:
     """A sample time as the contract stores it (UTC, ms), or ValueError if implausible."""
     if value.tzinfo is None:
         raise ValueError("time must carry a timezone (UTC)")
     if value.tzinfo is not UTC:
         value = value.astimezone(UTC)
-    earliest, latest = sample_time_bounds()
-    if value < earliest or value > latest:
+    if value < _EPOCH_FLOOR or value > _future_bound():
         raise ValueError(f"time {value.isoformat()} is not a plausible sample time")
     if value.microsecond % 1000:
         value = value.replace(microsecond=value.microsecond // 1000 * 1000)  # the contract is ms

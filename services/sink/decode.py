@@ -19,12 +19,11 @@ from typing import Any, Protocol
 
 from shared.config import TopicSettings
 from shared.errors import ContractError
-from shared.fastcopy import as_time
 from shared.models import parse_event
 
 from .deadletters import DeadLetter
 from .partitions import note_stored
-from .rows import GPU_UUID, TIME, encode_samples, stage_row, stage_rows
+from .rows import GPU_UUID, TIME, stage_row, stage_rows
 from .writer import Batch
 
 log = logging.getLogger(__name__)
@@ -62,12 +61,12 @@ def decode_lanes(
     A GPU's samples share a partition (the key is its UUID), so different lanes never
     write the same rows and can be stored side by side.
 
-    A lane's samples are first decoded together (`_samples_at_once`): a few C-level passes over
+    A lane's samples are first decoded together (`_samples_at_once`): msgspec's passes over
     the whole lane rather than a Python step per message. That path takes only what is
     certainly fine; the moment anything in the lane is not (a value missing, too large, declined
-    by the compiled decoder, a key that does not match, an exception of any kind) every message
-    of the lane is decoded on its own (`_decode_one`), which refuses exactly the bad ones with
-    their reasons. The two give the same batch.
+    by the msgspec decoder, a key that does not match, an exception of any kind) every message
+    of the lane is decoded on its own (`_decode_one`), which stores what pydantic accepts and
+    refuses exactly the bad ones with their reasons. The two give the same batch.
     """
     records = [msg for msg in messages if msg.error() is None]  # consumer errors are not records
     by_lane: dict[int, list[Record]] = {0: records} if lanes == 1 and records else {}
@@ -98,48 +97,35 @@ def _samples_at_once(records: list[Record], topic: str, batch: Batch, max_bytes:
     """All of these records of the samples' `topic` into the batch, if every one is certainly valid.
 
     False, leaving the batch as it was, if any one is not (or anything at all goes wrong):
-    then each is decoded on its own. The compiled encoder takes them straight into binary COPY
-    rows where it can (batch.encoded), else the compiled decoder into staging rows.
+    then each is decoded on its own.
     """
     try:
         values = list(map(_VALUE, records))
         if None in values or max(map(len, values)) > max_bytes:
             return False
+        rows = stage_rows(values)
+        if rows is None:
+            return False
         keys = list(map(_KEY, records))
+        # the key must be the GPU's UUID (ASCII by the contract), or partitioning lies; None is fine
+        uuids = list(map(str.encode, map(_UUID, rows)))
+        if keys != uuids and any(k is not None and k != u for k, u in zip(keys, uuids, strict=True)):
+            return False
         partitions, offsets = list(map(_PARTITION, records)), list(map(_OFFSET, records))
         if None in partitions or None in offsets:
             return False
-        encoded = encode_samples(values, keys) if not (batch.rows or batch.encoded) else None
-        times: Sequence[Any]
-        if encoded is not None:
-            times = encoded.times  # µs (shared.fastcopy): as datetimes below, for the newest only
-        else:
-            decoded = stage_rows(values)
-            if decoded is None:
-                return False
-            rows = decoded
-            # the key must be the GPU's UUID (ASCII by the contract), or partitioning lies; None is fine
-            uuids = list(map(str.encode, map(_UUID, rows)))
-            if keys != uuids and any(k is not None and k != u for k, u in zip(keys, uuids, strict=True)):
-                return False
-            times = list(map(_TIME, rows))
         origins = list(zip(repeat(topic), partitions, offsets, keys, values))
     except Exception:  # whatever it was, decoding one by one finds whose it is
         log.debug("decoding the lane at once failed; decoding each record", exc_info=True)
         return False
-    if encoded is not None:
-        batch.encoded = encoded
-    else:
-        batch.rows.extend(rows)
+    batch.rows.extend(rows)
     batch.row_origins.extend(origins)
     # A partition's records come in offset order, so the last one seen is its newest (were they
     # not, a lower next offset would only make a restart re-read rows that are then skipped).
     # Per partition, its newest offset and that sample's time (the frontier, as one by one).
-    newest = dict(zip(partitions, zip(offsets, times, strict=True), strict=True))
+    newest = dict(zip(partitions, zip(offsets, map(_TIME, rows), strict=True), strict=True))
     note_stored(batch.next_offsets, {(topic, p): offset + 1 for p, (offset, _) in newest.items()})
-    batch.frontiers.update(
-        {(topic, p): as_time(time) if encoded is not None else time for p, (_, time) in newest.items()}
-    )
+    batch.frontiers.update({(topic, p): time for p, (_, time) in newest.items()})
     return True
 
 
@@ -156,7 +142,7 @@ def _decode_one(msg: Record, batch: Batch, topics: TopicSettings, max_bytes: int
             refused = ("empty", "message has no value")
         elif len(value) > max_bytes:
             refused = ("oversized", f"message of {len(value)} bytes exceeds {max_bytes}")
-        # No parser here recurses unbounded: the compiled fast path declines nesting its types
+        # No parser here recurses unbounded: the msgspec decoder declines nesting its types
         # do not have, and the contract's parsers check the depth (shared.jsonlimits) first.
         elif topic == topics.metrics_raw:
             try:

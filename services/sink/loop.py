@@ -332,7 +332,7 @@ class SinkLoop:
         if result.times:
             self.rollup.stored(caught_up=self._caught_up)
         # records the database refused are neither rows nor duplicates: they are dead letters
-        rows_skipped = batch.samples - result.refused_rows - result.metrics_inserted
+        rows_skipped = len(batch.rows) - result.refused_rows - result.metrics_inserted
         events_skipped = len(batch.events) - result.refused_events - result.events_inserted
         self.metrics.duplicates.labels("gpu_metrics").inc(rows_skipped)
         self.metrics.duplicates.labels("gpu_events").inc(events_skipped)

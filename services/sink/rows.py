@@ -17,10 +17,8 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from shared import fastcopy
-from shared.fastcopy import CopyEncoder, Encoded
 from shared.fastdecode import FastDecoder, as_builtins
-from shared.models import METRIC_FIELDS, GpuEvent, GpuSample, parse_sample, sample_time_bounds, sane_time
+from shared.models import METRIC_FIELDS, GpuEvent, GpuSample, parse_sample, sane_time
 from shared.store.events import EVENT_COLUMNS, EVENT_TYPES
 from shared.store.samples import (
     ASSET_ONLY,
@@ -35,8 +33,7 @@ from shared.store.samples import (
 # The column layout is the store's; it is named here too for the sink's callers.
 __all__ = [
     "EVENT_COLUMNS", "EVENT_TYPES", "GPU_UUID", "METRIC_COLUMNS", "STAGE_COLUMNS", "STAGE_TYPES", "TIME",
-    "Row", "encode_samples", "event_row", "newest_per_gpu", "sample_row", "stage_row",
-    "stage_rows",
+    "Row", "event_row", "newest_per_gpu", "sample_row", "stage_row", "stage_rows",
 ]  # fmt: skip
 
 _plain = attrgetter(*PLAIN_COLUMNS)
@@ -67,38 +64,18 @@ def _stage_mig(message: Any) -> None:
 FAST_SAMPLE = FastDecoder(GpuSample.model_json_schema(), STAGE_COLUMNS, sane_time, _stage_mig)
 
 
-def _copy_encoder() -> CopyEncoder | None:
-    module = fastcopy.compiled()
-    if module is None:
-        return None
-    return CopyEncoder(
-        module, GpuSample.model_json_schema(), STAGE_COLUMNS, STAGE_TYPES, width=len(METRIC_COLUMNS),
-        key="gpu_uuid", time="time", time_bounds=sample_time_bounds,
-    )  # fmt: skip
-
-
-# The same schema compiled into an encoder of binary COPY rows (None where it was not built).
-SAMPLE_COPY = _copy_encoder()
-
-
-def encode_samples(raws: list[bytes], keys: list[bytes | None]) -> Encoded | None:
-    """Every message as binary COPY rows by the compiled encoder alone, or None if it declines
-    any one of them or is not built (then stage_rows, then stage_row, take them)."""
-    return SAMPLE_COPY.encode(raws, keys) if SAMPLE_COPY is not None else None
-
-
 def stage_row(raw: bytes | str) -> Row:
     """One gpu-metrics-raw message as a staging row; ContractError says why it is refused.
 
-    The compiled decoder takes the common case; whatever it declines, the pydantic
-    model decides (and names the reason when it refuses).
+    The msgspec decoder compiled from the contract's JSON Schema takes the common case;
+    whatever it declines, the pydantic model decides (and names the reason when it refuses).
     """
     row = FAST_SAMPLE.decode(raw)
     return row if row is not None else sample_row(parse_sample(raw))
 
 
 def stage_rows(raws: Sequence[bytes]) -> list[Row] | None:
-    """Every message as a staging row by the compiled decoder alone, or None if it declines any
+    """Every message as a staging row by the msgspec decoder alone, or None if it declines any
     one of them (then each is taken on its own by stage_row, which names the reason)."""
     return FAST_SAMPLE.decode_many(raws)
 
@@ -112,7 +89,7 @@ def event_row(e: GpuEvent) -> tuple[Any, ...]:
 
 def newest_per_gpu(rows: Iterable[Row]) -> list[Row]:
     """Each GPU's newest row (the first of equals), with the time of its oldest row appended
-    (first_seen). The compiled encoder picks its latest rows the same way (shared.fastcopy)."""
+    (first_seen)."""
     newest: dict[str, Row] = {}
     first: dict[str, datetime] = {}
     for row in rows:

@@ -42,8 +42,7 @@ import psycopg
 
 from shared.config import DatabaseSettings
 from shared.db import connect
-from shared.errors import ContractError, DatabaseError, DatabaseUnavailableError, DataRefusedError
-from shared.fastcopy import Encoded, as_time
+from shared.errors import DatabaseError, DatabaseUnavailableError, DataRefusedError
 from shared.models import GpuEvent
 from shared.store import deadletters, events, offsets, rollup, samples
 from shared.store.errors import translated
@@ -53,7 +52,7 @@ from shared.store.samples import LATEST_STAGE, METRICS_STAGE, AlreadyStoredError
 
 from .deadletters import DeadLetter, Origin
 from .isolate import split_refused
-from .rows import TIME, Row, event_row, newest_per_gpu, stage_row
+from .rows import TIME, Row, event_row, newest_per_gpu
 
 log = logging.getLogger(__name__)
 
@@ -82,31 +81,6 @@ class Batch:
     row_origins: list[Origin] = field(default_factory=list)
     event_origins: list[Origin] = field(default_factory=list)
     dead: list[DeadLetter] = field(default_factory=list)  # refused before the database saw them
-    # The samples as binary COPY rows instead of `rows`, when the compiled encoder took them all
-    # (shared.fastcopy); row_origins are then theirs.
-    encoded: Encoded | None = None
-
-    @property
-    def samples(self) -> int:
-        return len(self.rows) + (len(self.encoded) if self.encoded is not None else 0)
-
-    def decode_encoded(self) -> None:
-        """The encoded samples as staging rows from now on (for the careful path): decoded
-        again from their messages. What the encoder takes the decoders take, with the same
-        values (tests hold them to it); were one refused after all, it is dead-lettered with
-        its reason rather than failing the batch for ever."""
-        if self.encoded is None:
-            return
-        if self.rows:
-            raise ValueError("a batch holds its samples either encoded or as rows, not both")
-        origins, self.row_origins, self.encoded = self.row_origins, [], None
-        for topic, partition, offset, key, value in origins:
-            try:
-                self.rows.append(stage_row(value or b""))
-                self.row_origins.append((topic, partition, offset, key, value))
-            except ContractError as e:
-                log.error("an encoded sample was refused when decoded again: %s", e)
-                self.dead.append(DeadLetter(key, value, topic, partition, offset, "contract", str(e)))
 
 
 _Item = tuple[Row | None, GpuEvent | None, Origin | None]  # one record of a batch being split
@@ -190,7 +164,7 @@ class BatchWriter:
             with conn.cursor() as cur:
                 samples.savepoint(cur, "batch")
                 # What is small is staged while the batch before runs its statements.
-                fault = self._stage(cur, [], batch.events, newest=batch.rows, encoded=batch.encoded)
+                fault = self._stage(cur, batch.rows, batch.events, only_newest=True)
                 if after is not None:
                     try:
                         after()
@@ -202,7 +176,6 @@ class BatchWriter:
                     fault = self._optimistic(cur, result, batch)
                 if fault is not None:  # a replay, or a value refused: the careful path
                     samples.rollback_to(cur, "batch")
-                    batch.decode_encoded()
                     result = WriteResult()
                     fault = self._stage(cur, batch.rows, batch.events) or self._insert(
                         cur, result, batch.rows, batch.events
@@ -239,14 +212,10 @@ class BatchWriter:
         for the caller to go back to the savepoint and take the careful path.
         """
         try:
-            if batch.samples:
-                if batch.encoded is not None:
-                    samples.copy_straight_encoded(cur, batch.encoded.table_rows)
-                    result.times.update(map(as_time, set(batch.encoded.times)))
-                else:
-                    samples.copy_straight(cur, batch.rows)
-                    result.times.update(map(_TIMES, batch.rows))
-                result.metrics_inserted = batch.samples
+            if batch.rows:
+                samples.copy_straight(cur, batch.rows)
+                result.metrics_inserted = len(batch.rows)
+                result.times.update(map(_TIMES, batch.rows))
                 result.optimistic = True
                 self._derived(cur, result, batch.events, latest=True)
             elif batch.events:
@@ -277,21 +246,19 @@ class BatchWriter:
         cur: psycopg.Cursor[tuple[object, ...]],
         rows: list[Row],
         events: list[GpuEvent],
-        newest: list[Row] | None = None,
-        encoded: Encoded | None = None,
+        *,
+        only_newest: bool = False,
     ) -> DataRefusedError | None:
         """COPY the records into the staging tables; the data fault that stopped it, if any.
 
-        `newest` (or `encoded`): samples of which only each GPU's newest is staged (for gpu_latest
-        and gpu_assets).
+        Each GPU's newest sample is staged for gpu_latest and gpu_assets; with `only_newest`,
+        no other (the straight COPY takes them all into gpu_metrics).
         """
         try:
-            if rows:
+            if rows and not only_newest:
                 METRICS_STAGE.copy_rows(cur, rows)
-            if rows or newest:
-                LATEST_STAGE.copy_rows(cur, newest_per_gpu(newest if newest is not None else rows))
-            elif encoded is not None:
-                LATEST_STAGE.copy_encoded(cur, encoded.latest_rows)
+            if rows:
+                LATEST_STAGE.copy_rows(cur, newest_per_gpu(rows))
             if events:
                 EVENTS_STAGE.copy_rows(cur, map(event_row, events))
         except DataRefusedError as e:

@@ -18,8 +18,7 @@ are at fault, another `DatabaseError` when the connection or server is.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,8 +56,6 @@ STAGE_TYPES: tuple[str, ...] = (
 )  # fmt: skip
 WIDTH = len(METRIC_COLUMNS)  # a staging row starts with gpu_metrics' columns
 _UNIQUE_VIOLATION = "23505"
-COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + b"\x00" * 8  # binary COPY: signature, no flags, no extension
-COPY_TRAILER = b"\xff\xff"
 
 
 class AlreadyStoredError(DataRefusedError):
@@ -87,20 +84,12 @@ class Stage:
             sql.Identifier(self.table), definition
         )
 
-    def copy_encoded(self, cur: Cursor, rows: bytes) -> None:
-        """Binary COPY into this stage of rows already in COPY form (shared.fastcopy), one
-        after another."""
-        with translated(cur.connection), cur.copy(self._copy()) as copy:
-            _write_encoded(copy, rows)
-
-    def _copy(self) -> sql.Composed:
-        return sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
-            sql.Identifier(self.table), ident_list(self.columns)
-        )
-
     def copy_rows(self, cur: Cursor, rows: Iterable[Row]) -> None:
         """Binary COPY of the rows into this stage."""
-        with translated(cur.connection), cur.copy(self._copy()) as copy:
+        statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
+            sql.Identifier(self.table), ident_list(self.columns)
+        )
+        with translated(cur.connection), cur.copy(statement) as copy:
             copy.set_types(self.types)
             for row in rows:
                 copy.write_row(row)
@@ -166,37 +155,19 @@ def copy_straight(cur: Cursor, rows: Iterable[Row], *, staging_rows: bool = True
 
     AlreadyStoredError if one of them was stored before (a unique violation).
     """
-    with _straight(cur) as copy:
-        copy.set_types(STAGE_TYPES[:WIDTH])
-        if staging_rows:
-            for row in rows:
-                copy.write_row(row[:WIDTH])
-        else:
-            for row in rows:
-                copy.write_row(row)
-
-
-def copy_straight_encoded(cur: Cursor, rows: bytes) -> None:
-    """copy_straight of rows already in binary COPY form (shared.fastcopy), one after another."""
-    with _straight(cur) as copy:
-        _write_encoded(copy, rows)
-
-
-@contextmanager
-def _straight(cur: Cursor) -> Iterator[psycopg.Copy]:
     try:
         with translated(cur.connection), cur.copy(COPY_METRICS) as copy:
-            yield copy
+            copy.set_types(STAGE_TYPES[:WIDTH])
+            if staging_rows:
+                for row in rows:
+                    copy.write_row(row[:WIDTH])
+            else:
+                for row in rows:
+                    copy.write_row(row)
     except DataRefusedError as e:
         if getattr(e.__cause__, "sqlstate", None) == _UNIQUE_VIOLATION:
             raise AlreadyStoredError(str(e)) from e.__cause__
         raise
-
-
-def _write_encoded(copy: psycopg.Copy, rows: bytes) -> None:
-    copy.write(COPY_HEADER)
-    copy.write(rows)
-    copy.write(COPY_TRAILER)
 
 
 def insert_staged(cur: Cursor) -> int:

@@ -1,12 +1,13 @@
 """House rules that a linter cannot say: each service is `python -m services.<name>` with a
 `main() -> int`, services import `shared`, never each other, and the users' library (gpuhealth)
-reaches services only through its bridge module."""
+reaches services only through its bridge module; no C or C++ source is in the tree."""
 
 from __future__ import annotations
 
 import ast
 import importlib
 import inspect
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,15 @@ def test_the_tests_mirror_the_package_tree() -> None:
             assert (REPO / Path(*parts[:-1])).is_dir(), (
                 f"{path.relative_to(REPO)}: {Path(*parts[:-1])} is not in the tree"
             )
+
+
+C_SOURCES = {".c", ".h", ".cc", ".cpp", ".cxx", ".hh", ".hpp"}
+
+
+def test_no_c_or_cpp_source_is_in_the_tree() -> None:
+    """Every line of the project is memory-safe code: a compiled piece, should one ever earn its
+    place, is written in a memory-safe language and built by the package build."""
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    tracked = [Path(name) for name in listed.decode().split("\0") if name]
+    assert tracked, "git ls-files listed nothing"
+    assert [str(p) for p in tracked if p.suffix.lower() in C_SOURCES] == []

@@ -15,13 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg.types.json import Jsonb
 
-from services.sink.rows import FAST_SAMPLE, SAMPLE_COPY, STAGE_TYPES, sample_row, stage_row
+from services.sink.rows import FAST_SAMPLE, sample_row, stage_row
 from shared.errors import ContractError
-from shared.fastcopy import as_time
 from shared.fastdecode import FastDecoder, SchemaNotSupportedError, python_pattern
+from shared.jsonlimits import MAX_RECORD_BYTES
 from shared.models import METRIC_FIELDS, GpuSample, parse_sample, sane_time, to_json
-from shared.store.samples import GPU_UUID, TIME, WIDTH
-from tests.helpers.copy_binary import binary_row
 
 UUID = "GPU-91310d89-c3e8-4b50-81d8-a29050bc85cc"
 GOOD: dict[str, Any] = {
@@ -48,23 +46,6 @@ def comparable(row: tuple[Any, ...]) -> list[Any]:
     return out
 
 
-def encoded_as_pydantic(raw: bytes) -> bool:
-    """The compiled COPY encoder accepts only what pydantic accepts, and then encodes exactly
-    what psycopg sends for pydantic's row; True if it accepted."""
-    assert SAMPLE_COPY is not None, "shared/_fastcopy is not built: run make venv"
-    encoded = SAMPLE_COPY.encode([raw], [None])
-    if encoded is None:
-        return False
-    row = pydantic_row(raw)
-    assert row is not None, f"the encoder accepted what the contract refuses: {raw!r}"
-    table_row = binary_row(row[:WIDTH], STAGE_TYPES[:WIDTH])
-    assert encoded.table_rows == table_row, f"encoded differently from psycopg: {raw!r}"
-    assert encoded.latest_rows == binary_row((*row, row[TIME]), (*STAGE_TYPES, "timestamptz"))
-    assert encoded.keys == [row[GPU_UUID]]
-    assert [as_time(t) for t in encoded.times] == [row[TIME]]
-    return True
-
-
 def pydantic_row(raw: bytes) -> tuple[Any, ...] | None:
     try:
         return sample_row(parse_sample(raw))
@@ -72,11 +53,12 @@ def pydantic_row(raw: bytes) -> tuple[Any, ...] | None:
         return None
 
 
-def check(message: dict[str, Any] | str) -> tuple[Any, ...] | None:
-    """The property: the fast path accepts only what pydantic accepts, with the same row (and
-    so does the compiled COPY encoder, shared.fastcopy: see encoded_as_pydantic)."""
-    raw = (message if isinstance(message, str) else json.dumps(message, allow_nan=True)).encode()
-    encoded_as_pydantic(raw)
+def check(message: dict[str, Any] | str | bytes) -> tuple[Any, ...] | None:
+    """The property: the fast path accepts only what pydantic accepts, with the same row."""
+    if isinstance(message, bytes):
+        raw = message
+    else:
+        raw = (message if isinstance(message, str) else json.dumps(message, allow_nan=True)).encode()
     # A batch's verdict first (decode remembers the labels it checked): it declines the batch
     # exactly when decode declines one of its messages, and otherwise gives decode's rows.
     many = FAST_SAMPLE.decode_many([GOOD_RAW, raw])
@@ -242,3 +224,57 @@ def test_any_text_in_any_string_field_gets_the_same_verdict_from_both_paths(chan
 )
 def test_huge_and_tiny_numbers_get_the_same_verdict_from_both_paths(field: str, number: float) -> None:
     check({**GOOD, field: number})
+
+
+def test_a_message_longer_than_the_contract_allows_is_declined_by_the_fast_path() -> None:
+    raw = GOOD_RAW[:-1] + b" " * MAX_RECORD_BYTES + b"}"  # valid JSON, but too long a record
+    assert FAST_SAMPLE.decode(raw) is None
+    assert FAST_SAMPLE.decode_many([GOOD_RAW, raw]) is None
+    with pytest.raises(ContractError, match="exceeds"):
+        stage_row(raw)
+
+
+def with_value(field: str, text: str) -> bytes:
+    """GOOD with `field` set to the JSON text given as is."""
+    return json.dumps({**GOOD, field: "@@"}).replace('"@@"', text).encode()
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    field=st.sampled_from(METRIC_FIELDS),
+    sign=st.sampled_from(["", "-"]),
+    whole=st.integers(0, 10**25).map(str) | st.sampled_from(["0", "00", "01"]),
+    fraction=st.none() | st.text("0123456789", min_size=0, max_size=25),
+    exponent=st.none()
+    | st.tuples(st.sampled_from("eE"), st.sampled_from(["", "+", "-"]), st.integers(0, 99)),
+)
+def test_any_number_text_gets_the_same_verdict_from_both_paths(
+    field: str, sign: str, whole: str, fraction: str | None, exponent: tuple[str, str, int] | None
+) -> None:
+    text = sign + whole + ("" if fraction is None else "." + fraction)
+    if exponent is not None:
+        text += f"{exponent[0]}{exponent[1]}{exponent[2]}"
+    check(with_value(field, text))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    edits=st.lists(
+        st.tuples(st.integers(0, len(GOOD_RAW)), st.sampled_from(["insert", "delete", "replace"]),
+                  st.binary(min_size=1, max_size=3) | st.sampled_from([b'"', b"\\", b",", b"}", b"{", b"0"])),
+        min_size=1, max_size=4,
+    )
+)  # fmt: skip
+def test_bytes_changed_anywhere_get_the_same_verdict_from_both_paths(
+    edits: list[tuple[int, str, bytes]],
+) -> None:
+    raw = bytearray(GOOD_RAW)
+    for at, how, data in edits:
+        at = min(at, len(raw))
+        if how == "insert":
+            raw[at:at] = data
+        elif how == "delete":
+            del raw[at : at + len(data)]
+        else:
+            raw[at : at + len(data)] = data
+    check(bytes(raw))

@@ -6,7 +6,6 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
@@ -17,7 +16,7 @@ from services.scorer.rules_config import load_rules
 from services.sink.deadletters import Origin
 from services.sink.metrics import SinkMetrics
 from services.sink.rollup import RollupRefresher
-from services.sink.rows import STAGE_COLUMNS, encode_samples, stage_row
+from services.sink.rows import STAGE_COLUMNS, stage_row
 from services.sink.writer import Batch, BatchWriter
 from shared.config import DatabaseSettings
 from shared.db import connect
@@ -40,17 +39,12 @@ def rows(indices: range | list[int]) -> list[tuple[Any, ...]]:
     return [stage_row(json.dumps(sample(i, GPUS)).encode()) for i in indices]
 
 
-def batch(indices: range | list[int], offset: int = 0, *, encoded: bool = False) -> Batch:
-    """The samples as staging rows, or (`encoded`) as the compiled encoder gives them."""
+def batch(indices: range | list[int], offset: int = 0) -> Batch:
+    """The samples as staging rows, each with its message as its origin."""
     values = [json.dumps(sample(i, GPUS)).encode() for i in indices]
     origins: list[Origin] = [("raw", 0, offset + k, None, v) for k, v in enumerate(values)]
-    out = Batch(next_offsets={("raw", 0): offset + len(indices)}, row_origins=origins)
-    if encoded:
-        out.encoded = encode_samples(values, [None] * len(values))
-        assert out.encoded is not None
-    else:
-        out.rows = rows(indices)
-    return out
+    next_offsets = {("raw", 0): offset + len(indices)}
+    return Batch(rows=list(map(stage_row, values)), next_offsets=next_offsets, row_origins=origins)
 
 
 def query(db: DatabaseSettings, text: str) -> list[tuple[Any, ...]]:
@@ -70,16 +64,15 @@ def lag_on_metrics(registry: CollectorRegistry) -> float:
     raise AssertionError("no rollup lag on /metrics")
 
 
-@pytest.mark.parametrize("encoded", [False, True], ids=["decoded", "encoded"])
 def test_a_new_batch_is_copied_straight_and_a_replay_takes_the_careful_path(
-    migrated: DatabaseSettings, encoded: bool
+    migrated: DatabaseSettings,
 ) -> None:
     registry = CollectorRegistry()
     writer, rollup = BatchWriter(migrated, group="g", connections=1), refresher(migrated, registry)
     try:
-        first = writer.write(batch(range(100), encoded=encoded))
-        again = writer.write(batch(range(100), encoded=encoded))  # a replay: nothing new
-        partly = writer.write(batch(range(50, 150), offset=100, encoded=encoded))  # half of it stored before
+        first = writer.write(batch(range(100)))
+        again = writer.write(batch(range(100)))  # a replay: nothing new
+        partly = writer.write(batch(range(50, 150), offset=100))  # half of it stored before
         # the rollup is not refreshed yet: readers are told to keep before the first noted minute
         settled = query(migrated, "SELECT gpu_metrics_1min_settled()")[0][0]
         assert settled == T0
@@ -103,41 +96,6 @@ def test_a_new_batch_is_copied_straight_and_a_replay_takes_the_careful_path(
     assert len(query(migrated, _ROLLUP)) == GPUS * len({sample(i, GPUS)["time"][:16] for i in range(150)})
 
 
-_TABLES = ("gpu_metrics", "gpu_latest", "gpu_assets")
-
-
-def test_encoded_and_decoded_batches_store_the_very_same_rows(migrated: DatabaseSettings) -> None:
-    """The encoder's bytes against psycopg's values, where it counts: every table the batch writes."""
-    values = [
-        {**sample(i, GPUS), "gpu_temp_c": 40 + i % 7 * 0.1, "power_limit_w": 700,
-         "pci_bus_id": f"0000:{i % GPUS:02x}:00.0", "job": None if i % 3 else f"job-{i}",
-         "total_energy_mj": 2**62 + i}
-        for i in range(40)
-    ]  # fmt: skip
-    stored = []
-    for encoded in (True, False):
-        writer = BatchWriter(migrated, group="g", connections=1)
-        try:
-            b = batch([], encoded=encoded)
-            raws = [json.dumps(v).encode() for v in values]
-            b.row_origins = [("raw", 0, k, None, raw) for k, raw in enumerate(raws)]
-            b.next_offsets = {("raw", 0): len(raws)}
-            if encoded:
-                b.encoded = encode_samples(raws, [None] * len(raws))
-                assert b.encoded is not None
-            else:
-                b.rows = [stage_row(raw) for raw in raws]
-            assert writer.write(b).metrics_inserted == len(values)
-        finally:
-            writer.close()
-        stored.append({t: query(migrated, f"SELECT * FROM {t} ORDER BY 1, 2") for t in _TABLES})
-        with connect(migrated) as conn:
-            conn.execute(f"TRUNCATE {', '.join(_TABLES)}, kafka_offsets")
-    assert stored[0] == stored[1]
-    assert len(stored[0]["gpu_metrics"]) == len(values)
-    assert len(stored[0]["gpu_latest"]) == GPUS
-
-
 def test_a_value_the_straight_copy_refuses_is_isolated_and_the_rest_stored(
     migrated: DatabaseSettings,
 ) -> None:
@@ -158,21 +116,21 @@ def test_a_value_the_straight_copy_refuses_is_isolated_and_the_rest_stored(
     assert query(migrated, "SELECT next_offset FROM kafka_offsets") == [(40,)]
 
 
-def test_an_encoded_sample_the_database_refuses_is_isolated_from_its_message(
+def test_a_sample_the_database_refuses_is_isolated_with_its_own_message(
     migrated: DatabaseSettings,
 ) -> None:
     """A value the contract allows but this database refuses (a CHECK of its own): the straight
-    COPY of the encoded batch fails, the careful path decodes the messages again, and the one
-    refused row becomes a dead letter carrying its own message; the rest is stored."""
+    COPY fails, and so does the careful path, and the one refused row becomes a dead letter
+    carrying its own message; the rest is stored."""
     with connect(migrated) as conn:
         conn.execute(
             "ALTER TABLE gpu_metrics ADD CONSTRAINT local_rule CHECK (job IS DISTINCT FROM 'refused')"
         )
     writer = BatchWriter(migrated, group="g", connections=1)
-    b = batch(range(40), encoded=True)
+    b = batch(range(40))
     refused = json.dumps({**sample(2, GPUS), "job": "refused"}).encode()
     b.row_origins[2] = (*b.row_origins[2][:4], refused)
-    b.encoded = encode_samples([origin[4] or b"" for origin in b.row_origins], [None] * 40)
+    b.rows[2] = stage_row(refused)
     try:
         result = writer.write(b)
     finally:

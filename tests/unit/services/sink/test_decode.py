@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import json
 from typing import Any
-from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,22 +11,7 @@ from hypothesis import strategies as st
 from psycopg.types.json import Jsonb
 
 from services.sink.decode import Decoded, _decode_one, decode_lanes
-from services.sink.rows import GPU_UUID, SAMPLE_COPY, STAGE_TYPES, TIME, newest_per_gpu
-from services.sink.writer import Batch
 from shared.config import TopicSettings
-from shared.fastcopy import as_time
-from shared.store.samples import LATEST_STAGE, WIDTH
-from tests.helpers.copy_binary import binary_row
-
-# The sink's compiled encoder is built wherever `make test` runs (scripts/pyenv.sh): its tests
-# must not silently skip it.
-assert SAMPLE_COPY is not None, "shared/_fastcopy is not built: run make venv"
-
-
-def without_encoder() -> contextlib.AbstractContextManager[Any]:
-    """Decoding as where the compiled encoder is not built."""
-    return mock.patch("services.sink.decode.encode_samples", return_value=None)
-
 
 TOPICS = TopicSettings(metrics_raw="raw", events="events")
 UUID = "GPU-91310d89-c3e8-4b50-81d8-a29050bc85cc"
@@ -90,7 +72,7 @@ def test_valid_samples_and_events_are_batched_with_next_offsets() -> None:
         TOPICS,
         10_000,
     )[0]
-    assert out.batch.samples == 3
+    assert len(out.batch.rows) == 3
     assert len(out.batch.events) == 1
     assert out.dead == []
     assert out.batch.next_offsets == {("raw", 0): 12, ("raw", 3): 5, ("events", 0): 8}
@@ -118,7 +100,7 @@ def test_bad_records_are_dead_lettered_with_reasons_and_still_advance_offsets() 
     ]  # fmt: skip
     assert "gpu_temp_c" in out.dead[1].reason
     assert "kind" in out.dead[6].reason
-    assert out.batch.samples == 1  # the valid one behind them all
+    assert len(out.batch.rows) == 1  # the valid one behind them all
     assert out.batch.next_offsets[("raw", 0)] == 8
     headers = dict(out.dead[0].headers())
     assert headers["dlq.source.topic"] == b"raw"
@@ -136,7 +118,7 @@ def test_lanes_split_by_partition_each_with_its_own_offsets_and_dead_letters() -
     assert sorted(lanes) == [0, 1]
     assert lanes[0].batch.next_offsets == {("raw", 0): 11, ("raw", 2): 13}
     assert lanes[1].batch.next_offsets == {("raw", 1): 12, ("raw", 3): 21}
-    assert [lanes[n].batch.samples for n in (0, 1)] == [2, 2]
+    assert [len(lanes[n].batch.rows) for n in (0, 1)] == [2, 2]
     assert (lanes[0].dead, [d.offset for d in lanes[1].dead]) == ([], [20])
     assert [lanes[n].consumed for n in (0, 1)] == [2, 3]
 
@@ -157,7 +139,6 @@ def test_any_exception_while_decoding_refuses_that_record_only(monkeypatch: pyte
 
     monkeypatch.setattr(decode_module, "stage_row", fragile)
     monkeypatch.setattr(decode_module, "stage_rows", fragile_at_once)
-    monkeypatch.setattr(decode_module, "encode_samples", lambda raws, keys: fragile_at_once(raws))
     msgs = [
         Msg("raw", 0, json.dumps(GOOD).encode()),
         Msg("raw", 1, json.dumps({**GOOD, "hostname": "boom"}).encode()),
@@ -168,7 +149,7 @@ def test_any_exception_while_decoding_refuses_that_record_only(monkeypatch: pyte
     assert [(d.offset, d.category) for d in out.dead] == [(1, "decode"), (3, "contract")]
     assert "RecursionError" in out.dead[0].reason
     assert "nested deeper" in out.dead[1].reason
-    assert out.batch.samples == 2
+    assert len(out.batch.rows) == 2
     assert [o[2] for o in out.batch.row_origins] == [0, 2]  # each stored row knows where it came from
     assert out.batch.next_offsets == {("raw", 0): 3, ("events", 0): 4}
 
@@ -205,28 +186,10 @@ RECORDS = [
 ]
 
 
-def staging_rows(batch: Batch) -> list[tuple[Any, ...]]:
-    """The batch's samples as staging rows: encoded ones decoded again, as the careful path does."""
-    twin = dataclasses.replace(batch, rows=list(batch.rows), row_origins=list(batch.row_origins),
-                               dead=list(batch.dead))  # fmt: skip
-    twin.decode_encoded()
-    assert twin.dead == batch.dead  # what the encoder took, the decoders take too
-    assert twin.row_origins == batch.row_origins
-    return twin.rows
-
-
 def comparable(decoded: Decoded) -> tuple[Any, ...]:
-    """A batch in a form == compares by value (Jsonb compares by identity). Samples the compiled
-    encoder took must be, byte for byte, what psycopg sends for the rows the decoders give."""
+    """A batch in a form == compares by value (Jsonb compares by identity)."""
     batch = decoded.batch
-    staging = staging_rows(batch)
-    if (encoded := batch.encoded) is not None:
-        assert encoded.table_rows == b"".join(binary_row(row[:WIDTH], STAGE_TYPES[:WIDTH]) for row in staging)
-        newest = newest_per_gpu(staging)
-        assert encoded.latest_rows == b"".join(binary_row(row, LATEST_STAGE.types) for row in newest)
-        assert encoded.keys == [row[GPU_UUID] for row in newest]
-        assert list(map(as_time, encoded.times)) == [row[TIME] for row in staging]
-    rows = [tuple(v.obj if isinstance(v, Jsonb) else v for v in row) for row in staging]
+    rows = [tuple(v.obj if isinstance(v, Jsonb) else v for v in row) for row in batch.rows]
     dead = [(d.key, d.value, d.topic, d.partition, d.offset, d.category, d.reason) for d in batch.dead]
     return (decoded.consumed, rows, batch.row_origins, batch.events, batch.event_origins, dead,
             batch.next_offsets, batch.frontiers)  # fmt: skip
@@ -264,17 +227,13 @@ def test_decoding_a_lane_at_once_gives_what_decoding_each_record_gives(
             lane.consumed += 1
             _decode_one(msg, lane.batch, TOPICS, 10_000)
     got = decode_lanes(msgs, TOPICS, 10_000, lanes)
-    with without_encoder():
-        decoded = decode_lanes(msgs, TOPICS, 10_000, lanes)
-    assert sorted(got) == sorted(decoded) == sorted(expected)
+    assert sorted(got) == sorted(expected)
     for n, lane in got.items():
-        assert comparable(lane) == comparable(decoded[n]) == comparable(expected[n])
+        assert comparable(lane) == comparable(expected[n])
 
 
-@pytest.mark.parametrize("encoder", [True, False], ids=["encoded", "decoded"])
-def test_a_lane_of_good_samples_is_decoded_at_once(monkeypatch: pytest.MonkeyPatch, encoder: bool) -> None:
-    """The common case never takes the record-by-record path; where the compiled encoder is
-    built, it takes the whole lane."""
+def test_a_lane_of_good_samples_is_decoded_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The common case never takes the record-by-record path."""
     import services.sink.decode as decode_module
 
     def one_by_one(*args: Any) -> None:
@@ -284,10 +243,7 @@ def test_a_lane_of_good_samples_is_decoded_at_once(monkeypatch: pytest.MonkeyPat
     msgs = [raw(f"2026-11-21T11:00:{i:02d}Z") for i in range(20)]
     for i, msg in enumerate(msgs):
         msg._o, msg._p = i, i % 2
-    with contextlib.nullcontext() if encoder else without_encoder():
-        out = decode_lanes(msgs, TOPICS, 10_000, lanes=2)
-    assert [out[n].batch.samples for n in (0, 1)] == [10, 10]
-    assert [out[n].batch.encoded is not None for n in (0, 1)] == [encoder, encoder]
-    assert [len(out[n].batch.rows) for n in (0, 1)] == [0 if encoder else 10] * 2
+    out = decode_lanes(msgs, TOPICS, 10_000, lanes=2)
+    assert [len(out[n].batch.rows) for n in (0, 1)] == [10, 10]
     assert out[1].batch.next_offsets == {("raw", 1): 20}
     assert [o[2] for o in out[0].batch.row_origins] == list(range(0, 20, 2))
