@@ -9,7 +9,7 @@
 - clearing: faults that ended must leave their subsystem healthy once their
   evidence has aged out (the window of the rule, or the XID's time-to-clear);
 - escalation: a second and third fall off the bus must recommend inspect; a
-  single application XID must never go past restart_workload;
+  single application XID (the catalogue's application class) must never go past restart_workload;
 - prediction: a GPU counts as predicted when p(fail 30 d) >= threshold at a
   prediction made BEFORE its ground-truth failure time; precision over all
   predicted GPUs, recall over GPUs with a precursor, lead time from the first
@@ -30,7 +30,6 @@ from shared.models_health import LADDER
 from .run import Record
 
 HOUR_MS = 3_600_000
-APPLICATION_XIDS_DEFAULT = (13, 31, 43, 45)
 _BINS = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0000001)
 
 
@@ -114,7 +113,7 @@ def summarise(rec: Record, rules: Rules) -> Summary:
     for f in faults:
         by_gpu.setdefault(f["gpu_uuid"], []).append(f)
     cycle = rec.score_every_s + rec.poll_s
-    app_codes = set(rules.xid_repeats.application_codes)
+    app_codes = {code for code, entry in rules.xid.items() if entry.xid_class == "application"}
 
     for f in faults:
         gpu, sub, start = f["gpu_uuid"], f["subsystem"], f["start_ms"]

@@ -16,6 +16,7 @@ from gpuhealth.gpu.driver_codes import GpuRecoveryAction as Recovery
 from shared.models_health import HEALTH_STATES as STATES
 from shared.models_health import LADDER, SUBSYSTEMS, Action
 from shared.wire_time import wire_time
+from shared.xid_catalog import XidEntry
 
 from .escalation import FELL_OFF_THE_BUS, escalate, fall_off_action, xid_action, xid_counts
 from .features import GpuFeatures
@@ -159,23 +160,46 @@ def evaluate(gpu: GpuFeatures, rules: Rules, as_of: datetime) -> dict[str, Verdi
         verdicts["nvlink"].worse("degraded", "nvlink_crc_errors", "none", crc_per_hour=round(crc_rate, 1),
                           window_s=windows.long_s)  # fmt: skip
 
-    # XIDs, by NVIDIA's catalog: each holds its verdict for its own time-to-clear; the action
-    # escalates with repeats (escalation.py)
+    # XIDs, by NVIDIA's catalogue (config/xid-catalog.csv): each holds its verdict for its own
+    # time-to-clear; the action escalates with repeats (escalation.py)
     for code, value in sorted(gpu.xids.items()):
         counts = xid_counts(value)
         if counts.recent == 0:
             continue
-        known = rules.xid.get(code)
-        severity = known.severity if known else "degraded"
-        base: Action = known.action if known else "restart_workload"
-        decision = xid_action(code, value, base, rules, gpu.lost_times)
+        seen = {
+            "count_in_window": counts.recent,
+            "window_s": rules.xid_clear_s(code),
+            "count_30d": counts.total,
+        }
+        entry = rules.xid.get(code)
+        if entry is None:
+            unknown = f"XID {code} is not in NVIDIA's catalogue: a person looks it up"
+            verdicts["xid"].worse("degraded", f"xid_{code}", "inspect", xid=code, in_catalogue=False,
+                                  name=unknown, **seen)  # fmt: skip
+            continue
+        if entry.severity == "info":
+            continue  # NVIDIA: nothing to do (pattern rules may still count it)
+        decision = xid_action(code, value, entry.action, rules, gpu.lost_times)
         verdicts["xid"].worse(
-            severity, f"xid_{code}", decision.action,
-            xid=code, name=known.name if known else "not in the catalog", count_in_window=counts.recent,
-            window_s=rules.xid_clear_s(code), count_30d=counts.total, **decision.evidence,
+            entry.severity, f"xid_{code}", decision.action, **_catalogue_evidence(entry, gpu.model), **seen,
+            **decision.evidence,
         )  # fmt: skip
     driver_recovery_action(gpu, verdicts["xid"])
     return verdicts
+
+
+def _catalogue_evidence(entry: XidEntry, model: str) -> dict[str, Any]:
+    """What the catalogue says of an XID, as a verdict's evidence: NVIDIA's facts beside this project's."""
+    return {
+        "xid": entry.code,
+        "mnemonic": entry.mnemonic,
+        "name": entry.description,
+        "xid_class": entry.xid_class,
+        "nvidia_action": entry.nvidia_action or None,
+        "nvidia_investigation": entry.nvidia_investigation or None,
+        "differs_because": entry.reason or None,
+        "listed_for_model": entry.listed_for(model),
+    }
 
 
 # What the driver says a GPU needs (NVML's recovery action) -> (state, recommended action).

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from shared.config import HEALTH_RULES_FILE
 from shared.errors import ConfigError
 from shared.models_health import Action
+from shared.xid_catalog import XidEntry, check_against_mapping, parse_catalog
 
 DEFAULT_RULES = HEALTH_RULES_FILE
-
-Severity = Literal["unhealthy", "degraded"]
 
 
 class _Section(BaseModel):
@@ -65,12 +63,21 @@ class Idle(_Section):
     for_s: int = Field(gt=0)
 
 
-class XidRule(_Section):
-    name: str
-    severity: Severity
+class NvidiaAction(_Section):
+    """One of NVIDIA's immediate actions ("resolution buckets") as this project's action, and why."""
+
     action: Action
-    # How long one occurrence keeps its verdict; absent: windows.xid_s.
-    clear_after_s: int | None = Field(default=None, gt=0)
+    why: str = Field(min_length=1)
+
+
+class XidCatalog(_Section):
+    """Where the catalogue lives (beside this file) and how NVIDIA's actions map onto this project's."""
+
+    file: str
+    nvidia_actions: dict[str, NvidiaAction]
+
+    def mapping(self) -> dict[str, Action]:
+        return {name: mapped.action for name, mapped in self.nvidia_actions.items()}
 
 
 class XidRepeats(_Section):
@@ -112,33 +119,47 @@ class Rules(_Section):
     pcie: Pcie
     nvlink: Nvlink
     idle: Idle
-    xid: dict[int, XidRule]
+    xid_catalog: XidCatalog
+    xid: dict[int, XidEntry]  # NVIDIA's catalogue by code (config/xid-catalog.csv)
     xid_repeats: XidRepeats
     score: Score
     prediction: PredictionRules
     predictor: PredictorWeights
+
+    @model_validator(mode="after")
+    def _catalogue_follows_the_mapping(self) -> Rules:
+        try:
+            check_against_mapping(self.xid.values(), self.xid_catalog.mapping())
+        except ConfigError as e:
+            raise ValueError(str(e)) from None
+        return self
 
     def xid_clear_s(self, code: int) -> int:
         known = self.xid.get(code)
         return known.clear_after_s if known and known.clear_after_s else self.windows.xid_s
 
 
-def _weights_path(rules_path: Path, name: str) -> Path:
+def _beside(rules_path: Path, name: str) -> Path:
     """Beside the rules file; a rules file copied elsewhere alone falls back to the project's."""
     beside = rules_path.parent / name
     return beside if beside.exists() else DEFAULT_RULES.parent / name
 
 
 def load_rules(path: Path = DEFAULT_RULES) -> Rules:
-    """The rules file, with the predictor's weights from the file its [prediction] section names."""
+    """The rules file, with the predictor's weights and the XID catalogue from the files it names."""
     try:
         raw = tomllib.loads(path.read_text())
         section = raw.get("prediction")
         name = section.get("weights_file") if isinstance(section, dict) else None
         if isinstance(name, str) and "predictor" not in raw:
-            raw["predictor"] = tomllib.loads(_weights_path(path, name).read_text())
+            raw["predictor"] = tomllib.loads(_beside(path, name).read_text())
+        catalog = raw.get("xid_catalog")
+        name = catalog.get("file") if isinstance(catalog, dict) else None
+        if isinstance(name, str) and "xid" not in raw:
+            where = _beside(path, name)
+            raw["xid"] = parse_catalog(where.read_text(encoding="utf-8"), source=f"xid catalogue {where}")
         return Rules.model_validate(raw)
-    except (OSError, tomllib.TOMLDecodeError) as e:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise ConfigError(f"health rules {path}: {e}") from e
     except ValidationError as e:
         raise ConfigError(f"health rules {path}: {e}") from e

@@ -57,7 +57,13 @@ def test_a_healthy_gpu_at_full_power_has_no_finding() -> None:
         ({"nvlink_replay_recovery_new": 1}, {"nvlink": ("unhealthy", "nvlink_replay_recovery", "reset_gpu")}),
         ({"xids": {79: (1, 1)}}, {"xid": ("unhealthy", "xid_79", "reboot_node")}),
         ({"xids": {94: (1, 1)}}, {"xid": ("degraded", "xid_94", "restart_workload")}),
-        ({"xids": {999: (1, 1)}}, {"xid": ("degraded", "xid_999", "restart_workload")}),
+        # Changed by issue 32: a code outside NVIDIA's catalogue is inspect (was restart_workload).
+        ({"xids": {999: (1, 1)}}, {"xid": ("degraded", "xid_999", "inspect")}),
+        # Changed by issue 32: NVIDIA ignores 43, 63, 92 (they were restart_workload, reset_gpu).
+        ({"xids": {43: (1, 1), 63: (1, 1), 92: (1, 1)}}, {}),
+        # Changed by issue 32: NVIDIA resets for 64 and 109 (they were inspect and restart_workload).
+        ({"xids": {64: (1, 1)}}, {"xid": ("unhealthy", "xid_64", "reset_gpu")}),
+        ({"xids": {109: (1, 1)}}, {"xid": ("unhealthy", "xid_109", "reset_gpu")}),
         ({"xids": {48: (0, 3)}}, {}),  # aged out of the 24 h XID window
         (
             {"last_time": NOW - timedelta(seconds=120)},
