@@ -1,11 +1,10 @@
 """A node's GPU identity and load, read through NVML, or nvidia-smi where NVML is not there.
 
 Used by the verifier (identity, snapshot) and the collector (gpu-systems). It
-is its own small NVML wrapper on purpose: the collector's metric source reads
-other things on another schedule. Every query goes through one helper that
-turns an NVML error (not supported, no permission) into None, so a value the
-GPU cannot give is an explicit null. The NVML module and the command runner
-are injected, so tests run on fakes with no GPU.
+reads through its own NVML session (gpuhealth.gpu.nvml), whose queries turn an
+NVML error (not supported, no permission) into None, so a value the GPU cannot
+give is an explicit null. The NVML module and the command runner are injected,
+so tests run on fakes with no GPU.
 """
 
 from __future__ import annotations
@@ -19,6 +18,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from gpuhealth.gpu.nvml import NvmlSession
+from gpuhealth.gpu.readings import SourceError
 from shared.errors import GpuHealthError
 from shared.hostinfo import host_identity
 from shared.models_verify import GpuIdentity, HostIdentity, NvLink, SystemIdentity
@@ -110,28 +111,11 @@ class NvmlReader:
     source = "nvml"
 
     def __init__(self, nvml: Any | None = None) -> None:
-        if nvml is None:
-            try:
-                import pynvml  # only hosts with the NVIDIA driver need it
-            except ImportError as e:
-                raise GpuUnavailableError("the pynvml module (nvidia-ml-py) is not installed") from e
-            nvml = pynvml
-        self.nvml = nvml
         try:
-            nvml.nvmlInit()
-            self.handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
-        except nvml.NVMLError as e:
-            raise GpuUnavailableError(f"NVML is not usable here: {e}") from e
-
-    def _q(self, name: str, *args: Any) -> Any:
-        """One NVML query; None when the GPU or driver cannot answer it."""
-        fn = getattr(self.nvml, name, None)
-        if fn is None:
-            return None
-        try:
-            return fn(*args)
-        except self.nvml.NVMLError:
-            return None
+            self.session = NvmlSession(nvml)
+        except SourceError as e:
+            raise GpuUnavailableError(str(e)) from e
+        self.nvml, self.handles, self._q = self.session.module, self.session.handles, self.session.query
 
     def _int(self, name: str, *args: Any) -> int | None:
         value = self._q(name, *args)
@@ -231,7 +215,7 @@ class NvmlReader:
         return out
 
     def close(self) -> None:
-        self._q("nvmlShutdown")
+        self.session.close()
 
 
 SMI_IDENTITY = (

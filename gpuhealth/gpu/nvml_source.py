@@ -19,10 +19,11 @@ poll takes 0.8-1.0 ms per GPU, where one call per metric took 49 ms:
 - What never changes (name, PCI bus id, temperature thresholds, the link's
   maximum generation and width) is read once per GPU.
 
-Every query goes through one helper that turns an NVML error (not supported,
-no permission, GPU lost) into None. XIDs come from NVML's event set, drained
-until it is empty at every poll: each XID is listed in the reading, repeats
-included. The module is injected, so tests run on a fake with no GPU.
+Every query goes through the NVML session's helper (nvml.py), which turns an
+NVML error (not supported, no permission, GPU lost) into None. XIDs come from
+NVML's event set, drained until it is empty at every poll: each XID is listed
+in the reading, repeats included. The module is injected, so tests run on a
+fake with no GPU.
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from .nvml import NvmlSession
 from .pcie_counters import PcieSampler, PcieTraffic
-from .readings import GpuReading, MetricValue, Source, SourceError, SourceReading
+from .readings import GpuReading, MetricValue, Source, SourceReading
 
 log = logging.getLogger(__name__)
 
@@ -120,17 +122,9 @@ class NvmlSource:
     ) -> None:  # fmt: skip
         """`slow_every_s`: how often SLOW_FIELDS are read (0: every poll); `pcie_sampler`: keep
         the wrapping PCIe counters sampled between polls (pcie_counters)."""
-        if nvml is None:
-            import pynvml  # only hosts with the NVIDIA driver need it
-
-            nvml = pynvml
-        self.nvml = nvml
-        try:
-            nvml.nvmlInit()
-            count = nvml.nvmlDeviceGetCount()
-            self.handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-        except nvml.NVMLError as e:
-            raise SourceError(f"NVML is not usable here: {e}") from e
+        self.session = NvmlSession(nvml)
+        self.nvml, self.handles, self._q = self.session.module, self.session.handles, self.session.query
+        nvml = self.nvml
         self._index_of = {_handle_key(h): i for i, h in enumerate(self.handles)}
         self._fast_ids = [getattr(nvml, const, number) for _, const, number in FAST_FIELDS]
         self._slow_ids = [getattr(nvml, const, number) for _, const, number in SLOW_FIELDS]
@@ -139,27 +133,20 @@ class NvmlSource:
         self._slow: dict[int, tuple[float, dict[str, MetricValue]]] = {}  # GPU -> (read at, values)
         self.slow_every_s, self._monotonic = slow_every_s, monotonic
         self.traffic = PcieTraffic()
-        self.driver = self._q(nvml.nvmlSystemGetDriverVersion)
+        self.driver = self._q("nvmlSystemGetDriverVersion")
         self.events = self._register_xid_events()
         self._sample_pcie()  # the start of the first poll's window: it then has a rate
         for i in range(len(self.handles)):
             self.traffic.poll_rate(i, "tx"), self.traffic.poll_rate(i, "rx")
         self.sampler = PcieSampler(self.traffic, self._sample_pcie) if pcie_sampler else None
 
-    def _q(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Call one NVML query; None when the GPU cannot answer it."""
-        try:
-            return fn(*args, **kwargs)
-        except self.nvml.NVMLError:
-            return None
-
     def _register_xid_events(self) -> Any:
         nvml = self.nvml
-        event_set = self._q(nvml.nvmlEventSetCreate)
+        event_set = self._q("nvmlEventSetCreate")
         if event_set is None:
             return None
         for handle in self.handles:
-            self._q(nvml.nvmlDeviceRegisterEvents, handle, nvml.nvmlEventTypeXidCriticalError, event_set)
+            self._q("nvmlDeviceRegisterEvents", handle, nvml.nvmlEventTypeXidCriticalError, event_set)
         return event_set
 
     def drain_xids(self) -> dict[int, list[int]] | None:
@@ -170,7 +157,7 @@ class NvmlSource:
         for _ in range(MAX_XIDS_PER_POLL):
             try:
                 data = self.nvml.nvmlEventSetWait_v2(self.events, 0)
-            except self.nvml.NVMLError:
+            except self.session.error:
                 break  # timeout: the set is empty (or the driver cannot say more this poll)
             index = self._index_of.get(_handle_key(data.device))
             if index is not None:
@@ -184,7 +171,7 @@ class NvmlSource:
         xids = self.drain_xids()
         gpus = []
         for i, handle in enumerate(self.handles):
-            uuid = self._q(self.nvml.nvmlDeviceGetUUID, handle)
+            uuid = self._q("nvmlDeviceGetUUID", handle)
             if uuid is None:
                 continue  # the GPU stopped answering: the detector calls it lost
             static = self._static.get(i) or self._read_static(i, handle)
@@ -206,14 +193,14 @@ class NvmlSource:
 
     def _read_static(self, i: int, h: Any) -> _Static:
         n, q = self.nvml, self._q
-        pci = q(n.nvmlDeviceGetPciInfo, h)
+        pci = q("nvmlDeviceGetPciInfo", h)
         static = _Static(
-            model=_text(q(n.nvmlDeviceGetName, h) or "unknown"),
+            model=_text(q("nvmlDeviceGetName", h) or "unknown"),
             pci_bus_id=_text(pci.busId) if pci is not None else None,
-            slowdown_temp_c=q(n.nvmlDeviceGetTemperatureThreshold, h, n.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN),
-            shutdown_temp_c=q(n.nvmlDeviceGetTemperatureThreshold, h, n.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN),
-            link_gen_max=q(n.nvmlDeviceGetMaxPcieLinkGeneration, h),
-            link_width_max=q(n.nvmlDeviceGetMaxPcieLinkWidth, h),
+            slowdown_temp_c=q("nvmlDeviceGetTemperatureThreshold", h, n.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN),
+            shutdown_temp_c=q("nvmlDeviceGetTemperatureThreshold", h, n.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN),
+            link_gen_max=q("nvmlDeviceGetMaxPcieLinkGeneration", h),
+            link_width_max=q("nvmlDeviceGetMaxPcieLinkWidth", h),
         )
         if pci is not None:  # a GPU that answered nothing is asked again next poll
             self._static[i] = static
@@ -221,25 +208,25 @@ class NvmlSource:
 
     def _metrics(self, i: int, h: Any, static: _Static) -> dict[str, MetricValue]:
         n, q = self.nvml, self._q
-        util = q(n.nvmlDeviceGetUtilizationRates, h)
-        reasons = q(n.nvmlDeviceGetCurrentClocksEventReasons, h)
+        util = q("nvmlDeviceGetUtilizationRates", h)
+        reasons = q("nvmlDeviceGetCurrentClocksEventReasons", h)
         if reasons is None:
-            reasons = q(n.nvmlDeviceGetCurrentClocksThrottleReasons, h)
+            reasons = q("nvmlDeviceGetCurrentClocksThrottleReasons", h)
         m: dict[str, MetricValue] = {
-            "sm_clock_mhz": q(n.nvmlDeviceGetClockInfo, h, n.NVML_CLOCK_SM),
-            "mem_clock_mhz": q(n.nvmlDeviceGetClockInfo, h, n.NVML_CLOCK_MEM),
-            "gpu_temp_c": q(n.nvmlDeviceGetTemperature, h, n.NVML_TEMPERATURE_GPU),
-            "power_usage_w": _scale(q(n.nvmlDeviceGetPowerUsage, h), 1e-3),
+            "sm_clock_mhz": q("nvmlDeviceGetClockInfo", h, n.NVML_CLOCK_SM),
+            "mem_clock_mhz": q("nvmlDeviceGetClockInfo", h, n.NVML_CLOCK_MEM),
+            "gpu_temp_c": q("nvmlDeviceGetTemperature", h, n.NVML_TEMPERATURE_GPU),
+            "power_usage_w": _scale(q("nvmlDeviceGetPowerUsage", h), 1e-3),
             "gpu_util_pct": util.gpu if util is not None else None,
             "mem_copy_util_pct": util.memory if util is not None else None,
             "clocks_event_reasons": reasons,
-            "pcie_link_gen": q(n.nvmlDeviceGetCurrPcieLinkGeneration, h),
-            "pcie_link_width": q(n.nvmlDeviceGetCurrPcieLinkWidth, h),
+            "pcie_link_gen": q("nvmlDeviceGetCurrPcieLinkGeneration", h),
+            "pcie_link_width": q("nvmlDeviceGetCurrPcieLinkWidth", h),
             "pcie_link_gen_max": static.link_gen_max,
             "pcie_link_width_max": static.link_width_max,
             "slowdown_temp_c": static.slowdown_temp_c,
             "shutdown_temp_c": static.shutdown_temp_c,
-            "power_limit_w": _scale(q(n.nvmlDeviceGetEnforcedPowerLimit, h), 1e-3),
+            "power_limit_w": _scale(q("nvmlDeviceGetEnforcedPowerLimit", h), 1e-3),
             **self._memory(h),
             **self._fast(i, h),
             **self._slow_fields(i, h),
@@ -254,10 +241,10 @@ class NvmlSource:
         if version is not None:
             try:
                 memory, reserved_apart = n.nvmlDeviceGetMemoryInfo(h, version=version), True
-            except (n.NVMLError, TypeError):
+            except (self.session.error, TypeError):
                 memory = None  # a driver or binding without v2: v1 counts reserved as used
         if memory is None:
-            memory = self._q(n.nvmlDeviceGetMemoryInfo, h)
+            memory = self._q("nvmlDeviceGetMemoryInfo", h)
         if memory is None:
             return dict.fromkeys(("fb_total_mib", "fb_free_mib", "fb_used_mib", "fb_reserved_mib"))
         return {
@@ -269,7 +256,7 @@ class NvmlSource:
 
     def _fields(self, h: Any, table: tuple[tuple[str, str, int], ...], ids: list[int]) -> dict[str, Any]:
         """One nvmlDeviceGetFieldValues call: name -> the field's value struct, where it succeeded."""
-        values = self._q(self.nvml.nvmlDeviceGetFieldValues, h, ids)
+        values = self._q("nvmlDeviceGetFieldValues", h, ids)
         success = self.nvml.NVML_SUCCESS
         return {
             name: v for (name, _, _), v in zip(table, values or (), strict=False) if v.nvmlReturn == success
@@ -298,7 +285,7 @@ class NvmlSource:
         """Every GPU's two PCIe byte counters into the traffic totals (the sampler's sweep)."""
         names = ("_pcie_tx_bytes", "_pcie_rx_bytes")
         for i, h in enumerate(self.handles):
-            values = self._q(self.nvml.nvmlDeviceGetFieldValues, h, self._pcie_ids)
+            values = self._q("nvmlDeviceGetFieldValues", h, self._pcie_ids)
             if values:
                 ok = self.nvml.NVML_SUCCESS
                 self._fold_pcie(i, {n: v for n, v in zip(names, values, strict=False) if v.nvmlReturn == ok})
@@ -313,11 +300,14 @@ class NvmlSource:
                 self.traffic.sample(i, direction, number, bits, at_us)
 
     def close(self) -> None:
+        """Stop the sampler, free the event set and shut NVML down; a second call does nothing."""
         if self.sampler is not None:
             self.sampler.stop()
+            self.sampler = None
         if self.events is not None:
-            self._q(self.nvml.nvmlEventSetFree, self.events)
-        self._q(self.nvml.nvmlShutdown)
+            self._q("nvmlEventSetFree", self.events)
+            self.events = None
+        self.session.close()
 
 
 def _field_number(value: Any) -> MetricValue:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
 import httpx
 
+from gpuhealth.gpu.nvml import NvmlSession
 from gpuhealth.gpu.readings import SourceError
 
 from .proc_info import CgroupInfo, ProcInfo, ProcReader, parse_cgroup
@@ -69,23 +69,9 @@ class NvmlProcesses:
     def __init__(
         self, nvml: Any | None = None, proc: ProcReader | None = None, window_s: float = 10.0
     ) -> None:
-        if nvml is None:
-            import pynvml
-
-            nvml = pynvml
-        self.nvml, self.proc, self.window_s = nvml, proc or ProcReader(), window_s
-        try:
-            nvml.nvmlInit()
-            self.handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
-        except nvml.NVMLError as e:
-            raise SourceError(f"NVML is not usable here: {e}") from e
+        self.session = NvmlSession(nvml)
+        self.proc, self.window_s = proc or ProcReader(), window_s
         self._last_sample_us: dict[int, int] = {}
-
-    def _q(self, fn: Callable[..., Any], *args: Any) -> Any:
-        try:
-            return fn(*args)
-        except self.nvml.NVMLError:
-            return None
 
     def _utilisation(self, index: int, handle: Any) -> dict[int, tuple[float, float]] | None:
         """Per-PID mean SM and memory utilisation over the samples since the last poll.
@@ -95,10 +81,11 @@ class NvmlProcesses:
         The first poll looks back `window_s`.
         """
         since = self._last_sample_us.get(index) or time.time_ns() // 1000 - int(self.window_s * 1e6)
+        nvml = self.session.module
         try:
-            samples = self.nvml.nvmlDeviceGetProcessUtilization(handle, since)
-        except self.nvml.NVMLError as e:
-            if getattr(e, "value", None) == getattr(self.nvml, "NVML_ERROR_NOT_FOUND", 6):
+            samples = nvml.nvmlDeviceGetProcessUtilization(handle, since)
+        except self.session.error as e:
+            if getattr(e, "value", None) == getattr(nvml, "NVML_ERROR_NOT_FOUND", 6):
                 return {}  # supported, but no process ran a kernel in the window
             return None
         sums: dict[int, tuple[float, float, int]] = {}
@@ -114,8 +101,8 @@ class NvmlProcesses:
 
     def read(self) -> list[GpuObservation]:
         observed: list[GpuObservation] = []
-        for index, handle in enumerate(self.handles):
-            uuid = self._q(self.nvml.nvmlDeviceGetUUID, handle)
+        for index, handle in enumerate(self.session.handles):
+            uuid = self.session.query("nvmlDeviceGetUUID", handle)
             if uuid is None:
                 continue
             by_pid: dict[int, ObservedProcess] = {}
@@ -123,7 +110,7 @@ class NvmlProcesses:
                 ("compute", "nvmlDeviceGetComputeRunningProcesses"),
                 ("graphics", "nvmlDeviceGetGraphicsRunningProcesses"),
             ):
-                for p in self._q(getattr(self.nvml, query), handle) or []:
+                for p in self.session.query(query, handle) or []:
                     seen = by_pid.get(p.pid)
                     memory = _mib(getattr(p, "usedGpuMemory", None))
                     if seen is None:
@@ -143,7 +130,7 @@ class NvmlProcesses:
         return observed
 
     def close(self) -> None:
-        self._q(self.nvml.nvmlShutdown)
+        self.session.close()
 
 
 def _time(value: Any) -> datetime | None:
