@@ -17,8 +17,6 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-DTYPES = ("float32", "float64", "float16", "bfloat16")
-
 
 @dataclass(frozen=True, slots=True)
 class Device:
