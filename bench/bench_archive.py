@@ -33,8 +33,8 @@ from bench._common import best_of, report
 from gpuhealth.gpu.readings import GpuReading, SourceReading
 from services.collector.enrich import Enricher, Placement
 from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
-from services.sink.maintenance import Retention
 from services.sink.metrics import SinkMetrics
+from services.sink.retention import Retention
 from services.sink.rows import METRIC_COLUMNS, STAGE_TYPES, stage_row
 from shared.config import DatabaseSettings, Settings
 from shared.db import connect

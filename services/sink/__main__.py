@@ -18,12 +18,12 @@ from shared.kafka import closing_consumer
 from shared.lifecycle import Lifecycle
 from shared.service import start_service
 
-from .build import build_records_loop, build_sink_loop, sink_loop_closed
-from .maintenance import Retention
+from .build import build_sink_loop, build_verification_loop, sink_loop_closed
 from .metrics import SinkMetrics
+from .retention import Retention
 from .rollup import RollupRefresher
 from .settings import SinkSection, SinkSettings
-from .workload import WorkloadSink
+from .workload import WorkloadLoop
 
 __all__ = ["SinkSection", "SinkSettings", "main"]  # the settings stay importable from here
 
@@ -59,22 +59,24 @@ def main() -> int:
             ),
         )))  # fmt: skip
         # gpu-verifications and gpu-systems: a small loop of their own (services/sink/verifications.py)
-        records = build_records_loop(settings.kafka, settings.db, settings.topics, cfg, metrics=metrics)
-        life.enter_context(closing_consumer(records.consumer))
+        verification = build_verification_loop(
+            settings.kafka, settings.db, settings.topics, cfg, metrics=metrics
+        )
+        life.enter_context(closing_consumer(verification.consumer))
         # The sink allocates ~100 short-lived objects a message. Startup objects are frozen out
         # of the collector's way, and young collections run every 50k allocations rather than
         # 700: measured ~2 µs less CPU a message. Nothing here builds reference cycles.
         gc.freeze()
         gc.set_threshold(50_000, 20, 100)
-        # gpu-processes and llm-sessions: the same records loop over their family (services/sink/workload.py)
+        # gpu-processes and llm-sessions: the same family loop over theirs (services/sink/workload.py)
         workload = life.enter_context(
-            WorkloadSink.from_settings(settings, group_id=cfg.group_id, metrics=metrics)
+            WorkloadLoop.from_settings(settings, group_id=cfg.group_id, metrics=metrics)
         )
         life.start_thread(workload, "sink-workload")
-        life.start_thread(records, "sink-records")
+        life.start_thread(verification, "sink-records")
         log.info("sinking", extra={"topics": [settings.topics.metrics_raw, settings.topics.events]})
         loop.run(life.stop)
-    if records.failed or workload.failed:
+    if verification.failed or workload.failed:
         log.error("stopped: a records loop failed")
         return 1
     log.info("stopped")

@@ -17,7 +17,7 @@ from .loop import DEPTH, SinkLoop
 from .metrics import SinkMetrics
 from .rollup import RollupRefresher
 from .settings import SinkSection
-from .verifications import RecordLoop
+from .verifications import VerificationLoop
 from .writer import BatchWriter
 
 
@@ -56,17 +56,17 @@ def build_sink_loop(
     )
 
 
-def build_records_loop(
+def build_verification_loop(
     kafka: KafkaSettings,
     db: DatabaseSettings,
     topics: TopicSettings,
     cfg: SinkSection,
     *,
     metrics: SinkMetrics,
-) -> RecordLoop:
+) -> VerificationLoop:
     """The loop that stores gpu-verifications and gpu-systems, in group `<cfg.group_id>-records`."""
     group = f"{cfg.group_id}-records"
-    return RecordLoop(
+    return VerificationLoop(
         consumer=make_consumer(kafka, group_id=group),
         dlq_producer=make_producer(kafka),
         db=db,

@@ -39,7 +39,7 @@ class SinkMetrics:
         self.chunks_dropped = Counter(
             p + "chunks_dropped", "Chunks dropped by retention", ["table"], registry=registry
         )
-        # Retention, the Parquet archive and the rollup (maintenance.py, archive.py)
+        # Retention, the Parquet archive and the rollup (retention.py, archive.py)
         self.retention_last_success = Gauge(
             p + "retention_last_success_timestamp_seconds", "When a retention round last completed",
             registry=registry,

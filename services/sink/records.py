@@ -128,7 +128,7 @@ def write_batch(
     return written
 
 
-class RecordsLoop:
+class RecordFamilyLoop:
     """Consumes a record family's topics into its tables; `run(stop)` until `stop` is set.
 
     A subclass names its family (`family_type`). Constructor (keyword-only): `consumer` (its

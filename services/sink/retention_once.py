@@ -19,8 +19,8 @@ from shared.service import start_service
 
 from .__main__ import SinkSettings
 from .archive import ArchiveError
-from .maintenance import Retention
 from .metrics import SinkMetrics
+from .retention import Retention
 
 
 def main() -> int:

@@ -25,7 +25,7 @@ from shared.store import verifications
 
 from .deadletters import DeadLetter, Origin
 from .decode import Record
-from .records import Cursor, Item, RecordsLoop
+from .records import Cursor, Item, RecordFamilyLoop
 
 VERIFICATIONS, SYSTEMS = "gpu_verifications", "gpu_systems"  # the tables, as the rows metric names them
 
@@ -131,7 +131,7 @@ class VerificationRecords:
         return verifications.insert_system(cur, record)
 
 
-class RecordLoop(RecordsLoop):
-    """The records loop of gpu-verifications and gpu-systems (RecordsLoop's constructor)."""
+class VerificationLoop(RecordFamilyLoop):
+    """The loop of the verification family: gpu-verifications and gpu-systems (constructor: its base's)."""
 
     family_type = VerificationRecords

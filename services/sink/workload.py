@@ -26,7 +26,7 @@ from shared.store import workload
 from shared.store.workload import KEEP_DAYS
 
 from .metrics import SinkMetrics
-from .records import RecordsLoop
+from .records import RecordFamilyLoop
 from .workload_rows import WorkloadRecords
 
 log = logging.getLogger(__name__)
@@ -75,8 +75,9 @@ class WorkloadRetention:
             conn.close()
 
 
-class WorkloadSink(RecordsLoop):
-    """The workload records loop. Constructor: RecordsLoop's, its family and retention set.
+class WorkloadLoop(RecordFamilyLoop):
+    """The loop of the workload family, gpu-processes and llm-sessions. Constructor: RecordFamilyLoop's,
+    its family and retention set.
 
     `run(stop)` consumes on the calling thread (as every sink loop); as a context manager it
     closes its consumer and its retention connection once, after run() has returned.
@@ -92,12 +93,12 @@ class WorkloadSink(RecordsLoop):
         batch_size: int = 5000,
         **loop: Any,
     ) -> None:
-        """RecordsLoop's keywords (`loop`), and how long each workload table keeps its rows."""
+        """RecordFamilyLoop's keywords (`loop`), and how long each workload table keeps its rows."""
         self.retention = WorkloadRetention(loop["db"], keep_days=keep_days, interval_s=retention_interval_s)
         super().__init__(batch_size=batch_size, housekeeping=self.retention, **loop)
 
     @classmethod
-    def from_settings(cls, settings: Settings, *, group_id: str, metrics: SinkMetrics) -> WorkloadSink:
+    def from_settings(cls, settings: Settings, *, group_id: str, metrics: SinkMetrics) -> WorkloadLoop:
         """The loop of the sink whose group is `group_id` (its own group: `<group_id>-workload`)."""
         group = f"{group_id}-workload"
         return cls(
@@ -110,7 +111,7 @@ class WorkloadSink(RecordsLoop):
             dlq_reader=lambda: make_consumer(settings.kafka, group_id=f"{group}-dlq-check"),
         )
 
-    def __enter__(self) -> WorkloadSink:
+    def __enter__(self) -> WorkloadLoop:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -1,6 +1,6 @@
 """Retention and maintenance statements: the retention lock, drop_chunks, policies, a chunk's SHARE lock.
 
-The sink's retention loop (services/sink/maintenance.py) decides what to drop
+The sink's retention loop (services/sink/retention.py) decides what to drop
 and when; these functions say it to the server. They take a sync connection;
 driver failures leave as `shared.errors.DatabaseError` (or a subclass).
 """

@@ -20,13 +20,13 @@ from prometheus_client import CollectorRegistry
 
 from evaluation.pipeline import wait_until
 from services.sink.metrics import SinkMetrics
-from services.sink.records import RecordsLoop
+from services.sink.records import RecordFamilyLoop
 from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
 from shared.db import connect
 from shared.kafka import make_consumer, make_producer
 from tests.helpers.kafka import header_map
 
-L = TypeVar("L", bound=RecordsLoop)
+L = TypeVar("L", bound=RecordFamilyLoop)
 Source = tuple[str, int, int]  # (topic, partition, offset) of a record
 
 

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 from prometheus_client import CollectorRegistry
 
-from services.sink.maintenance import Retention
 from services.sink.metrics import SinkMetrics
+from services.sink.retention import Retention
 from services.sink.rows import METRIC_COLUMNS, STAGE_TYPES
 from shared.config import DatabaseSettings
 from shared.db import connect

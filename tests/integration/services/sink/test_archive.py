@@ -13,8 +13,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from prometheus_client import CollectorRegistry
 
-from services.sink.maintenance import Retention
 from services.sink.metrics import SinkMetrics
+from services.sink.retention import Retention
 from shared.config import DatabaseSettings
 from shared.db import connect
 from tests.helpers.archive import KEYS, TABLES, archived_rows, check_manifests, fill, snapshot

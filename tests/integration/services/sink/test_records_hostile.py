@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from evaluation.pipeline import stored_offsets_total, wait_until
-from services.sink.verifications import RecordLoop
+from services.sink.verifications import VerificationLoop
 from shared.chain import GENESIS
 from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
 from shared.db import connect
@@ -193,15 +193,17 @@ def refusing(migrated: DatabaseSettings) -> DatabaseSettings:
     return migrated
 
 
-def record_loop(kafka: KafkaSettings, db: DatabaseSettings, topics: TopicSettings, group: str) -> RecordLoop:
-    return records_loop(RecordLoop, kafka, db, topics, group, max_message_bytes=MAX_BYTES)
+def verification_loop(
+    kafka: KafkaSettings, db: DatabaseSettings, topics: TopicSettings, group: str
+) -> VerificationLoop:
+    return records_loop(VerificationLoop, kafka, db, topics, group, max_message_bytes=MAX_BYTES)
 
 
 @pytest.fixture
-def running() -> Iterator[Callable[[RecordLoop], threading.Thread]]:
-    started: list[tuple[RecordLoop, threading.Thread]] = []
+def running() -> Iterator[Callable[[VerificationLoop], threading.Thread]]:
+    started: list[tuple[VerificationLoop, threading.Thread]] = []
 
-    def start(loop: RecordLoop) -> threading.Thread:
+    def start(loop: VerificationLoop) -> threading.Thread:
         thread = threading.Thread(target=loop.run, args=(loop.stop,), daemon=True)
         thread.start()
         started.append((loop, thread))
@@ -219,13 +221,13 @@ def test_hostile_records_never_stop_the_records_loop_and_each_ends_up_in_exactly
     kafka_settings: KafkaSettings,
     refusing: DatabaseSettings,
     topics: TopicSettings,
-    running: Callable[[RecordLoop], threading.Thread],
+    running: Callable[[VerificationLoop], threading.Thread],
 ) -> None:
     group = f"records-{uuid.uuid4().hex[:8]}"
     dlq = make_consumer(kafka_settings, group_id=f"read-{group}")
     dlq.subscribe([topics.dlq])
     run = Run(topics, refusing, group, make_producer(kafka_settings), dlq)
-    loop = record_loop(kafka_settings, refusing, topics, group)
+    loop = verification_loop(kafka_settings, refusing, topics, group)
 
     @settings(
         max_examples=25, deadline=None, database=None, phases=[Phase.explicit, Phase.generate],
@@ -263,7 +265,7 @@ def test_stopped_while_retrying_then_restarted_each_record_is_stored_or_dead_let
     kafka_settings: KafkaSettings,
     migrated: DatabaseSettings,
     topics: TopicSettings,
-    running: Callable[[RecordLoop], threading.Thread],
+    running: Callable[[VerificationLoop], threading.Thread],
 ) -> None:
     """SIGTERM (the stop event) while a batch is retried: nothing of it is stored or delivered and no
     offset moves; the next run stores the valid records once and dead-letters the bad one once."""
@@ -277,7 +279,7 @@ def test_stopped_while_retrying_then_restarted_each_record_is_stored_or_dead_let
     must_store, must_die = produce(
         run, [Draft("verification"), Draft("raw", raw=b"{garbage"), Draft("system")]
     )
-    first = record_loop(kafka_settings, migrated, topics, group)
+    first = verification_loop(kafka_settings, migrated, topics, group)
     thread = running(first)
     wait_until(lambda: counter_value(first.metrics.db_retries) >= 3, 60, "retries of the batch")
     first.stop.set()
@@ -290,7 +292,7 @@ def test_stopped_while_retrying_then_restarted_each_record_is_stored_or_dead_let
         conn.execute("ALTER TABLE gpu_systems_away RENAME TO gpu_systems")
         conn.commit()
 
-    second = record_loop(kafka_settings, migrated, topics, group)
+    second = verification_loop(kafka_settings, migrated, topics, group)
     second_thread = running(second)
     wait_until(lambda: stored_offsets_total(migrated, group) == run.n, 60, "every record's offset stored")
     assert sorted(stored_names(migrated, must_store)) == sorted(must_store)

@@ -38,7 +38,7 @@ from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
 from services.mock_dcgm.server import MockServer
 from services.mock_ollama.server import MockOllamaServer
 from services.sink.metrics import SinkMetrics
-from services.sink.workload import WorkloadSink
+from services.sink.workload import WorkloadLoop
 from shared.config import DatabaseSettings, KafkaSettings, Settings, TopicSettings
 from shared.db import connect
 from shared.kafka import JsonProducer, make_producer
@@ -62,10 +62,10 @@ def topics(topic_factory: Callable[..., str]) -> TopicSettings:
 @pytest.fixture
 def sink(
     kafka_settings: KafkaSettings, migrated: DatabaseSettings, topics: TopicSettings
-) -> Iterator[WorkloadSink]:
+) -> Iterator[WorkloadLoop]:
     settings = Settings(kafka=kafka_settings, db=migrated, topics=topics)
     with (
-        WorkloadSink.from_settings(
+        WorkloadLoop.from_settings(
             settings, group_id=f"test-{topics.processes}", metrics=SinkMetrics(CollectorRegistry())
         ) as workload,
         running(workload, name="sink-workload"),
@@ -89,7 +89,7 @@ def test_mock_fleet_processes_flow_to_the_api(
     kafka_settings: KafkaSettings,
     migrated: DatabaseSettings,
     topics: TopicSettings,
-    sink: WorkloadSink,
+    sink: WorkloadLoop,
     api: TestClient,
 ) -> None:
     t = [0.0]
@@ -161,7 +161,7 @@ def test_llm_sessions_flow_from_the_proxy_to_per_model_percentiles(
     kafka_settings: KafkaSettings,
     migrated: DatabaseSettings,
     topics: TopicSettings,
-    sink: WorkloadSink,
+    sink: WorkloadLoop,
     api: TestClient,
 ) -> None:
     mock = MockOllamaServer("127.0.0.1", 0, time_scale=0.02).start()
@@ -229,7 +229,7 @@ def test_bad_workload_records_are_dead_lettered_and_the_good_ones_stored_once(
     kafka_settings: KafkaSettings,
     migrated: DatabaseSettings,
     topics: TopicSettings,
-    sink: WorkloadSink,
+    sink: WorkloadLoop,
 ) -> None:
     good = GpuProcesses(
         time=datetime.now(UTC),

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from evaluation.pipeline import stored_offsets_total, wait_until
-from services.sink.workload import WorkloadSink
+from services.sink.workload import WorkloadLoop
 from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
 from shared.db import connect
 from shared.errors import ContractError
@@ -180,19 +180,19 @@ def refusing(migrated: DatabaseSettings) -> DatabaseSettings:
 
 def workload_loop(
     kafka: KafkaSettings, db: DatabaseSettings, topics: TopicSettings, group: str
-) -> WorkloadSink:
-    return records_loop(WorkloadSink, kafka, db, topics, group, max_message_bytes=MAX_BYTES)
+) -> WorkloadLoop:
+    return records_loop(WorkloadLoop, kafka, db, topics, group, max_message_bytes=MAX_BYTES)
 
 
 Started = tuple[threading.Event, threading.Thread]
 
 
 @pytest.fixture
-def running() -> Iterator[Callable[[WorkloadSink], Started]]:
+def running() -> Iterator[Callable[[WorkloadLoop], Started]]:
     """Runs a loop on a thread (its run(stop) shape); stops, joins and closes it at the end."""
-    started: list[tuple[WorkloadSink, threading.Thread, threading.Event]] = []
+    started: list[tuple[WorkloadLoop, threading.Thread, threading.Event]] = []
 
-    def start(loop: WorkloadSink) -> Started:
+    def start(loop: WorkloadLoop) -> Started:
         stop = threading.Event()
         thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
         thread.start()
@@ -208,7 +208,7 @@ def running() -> Iterator[Callable[[WorkloadSink], Started]]:
             loop.consumer.close()
 
 
-def lag_reported(loop: WorkloadSink, topic: str) -> bool:
+def lag_reported(loop: WorkloadLoop, topic: str) -> bool:
     return any(
         s.labels.get("topic") == topic for metric in loop.metrics.lag.collect() for s in metric.samples
     )
@@ -218,7 +218,7 @@ def test_hostile_workload_records_are_each_stored_or_dead_lettered_exactly_once(
     kafka_settings: KafkaSettings,
     refusing: DatabaseSettings,
     topics: TopicSettings,
-    running: Callable[[WorkloadSink], Started],
+    running: Callable[[WorkloadLoop], Started],
 ) -> None:
     group = f"workload-{uuid.uuid4().hex[:8]}"
     dlq = make_consumer(kafka_settings, group_id=f"read-{group}")
@@ -283,7 +283,7 @@ def test_stopped_while_retrying_then_restarted_a_bad_record_is_dead_lettered_onc
     kafka_settings: KafkaSettings,
     migrated: DatabaseSettings,
     topics: TopicSettings,
-    running: Callable[[WorkloadSink], Started],
+    running: Callable[[WorkloadLoop], Started],
 ) -> None:
     """A dead letter is delivered after its batch is stored, never before: stopped while the batch
     is retried, nothing is delivered nor stored; the next run stores the good record once and

@@ -16,7 +16,7 @@ from confluent_kafka.admin import ConfigResource
 from prometheus_client import CollectorRegistry
 
 from services.sink.metrics import SinkMetrics
-from services.sink.verifications import RecordLoop
+from services.sink.verifications import VerificationLoop
 from services.verifier import __main__ as cli
 from services.verifier.chainlog import KafkaChain, MemoryChain, audit_topic
 from shared.chain import link_of
@@ -143,10 +143,10 @@ class Loops:
     def __init__(self, kafka: KafkaSettings, topics: TopicSettings) -> None:
         self.kafka, self.topics = kafka, topics
         self.group = f"test-records-{uuid.uuid4().hex[:8]}"
-        self.running: dict[int, tuple[RecordLoop, threading.Thread]] = {}
+        self.running: dict[int, tuple[VerificationLoop, threading.Thread]] = {}
 
-    def start(self, db: DatabaseSettings, max_backoff_s: float = 30) -> RecordLoop:
-        loop = RecordLoop(
+    def start(self, db: DatabaseSettings, max_backoff_s: float = 30) -> VerificationLoop:
+        loop = VerificationLoop(
             consumer=make_consumer(self.kafka, group_id=self.group),
             dlq_producer=make_producer(self.kafka),
             db=db,
@@ -160,7 +160,7 @@ class Loops:
         self.running[id(loop)] = (loop, thread)
         return loop
 
-    def halt(self, loop: RecordLoop) -> None:
+    def halt(self, loop: VerificationLoop) -> None:
         loop.stop.set()
         self.running[id(loop)][1].join(30)
         loop.consumer.close()

@@ -213,10 +213,10 @@ def test_a_records_loop_that_fails_stops_the_whole_sink_and_says_so() -> None:
     from prometheus_client import CollectorRegistry
 
     from services.sink.metrics import SinkMetrics
-    from services.sink.verifications import RecordLoop
+    from services.sink.verifications import VerificationLoop
     from shared.config import DatabaseSettings
 
-    loop = RecordLoop(
+    loop = VerificationLoop(
         consumer=BrokenConsumer(),  # type: ignore[arg-type]
         dlq_producer=IdleProducer(),  # type: ignore[arg-type]
         db=DatabaseSettings(), topics=TOPICS, group="g", metrics=SinkMetrics(CollectorRegistry()),
