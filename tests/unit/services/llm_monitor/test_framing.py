@@ -9,9 +9,11 @@ unimplemented transfer coding) that closes the connection, and nothing after it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import socket
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import h11
@@ -249,8 +251,9 @@ def _answers(wire: bytes) -> tuple[list[tuple[int, bytes, bytes]], bool]:
         http.start_next_cycle()
 
 
-async def _exchange(pipeline: list[Wire], pieces: list[int]) -> tuple[RecordingOllama, bytes]:
-    ollama = RecordingOllama()
+@contextlib.asynccontextmanager
+async def _proxy_before(ollama: RecordingOllama) -> AsyncIterator[int]:
+    """The proxy's port, with `ollama` behind it."""
     server = await asyncio.start_server(ollama.serve, "127.0.0.1", 0)
     proxy = OllamaProxy(
         upstream=f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}",
@@ -258,8 +261,16 @@ async def _exchange(pipeline: list[Wire], pieces: list[int]) -> tuple[RecordingO
         monitor_id="t",
         max_body_bytes=MAX_BODY,
     )
-    port = await proxy.start("127.0.0.1", 0)
     try:
+        yield await proxy.start("127.0.0.1", 0)
+    finally:
+        await proxy.close()
+        server.close()
+
+
+async def _exchange(pipeline: list[Wire], pieces: list[int]) -> tuple[RecordingOllama, bytes]:
+    ollama = RecordingOllama()
+    async with _proxy_before(ollama) as port:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         wire = b"".join(w.raw for w in pipeline)
         edges = [0, *sorted(p for p in pieces if p < len(wire)), len(wire)]
@@ -272,9 +283,6 @@ async def _exchange(pipeline: list[Wire], pieces: list[int]) -> tuple[RecordingO
             pass  # the proxy refused and closed before the client finished sending
         received = await reader.read()
         writer.close()
-    finally:
-        await proxy.close()
-        server.close()
     return ollama, received
 
 
@@ -348,25 +356,37 @@ def test_the_known_smuggling_shapes_never_reach_ollama(raw: bytes) -> None:
     assert answer[0] in (400, 501)
 
 
+@pytest.mark.parametrize(
+    ("raw", "status"),
+    [
+        (b"NONSENSE\r\n\r\n", 400),
+        (b"POST /api/generate HTTP/1.1\r\nHost: p\r\nContent-Length: x\r\n\r\n", 400),
+        (b"POST /api/generate HTTP/1.1\r\nHost: p\r\nContent-Length: 99999999999\r\n\r\n", 413),
+        (b"GET / HTTP/1.1\r\nHost: p\r\nbad header\r\n\r\n", 400),
+        (b"POST /api/generate HTTP/1.1\r\nHost: p\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400),
+        (b"GET / HTTP/1.1\r\n\r\n", 400),  # RFC 9112 3.2: an HTTP/1.1 request names its Host
+        (b"CONNECT ollama:11434 HTTP/1.1\r\nHost: ollama:11434\r\n\r\n", 405),
+    ],
+)
+def test_malformed_requests_get_a_4xx(raw: bytes, status: int) -> None:
+    pipeline = [Wire(raw, refused_with=frozenset({status}))]
+    ollama, received = asyncio.run(asyncio.wait_for(_exchange(pipeline, []), 30))
+    _check(pipeline, ollama, received)
+
+
 def test_a_client_that_sends_expect_100_continue_gets_it_and_its_answer() -> None:
     async def main() -> tuple[list[tuple[bytes, bytes]], bytes]:
         ollama = RecordingOllama()
-        server = await asyncio.start_server(ollama.serve, "127.0.0.1", 0)
-        proxy = OllamaProxy(
-            upstream=f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}",
-            on_session=lambda s: None,
-            monitor_id="t",
-        )
-        port = await proxy.start("127.0.0.1", 0)
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(_head(b"POST", b"/echo/1", [(b"Content-Length", b"5"), (b"Expect", b"100-continue")]))
-        interim = await reader.readuntil(b"\r\n\r\n")
-        writer.write(b"hello")
-        writer.write_eof()
-        final = await reader.read()
-        writer.close()
-        await proxy.close()
-        server.close()
+        async with _proxy_before(ollama) as port:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(
+                _head(b"POST", b"/echo/1", [(b"Content-Length", b"5"), (b"Expect", b"100-continue")])
+            )
+            interim = await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"hello")
+            writer.write_eof()
+            final = await reader.read()
+            writer.close()
         assert interim.startswith(b"HTTP/1.1 100 ")
         return ollama.seen, final
 
