@@ -15,7 +15,7 @@ TOPIC ?= gpu-metrics-raw
 ARGS ?=
 
 .PHONY: help venv services services-down services-status migrate topics up down \
-        test test-unit test-integration lint format bench evaluate train-predictor \
+        test test-unit test-integration lint format openapi bench evaluate train-predictor \
         kafka-console-consumer kafka-topics kafka-consumer-groups psql compose-test
 
 help: ## list the targets
@@ -66,6 +66,9 @@ lint: venv ## ruff (lint + format check) and mypy
 	@$(VENV)/bin/ruff check .
 	@$(VENV)/bin/ruff format --check .
 	@$(VENV)/bin/mypy
+
+openapi: venv ## write the API's OpenAPI document to docs/api/openapi.json (a unit test fails when it is stale)
+	@$(PY) -m services.api.openapi
 
 format: venv ## apply ruff's formatting and safe fixes
 	@$(VENV)/bin/ruff format .

@@ -32,6 +32,7 @@ import uvicorn
 
 from bench._common import report
 from services.api.app import create_app, reader_settings
+from services.api.deps import state_of
 from services.api.settings import ApiSection, missing_after_s
 from shared.config import Settings
 from shared.db import connect
@@ -86,7 +87,7 @@ def main() -> int:
         servers = [serve(create_app(db, api.model_copy(update={"cache_max_age_s": 0})), 8765)]
         cached_app = create_app(db, api)
         servers.append(serve(cached_app, 8766))
-        while not cached_app.state.cache.listening:
+        while not state_of(cached_app).cache.listening:
             time.sleep(0.05)
         gpu = "GPU-00004242-0000-4000-8000-000000000000"
         span = {

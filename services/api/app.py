@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -23,9 +24,13 @@ from shared.config import DatabaseSettings
 from shared.errors import DatabaseUnavailableError
 from shared.store import fleet
 
+from .answers import NotReady, Ready
 from .cache import CycleCache
+from .deps import ApiState, Database, Db, attach
 from .guard import RequestGuard
+from .routes import router
 from .settings import ApiSection, missing_after_s
+from .web import add_web
 
 log = logging.getLogger(__name__)
 
@@ -76,11 +81,8 @@ def create_app(db: DatabaseSettings, api: ApiSection, registry: CollectorRegistr
         docs_url=None,  # served by .web from the swagger-ui-bundle package, not a CDN
         redoc_url=None,
     )
-    app.state.pool = pool
-    app.state.ack_pool = ack_pool
-    app.state.cache = cache
-    app.state.api = api
-    app.state.missing_after_s = missing_after_s(api.rules_file)
+    attach(app, ApiState(db=Database(pool=pool, ack_pool=ack_pool), cache=cache, settings=api,
+                         missing_after_s=missing_after_s(api.rules_file)))  # fmt: skip
     app.add_middleware(
         RequestGuard,
         api_key=api.api_key,
@@ -100,41 +102,43 @@ def create_app(db: DatabaseSettings, api: ApiSection, registry: CollectorRegistr
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, e: RequestValidationError) -> JSONResponse:
-        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors())
-        return JSONResponse(status_code=422, content={"detail": problems})
+        def said(err: dict[str, Any]) -> str:
+            if err["type"] == "unknown_query_parameter":  # names itself (services.api.parameters)
+                return str(err["msg"])
+            return f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
+
+        return JSONResponse(status_code=422, content={"detail": "; ".join(said(err) for err in e.errors())})
 
     @app.exception_handler(DatabaseUnavailableError)
     async def db_down(_: Request, e: Exception) -> JSONResponse:
         log.error("database unavailable: %s", e)
         return JSONResponse(status_code=503, content={"detail": "the database is not reachable"})
 
-    @app.get("/healthz", include_in_schema=False)
+    text = {"schema": {"type": "string"}}
+
+    @app.get("/healthz", tags=["operations"], response_class=PlainTextResponse,
+             responses={200: {"content": {"text/plain": text}}})  # fmt: skip
     async def healthz() -> PlainTextResponse:
+        """The process serves (liveness); says nothing of the database."""
         return PlainTextResponse("ok\n")
 
-    @app.get("/readyz", include_in_schema=False)
-    async def readyz() -> JSONResponse:
+    @app.get("/readyz", tags=["operations"], response_model=Ready, responses={503: {"model": NotReady}})
+    async def readyz(db: Db) -> JSONResponse:
+        """The database answers (readiness): 503 with the reason while it does not."""
         try:
-            async with pool.connection(timeout=3) as conn:
+            async with db.pool.connection(timeout=3) as conn:
                 await fleet.reachable(conn)
         except Exception as e:
             return JSONResponse(status_code=503, content={"ready": False, "detail": str(e)[:200]})
         return JSONResponse({"ready": True})
 
-    @app.get("/metrics", include_in_schema=False)
+    @app.get("/metrics", tags=["operations"], response_class=Response,
+             responses={200: {"content": {CONTENT_TYPE_LATEST: text},
+                              "description": "Prometheus' text format"}})  # fmt: skip
     async def metrics() -> Response:
+        """The API's own metrics: requests by route and status, latency by route."""
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    from .routes import router
-    from .routes_history import router as history_router
-    from .routes_verify import router as verify_router
-    from .web import add_web
-
     app.include_router(router)
-    app.include_router(history_router)
-    from .workload_routes import router as workload_router
-
-    app.include_router(workload_router)
-    app.include_router(verify_router)
     add_web(app)
     return app

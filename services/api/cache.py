@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Hashable
-from typing import Any
 
 import psycopg
-from fastapi.encoders import jsonable_encoder
+from pydantic import BaseModel
 
 from shared.errors import DatabaseError
 from shared.store.notify import listen_scored
@@ -31,11 +29,9 @@ from shared.store.notify import listen_scored
 log = logging.getLogger(__name__)
 
 
-def encode(content: Any) -> bytes:
-    """JSON exactly as FastAPI's JSONResponse renders a returned value."""
-    return json.dumps(
-        jsonable_encoder(content), ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")
-    ).encode("utf-8")
+def encode(answer: BaseModel) -> bytes:
+    """JSON exactly as FastAPI renders an answer a handler returns (pydantic's own encoder, by alias)."""
+    return answer.__pydantic_serializer__.to_json(answer, by_alias=True)
 
 
 class CycleCache:
@@ -83,7 +79,7 @@ class CycleCache:
                 self._forget()
             await asyncio.sleep(1.0)
 
-    async def get_or_compute(self, key: Hashable, compute: Callable[[], Awaitable[Any]]) -> bytes:
+    async def get_or_compute(self, key: Hashable, compute: Callable[[], Awaitable[BaseModel]]) -> bytes:
         """The encoded answer for `key`: cached if still in this cycle, else computed (and cached)."""
         now = time.monotonic()
         if self.listening:

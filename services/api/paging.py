@@ -9,7 +9,8 @@ last row's sort key; one that does not decode to what the endpoint expects is
 a 400 naming the parameter.
 
 Times are always UTC with microseconds and a `Z` (`2026-05-01T12:00:00.000000Z`),
-whatever the database session's time zone.
+whatever the database session's time zone: :func:`z_time`, which the answers'
+time fields (services.api.answers.ApiTime) serialise with.
 """
 
 from __future__ import annotations
@@ -19,11 +20,9 @@ import binascii
 import json
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import HTTPException, Query
-
-Cursor = Annotated[str | None, Query(max_length=512, pattern=r"^[A-Za-z0-9_-]+$")]
+from fastapi import HTTPException
 
 
 def z_time(value: datetime) -> str:
@@ -31,17 +30,6 @@ def z_time(value: datetime) -> str:
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def wire(value: Any) -> Any:
-    """Rows as they go out: datetimes in the one format (recursively; JSON from jsonb is left as stored)."""
-    if isinstance(value, datetime):
-        return z_time(value)
-    if isinstance(value, dict):
-        return {k: wire(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [wire(v) for v in value]
-    return value
 
 
 def encode_cursor(key: Sequence[Any]) -> str:
@@ -91,7 +79,7 @@ def page(
     more = len(found) > limit
     items = found[:limit]
     return {
-        name: wire(items),
+        name: items,
         "total": total,
         "limit": limit,
         "next_cursor": encode_cursor(key(items[-1])) if more and items else None,

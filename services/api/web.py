@@ -18,12 +18,16 @@ from pathlib import Path
 from typing import Any
 
 import swagger_ui_bundle  # type: ignore[import-untyped]
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from . import routes
+from .deps import State
+from .parameters import AlertsQuery, GpuListQuery
+from .routes.alerts import alert_list
+from .routes.fleet import summary_json
+from .routes.gpus import gpu_list_json
 
 STATIC = Path(__file__).parent / "static"
 MARK = {"healthy": "✓", "degraded": "!", "unhealthy": "✕", None: "?"}
@@ -100,21 +104,17 @@ def alert_rows(alerts: list[dict[str, Any]]) -> str:
     )
 
 
-async def render_page(request: Request, template: str) -> str:
-    # the same (cached) answers the API gives
-    summary = json.loads(bytes((await routes.fleet_summary(request)).body))
+async def render_page(state: State, template: str) -> str:
+    # the same (cached) answers the API gives, as JSON
+    summary = json.loads(await summary_json(state.db, state.cache, state.missing_after_s))
     gpus: list[dict[str, Any]] = []
     while True:  # the whole fleet, in the API's pages
-        listed = json.loads(bytes((await routes.list_gpus(
-            request, cluster=None, datacenter=None, rack=None, host=None, model=None,
-            state=None, sort="hostname", limit=1000, offset=len(gpus), cursor=None,
-        )).body))  # fmt: skip
+        query = GpuListQuery(sort="hostname", limit=1000, offset=len(gpus))
+        listed = json.loads(await gpu_list_json(state.db, state.cache, query))
         gpus += listed["gpus"]
         if not listed["gpus"] or len(gpus) >= listed["total"]:
             break
-    alerts = await routes.alerts(
-        request, state="unresolved", severity=None, gpu=None, host=None, limit=50, cursor=None
-    )
+    alerts = (await alert_list(state.db, AlertsQuery(limit=50))).model_dump(mode="json")
     stats = {f"s-{k}": summary[k] for k in ("gpus", "healthy", "degraded", "unhealthy", "missing")}
     stats["s-power"] = "–" if summary["power_w"] is None else f"{summary['power_w']:,.0f}"
     page = template
@@ -132,9 +132,9 @@ def add_web(app: FastAPI) -> None:
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     @app.get("/", include_in_schema=False)
-    async def fleet_page(request: Request) -> HTMLResponse:
+    async def fleet_page(state: State) -> HTMLResponse:
         """The fleet at a glance, drawn on the server; its script keeps it live."""
-        return HTMLResponse(await render_page(request, template))
+        return HTMLResponse(await render_page(state, template))
 
     @app.get("/favicon.ico", include_in_schema=False)
     async def favicon_ico() -> Response:

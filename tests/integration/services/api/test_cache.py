@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from evaluation.pipeline import wait_until
 from services.api.app import create_app
+from services.api.deps import state_of
 from services.api.settings import ApiSection
 from services.scorer.cycle import run_cycle
 from services.scorer.rules_config import load_rules
@@ -41,7 +42,7 @@ def gpus(client: TestClient) -> tuple[int, int]:
 def cached(migrated: DatabaseSettings) -> Iterator[TestClient]:
     app = create_app(migrated, ApiSection(cache_max_age_s=600))
     with TestClient(app) as client:
-        wait_until(lambda: app.state.cache.listening, 30, "the cache to listen")
+        wait_until(lambda: state_of(app).cache.listening, 30, "the cache to listen")
         yield client
 
 
@@ -70,7 +71,7 @@ def test_no_cache_reads_the_database_every_time(migrated: DatabaseSettings) -> N
 def test_an_answer_is_never_older_than_its_max_age(migrated: DatabaseSettings) -> None:
     app = create_app(migrated, ApiSection(cache_max_age_s=0.2))
     with TestClient(app) as client:
-        wait_until(lambda: app.state.cache.listening, 30, "the cache to listen")
+        wait_until(lambda: state_of(app).cache.listening, 30, "the cache to listen")
         add_gpu(migrated, 1)
         assert gpus(client) == (1, 1)
         add_gpu(migrated, 2)
@@ -90,7 +91,7 @@ def two_apps(migrated: DatabaseSettings) -> Iterator[tuple[TestClient, TestClien
         conn.commit()
     app = create_app(migrated, ApiSection(cache_max_age_s=600))
     with TestClient(app) as cached, TestClient(create_app(migrated, ApiSection(cache_max_age_s=0))) as plain:
-        wait_until(lambda: app.state.cache.listening, 30, "the cache to listen")
+        wait_until(lambda: state_of(app).cache.listening, 30, "the cache to listen")
         yield cached, plain
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 from fastapi.testclient import TestClient
@@ -10,6 +11,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from services.api.app import create_app
+from services.api.deps import attach, state_of
 from services.api.settings import ApiSection
 from shared.config import DatabaseSettings
 
@@ -40,7 +42,8 @@ def test_every_data_endpoint_answers_503_when_the_database_is_away(migrated: Dat
             open=False, kwargs={"row_factory": dict_row, "autocommit": True}, timeout=0.5,
         )  # fmt: skip
         client.portal.call(dead.open)  # type: ignore[union-attr]
-        client.app.state.pool = dead  # type: ignore[attr-defined]
+        state = state_of(client.app)  # type: ignore[arg-type]
+        attach(client.app, replace(state, db=replace(state.db, pool=dead)))  # type: ignore[arg-type]
         answers = {path: client.get(path) for path in paths}
         wrong = {p: (r.status_code, r.text[:120]) for p, r in answers.items() if r.status_code != 503}
         assert not wrong, wrong

@@ -103,7 +103,7 @@ def test_without_a_configured_key_acknowledging_is_refused(migrated: DatabaseSet
 @pytest.mark.parametrize(
     ("path", "params", "status"),
     [
-        ("/api/v1/gpus", {"colour": "red"}, 400),
+        ("/api/v1/gpus", {"colour": "red"}, 422),
         ("/api/v1/gpus", {"state": "sad"}, 422),
         ("/api/v1/gpus", {"sort": "score; DROP TABLE gpu_metrics"}, 422),
         ("/api/v1/gpus", {"host": "x' OR '1'='1"}, 422),
@@ -131,7 +131,7 @@ def test_without_a_configured_key_acknowledging_is_refused(migrated: DatabaseSet
         ("/api/v1/alerts", {"state": "'; --"}, 422),
         ("/api/v1/alerts", {"gpu": "\x00"}, 422),
         ("/api/v1/predictions", {"min_p30": 2}, 422),
-        ("/api/v1/fleet/summary", {"x": "1"}, 400),
+        ("/api/v1/fleet/summary", {"x": "1"}, 422),
     ],
 )
 def test_bad_parameters_get_a_4xx_with_a_message(

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from services.api.routes_verify import chain_breaks
+from services.api.routes.verification import chain_breaks
 
 
 def rec(seq: int, sha: str, prev: str) -> dict[str, Any]:

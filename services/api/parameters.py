@@ -1,0 +1,166 @@
+"""What a request may say: path values, and one query model per endpoint that refuses names it does not take.
+
+Each endpoint reads its query string into one of the models below
+(`Annotated[Model, Query()]`). A model holds every name the endpoint takes, with
+its bounds; a name it does not take is a 422 naming it and the names it would
+take, so a typo in a filter never silently answers for the whole fleet. Values
+are validated here and bound as parameters by `shared.store`, never spliced into
+SQL. What a model cannot check alone (a range against the configured maximum, a
+cursor against the endpoint's sort key) is a 400 from the handler.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any, Literal
+
+from fastapi import HTTPException, Path
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
+
+from shared.models import GPU_UUID_PATTERN, EventKind
+from shared.models_health import ALERT_STATES, AlertSeverity, HealthState
+from shared.models_verify import Outcome, RecordKind
+from shared.store.fleet import SORTS
+
+LABEL = r"^[A-Za-z0-9._:/@+-]{1,253}$"  # hostnames, clusters, racks, who acknowledged
+
+GpuPath = Annotated[str, Path(pattern=GPU_UUID_PATTERN)]
+HostPath = Annotated[str, Path(pattern=LABEL, max_length=253)]
+
+Label = Annotated[str | None, Field(pattern=LABEL, max_length=253)]
+GpuUuid = Annotated[str | None, Field(pattern=GPU_UUID_PATTERN)]
+Cursor = Annotated[
+    str | None,
+    Field(max_length=512, pattern=r"^[A-Za-z0-9_-]+$",
+          description="the `next_cursor` of the previous page; omit for the first"),
+]  # fmt: skip
+From = Annotated[datetime | None, Field(alias="from", description="default: `to` less the endpoint's window")]
+To = Annotated[datetime | None, Field(alias="to", description="default: now")]
+
+Bucket = Literal["10s", "1m", "5m", "15m", "1h", "6h", "1d"]
+BUCKET_SECONDS: dict[Bucket, int] = {
+    "10s": 10, "1m": 60, "5m": 300, "15m": 900, "1h": 3600, "6h": 21600, "1d": 86400,
+}  # fmt: skip
+
+
+class QueryModel(BaseModel):
+    """One endpoint's query parameters; a name that is none of its fields (or their aliases) is refused."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @classmethod
+    def query_names(cls) -> list[str]:
+        """The names this endpoint takes (a field's alias where it has one: `from`, `to`)."""
+        return sorted(field.alias or name for name, field in cls.model_fields.items())
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_names_only(cls, data: Any) -> Any:
+        # extra="forbid" alone says "Extra inputs are not permitted" once per name; this names what is taken.
+        if isinstance(data, dict) and (unknown := sorted(set(data) - set(cls.query_names()))):
+            takes = f"takes {cls.query_names()}" if cls.model_fields else "takes no query parameters"
+            raise PydanticCustomError(
+                "unknown_query_parameter",
+                "unknown query parameters {unknown}; this endpoint {takes}",
+                {"unknown": unknown, "takes": takes},
+            )
+        return data
+
+
+class NoQuery(QueryModel):
+    """An endpoint that takes no query parameters."""
+
+
+class GpuListQuery(QueryModel):
+    cluster: Label = None
+    datacenter: Label = None
+    rack: Label = None
+    host: Label = None
+    model: Annotated[str | None, Field(max_length=128, pattern=r"^[A-Za-z0-9 ._-]+$")] = None
+    state: HealthState | None = None
+    sort: Literal[tuple(SORTS)] = "score"  # type: ignore[valid-type]
+    limit: Annotated[int, Field(ge=1, le=1000)] = 100
+    offset: Annotated[int, Field(ge=0, le=1_000_000, description="prefer `cursor`; kept for old clients")] = 0
+    cursor: Cursor = None
+
+
+class WindowQuery(QueryModel):
+    """A window of time, `from`..`to`."""
+
+    start: From = None
+    end: To = None
+
+    def span(self, *, default: timedelta, max_days: int) -> tuple[datetime, datetime]:
+        """The window in UTC, `default` long where not given: see time_range."""
+        return time_range(self.start, self.end, default=default, max_days=max_days)
+
+
+class SeriesQuery(WindowQuery):
+    bucket: Bucket = "1m"
+
+
+class EventsQuery(WindowQuery):
+    gpu: GpuUuid = None
+    kind: Literal[tuple(k.value for k in EventKind)] | None = None  # type: ignore[valid-type]
+    limit: Annotated[int, Field(ge=1, le=1000)] = 100
+    cursor: Cursor = None
+
+
+class AlertsQuery(QueryModel):
+    state: Literal[(*ALERT_STATES, "unresolved")] = "unresolved"  # type: ignore[valid-type]
+    severity: AlertSeverity | None = None
+    gpu: GpuUuid = None
+    host: Label = None
+    limit: Annotated[int, Field(ge=1, le=1000)] = 100
+    cursor: Cursor = None
+
+
+class PredictionsQuery(QueryModel):
+    limit: Annotated[int, Field(ge=1, le=1000)] = 50
+    min_p30: Annotated[float, Field(ge=0, le=1)] = 0.0
+    cursor: Cursor = None
+
+
+class HistoryQuery(QueryModel):
+    """A history's page: a GPU's verdict changes, a node's identities."""
+
+    limit: Annotated[int, Field(ge=1, le=1000)] = 100
+    cursor: Cursor = None
+
+
+class VerificationsQuery(QueryModel):
+    kind: Literal[tuple(k.value for k in RecordKind)] | None = None  # type: ignore[valid-type]
+    outcome: Literal[tuple(o.value for o in Outcome)] | None = None  # type: ignore[valid-type]
+    limit: Annotated[int, Field(ge=1, le=1000)] = 100
+    cursor: Cursor = None
+
+
+class SystemsQuery(QueryModel):
+    limit: Annotated[int, Field(ge=1, le=10_000)] = 1000
+    cursor: Cursor = None
+
+
+class FleetProcessesQuery(QueryModel):
+    hostname: Label = None
+
+
+def _utc(value: datetime) -> datetime:
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def time_range(
+    start: datetime | None, end: datetime | None, *, default: timedelta, max_days: int
+) -> tuple[datetime, datetime]:
+    """`start`..`end` in UTC (a naive time is UTC), `end` now and `start` `default` earlier when not given;
+    HTTPException(400) for a reversed range, one longer than `max_days`, or one outside the calendar."""
+    try:
+        end = _utc(end) if end else datetime.now(UTC)
+        start = _utc(start) if start else end - default
+    except OverflowError:  # e.g. to=0001-01-01: in UTC, or a default window back, it is before year 1
+        raise HTTPException(400, "'from'/'to' lie outside the calendar once in UTC") from None
+    if start >= end:
+        raise HTTPException(400, "'from' must be before 'to'")
+    if end - start > timedelta(days=max_days):
+        raise HTTPException(400, f"the range may span at most {max_days} days")
+    return start, end

@@ -1,0 +1,23 @@
+"""The REST endpoints under /api/v1, one module per resource; `router` holds them all.
+
+Every endpoint declares what it answers (services.api.answers) and reads its query
+string into one model (services.api.parameters); a refusal is a `Problem`.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from ..answers import problems
+from . import alerts, fleet, gpus, history, verification, workload
+
+# What any endpoint may answer besides its own: refusals of its parameters, and the database being down.
+REFUSALS = problems({
+    400: "a value the handler refuses: a reversed or too long range, a cursor it did not return",
+    422: "a parameter missing, malformed, out of bounds, or one the endpoint does not take",
+    503: "the database is not reachable",
+})  # fmt: skip
+
+router = APIRouter(prefix="/api/v1", responses=REFUSALS)
+for resource in (fleet, gpus, history, alerts, verification, workload):
+    router.include_router(resource.router)

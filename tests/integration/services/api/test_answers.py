@@ -1,0 +1,45 @@
+"""The answers built from whole rows (`SELECT *`) name every column of their table: none is dropped unseen.
+
+An answer model leaves out keys it does not name (services.api.answers), so a
+column a migration adds would not reach the API until a model names it; this
+test says which, against the migrated schema.
+"""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import BaseModel
+
+from services.api.answers.alerts import AlertRow
+from services.api.answers.gpus import Asset, LatestSample
+from services.api.answers.workload import GpuProcesses
+from shared.config import DatabaseSettings
+from shared.db import connect
+
+# model -> (table, the model's fields that are not the table's columns)
+WHOLE_ROWS: dict[type[BaseModel], tuple[str, set[str]]] = {
+    Asset: ("gpu_assets", set()),  # a GPU's detail
+    LatestSample: ("gpu_latest", set()),  # a GPU's detail
+    AlertRow: ("gpu_alerts", set()),  # the alert list, a GPU's open alerts, an acknowledged alert
+    GpuProcesses: ("gpu_process_latest", {"processes"}),  # a GPU's process listing
+}
+
+
+@pytest.mark.parametrize("model", list(WHOLE_ROWS), ids=lambda m: m.__name__)
+def test_the_model_names_every_column_of_its_table(
+    migrated: DatabaseSettings, model: type[BaseModel]
+) -> None:
+    table, own = WHOLE_ROWS[model]
+    with connect(migrated) as conn:
+        columns = [
+            str(name)
+            for (name,) in conn.execute(
+                "SELECT column_name FROM information_schema.columns"
+                " WHERE table_schema = current_schema() AND table_name = %s ORDER BY ordinal_position",
+                (table,),
+            )
+        ]
+    assert columns, table
+    assert [f for f in model.model_fields if f not in own] == columns, (
+        f"{model.__name__} is not {table}'s row"
+    )
