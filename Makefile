@@ -15,7 +15,7 @@ TOPIC ?= gpu-metrics-raw
 ARGS ?=
 
 .PHONY: help venv services services-down services-status migrate topics up down \
-        test test-unit test-integration lint format openapi bench evaluate train-predictor \
+        test test-unit test-integration lint format openapi docs bench evaluate train-predictor \
         kafka-console-consumer kafka-topics kafka-consumer-groups psql compose-test
 
 help: ## list the targets
@@ -73,6 +73,10 @@ openapi: venv ## write the API's OpenAPI document to docs/api/openapi.json (a un
 format: venv ## apply ruff's formatting and safe fixes
 	@$(VENV)/bin/ruff format .
 	@$(VENV)/bin/ruff check --fix .
+
+docs: venv ## write the generated docs: the configuration reference (from the settings) and the OpenAPI document
+	@$(PY) -m shared.config_reference
+	@$(PY) -m services.api.openapi
 
 SCENARIO ?=
 evaluate: services venv ## score simulated fleets against their ground truth (SCENARIO=file.json, else the default suite)

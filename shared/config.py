@@ -11,11 +11,12 @@ The defaults match the native stack that ``make services`` starts
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from shared.errors import ConfigError
 
@@ -28,53 +29,83 @@ S = TypeVar("S", bound="Settings")
 HEALTH_RULES_FILE = Path(__file__).resolve().parents[1] / "config" / "health-rules.toml"
 
 
-class KafkaSettings(BaseModel):
+class Section(BaseModel):
+    """A section of the settings: each field's docstring is its description in the configuration reference."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+
+class KafkaSettings(Section):
     """How to reach the brokers."""
 
     bootstrap_servers: str = "127.0.0.1:9092"
+    """Brokers, `host:port` separated by commas."""
     client_id: str = "gpu-health"
+    """librdkafka's `client.id`; some clients add their own suffix (`-collector`, `-llm`…)."""
     security_protocol: str = "PLAINTEXT"
+    """librdkafka's `security.protocol`: `PLAINTEXT`, `SSL`, `SASL_PLAINTEXT` or `SASL_SSL`."""
     sasl_mechanism: str | None = None
+    """SASL mechanism (`PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512`…); unset: no SASL."""
     sasl_username: str | None = None
+    """SASL user name."""
     sasl_password: SecretStr | None = None
-    # Extra librdkafka properties, e.g. {"ssl.ca.location": "/etc/ca.pem"}.
+    """SASL password."""
     extra: dict[str, str] = Field(default_factory=dict)
+    """Further librdkafka properties, e.g. `{"ssl.ca.location": "/etc/ca.pem"}`."""
 
 
-class TopicSettings(BaseModel):
-    """Topic names (configuration, DESIGN.md defaults) and how they are created."""
+class TopicSettings(Section):
+    """Topic names, and how `python -m shared.topics` creates the topics."""
 
     metrics_raw: str = "gpu-metrics-raw"
+    """GPU samples, one per GPU per poll."""
     events: str = "gpu-events"
+    """GPU events: XIDs, ECC errors, throttling, GPUs lost and back."""
     health: str = "gpu-health"
+    """Health verdict changes."""
     alerts: str = "gpu-alerts"
+    """Alerts opened and resolved (the scorer's and training jobs')."""
     dlq: str = "gpu-metrics-dlq"
+    """Dead letters: every record the sink refused, with headers saying why."""
     processes: str = "gpu-processes"
+    """The processes on each GPU, per poll."""
     llm_sessions: str = "llm-sessions"
-    # compute checks and logged operations, chained per GPU: kept forever (retention.ms=-1)
+    """LLM requests measured by the proxy, and LLM servers' status."""
     verifications: str = "gpu-verifications"
-    systems: str = "gpu-systems"  # each node's identity, at collector start and on change
+    """Compute checks and logged operations, chained per GPU: kept forever (`retention.ms=-1`)."""
+    systems: str = "gpu-systems"
+    """Each node's identity, at collector start and on change."""
     partitions: int = Field(default=6, ge=1, le=10_000)
+    """Partitions per topic; an existing topic with fewer is grown (never shrunk)."""
     replication_factor: int = Field(default=1, ge=1, le=10)
-    # Raw samples are re-readable for a week; the database is the long-term store.
+    """Replicas of each topic's partitions, when it is created."""
     retention_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=60_000)
-    # Verdicts and alerts are small and are the audit trail: kept for 30 days.
+    """Retention of samples, processes and LLM sessions (7 days): the database is the long-term store."""
     audit_retention_ms: int = Field(default=30 * 24 * 3600 * 1000, ge=60_000)
+    """Retention of events, verdicts, alerts, dead letters and identities (30 days): the audit trail."""
 
 
-class DatabaseSettings(BaseModel):
+class DatabaseSettings(Section):
     """How to reach TimescaleDB."""
 
     host: str = "127.0.0.1"
+    """Host name or address (or a Unix socket's folder)."""
     port: int = Field(default=55432, ge=1, le=65535)
+    """Port (the native stack's is not 5432, so it never meets a system PostgreSQL)."""
     name: str = "gpu_health"
+    """Database name."""
     user: str = "gpuhealth"
+    """Login: the tables' owner for the writing services."""
     password: SecretStr = SecretStr("gpuhealth")
+    """The login's password."""
     sslmode: str = "prefer"
+    """libpq's `sslmode`: `disable`, `prefer`, `require`, `verify-ca` or `verify-full`."""
     connect_timeout_s: int = Field(default=5, ge=1, le=300)
+    """How long one connection attempt may take."""
     application_name: str = "gpu-health"
-    # A schema to use before `public` (where TimescaleDB lives): isolates tests and tenants.
+    """Shown in `pg_stat_activity`."""
     search_path: str | None = Field(default=None, pattern=r"^[a-z_][a-z0-9_]{0,62}$")
+    """A schema to use before `public` (where TimescaleDB lives): isolates tests and tenants."""
 
     def conninfo(self, **overrides: Any) -> str:
         """A libpq connection string; values are quoted so no setting can inject another."""
@@ -98,11 +129,13 @@ def _libpq_quote(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-class LogSettings(BaseModel):
+class LogSettings(Section):
     """Logging: JSON lines by default, plain text for people at a terminal."""
 
     level: str = "INFO"
+    """`DEBUG`, `INFO`, `WARNING` or `ERROR`."""
     json_format: bool = Field(default=True, alias="json")
+    """JSON lines (`true`) or plain text (`false`)."""
 
 
 class Settings(BaseSettings):
@@ -131,6 +164,11 @@ def load_settings(cls: type[S], **overrides: Any) -> S:
             f"GPUHEALTH_{'__'.join(str(p).upper() for p in err['loc'])}: {err['msg']}" for err in e.errors()
         )
         raise ConfigError(f"invalid settings: {problems}") from e
+    except SettingsError as e:  # a list or object that is not JSON: say which section, not a traceback
+        field = re.search(r'field "(\w+)"', str(e))
+        where = f"GPUHEALTH_{field[1].upper()}__*" if field else "a GPUHEALTH_* variable"
+        problem = f"a list or object that is not JSON ({e.__cause__})"
+        raise ConfigError(f"invalid settings: {where}: {problem}") from e
 
 
 def masked(settings: BaseModel) -> dict[str, Any]:

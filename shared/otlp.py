@@ -48,9 +48,8 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import OTELResourceDetector, Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from prometheus_client import CollectorRegistry
-from pydantic import BaseModel
 
-from shared.config import Settings
+from shared.config import Section, Settings
 from shared.errors import ConfigError
 from shared.otlp_prometheus import registry_metrics
 
@@ -63,11 +62,13 @@ PROMETHEUS_SCOPE = InstrumentationScope("gpuhealth.prometheus")
 FLUSH_TIMEOUT_S = 5.0  # the last export on SIGTERM waits at most this long
 
 
-class OtlpSection(BaseModel):
+class OtlpSection(Section):
     """GPUHEALTH_OTLP__*: the explicit switch and protocol; everything else is OTEL_*."""
 
-    enabled: bool | None = None  # None: on when an OTLP endpoint variable is set
-    protocol: Protocol | None = None  # None: OTEL_EXPORTER_OTLP_(METRICS_)PROTOCOL
+    enabled: bool | None = None
+    """Export metrics over OTLP; unset: on when `OTEL_EXPORTER_OTLP_(METRICS_)ENDPOINT` is set."""
+    protocol: Protocol | None = None
+    """`grpc` or `http/protobuf`; unset: `OTEL_EXPORTER_OTLP_(METRICS_)PROTOCOL`, else `http/protobuf`."""
 
 
 class OtlpSettings(Settings):

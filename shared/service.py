@@ -2,7 +2,8 @@
 
 Settings from the environment (an invalid one is a clear message and exit code
 2, before logging exists), JSON logging, the configuration logged once with
-secrets masked, and Prometheus /metrics about the service itself. The stop
+secrets masked (and a warning naming any GPUHEALTH_* variable that nothing
+reads), and Prometheus /metrics about the service itself. The stop
 event, the signals and the teardown are shared.lifecycle's.
 """
 
@@ -18,6 +19,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from shared import otlp
 from shared.config import Settings, load_settings, log_settings
+from shared.config_env import warn_unknown_variables
 from shared.errors import GpuHealthError
 from shared.logging import setup_logging
 
@@ -39,6 +41,7 @@ def start_service(cls: type[S], name: str) -> S | None:
         return None
     setup_logging(settings.log.level, json_format=settings.log.json_format, service=name)
     log_settings(settings, name)
+    warn_unknown_variables(os.environ, cls, otlp.OtlpSettings)
     try:
         otlp.start_export(name, otlp_section)
     except GpuHealthError as e:

@@ -52,7 +52,8 @@ def audit_log_spec(name: str, partitions: int, replication_factor: int) -> Topic
 
 
 def project_topics(topics: TopicSettings) -> list[TopicSpec]:
-    """The topics of DESIGN.md, named and sized by configuration."""
+    """Every topic the project produces to, named and sized by configuration: samples, processes and LLM
+    sessions kept for `retention_ms`, the audit trail for `audit_retention_ms`, verifications forever."""
 
     def spec(name: str, retention_ms: int) -> TopicSpec:
         return TopicSpec(

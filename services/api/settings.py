@@ -5,9 +5,9 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator
 
-from shared.config import HEALTH_RULES_FILE, Settings
+from shared.config import HEALTH_RULES_FILE, Section, Settings
 from shared.errors import ConfigError
 
 # The scorer's rules (shared.config.HEALTH_RULES_FILE unless moved): the API counts a GPU as
@@ -27,35 +27,48 @@ def missing_after_s(rules_file: Path) -> int:
     return value
 
 
-class ApiSection(BaseModel):
+class ApiSection(Section):
+    """GPUHEALTH_API__*: where the API listens, its logins and key, and its limits."""
+
     bind: str = "127.0.0.1"
+    """Address the API listens on."""
     port: int = Field(default=8000, ge=1, le=65535)
+    """Port the API listens on."""
     reader_user: str = "gpuhealth_reader"
+    """The read-only login every query runs as."""
     reader_password: SecretStr = SecretStr("gpuhealth_reader")
-    # The only login that may acknowledge (migration 0012); used after the API key was checked.
+    """The read-only login's password."""
     acknowledger_user: str = "gpuhealth_acknowledger"
+    """The only login that may acknowledge an alert (migration 0012); used after the API key was checked."""
     acknowledger_password: SecretStr = SecretStr("gpuhealth_acknowledger")
-    # Acknowledging an alert needs this in X-API-Key; unset, acknowledging is refused (403).
+    """The acknowledging login's password."""
     api_key: SecretStr | None = None
+    """Acknowledging an alert needs this in `X-API-Key`; unset, acknowledging is refused (403)."""
     pool_size: int = Field(default=10, ge=1, le=100)
+    """Database connections held for queries."""
     max_range_days: int = Field(default=31, ge=1, le=3650)
+    """The longest time range a query may span."""
     max_points: int = Field(default=5000, ge=10, le=100_000)
-    # Hostile clients: a body larger than this is refused (413) before it is read; the
-    # headers must arrive within header_timeout_s of the connection (or of the previous
-    # answer), a body within body_timeout_s of its headers, else 408 and the connection closes.
+    """The most points of a series; a bucket too fine for the range is widened to the finest that fits."""
     max_body_bytes: int = Field(default=65_536, ge=1024, le=64 * 1024 * 1024)
+    """A request body larger than this is refused (413) before it is read."""
     max_header_bytes: int = Field(default=16_384, ge=1024, le=1024 * 1024)
+    """The largest request head."""
     header_timeout_s: float = Field(default=10.0, gt=0, le=600)
+    """The headers must arrive within this of the connection (or of the previous answer), else 408 and
+    the connection closes."""
     body_timeout_s: float = Field(default=20.0, gt=0, le=600)
+    """A body must arrive within this of its headers, else 408 and the connection closes."""
     max_connections: int = Field(default=1000, ge=1, le=100_000)
+    """Connections served at once."""
     shutdown_timeout_s: int = Field(default=10, ge=1, le=600)
-    # The fleet summary and the GPU list are cached until the scorer's next cycle (cache.py),
-    # and never longer than this (0: no cache). The scorer's default cycle is 30 s.
+    """On SIGTERM, how long the requests in flight get to finish."""
     cache_max_age_s: float = Field(default=30.0, ge=0, le=3600)
-    # The health rules the scorer judges by: the summary's `missing` uses their availability
-    # threshold. Where GPUHEALTH_SCORER__RULES_FILE moves the scorer's, set GPUHEALTH_API__RULES_FILE
-    # to the same file. Checked when the settings load (an unreadable file: exit 2).
+    """The fleet summary and the GPU list are cached until the scorer's next cycle, and never longer than
+    this (0: no cache). The scorer's default cycle is 30 s."""
     rules_file: Path = RULES_FILE
+    """The health rules the scorer judges by: the summary's `missing` uses their availability threshold.
+    Where `GPUHEALTH_SCORER__RULES_FILE` moves the scorer's, set this to the same file."""
 
     @field_validator("rules_file")
     @classmethod

@@ -17,10 +17,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from gpuhealth.gpu.readings import SourceError
-from shared.config import TopicSettings
+from shared.config import Section, TopicSettings
 from shared.errors import ConfigError
 from shared.models import to_json
 from shared.models_workload import GpuProcess, GpuProcesses
@@ -40,14 +40,18 @@ if TYPE_CHECKING:  # the Kafka client is not needed to list processes (`python -
 log = logging.getLogger(__name__)
 
 
-class ProcessSection(BaseModel):
-    """GPUHEALTH_PROCESSES__*"""
+class ProcessSection(Section):
+    """GPUHEALTH_PROCESSES__*: the collector's listing of each GPU's processes."""
 
-    # Off unless asked for: its messages go to their own topic, which must exist (make topics).
     enabled: bool = False
+    """List each GPU's processes (on their own thread) to `gpu-processes`, which must exist
+    (`make topics`)."""
     interval_s: float = Field(default=10.0, ge=0.5, le=3600)
+    """How often the processes are listed."""
     rules_file: Path = DEFAULT_RULES
+    """The ordered rules that classify a process (training, inference, LLM serving, gaming, compute)."""
     proc_root: Path = Path("/proc")
+    """Where the processes' executables, command lines, users and cgroups are read."""
 
 
 def classify_process(rules: ProcessRules, p: ObservedProcess) -> GpuProcess:

@@ -19,9 +19,9 @@ import threading
 
 import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from shared.config import Settings
+from shared.config import Section, Settings
 from shared.kafka import JsonProducer, make_producer
 from shared.lifecycle import Lifecycle
 from shared.models import to_json
@@ -35,22 +35,35 @@ from .servers import VllmScraper, poll_ollama
 log = logging.getLogger("services.llm_monitor")
 
 
-class LlmSection(BaseModel):
-    """GPUHEALTH_LLM__*"""
+class LlmSection(Section):
+    """GPUHEALTH_LLM__*: the Ollama proxy, the servers polled and the synthetic probe."""
 
     ollama_url: str = Field(default="http://127.0.0.1:11434", pattern=r"^http://[^\s/]+$")
+    """The Ollama server the proxy forwards to and the monitor polls."""
     listen_host: str = "127.0.0.1"
+    """Address of the proxy that clients use in place of Ollama."""
     listen_port: int = Field(default=11435, ge=0, le=65535)
+    """Port of the proxy that clients use in place of Ollama's."""
     poll_interval_s: float = Field(default=15.0, ge=1, le=3600)
+    """How often Ollama's version and loaded models, and vLLM's metrics, are recorded."""
     vllm_urls: list[str] = Field(default_factory=list, max_length=64)
+    """vLLM servers whose `/metrics` are scraped."""
     probe_model: str | None = Field(default=None, max_length=253)
+    """A model to probe with a bounded synthetic request (recorded as `source: probe`); unset: no probe."""
     probe_prompt: str = Field(default="Say hello in five words.", max_length=2000)
+    """The probe's prompt."""
     probe_max_tokens: int = Field(default=32, ge=1, le=256)
+    """The most tokens a probe asks for."""
     probe_interval_s: float = Field(default=60.0, ge=10, le=86_400)
+    """How often the probe runs."""
     probe_timeout_s: float = Field(default=60.0, ge=1, le=600)
+    """How long a probe may take."""
     monitor_id: str = Field(default_factory=socket.gethostname, min_length=1, max_length=253)
+    """Names the monitor in its messages."""
     metrics_port: int = Field(default=9504, ge=0, le=65535)
+    """Port of the monitor's own `/metrics`."""
     metrics_bind: str = "127.0.0.1"
+    """Address of the monitor's own `/metrics`."""
 
 
 class LlmSettings(Settings):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 import sys
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from shared.config import Settings
+from shared.config import Section, Settings
 from shared.lifecycle import Lifecycle
 from shared.service import start_service
 
@@ -16,12 +16,15 @@ from .server import MockOllamaServer
 log = logging.getLogger("services.mock_ollama")
 
 
-class MockOllamaSection(BaseModel):
-    """GPUHEALTH_MOCK_OLLAMA__*"""
+class MockOllamaSection(Section):
+    """GPUHEALTH_MOCK_OLLAMA__*: the stand-in Ollama."""
 
     host: str = "127.0.0.1"
+    """Address the stand-in Ollama listens on."""
     port: int = Field(default=11434, ge=0, le=65535)
+    """Port the stand-in Ollama listens on (Ollama's own)."""
     time_scale: float = Field(default=1.0, ge=0, le=100)
+    """Its models' load, prompt and generation times are nominal times multiplied by this (0: no waits)."""
 
 
 class MockOllamaSettings(Settings):

@@ -17,9 +17,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from pydantic import BaseModel, Field, field_validator
+from pydantic import Field, field_validator
 
-from shared.config import DatabaseSettings, Settings, TopicSettings
+from shared.config import DatabaseSettings, Section, Settings, TopicSettings
 from shared.db import connect
 from shared.errors import GpuHealthError
 from shared.kafka import JsonProducer, make_producer
@@ -40,15 +40,22 @@ log = logging.getLogger("services.scorer")
 FLUSH_TIMEOUT_S = 30.0
 
 
-class ScorerSection(BaseModel):
-    """GPUHEALTH_SCORER__*"""
+class ScorerSection(Section):
+    """GPUHEALTH_SCORER__*: how often the fleet is judged, as of when, by which rules."""
 
     interval_s: float = Field(default=30.0, ge=1, le=3600)
+    """How often every GPU is judged."""
     predict_every_s: float = Field(default=300.0, ge=1)
-    as_of: str = "now"  # "now", "latest" (the newest sample) or an ISO time (one cycle, then exit)
+    """How often the failure predictions are recomputed."""
+    as_of: str = "now"
+    """The time judged: `now` (a live fleet), `latest` (the fleet's newest sample: a replay, or the mock
+    on an accelerated clock) or an ISO-8601 time (one cycle, then exit)."""
     rules_file: Path = DEFAULT_RULES
+    """Every threshold and window of the health rules."""
     metrics_port: int = Field(default=9502, ge=0, le=65535)
+    """Port of the scorer's `/metrics`, verdicts included."""
     metrics_bind: str = "127.0.0.1"
+    """Address of the scorer's `/metrics`."""
 
     @field_validator("as_of")
     @classmethod

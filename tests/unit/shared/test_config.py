@@ -5,10 +5,14 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 
 import psycopg
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from services.collector.build import CollectorSettings
 from shared.config import DatabaseSettings, Settings, load_settings, log_settings
 from shared.errors import ConfigError
 from shared.logging import setup_logging
@@ -72,3 +76,28 @@ def test_conninfo_quotes_hostile_values(password: str) -> None:
     assert parsed["password"] == password
     assert parsed["dbname"] == "db name"
     assert parsed["host"] == "127.0.0.1"
+
+
+@settings(deadline=None)
+@given(st.text(st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1, max_size=200))
+def test_a_list_or_object_that_is_not_json_is_a_config_error(value: str) -> None:
+    """Whatever the text, the settings load or say which variable is wrong: never a traceback."""
+    env = {"GPUHEALTH_COLLECTOR__DCGM_URLS": value, "GPUHEALTH_KAFKA__EXTRA": value}
+    with pytest.MonkeyPatch.context() as patch:
+        for name, text in env.items():
+            patch.setenv(name, text)
+        try:
+            loaded = load_settings(CollectorSettings)
+        except ConfigError as e:
+            refused = str(e)
+        else:
+            assert isinstance(loaded.collector.dcgm_urls, list)
+            assert isinstance(loaded.kafka.extra, dict)
+            return
+    assert re.search(r"GPUHEALTH_(COLLECTOR|KAFKA)__", refused), refused
+
+
+def test_json_that_is_not_json_names_the_section(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUHEALTH_COLLECTOR__DCGM_URLS", "http://10.0.0.5:9400/metrics")
+    with pytest.raises(ConfigError, match=r"GPUHEALTH_COLLECTOR__\*: a list or object that is not JSON"):
+        load_settings(CollectorSettings)

@@ -1,0 +1,255 @@
+"""GPUHEALTH_* variables that nothing reads: each is named at start, with the closest name that is read.
+
+pydantic-settings ignores a variable it has no field for, so a misspelled
+``GPUHEALTH_SINK__LANSE=4`` would change nothing and say nothing. At start
+(shared.service) the environment's ``GPUHEALTH_*`` names are compared, without
+regard to case as pydantic-settings reads them, with every name a settings
+model of the project accepts (shared.config_names, written from the models by
+``make docs``, and the starting service's own models), and with the variables
+that scripts and tools read (:data:`OTHER_VARIABLES`); one warning names the
+rest.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from shared import config_names
+
+log = logging.getLogger(__name__)
+
+PREFIX = "GPUHEALTH_"
+NESTED = "__"
+# Names longer than this are compared by their start only: the comparison costs their length squared.
+COMPARED_CHARS = 200
+
+
+@dataclass(frozen=True, slots=True)
+class OtherVariable:
+    """A GPUHEALTH_* variable read outside the settings models: by the scripts, compose or a tool."""
+
+    name: str
+    default: str
+    read_by: str
+    description: str
+
+
+_NATIVE = "scripts/env.sh"
+_COMPOSE = "docker-compose.yml"
+OTHER_VARIABLES: tuple[OtherVariable, ...] = (
+    OtherVariable("GPUHEALTH_CACHE", "`~/.cache/gpu-health`", _NATIVE, "Downloads, builds and the venv."),
+    OtherVariable("GPUHEALTH_RUN", "`$GPUHEALTH_CACHE/run`", _NATIVE, "Broker data, logs and pid files."),
+    OtherVariable(
+        "GPUHEALTH_VENV", "`$GPUHEALTH_CACHE/venv`", "Makefile", "The Python venv `make venv` builds."
+    ),
+    OtherVariable("GPUHEALTH_KAFKA_VERSION", "`4.3.1`", _NATIVE, "The Kafka release the native stack runs."),
+    OtherVariable("GPUHEALTH_KAFKA_HEAP", "`768m`", _NATIVE, "The native broker's Java heap."),
+    OtherVariable("GPUHEALTH_KAFKA_PORT", "`9092`", f"{_NATIVE}, {_COMPOSE}", "Kafka's port on the host."),
+    OtherVariable(
+        "GPUHEALTH_KAFKA_CONTROLLER_PORT", "`9093`", _NATIVE, "The native broker's KRaft controller."
+    ),
+    OtherVariable(
+        "GPUHEALTH_KAFKA_BOOTSTRAP",
+        "`127.0.0.1:$GPUHEALTH_KAFKA_PORT`",
+        _NATIVE,
+        "Set by the scripts: the native broker's address, for `GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS`.",
+    ),
+    OtherVariable(
+        "GPUHEALTH_KAFKA_LIB",
+        "`$GPUHEALTH_CACHE/kafka-<version>/lib`",
+        _NATIVE,
+        "Set by the scripts: the Kafka jars `bin/` runs.",
+    ),
+    OtherVariable("GPUHEALTH_PG_PORT", "`55432`", f"{_NATIVE}, {_COMPOSE}", "PostgreSQL's port on the host."),
+    OtherVariable(
+        "GPUHEALTH_PG_DATA",
+        "`$GPUHEALTH_RUN/pg` (as root: `/var/lib/gpu-health/pg`)",
+        _NATIVE,
+        "The native PostgreSQL's data folder.",
+    ),
+    OtherVariable("GPUHEALTH_PG_BIN", "`/usr/lib/postgresql/15/bin`", _NATIVE, "PostgreSQL's programs."),
+    OtherVariable("GPUHEALTH_DB_NAME", "`gpu_health`", _NATIVE, "The database the native stack creates."),
+    OtherVariable(
+        "GPUHEALTH_DB_USER", "`gpuhealth`", _NATIVE, "The database's owner, which the services use."
+    ),
+    OtherVariable("GPUHEALTH_DB_PASSWORD", "`gpuhealth`", _NATIVE, "The owner's password."),
+    OtherVariable(
+        "GPUHEALTH_DB_READER_PASSWORD", "`gpuhealth_reader`", _NATIVE, "The API's read-only login's password."
+    ),
+    OtherVariable(
+        "GPUHEALTH_DB_ACKNOWLEDGER_PASSWORD",
+        "`gpuhealth_acknowledger`",
+        _NATIVE,
+        "The password of the API's login for acknowledging alerts.",
+    ),
+    OtherVariable(
+        "GPUHEALTH_MOCK_ADMIN_PORT",
+        "`9399`",
+        f"{_NATIVE}, {_COMPOSE}",
+        "The mock fleet's admin port (`make up`).",
+    ),
+    OtherVariable(
+        "GPUHEALTH_MOCK_BASE_PORT",
+        "`9400`",
+        _NATIVE,
+        "The mock fleet's first node port (`make up`); node i: + i.",
+    ),
+    OtherVariable(
+        "GPUHEALTH_MOCK_URLS",
+        "the four mock nodes",
+        _NATIVE,
+        "Set by the scripts: the mock nodes' URLs as a JSON list, for the collector.",
+    ),
+    OtherVariable(
+        "GPUHEALTH_COLLECTOR_METRICS_PORT", "`9500`", _NATIVE, "The collector's `/metrics` (`make up`)."
+    ),
+    OtherVariable("GPUHEALTH_SINK_METRICS_PORT", "`9501`", _NATIVE, "The sink's `/metrics` (`make up`)."),
+    OtherVariable("GPUHEALTH_SCORER_METRICS_PORT", "`9502`", _NATIVE, "The scorer's `/metrics` (`make up`)."),
+    OtherVariable("GPUHEALTH_API_PORT", "`8000`", f"{_NATIVE}, {_COMPOSE}", "The API's port on the host."),
+    OtherVariable(
+        "GPUHEALTH_MOCK_OLLAMA_PORT", "`11434`", _NATIVE, "The stand-in Ollama's port (`make up`)."
+    ),
+    OtherVariable("GPUHEALTH_LLM_PROXY_PORT", "`11435`", _NATIVE, "The LLM monitor's proxy (`make up`)."),
+    OtherVariable(
+        "GPUHEALTH_LLM_MONITOR_METRICS_PORT", "`9504`", _NATIVE, "The LLM monitor's `/metrics` (`make up`)."
+    ),
+    OtherVariable("GPUHEALTH_MOCK_NODE_PORTS", "`9400-9403`", _COMPOSE, "The mock nodes' ports on the host."),
+    OtherVariable("GPUHEALTH_PROMETHEUS_PORT", "`9090`", _COMPOSE, "Prometheus's port on the host."),
+    OtherVariable("GPUHEALTH_GRAFANA_PORT", "`3000`", _COMPOSE, "Grafana's port on the host."),
+    OtherVariable(
+        "GPUHEALTH_COMPOSE_PROJECT",
+        "`gpu-health-compose-test`",
+        "scripts/compose-test.sh",
+        "The compose project `make compose-test` runs.",
+    ),
+    OtherVariable(
+        "GPUHEALTH_COMPOSE_FILES",
+        "`docker-compose.yml:deploy/docker/compose.local-images.yml`",
+        "scripts/compose-test.sh",
+        "The compose files `make compose-test` runs.",
+    ),
+    OtherVariable(
+        "GPUHEALTH_TIMESCALEDB_TAG",
+        "`2.19-pg15`",
+        "scripts/compose-images.sh",
+        "The tag of the local TimescaleDB image `make compose-test` builds.",
+    ),
+    OtherVariable(
+        "GPUHEALTH_URL", "`http://127.0.0.1:8000`", "the `gpuhealth` CLI", "The API the CLI talks to."
+    ),
+    OtherVariable(
+        "GPUHEALTH_API_KEY", "unset", "the `gpuhealth` CLI", "The key `gpuhealth ack` sends (secret)."
+    ),
+    OtherVariable(
+        "GPUHEALTH_JOB_ID",
+        "`SLURM_JOB_ID`, `TORCHELASTIC_RUN_ID`, `JOB_ID`, else host-pid",
+        "gpuhealth.training",
+        "The training job's id in the alerts it publishes.",
+    ),
+    OtherVariable(
+        "GPUHEALTH_JOB_NAME",
+        "`SLURM_JOB_NAME`",
+        "gpuhealth.training",
+        "The training job's name in its alerts.",
+    ),
+)
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The model an annotation holds (`Section` or `Section | None`), else None."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        models = [m for a in typing.get_args(annotation) if (m := _model_in(a)) is not None]
+        return models[0] if len(models) == 1 else None
+    return None
+
+
+def _is_mapping(annotation: Any) -> bool:
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return any(_is_mapping(a) for a in typing.get_args(annotation))
+    return annotation is dict or origin is dict
+
+
+def accepted_names(model: type[BaseModel], prefix: str = PREFIX) -> tuple[frozenset[str], frozenset[str]]:
+    """What pydantic-settings reads for `model` from the environment: (exact names, open prefixes).
+
+    A section is read whole as JSON (`GPUHEALTH_LOG`) or field by field (`GPUHEALTH_LOG__LEVEL`); a
+    mapping takes one variable per key as well (`GPUHEALTH_KAFKA__EXTRA__<key>`), hence the prefixes.
+    Names are upper case.
+    """
+    exact: set[str] = set()
+    open_prefixes: set[str] = set()
+    for name, field in model.model_fields.items():
+        full = (prefix + (field.alias or name)).upper()
+        exact.add(full)
+        nested = _model_in(field.annotation)
+        if nested is not None:
+            inner_exact, inner_open = accepted_names(nested, full + NESTED)
+            exact |= inner_exact
+            open_prefixes |= inner_open
+        elif _is_mapping(field.annotation):
+            open_prefixes.add(full + NESTED)
+    return frozenset(exact), frozenset(open_prefixes)
+
+
+def known_names(*models: type[BaseModel]) -> tuple[frozenset[str], frozenset[str]]:
+    """Every name read: the project's settings (as last written), `models`' own, and OTHER_VARIABLES."""
+    exact = set(config_names.NAMES) | {v.name for v in OTHER_VARIABLES}
+    open_prefixes = set(config_names.OPEN_PREFIXES)
+    for model in models:
+        more_exact, more_open = accepted_names(model)
+        exact |= more_exact
+        open_prefixes |= more_open
+    return frozenset(exact), frozenset(open_prefixes)
+
+
+def unknown_variables(
+    names: Iterable[str], exact: frozenset[str], open_prefixes: frozenset[str]
+) -> dict[str, str]:
+    """Each GPUHEALTH_* name (any case) that nothing reads -> the closest name that is read, sorted."""
+    unknown = {}
+    for name in names:
+        upper = name.upper()
+        if not upper.startswith(PREFIX) or upper in exact:
+            continue
+        if any(upper.startswith(p) and len(upper) > len(p) for p in open_prefixes):
+            continue
+        unknown[name] = closest(upper, exact | open_prefixes)
+    return dict(sorted(unknown.items()))
+
+
+def closest(name: str, candidates: Iterable[str]) -> str:
+    """The candidate most like `name` (difflib's ratio; ties: the first in sorted order)."""
+    matcher = difflib.SequenceMatcher(autojunk=False)
+    matcher.set_seq2(name.upper()[:COMPARED_CHARS])
+    best, best_ratio = "", -1.0
+    for candidate in sorted(candidates):
+        matcher.set_seq1(candidate)
+        if matcher.real_quick_ratio() <= best_ratio or matcher.quick_ratio() <= best_ratio:
+            continue
+        ratio = matcher.ratio()
+        if ratio > best_ratio:
+            best, best_ratio = candidate, ratio
+    return best
+
+
+def warn_unknown_variables(environ: Mapping[str, str], *models: type[BaseModel]) -> dict[str, str]:
+    """Log one warning naming every GPUHEALTH_* variable nothing reads, with the closest known name each."""
+    unknown = unknown_variables(environ, *known_names(*models))
+    if unknown:
+        listed = "; ".join(f"{name!a} (closest: {near})" for name, near in unknown.items())
+        log.warning(
+            "%d GPUHEALTH_* variable(s) are read by nothing and change nothing: %s",
+            len(unknown), listed, extra={"unknown_variables": unknown},
+        )  # fmt: skip
+    return unknown
