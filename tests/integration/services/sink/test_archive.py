@@ -87,8 +87,8 @@ def test_without_an_archive_dir_retention_only_drops(migrated: DatabaseSettings)
     assert left == (0,)
 
 
-def readme_archive_query() -> str:
-    text = (REPO / "README.md").read_text()
+def documented_archive_query() -> str:
+    text = (REPO / "docs" / "operating.md").read_text()
     block = text.split("<!-- archive-query -->", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
     return block.strip().replace("~/.cache/gpu-health/venv/bin/python", sys.executable)
 
@@ -100,7 +100,7 @@ def query_env(db: DatabaseSettings, archive: Path) -> dict[str, str]:
             "GPUHEALTH_SINK__ARCHIVE_DIR": str(archive)}  # fmt: skip
 
 
-def test_the_readme_one_liner_queries_archive_and_database_together(
+def test_the_documented_one_liner_queries_archive_and_database_together(
     migrated: DatabaseSettings, tmp_path: Path
 ) -> None:
     fill(migrated, days=2)
@@ -113,7 +113,8 @@ def test_the_readme_one_liner_queries_archive_and_database_together(
         }
     Retention(migrated, SinkMetrics(CollectorRegistry()), archive_dir=tmp_path).run_once()
     assert archived_rows(tmp_path, "gpu_metrics"), "the query must span both sides"
-    done = subprocess.run(["bash", "-c", readme_archive_query()], cwd=REPO, env=query_env(migrated, tmp_path),
+    query = documented_archive_query()
+    done = subprocess.run(["bash", "-c", query], cwd=REPO, env=query_env(migrated, tmp_path),
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr
     got = {m[0]: int(m[1]) for m in re.findall(r"(\d{4}-\d\d-\d\d)\s*│\s*(\d+)\s*│", done.stdout)}

@@ -1,4 +1,4 @@
-"""Every SQL statement in the README's psql examples runs, as written, on a sink-filled database."""
+"""Every SQL statement of the operating guide's psql examples runs, as written, on a sink-filled database."""
 
 from __future__ import annotations
 
@@ -12,26 +12,26 @@ from shared.db import connect
 from tests.helpers.sink import produce_samples, running
 from tests.paths import REPO
 
-README = REPO / "README.md"
+GUIDE = REPO / "docs" / "operating.md"
 
 
-def readme_statements() -> list[str]:
-    text = README.read_text()
+def documented_statements() -> list[str]:
+    text = GUIDE.read_text()
     block = re.search(r"<!-- psql-examples -->\s*```sql\n(.*?)```", text, re.S)
-    assert block, "README lost its psql examples block"
+    assert block, "docs/operating.md lost its psql examples block"
     body = "\n".join(line for line in block[1].splitlines() if not line.strip().startswith("--"))
     return [s.strip() for s in body.split(";") if s.strip()]
 
 
-def test_readme_psql_examples_run_on_real_data(
+def test_the_psql_examples_run_on_real_data(
     kafka_settings: KafkaSettings, migrated: DatabaseSettings, topic_factory: Callable[..., str]
 ) -> None:
     topics = TopicSettings(metrics_raw=topic_factory(prefix="raw"), events=topic_factory(prefix="ev"))
     produce_samples(kafka_settings, topics.metrics_raw, 0, 400, gpus=16)
-    group = f"readme-{uuid.uuid4().hex[:8]}"
+    group = f"docs-{uuid.uuid4().hex[:8]}"
     with running(make_loop(kafka_settings, migrated, topics, group)):
         wait_until(lambda: stored_offsets_total(migrated, group) == 400, 60, "the sink")
-    statements = readme_statements()
+    statements = documented_statements()
     assert len(statements) >= 10
     with connect(migrated) as conn:
         results = [conn.execute(s).fetchall() for s in statements]

@@ -1,4 +1,5 @@
-"""Every README block marked `<!-- runnable -->` runs as written, against an API served over a scored fleet.
+"""Every block marked `<!-- runnable -->` in the README and docs/ runs as written, against an API served over
+a scored fleet.
 
 The only rewrites are the addresses a test cannot own: the API's port (the test
 serves its own) and the venv (the test's own, which `make venv` built the same way).
@@ -19,29 +20,35 @@ KEY = "test-key-123"  # the served_api fixture's key
 RUNNABLE = re.compile(r"^<!-- runnable -->\n```sh\n(.*?)^```", re.M | re.S)
 
 
-def runnable_blocks() -> list[str]:
-    return RUNNABLE.findall((REPO / "README.md").read_text())
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 
 
-def test_the_readme_marks_its_runnable_blocks() -> None:
+def runnable_blocks() -> list[tuple[str, str]]:
+    """(the file, the block) for every marked block, README first."""
+    return [(str(d.relative_to(REPO)), block) for d in DOCS for block in RUNNABLE.findall(d.read_text())]
+
+
+def test_the_docs_mark_their_runnable_blocks() -> None:
     blocks = runnable_blocks()
-    assert len(blocks) >= 4
-    assert any("gpuhealth fleet" in b for b in blocks)
-    assert any("promtool test rules" in b for b in blocks)
+    assert len(blocks) >= 5
+    assert {doc for doc, _ in blocks} >= {"README.md", "docs/api.md", "docs/operating.md"}
+    assert any("gpuhealth fleet" in b for _, b in blocks)
+    assert any("promtool test rules" in b for _, b in blocks)
+    assert any("/acknowledge" in b for _, b in blocks)
 
 
-def test_every_runnable_readme_block_runs_as_written(served_api: str, scored: dict[str, Any]) -> None:
+def test_every_runnable_block_runs_as_written(served_api: str, scored: dict[str, Any]) -> None:
     api = served_api.removeprefix("http://")
     venv_bin = str(Path(sys.executable).parent) + "/"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GPUHEALTH_URL")}
     env |= {"GPUHEALTH_API__API_KEY": KEY, "GPUHEALTH_URL": served_api}
     outputs = []
-    for block in runnable_blocks():
+    for doc, block in runnable_blocks():
         script = block.replace("localhost:8000", api).replace("~/.cache/gpu-health/venv/bin/", venv_bin)
         run = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=REPO, env=env,
                              capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
         assert run.returncode == 0, (
-            f"README block failed:\n{block}\n--- stderr:\n{run.stderr}\n--- stdout:\n{run.stdout}"
+            f"{doc}: block failed:\n{block}\n--- stderr:\n{run.stderr}\n--- stdout:\n{run.stdout}"
         )
         assert run.stdout.strip(), block
         outputs.append(run.stdout)
