@@ -1,0 +1,138 @@
+"""The README's walk-through, a fault becoming an alert, runs as written against the whole pipeline.
+
+The block marked `<!-- runnable against the pipeline -->` injects a fault through the mock fleet's admin
+endpoint and waits for the alert through the API and the CLI. Here the pipeline is the real services, each
+`python -m services.<name>` as `make up` starts them, on the test's own topics, schema and ports; the
+only rewrites are those addresses, and the collector and scorer run faster than `make up`'s.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from shared.config import DatabaseSettings, KafkaSettings
+from tests.paths import REPO
+
+WALK = re.compile(r"^<!-- runnable against the pipeline -->\n```sh\n(.*?)^```", re.M | re.S)
+TOPICS = ("METRICS_RAW", "EVENTS", "HEALTH", "ALERTS", "DLQ", "PROCESSES", "LLM_SESSIONS", "VERIFICATIONS",
+          "SYSTEMS")  # fmt: skip
+
+
+def ports(n: int) -> list[int]:
+    """n consecutive free ports (the mock's nodes are base + i), and the rest after them."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base = int(probe.getsockname()[1])
+        held = []
+        try:
+            for port in range(base, base + n):
+                s = socket.socket()
+                held.append(s)
+                s.bind(("127.0.0.1", port))
+            return list(range(base, base + n))
+        except OSError:
+            continue
+        finally:
+            for s in held:
+                s.close()
+    raise AssertionError("no run of free ports")
+
+
+def answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+@pytest.fixture
+def pipeline(
+    kafka_settings: KafkaSettings,
+    migrated: DatabaseSettings,
+    topic_factory: Callable[..., str],
+    tmp_path: Path,
+) -> Iterator[dict[str, int]]:
+    """Mock fleet (2 nodes × 4 GPUs), collector, sink, scorer and API, each its own process."""
+    node0, node1, admin, api, collector_metrics, sink_metrics, scorer_metrics = ports(7)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("GPUHEALTH_", "OTEL_"))}
+    common = clean | {
+        "PYTHONPATH": str(REPO),
+        "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
+        "GPUHEALTH_DB__HOST": migrated.host,
+        "GPUHEALTH_DB__PORT": str(migrated.port),
+        "GPUHEALTH_DB__SEARCH_PATH": migrated.search_path or "",
+        "GPUHEALTH_SINK__GROUP_ID": tmp_path.name,
+        **{f"GPUHEALTH_TOPICS__{t}": topic_factory(prefix=t.lower().replace("_", "-")) for t in TOPICS},
+    }
+    services = {
+        "mock_dcgm": {"GPUHEALTH_MOCK__NODES": "2", "GPUHEALTH_MOCK__GPUS_PER_NODE": "4",
+                      "GPUHEALTH_MOCK__BASE_PORT": str(node0), "GPUHEALTH_MOCK__ADMIN_PORT": str(admin)},
+        "collector": {"GPUHEALTH_COLLECTOR__SOURCE": "mock", "GPUHEALTH_COLLECTOR__INTERVAL_S": "2",
+                      "GPUHEALTH_COLLECTOR__DCGM_URLS":
+                          f'["http://127.0.0.1:{node0}/metrics","http://127.0.0.1:{node1}/metrics"]',
+                      "GPUHEALTH_COLLECTOR__METRICS_PORT": str(collector_metrics)},
+        "sink": {"GPUHEALTH_SINK__METRICS_PORT": str(sink_metrics)},
+        "scorer": {"GPUHEALTH_SCORER__INTERVAL_S": "3",
+                   "GPUHEALTH_SCORER__METRICS_PORT": str(scorer_metrics)},
+        "api": {"GPUHEALTH_API__PORT": str(api)},
+    }  # fmt: skip
+    running: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        for name, env in services.items():
+            with (tmp_path / f"{name}.log").open("wb") as log:
+                command = [sys.executable, "-m", f"services.{name}"]
+                running[name] = subprocess.Popen(command, cwd=REPO, env=common | env,
+                                                 stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+        deadline = time.monotonic() + 60
+        while not (answers(f"http://127.0.0.1:{admin}/healthz") and answers(f"http://127.0.0.1:{api}/readyz")):
+            dead = {n: p.returncode for n, p in running.items() if p.poll() is not None}
+            assert not dead, f"exited: {dead}; logs in {tmp_path}"
+            assert time.monotonic() < deadline, f"the pipeline did not start; logs in {tmp_path}"
+            time.sleep(0.5)
+        yield {"admin": admin, "api": api}
+    finally:
+        for proc in running.values():
+            proc.send_signal(signal.SIGTERM)
+        for proc in running.values():
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+
+
+def test_the_readme_marks_its_walk_through() -> None:
+    blocks = WALK.findall((REPO / "README.md").read_text())
+    assert len(blocks) == 1
+    assert "localhost:9399/faults" in blocks[0]
+    assert "gpuhealth alerts" in blocks[0]
+
+
+@pytest.mark.timeout(420)
+def test_a_fault_becomes_an_alert_as_the_readme_says(pipeline: dict[str, int]) -> None:
+    (block,) = WALK.findall((REPO / "README.md").read_text())
+    script = (
+        block.replace("localhost:9399", f"localhost:{pipeline['admin']}")
+        .replace("localhost:8000", f"localhost:{pipeline['api']}")
+        .replace("~/.cache/gpu-health/venv/bin/", str(Path(sys.executable).parent) + "/")
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GPUHEALTH_URL")}
+    env["GPUHEALTH_URL"] = f"http://127.0.0.1:{pipeline['api']}"
+    run = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=240, check=False)  # fmt: skip
+    assert run.returncode == 0, f"--- stderr:\n{run.stderr}\n--- stdout:\n{run.stdout}"
+    assert "memory: volatile_dbe" in run.stdout  # the CLI lists the alert
+    assert "gpu-node-01" in run.stdout  # with its host
+    assert '"kind": "dbe"' in run.stdout.replace('"kind":"dbe"', '"kind": "dbe"')  # the ground truth
