@@ -96,7 +96,8 @@ def pipeline(
                 running[name] = subprocess.Popen(command, cwd=REPO, env=common | env,
                                                  stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
         deadline = time.monotonic() + 60
-        while not (answers(f"http://127.0.0.1:{admin}/healthz") and answers(f"http://127.0.0.1:{api}/readyz")):
+        ready = (f"http://127.0.0.1:{admin}/healthz", f"http://127.0.0.1:{api}/readyz")
+        while not all(answers(url) for url in ready):
             dead = {n: p.returncode for n, p in running.items() if p.poll() is not None}
             assert not dead, f"exited: {dead}; logs in {tmp_path}"
             assert time.monotonic() < deadline, f"the pipeline did not start; logs in {tmp_path}"
