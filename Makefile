@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 TOPIC ?= gpu-metrics-raw
 ARGS ?=
 
-.PHONY: help venv services services-down services-status migrate topics up down \
+.PHONY: help venv services services-down services-status migrate topics schemas up down \
         test test-unit test-integration lint format openapi docs bench evaluate train-predictor \
         kafka-console-consumer kafka-topics kafka-consumer-groups psql compose-test
 
@@ -42,6 +42,9 @@ migrate: venv ## apply schema/*.sql migrations (each once)
 
 topics: venv ## create the project's Kafka topics (idempotent)
 	@source scripts/env.sh && $(PY) -m shared.topics
+
+schemas: venv ## write every topic's JSON Schema under schema/json/ from shared/topic_registry.py (commit them)
+	@$(PY) -m shared.topic_registry
 
 up: services migrate topics ## run the whole pipeline locally (mock fleet, collector, sink, scorer, API)
 	@scripts/stack.sh up

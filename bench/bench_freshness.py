@@ -67,7 +67,7 @@ def main() -> int:
             "GPUHEALTH_DB__HOST": db.host, "GPUHEALTH_DB__PORT": str(db.port),
             "GPUHEALTH_DB__SEARCH_PATH": db.search_path or "",
             "GPUHEALTH_TOPICS__METRICS_RAW": topic, "GPUHEALTH_TOPICS__EVENTS": f"{topic}-events",
-            "GPUHEALTH_TOPICS__DLQ": f"{topic}-dlq",
+            "GPUHEALTH_TOPICS__DEAD_LETTERS": f"{topic}-dlq",
             "GPUHEALTH_SINK__GROUP_ID": f"fresh-{uuid.uuid4().hex[:8]}",
             "GPUHEALTH_SINK__METRICS_PORT": "0",
         }  # fmt: skip

@@ -102,7 +102,7 @@ def sink_rate(kafka: KafkaSettings, db: DatabaseSettings, topic: str, processes:
         "GPUHEALTH_DB__HOST": db.host, "GPUHEALTH_DB__PORT": str(db.port),
         "GPUHEALTH_DB__SEARCH_PATH": db.search_path or "",
         "GPUHEALTH_TOPICS__METRICS_RAW": topic, "GPUHEALTH_TOPICS__EVENTS": f"{topic}-events",
-        "GPUHEALTH_TOPICS__DLQ": f"{topic}-dlq", "GPUHEALTH_SINK__GROUP_ID": group,
+        "GPUHEALTH_TOPICS__DEAD_LETTERS": f"{topic}-dlq", "GPUHEALTH_SINK__GROUP_ID": group,
         "GPUHEALTH_SINK__METRICS_PORT": "0", "GPUHEALTH_SINK__LANES": str(lanes),
     }  # fmt: skip
     with tempfile.TemporaryFile() as log:

@@ -20,6 +20,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from shared.errors import ConfigError
 
+# every topic's name: the topics' table is shared/topic_registry.py
+from shared.topic_registry import TopicSettings as TopicSettings
+
 log = logging.getLogger(__name__)
 
 S = TypeVar("S", bound="Settings")
@@ -52,37 +55,6 @@ class KafkaSettings(Section):
     """SASL password."""
     extra: dict[str, str] = Field(default_factory=dict)
     """Further librdkafka properties, e.g. `{"ssl.ca.location": "/etc/ca.pem"}`."""
-
-
-class TopicSettings(Section):
-    """Topic names, and how `python -m shared.topics` creates the topics."""
-
-    metrics_raw: str = "gpu-metrics-raw"
-    """GPU samples, one per GPU per poll."""
-    events: str = "gpu-events"
-    """GPU events: XIDs, ECC errors, throttling, GPUs lost and back."""
-    health: str = "gpu-health"
-    """Health verdict changes."""
-    alerts: str = "gpu-alerts"
-    """Alerts opened and resolved (the scorer's and training jobs')."""
-    dlq: str = "gpu-metrics-dlq"
-    """Dead letters: every record the sink refused, with headers saying why."""
-    processes: str = "gpu-processes"
-    """The processes on each GPU, per poll."""
-    llm_sessions: str = "llm-sessions"
-    """LLM requests measured by the proxy, and LLM servers' status."""
-    verifications: str = "gpu-verifications"
-    """Compute checks and logged operations, chained per GPU: kept forever (`retention.ms=-1`)."""
-    systems: str = "gpu-systems"
-    """Each node's identity, at collector start and on change."""
-    partitions: int = Field(default=6, ge=1, le=10_000)
-    """Partitions per topic; an existing topic with fewer is grown (never shrunk)."""
-    replication_factor: int = Field(default=1, ge=1, le=10)
-    """Replicas of each topic's partitions, when it is created."""
-    retention_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=60_000)
-    """Retention of samples, processes and LLM sessions (7 days): the database is the long-term store."""
-    audit_retention_ms: int = Field(default=30 * 24 * 3600 * 1000, ge=60_000)
-    """Retention of events, verdicts, alerts, dead letters and identities (30 days): the audit trail."""
 
 
 class DatabaseSettings(Section):

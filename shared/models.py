@@ -1,8 +1,8 @@
 """The event contract on Kafka: `GpuSample` (gpu-metrics-raw) and `GpuEvent` (gpu-events).
 
 These pydantic models are the single source of truth; the JSON Schemas under
-``schema/json/`` are generated from them (``python -m shared.models``) and a
-test keeps the committed files in step. Metric fields carry their unit in
+``schema/json/`` are generated from them (``python -m shared.topic_registry``)
+and a test keeps the committed files in step. Metric fields carry their unit in
 their name and mirror the DCGM field catalogue in :mod:`shared.dcgm`; a value
 the GPU does not report is ``null``, never a sentinel number.
 
@@ -14,11 +14,9 @@ can dead-letter them with a reason instead of storing nonsense.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from datetime import UTC, datetime, timedelta
 from enum import Enum, StrEnum
-from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
@@ -42,7 +40,6 @@ from shared.jsonlimits import check_bounds
 from shared.wire_time import wire_time
 
 SCHEMA_VERSION = 1
-JSON_SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schema" / "json"
 
 _EPOCH_FLOOR = datetime(2000, 1, 1, tzinfo=UTC)
 # Simulated fleets run ahead of the wall clock; anything further out is a broken clock.
@@ -361,35 +358,3 @@ def parse_event(raw: bytes | str) -> GpuEvent:
 def to_json(model: BaseModel) -> dict[str, Any]:
     """The message value: JSON-ready, nulls kept so consumers see every field."""
     return model.model_dump(mode="json")
-
-
-def json_schemas() -> dict[str, dict[str, Any]]:
-    from shared.models_health import json_schemas as health_schemas  # they build on this module's types
-    from shared.models_training import TrainingAlert
-    from shared.models_workload import json_schemas as workload_schemas
-
-    return {
-        "gpu-sample.v1.schema.json": GpuSample.model_json_schema(),
-        "gpu-event.v1.schema.json": GpuEvent.model_json_schema(),
-        "gpu-alert-training.v1.schema.json": TrainingAlert.model_json_schema(),
-        **workload_schemas(),
-        **health_schemas(),
-    }
-
-
-def write_json_schemas(schemas: dict[str, dict[str, Any]]) -> None:
-    """Write each schema under schema/json/ as the committed files have them."""
-    JSON_SCHEMA_DIR.mkdir(parents=True, exist_ok=True)
-    for name, schema in schemas.items():
-        (JSON_SCHEMA_DIR / name).write_text(json.dumps(schema, indent=2, sort_keys=True) + "\n")
-        print(f"wrote schema/json/{name}")
-
-
-def main() -> int:
-    """Write the JSON Schemas under schema/json/ (commit the result)."""
-    write_json_schemas(json_schemas())
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,4 @@
-"""The contract of `gpu-metrics-dlq`: `DeadLetterHeaders`, what a dead letter says of the record it carries.
+"""The contract of `gpu-dead-letters`: `DeadLetterHeaders`, what a dead letter says of the record it carries.
 
 A dead letter's value is the refused record's own bytes (cut to MAX_DLQ_VALUE,
 with a header saying so) and its key the record's key: neither has a shape of
@@ -15,14 +15,13 @@ missing ones, non-numbers where numbers go, NUL and lone surrogates are refused.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Sequence
 from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, ValidationError
 
 from shared.errors import ContractError
-from shared.models import UNSTATED, UtcTime, Version, _reason, _Strict, write_json_schemas
+from shared.models import UNSTATED, UtcTime, Version, _reason, _Strict
 
 _NUMBERS = ("dlq.schema_version", "dlq.source.partition", "dlq.source.offset", "dlq.value_truncated_from")
 
@@ -34,7 +33,7 @@ def _version_required(schema: dict[str, Any]) -> None:
 
 
 class DeadLetterHeaders(_Strict):
-    """The headers of one gpu-metrics-dlq message (built by field name, on the wire by header name)."""
+    """The headers of one gpu-dead-letters message (built by field name, on the wire by header name)."""
 
     model_config = ConfigDict(json_schema_extra=_version_required, populate_by_name=True)
 
@@ -59,7 +58,7 @@ def dead_letter_headers(headers: DeadLetterHeaders) -> list[tuple[str, str | byt
 
 
 def parse_dead_letter_headers(raw: Sequence[tuple[str, bytes | None]] | None) -> DeadLetterHeaders:
-    """Validate the headers of one gpu-metrics-dlq message; ContractError says why they are refused."""
+    """Validate the headers of one gpu-dead-letters message; ContractError says why they are refused."""
     fields: dict[str, Any] = {}
     for name, value in raw or ():
         if name in fields:
@@ -83,18 +82,3 @@ def _number(name: str, text: str) -> int:
     if not text.isascii() or not text.isdigit() or len(text) > 19:
         raise ContractError(f"{name}: header is not a whole number")
     return int(text)
-
-
-def json_schemas() -> dict[str, dict[str, Any]]:
-    """The committed JSON Schema of the dead-letter headers."""
-    return {"gpu-dead-letter-headers.v1.schema.json": DeadLetterHeaders.model_json_schema(by_alias=True)}
-
-
-def main() -> int:
-    """Write the JSON Schema under schema/json/ (commit the result)."""
-    write_json_schemas(json_schemas())
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

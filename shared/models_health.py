@@ -19,7 +19,7 @@ Times are written by shared.wire_time, like every topic's.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Literal, get_args
 
 from pydantic import ConfigDict, Field
 from typing_extensions import TypeAliasType
@@ -141,12 +141,3 @@ def _shown(value: object) -> str:
     """A refused value as an error message quotes it: short, whatever it was."""
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-def json_schemas() -> dict[str, dict[str, Any]]:
-    """The committed JSON Schemas of gpu-health and of the scorer's two gpu-alerts messages."""
-    return {
-        "gpu-health.v1.schema.json": HealthVerdict.model_json_schema(),
-        "gpu-alert-opened.v1.schema.json": AlertOpened.model_json_schema(),
-        "gpu-alert-resolved.v1.schema.json": AlertResolved.model_json_schema(),
-    }

@@ -1,6 +1,6 @@
 """The contracts of `gpu-verifications` (chained check records) and `gpu-systems` (node identity).
 
-Pydantic models are the source of truth; ``python -m shared.models_verify``
+Pydantic models are the source of truth; ``python -m shared.topic_registry``
 writes their JSON Schemas under ``schema/json/`` (a test keeps them in step).
 Times are UTC with milliseconds, written as every topic writes them
 (:mod:`shared.wire_time`: ``2026-11-22T18:00:00.123000Z``). A value
@@ -12,7 +12,6 @@ nesting are bounded (shared.jsonlimits) before it is parsed.
 
 from __future__ import annotations
 
-import sys
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -21,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from shared.chain import canonical_bytes, link_of, parse_canonical_input
 from shared.errors import ContractError
 from shared.jsonlimits import check_bounds
-from shared.models import UNSTATED, GpuUuid, Label, UtcTime, Version, _version_required, write_json_schemas
+from shared.models import UNSTATED, GpuUuid, Label, UtcTime, Version, _version_required
 
 SCHEMA_VERSION = 1
 
@@ -214,20 +213,3 @@ def parse_system(raw: bytes | str) -> SystemIdentity:
     if SystemIdentity.identity_digest(record_json(system)) != system.identity_sha256:
         raise ContractError("identity_sha256 does not match the identity it describes")
     return system
-
-
-def json_schemas() -> dict[str, dict[str, Any]]:
-    return {
-        "gpu-verification.v1.schema.json": VerificationRecord.model_json_schema(mode="serialization"),
-        "gpu-system.v1.schema.json": SystemIdentity.model_json_schema(mode="serialization"),
-    }
-
-
-def main() -> int:
-    """Write the JSON Schemas under schema/json/ (commit the result)."""
-    write_json_schemas(json_schemas())
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -148,11 +148,3 @@ def parse_llm_message(raw: bytes | str) -> LlmSession | LlmServerStatus:
     if kind == "server":
         return _parse(LlmServerStatus, raw)
     raise ContractError(f"unknown llm-sessions kind {kind!r}")
-
-
-def json_schemas() -> dict[str, dict[str, object]]:
-    return {
-        "gpu-processes.v1.schema.json": GpuProcesses.model_json_schema(),
-        "llm-session.v1.schema.json": LlmSession.model_json_schema(),
-        "llm-server-status.v1.schema.json": LlmServerStatus.model_json_schema(),
-    }

@@ -1,9 +1,9 @@
 """Creates the project's Kafka topics with their partitions and retention, idempotently.
 
-A missing topic is created; an existing one with fewer partitions than
-configured is grown (Kafka cannot shrink); its retention is set to the
-configured value. Running it twice changes nothing the second time.
-Command line: ``python -m shared.topics``.
+The topics are the registry's (shared/topic_registry.py). A missing topic is
+created; an existing one with fewer partitions than configured is grown (Kafka
+cannot shrink); its retention is set to the configured value. Running it
+twice changes nothing the second time. Command line: ``python -m shared.topics``.
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 
-from shared.config import Settings, TopicSettings, load_settings
+from shared.config import Settings, load_settings
 from shared.errors import GpuHealthError, KafkaTopicError
 from shared.kafka import make_admin, translate_error, wait_for_kafka
 from shared.logging import setup_logging
+from shared.topic_registry import Keep, TopicSettings
 
 log = logging.getLogger(__name__)
 
@@ -41,38 +42,34 @@ class TopicSpec:
     config: dict[str, str] = field(default_factory=dict)
 
 
+def topic_config(keep: Keep, topics: TopicSettings, cleanup_policy: str = "delete") -> dict[str, str]:
+    """A topic's configuration on the broker: how long it keeps records, and its cleanup policy."""
+    if keep is Keep.FOREVER:  # never deleted by time or size
+        return {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": cleanup_policy}
+    retention_ms = topics.retention_ms if keep is Keep.RAW else topics.audit_retention_ms
+    return {"retention.ms": str(retention_ms), "cleanup.policy": cleanup_policy}
+
+
 def audit_log_spec(name: str, partitions: int, replication_factor: int) -> TopicSpec:
-    """An audit log (gpu-verifications): never deleted by time or size, never compacted."""
+    """An audit log (gpu-verifications or a verifier's own): never deleted by time or size, not compacted."""
     return TopicSpec(
         name=name,
         partitions=partitions,
         replication_factor=replication_factor,
-        config={"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"},
+        config=topic_config(Keep.FOREVER, TopicSettings()),
     )
 
 
 def project_topics(topics: TopicSettings) -> list[TopicSpec]:
-    """Every topic the project produces to, named and sized by configuration: samples, processes and LLM
-    sessions kept for `retention_ms`, the audit trail for `audit_retention_ms`, verifications forever."""
-
-    def spec(name: str, retention_ms: int) -> TopicSpec:
-        return TopicSpec(
-            name=name,
-            partitions=topics.partitions,
-            replication_factor=topics.replication_factor,
-            config={"retention.ms": str(retention_ms), "cleanup.policy": "delete"},
-        )
-
+    """Every topic of the registry (shared/topic_registry.py), named and sized by configuration."""
     return [
-        spec(topics.metrics_raw, topics.retention_ms),
-        spec(topics.events, topics.audit_retention_ms),
-        spec(topics.health, topics.audit_retention_ms),
-        spec(topics.alerts, topics.audit_retention_ms),
-        spec(topics.dlq, topics.audit_retention_ms),
-        spec(topics.processes, topics.retention_ms),
-        spec(topics.llm_sessions, topics.retention_ms),
-        audit_log_spec(topics.verifications, topics.partitions, topics.replication_factor),
-        spec(topics.systems, topics.audit_retention_ms),
+        TopicSpec(
+            name=getattr(topics, r.setting),
+            partitions=r.topic.partitions or topics.partitions,
+            replication_factor=topics.replication_factor,
+            config=topic_config(r.topic.keep, topics, r.topic.cleanup_policy),
+        )
+        for r in topics.registry()
     ]
 
 

@@ -74,7 +74,7 @@ def main() -> int:
         )
         life.start_thread(workload, "sink-workload")
         life.start_thread(verification, "sink-records")
-        log.info("sinking", extra={"topics": [settings.topics.metrics_raw, settings.topics.events]})
+        log.info("sinking", extra={"topics": settings.topics.stored_by("metrics")})
         loop.run(life.stop)
     if verification.failed or workload.failed:
         log.error("stopped: a records loop failed")

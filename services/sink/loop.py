@@ -86,7 +86,7 @@ class SinkLoop:
         # Per partition, the next offset known stored in the database (the lag is measured from it).
         self.stored: dict[tuple[str, int], int] = {}
         self.relay = DeadLetterRelay(
-            settings=writer.settings, producer=dlq_producer, topic=topics.dlq, group=writer.group,
+            settings=writer.settings, producer=dlq_producer, topic=topics.dead_letters, group=writer.group,
             metrics=metrics, reader=dlq_reader,
         )  # fmt: skip
         self._relay_due = Every(5.0)  # dead letters recorded but not delivered (the broker was away)
@@ -106,7 +106,7 @@ class SinkLoop:
     # ---------------------------------------------------------------- rebalance
     def subscribe(self) -> None:
         self.consumer.subscribe(
-            [self.topics.metrics_raw, self.topics.events],
+            self.topics.stored_by("metrics"),  # gpu-metrics-raw and gpu-events (shared/topic_registry.py)
             on_assign=self._on_assign,
             on_revoke=self._on_revoke,
         )

@@ -71,7 +71,9 @@ class RecordFamily(Protocol):
 
     name: str  # in logs
 
-    def topics(self, topics: TopicSettings) -> list[str]: ...
+    def topics(self, topics: TopicSettings) -> list[str]:
+        """The names of its topics: those the registry says it stores (shared/topic_registry.py)."""
+        ...
 
     def batch_of(self, messages: Sequence[Record], topics: TopicSettings, max_bytes: int) -> RecordBatch: ...
 
@@ -173,7 +175,7 @@ class RecordFamilyLoop:
         self._conn: psycopg.Connection[Any] | None = None
         self._held: list[confluent_kafka.Message] = []  # polled while backing off, not yet stored
         self.relay = DeadLetterRelay(
-            settings=db, producer=dlq_producer, topic=topics.dlq, group=group, metrics=metrics,
+            settings=db, producer=dlq_producer, topic=topics.dead_letters, group=group, metrics=metrics,
             reader=dlq_reader,
         )  # fmt: skip
         self._relay_due = Every(5.0)  # dead letters recorded but not delivered (the broker was away)

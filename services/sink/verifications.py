@@ -118,7 +118,7 @@ class VerificationRecords:
     name = "verification/system records"
 
     def topics(self, topics: TopicSettings) -> list[str]:
-        return [topics.verifications, topics.systems]
+        return topics.stored_by("records")
 
     def batch_of(
         self, messages: Sequence[Record], topics: TopicSettings, max_bytes: int

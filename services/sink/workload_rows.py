@@ -135,7 +135,7 @@ class WorkloadRecords:
     name = "workload"
 
     def topics(self, topics: TopicSettings) -> list[str]:
-        return [topics.processes, topics.llm_sessions]
+        return topics.stored_by("workload")
 
     def batch_of(self, messages: Sequence[Record], topics: TopicSettings, max_bytes: int) -> WorkloadBatch:
         return decode_workload(messages, topics, max_bytes)

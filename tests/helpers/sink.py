@@ -65,7 +65,7 @@ def env_for(kafka: KafkaSettings, db: DatabaseSettings, topics: TopicSettings, g
         "GPUHEALTH_DB__HOST": db.host, "GPUHEALTH_DB__PORT": str(db.port),
         "GPUHEALTH_DB__SEARCH_PATH": db.search_path or "",
         "GPUHEALTH_TOPICS__METRICS_RAW": topics.metrics_raw, "GPUHEALTH_TOPICS__EVENTS": topics.events,
-        "GPUHEALTH_TOPICS__DLQ": topics.dlq, "GPUHEALTH_SINK__GROUP_ID": group,
+        "GPUHEALTH_TOPICS__DEAD_LETTERS": topics.dead_letters, "GPUHEALTH_SINK__GROUP_ID": group,
         "GPUHEALTH_SINK__METRICS_PORT": "0", "GPUHEALTH_SINK__BATCH_SIZE": "500",
         "GPUHEALTH_SINK__SESSION_TIMEOUT_MS": "6000",
     }  # fmt: skip
@@ -76,7 +76,7 @@ def sink_topics(topic_factory: Callable[..., str], dlq_partitions: int = 1) -> T
     return TopicSettings(
         metrics_raw=topic_factory(partitions=4, prefix="raw"),
         events=topic_factory(partitions=2, prefix="events"),
-        dlq=topic_factory(partitions=dlq_partitions, prefix="dlq"),
+        dead_letters=topic_factory(partitions=dlq_partitions, prefix="dlq"),
     )
 
 

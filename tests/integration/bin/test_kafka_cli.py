@@ -81,7 +81,7 @@ def test_setup_commands_exit_zero_and_are_idempotent(kafka_settings: KafkaSettin
         "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
         **{
             f"GPUHEALTH_TOPICS__{k}": f"{k.lower()}-{suffix}"
-            for k in ("METRICS_RAW", "EVENTS", "HEALTH", "ALERTS", "DLQ")
+            for k in ("METRICS_RAW", "EVENTS", "HEALTH", "ALERTS", "DEAD_LETTERS")
         },
     }
     for _ in range(2):

@@ -130,7 +130,7 @@ def test_sink_exports_its_metrics_over_http_and_flushes_them_on_sigterm(
             "GPUHEALTH_DB__HOST": migrated.host, "GPUHEALTH_DB__PORT": str(migrated.port),
             "GPUHEALTH_DB__SEARCH_PATH": migrated.search_path or "",
             "GPUHEALTH_TOPICS__METRICS_RAW": raw, "GPUHEALTH_TOPICS__EVENTS": topic_factory(prefix="ev"),
-            "GPUHEALTH_TOPICS__DLQ": topic_factory(prefix="dlq"),
+            "GPUHEALTH_TOPICS__DEAD_LETTERS": topic_factory(prefix="dlq"),
             "GPUHEALTH_SINK__GROUP_ID": f"sink-{uuid.uuid4().hex[:8]}", "GPUHEALTH_SINK__METRICS_PORT": "0",
             "GPUHEALTH_OTLP__ENABLED": "true",
             "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": endpoint + "/v1/metrics",

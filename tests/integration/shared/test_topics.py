@@ -26,7 +26,7 @@ def test_project_topics_are_created_once_then_left_alone(kafka_settings: KafkaSe
         events=f"events-{suffix}",
         health=f"health-{suffix}",
         alerts=f"alerts-{suffix}",
-        dlq=f"dlq-{suffix}",
+        dead_letters=f"dlq-{suffix}",
         processes=f"processes-{suffix}",
         llm_sessions=f"llm-{suffix}",
         verifications=f"verifications-{suffix}",

@@ -12,12 +12,10 @@ from hypothesis import strategies as st
 from services.verifier.chainlog import MemoryChain
 from shared.chain import GENESIS, ChainEntry, canonical_bytes, link_of, parse_canonical_input, verify_chain
 from shared.errors import ContractError
-from shared.models import JSON_SCHEMA_DIR
 from shared.models_verify import (
     Outcome,
     RecordKind,
     VerificationRecord,
-    json_schemas,
     parse_verification,
     record_bytes,
 )
@@ -39,12 +37,6 @@ def chain_of(n_per_gpu: list[int]) -> MemoryChain:
             if round_ < n:
                 chain.append(fields(gpu, name=f"op-{round_}"))
     return chain
-
-
-def test_committed_json_schemas_match_the_models() -> None:
-    for name, schema in json_schemas().items():
-        committed = json.loads((JSON_SCHEMA_DIR / name).read_text())
-        assert committed == schema, f"schema/json/{name} is stale: run `python -m shared.models_verify`"
 
 
 def test_canonical_bytes_are_sorted_compact_utf8() -> None:

@@ -55,7 +55,7 @@ def test_project_topics_follow_configuration() -> None:
     topics = TopicSettings(metrics_raw="raw", partitions=12, retention_ms=86_400_000)
     specs = {s.name: s for s in project_topics(topics)}
     assert set(specs) == {
-        "raw", "gpu-events", "gpu-health", "gpu-alerts", "gpu-metrics-dlq", "gpu-verifications",
+        "raw", "gpu-events", "gpu-health", "gpu-alerts", "gpu-dead-letters", "gpu-verifications",
         "gpu-systems", "gpu-processes", "llm-sessions",
     }  # fmt: skip
     assert all(s.partitions == 12 for s in specs.values())

@@ -192,7 +192,7 @@ def test_hostile_records_never_stop_the_sink_and_each_record_ends_up_in_exactly_
         conn.commit()
     group = f"sink-{uuid.uuid4().hex[:8]}"
     dlq = make_consumer(kafka_settings, group_id=f"read-{group}")
-    dlq.subscribe([topics.dlq])
+    dlq.subscribe([topics.dead_letters])
     run = Run(topics, migrated, group, make_producer(kafka_settings), dlq)
     loop = make_loop(kafka_settings, migrated, topics, group, max_message_bytes=MAX_BYTES, poll_timeout_s=0.1)
 

@@ -123,7 +123,7 @@ def test_a_hostile_mix_goes_to_the_dlq_and_every_valid_record_is_stored(
             "all offsets",
         )
     assert count(migrated, "gpu_metrics") == valid
-    dead = consume_all(kafka_settings, topics.dlq, expected=expected_dead)
+    dead = consume_all(kafka_settings, topics.dead_letters, expected=expected_dead)
     assert len(dead) == expected_dead
     for msg in dead:
         headers = header_map(msg)

@@ -176,7 +176,7 @@ def test_dead_letters_are_sent_once_even_when_the_mark_was_lost(
 
     def relay(**kw: object) -> DeadLetterRelay:
         return DeadLetterRelay(
-            settings=migrated, producer=make_producer(kafka_settings), topic=topics.dlq, group=group,
+            settings=migrated, producer=make_producer(kafka_settings), topic=topics.dead_letters, group=group,
             metrics=SinkMetrics(CollectorRegistry()), **kw,  # type: ignore[arg-type]
         )  # fmt: skip
 
@@ -190,7 +190,7 @@ def test_dead_letters_are_sent_once_even_when_the_mark_was_lost(
     second = relay(reader=lambda: make_consumer(kafka_settings, group_id=f"check-{uuid.uuid4().hex[:6]}"))
     assert second.deliver_pending() == 5
     second.close()
-    dead = consume_all(kafka_settings, topics.dlq, expected=6, timeout_s=5)
+    dead = consume_all(kafka_settings, topics.dead_letters, expected=6, timeout_s=5)
     assert sorted(int(header_map(m)["dlq.source.offset"]) for m in dead) == [0, 1, 2, 3, 4]
     with connect(migrated) as conn:
         left = conn.execute("SELECT count(*) FROM sink_dead_letters WHERE delivered_at IS NULL").fetchone()
@@ -231,7 +231,7 @@ def test_dead_letters_are_not_repeated_by_restarts(
         finally:
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(30) == 0
-    dead = consume_all(kafka_settings, topics.dlq, expected=bad, timeout_s=60, linger_s=3)
+    dead = consume_all(kafka_settings, topics.dead_letters, expected=bad, timeout_s=60, linger_s=3)
     sources = [int(header_map(m)["dlq.source.offset"]) for m in dead]
     assert len(dead) == bad
     assert len(set(sources)) == bad

@@ -176,7 +176,7 @@ def topics(topic_factory: Callable[..., str]) -> TopicSettings:
     return TopicSettings(
         verifications=topic_factory(partitions=2, prefix="verifications"),
         systems=topic_factory(partitions=2, prefix="systems"),
-        dlq=topic_factory(partitions=2, prefix="dlq"),
+        dead_letters=topic_factory(partitions=2, prefix="dlq"),
     )
 
 
@@ -225,7 +225,7 @@ def test_hostile_records_never_stop_the_records_loop_and_each_ends_up_in_exactly
 ) -> None:
     group = f"records-{uuid.uuid4().hex[:8]}"
     dlq = make_consumer(kafka_settings, group_id=f"read-{group}")
-    dlq.subscribe([topics.dlq])
+    dlq.subscribe([topics.dead_letters])
     run = Run(topics, refusing, group, make_producer(kafka_settings), dlq)
     loop = verification_loop(kafka_settings, refusing, topics, group)
 
@@ -287,7 +287,7 @@ def test_stopped_while_retrying_then_restarted_each_record_is_stored_or_dead_let
     assert not thread.is_alive()
     first.consumer.close()  # it leaves the group at once
     assert stored_offsets_total(migrated, group) == 0
-    assert dead_letters_in_topic(kafka_settings, topics.dlq) == 0
+    assert dead_letters_in_topic(kafka_settings, topics.dead_letters) == 0
     with connect(migrated) as conn:
         conn.execute("ALTER TABLE gpu_systems_away RENAME TO gpu_systems")
         conn.commit()
@@ -298,10 +298,10 @@ def test_stopped_while_retrying_then_restarted_each_record_is_stored_or_dead_let
     assert sorted(stored_names(migrated, must_store)) == sorted(must_store)
     second.stop.set()
     second_thread.join(60)  # its relay has delivered and flushed everything it was going to
-    assert dead_letters_in_topic(kafka_settings, topics.dlq) == 1
+    assert dead_letters_in_topic(kafka_settings, topics.dead_letters) == 1
 
     reader = make_consumer(kafka_settings, group_id=f"read-{group}")
-    reader.subscribe([topics.dlq])
+    reader.subscribe([topics.dead_letters])
     run.dlq = reader
     try:
         wait_until(lambda: drain(run) >= 1, 60, "the dead letter")

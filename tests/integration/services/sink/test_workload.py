@@ -55,7 +55,7 @@ def topics(topic_factory: Callable[..., str]) -> TopicSettings:
     return TopicSettings(
         processes=topic_factory(prefix="proc"),
         llm_sessions=topic_factory(prefix="llm"),
-        dlq=topic_factory(prefix="dlq", partitions=1),
+        dead_letters=topic_factory(prefix="dlq", partitions=1),
     )
 
 
@@ -270,7 +270,7 @@ def test_bad_workload_records_are_dead_lettered_and_the_good_ones_stored_once(
     ]:
         producer.produce(topic, key=key, value=raw)
     assert producer.flush(30) == 0
-    dead = consume_all(kafka_settings, topics.dlq, expected=len(bad), timeout_s=60)
+    dead = consume_all(kafka_settings, topics.dead_letters, expected=len(bad), timeout_s=60)
     assert len(dead) == len(bad)
     headers = [header_map(m) for m in dead]
     assert {h["dlq.category"] for h in headers} == {"contract", "key", "empty"}

@@ -159,7 +159,7 @@ def topics(topic_factory: Callable[..., str]) -> TopicSettings:
     return TopicSettings(
         processes=topic_factory(partitions=2, prefix="processes"),
         llm_sessions=topic_factory(partitions=2, prefix="llm"),
-        dlq=topic_factory(partitions=2, prefix="dlq"),
+        dead_letters=topic_factory(partitions=2, prefix="dlq"),
     )
 
 
@@ -222,7 +222,7 @@ def test_hostile_workload_records_are_each_stored_or_dead_lettered_exactly_once(
 ) -> None:
     group = f"workload-{uuid.uuid4().hex[:8]}"
     dlq = make_consumer(kafka_settings, group_id=f"read-{group}")
-    dlq.subscribe([topics.dlq])
+    dlq.subscribe([topics.dead_letters])
     run = WorkloadRun(topics, refusing, group, make_producer(kafka_settings), dlq)
     loop = workload_loop(kafka_settings, refusing, topics, group)
 
@@ -304,7 +304,7 @@ def test_stopped_while_retrying_then_restarted_a_bad_record_is_dead_lettered_onc
     assert not first_thread.is_alive()
     first.consumer.close()  # it leaves the group at once
     assert stored_offsets_total(migrated, group) == 0
-    assert dead_letters_in_topic(kafka_settings, topics.dlq) == 0
+    assert dead_letters_in_topic(kafka_settings, topics.dead_letters) == 0
     with connect(migrated) as conn:
         conn.execute("ALTER TABLE llm_sessions_away RENAME TO llm_sessions")
         conn.commit()
@@ -312,6 +312,6 @@ def test_stopped_while_retrying_then_restarted_a_bad_record_is_dead_lettered_onc
     second = workload_loop(kafka_settings, migrated, topics, group)
     running(second)
     wait_until(lambda: stored_offsets_total(migrated, group) == run.n, 60, "every record's offset stored")
-    wait_until(lambda: dead_letters_in_topic(kafka_settings, topics.dlq) >= 1, 60, "the dead letter")
+    wait_until(lambda: dead_letters_in_topic(kafka_settings, topics.dead_letters) >= 1, 60, "the dead letter")
     assert stored_ids(migrated, must_store) == sorted(must_store)
-    assert dead_letters_in_topic(kafka_settings, topics.dlq) == len(must_die) == 1
+    assert dead_letters_in_topic(kafka_settings, topics.dead_letters) == len(must_die) == 1

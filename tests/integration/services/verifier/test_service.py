@@ -133,7 +133,7 @@ def record_topics(topic_factory: Callable[..., str]) -> TopicSettings:
     return TopicSettings(
         verifications=topic_factory(partitions=2, prefix="verifications"),
         systems=topic_factory(partitions=2, prefix="systems"),
-        dlq=topic_factory(partitions=1, prefix="dlq"),
+        dead_letters=topic_factory(partitions=1, prefix="dlq"),
     )
 
 
@@ -224,7 +224,7 @@ def test_sink_stores_records_dead_letters_bad_ones_and_the_api_serves_them(
     assert wait_for_rows(migrated, "SELECT count(*) FROM gpu_verifications", 4) == 4
     assert wait_for_rows(migrated, "SELECT count(*) FROM gpu_systems", 2) == 2
 
-    dead = consume_all(kafka_settings, record_topics.dlq, 3)
+    dead = consume_all(kafka_settings, record_topics.dead_letters, 3)
     reasons = sorted((header_map(m)["dlq.category"], header_map(m)["dlq.source.topic"]) for m in dead)
     assert reasons == [
         ("contract", record_topics.systems),

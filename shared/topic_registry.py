@@ -1,0 +1,303 @@
+"""The project's topics, in one table: each topic's name, messages, JSON Schema, key and retention.
+
+:class:`TopicSettings` is that table. Each field is one topic: its setting
+(``GPUHEALTH_TOPICS__<FIELD>`` names it), its default name, the line under it
+saying what it carries, and its :class:`Topic`: the message model(s) with
+their committed JSON Schema under ``schema/json/``, what the Kafka key is,
+how long it is kept and its cleanup policy, its partitions, and which of the
+sink's loops stores it. Everything else reads this table: topic creation
+(``python -m shared.topics``, shared/topics.py), the JSON Schemas
+(``python -m shared.topic_registry`` writes them; a unit test fails when one
+is stale or a topic has none), the sink's subscriptions, and the tests.
+
+Adding a topic is one field here and its model; see
+tests/unit/shared/test_topic_registry.py, which adds one to a registry of its
+own and watches creation, schemas and settings follow. A service that
+produces or consumes it reads its name as ``settings.topics.<field>``.
+
+Renamed: the dead letters' topic was ``gpu-metrics-dlq`` (setting
+``GPUHEALTH_TOPICS__DLQ``); it carries dead letters from every topic the sink
+reads, so it is ``gpu-dead-letters`` (``GPUHEALTH_TOPICS__DEAD_LETTERS``).
+The old setting still works and warns once at start. Moving a deployment:
+
+1. Keeping the old topic: set ``GPUHEALTH_TOPICS__DEAD_LETTERS=gpu-metrics-dlq``
+   for every service (the sink above all) and nothing else changes.
+2. Moving to the new one: run ``python -m shared.topics`` (creates
+   ``gpu-dead-letters``), stop the sinks (a sink delivers what it has recorded
+   before it exits; ``SELECT count(*) FROM sink_dead_letters WHERE delivered_at
+   IS NULL`` is then 0, so no letter is in doubt across the two topics), start
+   them on the new release, and point whatever reads dead letters at
+   ``gpu-dead-letters``. The old topic keeps its letters for its retention (30
+   days by default); read what you need of it, then delete it
+   (``bin/kafka-topics --delete --topic gpu-metrics-dlq``).
+
+The header names (``dlq.*``) are the headers' contract and stay as they are.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, Literal, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.json_schema import JsonSchemaMode
+
+from shared.models import GpuEvent, GpuSample
+from shared.models_deadletter import DeadLetterHeaders
+from shared.models_health import AlertOpened, AlertResolved, HealthVerdict
+from shared.models_training import TrainingAlert
+from shared.models_verify import SystemIdentity, VerificationRecord
+from shared.models_workload import GpuProcesses, LlmServerStatus, LlmSession
+
+log = logging.getLogger(__name__)
+
+SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schema" / "json"
+# A Kafka topic name: what the broker accepts (legal characters, at most 249 of them).
+TopicName = Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]{1,249}$")]
+# The key of a topic whose records keep the key they had where they came from (the dead letters').
+ORIGINAL_KEY = "(the key of the record it carries)"
+
+
+class Keep(StrEnum):
+    """How long a topic keeps its records (its retention.ms)."""
+
+    RAW = "raw"  # GPUHEALTH_TOPICS__RETENTION_MS: re-readable for a while; the database keeps them after
+    AUDIT = "audit"  # GPUHEALTH_TOPICS__AUDIT_RETENTION_MS: small, and the trail of what was decided
+    FOREVER = "forever"  # never deleted, by time or by size: an audit log (retention.ms and .bytes -1)
+
+
+# The sink's loops (services/sink): the metrics loop, the records loop, the workload loop.
+SinkLoopName = Literal["metrics", "records", "workload"]
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One kind of message a topic carries: its model and its committed JSON Schema file."""
+
+    model: type[BaseModel]
+    schema: str  # the file under schema/json/
+    part: Literal["value", "headers"] = "value"  # what of the Kafka record the model describes
+    # the side of the model the schema describes: "serialization" where the bytes on the wire are
+    # the model's own output (the chained records, whose hash covers them)
+    mode: JsonSchemaMode = "validation"
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class Topic:
+    """A topic's entry, beside its setting in TopicSettings (which holds its default name)."""
+
+    messages: tuple[Message, ...]
+    key: str  # the field of each message whose value is the Kafka key, or ORIGINAL_KEY
+    keep: Keep
+    cleanup_policy: Literal["delete", "compact", "compact,delete"] = "delete"
+    # None: GPUHEALTH_TOPICS__PARTITIONS. Every topic so far is keyed by a GPU or a host, so all grow
+    # with the fleet alike.
+    partitions: int | None = None
+    stored_by: SinkLoopName | None = None  # the sink loop that stores it; None: the sink does not read it
+
+    def __init__(
+        self,
+        *messages: Message,
+        key: str,
+        keep: Keep,
+        cleanup_policy: Literal["delete", "compact", "compact,delete"] = "delete",
+        partitions: int | None = None,
+        stored_by: SinkLoopName | None = None,
+    ) -> None:
+        if not messages:
+            raise TypeError("a topic carries at least one kind of message")
+        for name, value in (
+            ("messages", messages), ("key", key), ("keep", keep), ("cleanup_policy", cleanup_policy),
+            ("partitions", partitions), ("stored_by", stored_by),
+        ):  # fmt: skip
+            object.__setattr__(self, name, value)
+
+
+class Registered(NamedTuple):
+    """A topic as the table has it: its setting, default name, what it carries, and its entry."""
+
+    setting: str
+    default: str
+    carries: str
+    topic: Topic
+
+
+class TopicSettings(BaseModel):
+    """Every topic: its name (one field each, the registry) and how topics are created."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    metrics_raw: Annotated[
+        TopicName,
+        Topic(
+            Message(GpuSample, "gpu-sample.v1.schema.json"),
+            key="gpu_uuid",
+            keep=Keep.RAW,
+            stored_by="metrics",
+        ),
+    ] = "gpu-metrics-raw"
+    """One sample per GPU per poll, every metric its source reported."""
+    events: Annotated[
+        TopicName,
+        Topic(
+            Message(GpuEvent, "gpu-event.v1.schema.json"),
+            key="gpu_uuid",
+            keep=Keep.AUDIT,
+            stored_by="metrics",
+        ),
+    ] = "gpu-events"
+    """What happened between two polls: XIDs, ECC DBE increments, throttling, GPUs lost and back."""
+    health: Annotated[
+        TopicName, Topic(Message(HealthVerdict, "gpu-health.v1.schema.json"), key="gpu_uuid", keep=Keep.AUDIT)
+    ] = "gpu-health"
+    """The scorer's health verdicts, one message per change of a GPU subsystem's state."""
+    alerts: Annotated[
+        TopicName,
+        Topic(
+            Message(AlertOpened, "gpu-alert-opened.v1.schema.json"),
+            Message(AlertResolved, "gpu-alert-resolved.v1.schema.json"),
+            Message(TrainingAlert, "gpu-alert-training.v1.schema.json"),
+            key="gpu_uuid",
+            keep=Keep.AUDIT,
+        ),
+    ] = "gpu-alerts"
+    """Alerts opened and resolved, by the scorer and by training jobs (told apart by `source`)."""
+    dead_letters: Annotated[
+        TopicName,
+        Topic(
+            Message(DeadLetterHeaders, "gpu-dead-letter-headers.v1.schema.json", part="headers"),
+            key=ORIGINAL_KEY,
+            keep=Keep.AUDIT,
+        ),
+    ] = "gpu-dead-letters"
+    """Records the sink refused, from every topic it reads: the record's own bytes, headers saying why."""
+    processes: Annotated[
+        TopicName,
+        Topic(
+            Message(GpuProcesses, "gpu-processes.v1.schema.json"),
+            key="gpu_uuid",
+            keep=Keep.RAW,
+            stored_by="workload",
+        ),
+    ] = "gpu-processes"
+    """Each GPU's processes at a poll, each classified (training, inference, ...)."""
+    llm_sessions: Annotated[
+        TopicName,
+        Topic(
+            Message(LlmSession, "llm-session.v1.schema.json"),
+            Message(LlmServerStatus, "llm-server-status.v1.schema.json"),
+            key="server",
+            keep=Keep.RAW,
+            stored_by="workload",
+        ),
+    ] = "llm-sessions"
+    """LLM requests as the proxy saw them, and each LLM server's status at a poll."""
+    verifications: Annotated[
+        TopicName,
+        Topic(
+            Message(VerificationRecord, "gpu-verification.v1.schema.json", mode="serialization"),
+            key="gpu_uuid",
+            keep=Keep.FOREVER,
+            stored_by="records",
+        ),
+    ] = "gpu-verifications"
+    """Compute checks and logged operations, chained per GPU by SHA-256: an audit log, kept for ever."""
+    systems: Annotated[
+        TopicName,
+        Topic(
+            Message(SystemIdentity, "gpu-system.v1.schema.json", mode="serialization"),
+            key="hostname",
+            keep=Keep.AUDIT,
+            stored_by="records",
+        ),
+    ] = "gpu-systems"
+    """Each node's hardware and driver identity, at collector start and on change."""
+
+    # How every topic is created.
+    partitions: int = Field(default=6, ge=1, le=10_000)
+    """Partitions of each topic (a topic's entry may set its own)."""
+    replication_factor: int = Field(default=1, ge=1, le=10)
+    """Replicas of each topic's partitions."""
+    retention_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=60_000)
+    """How long raw samples and other Keep.RAW topics are re-readable: the database is the long-term store."""
+    audit_retention_ms: int = Field(default=30 * 24 * 3600 * 1000, ge=60_000)
+    """How long verdicts, alerts and other Keep.AUDIT topics are kept: small, and the audit trail."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        """GPUHEALTH_TOPICS__DLQ still names the dead letters' topic, with a warning (see the module)."""
+        if isinstance(data, dict) and "dlq" in data:
+            if "dead_letters" in data:
+                raise ValueError("both GPUHEALTH_TOPICS__DLQ (deprecated) and __DEAD_LETTERS are set")
+            log.warning(
+                "GPUHEALTH_TOPICS__DLQ is deprecated: set GPUHEALTH_TOPICS__DEAD_LETTERS instead "
+                "(its default name is now gpu-dead-letters)"
+            )
+            data = {("dead_letters" if k == "dlq" else k): v for k, v in data.items()}
+        return data
+
+    @classmethod
+    def registry(cls) -> tuple[Registered, ...]:
+        """The topics of this table, in its order (a subclass adds its own after)."""
+        out = []
+        for setting, field in cls.model_fields.items():
+            entries = [m for m in field.metadata if isinstance(m, Topic)]
+            if not entries:
+                continue
+            if len(entries) > 1 or not isinstance(field.default, str) or not field.description:
+                raise TypeError(f"topic {setting}: one Topic, a default name and a line on what it carries")
+            out.append(Registered(setting, field.default, field.description, entries[0]))
+        return tuple(out)
+
+    def stored_by(self, loop: SinkLoopName) -> list[str]:
+        """The configured names of the topics that sink loop stores (it subscribes to these)."""
+        return [getattr(self, r.setting) for r in self.registry() if r.topic.stored_by == loop]
+
+
+def json_schemas(table: type[TopicSettings] = TopicSettings) -> dict[str, dict[str, Any]]:
+    """The JSON Schema of every message of every topic, by its file name under schema/json/."""
+    schemas: dict[str, dict[str, Any]] = {}
+    for registered in table.registry():
+        for message in registered.topic.messages:
+            if message.schema in schemas:
+                raise ValueError(f"{message.schema} is named by two messages")
+            schemas[message.schema] = message.model.model_json_schema(mode=message.mode)
+    return schemas
+
+
+def schema_text(schema: dict[str, Any]) -> str:
+    """A schema as the committed files have it."""
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"
+
+
+def write_json_schemas(schemas: dict[str, dict[str, Any]], directory: Path = SCHEMA_DIR) -> list[str]:
+    """Write each schema under `directory` and remove the ones no topic has any more; what changed."""
+    directory.mkdir(parents=True, exist_ok=True)
+    changed = []
+    for name, schema in schemas.items():
+        path = directory / name
+        if not path.exists() or path.read_text() != schema_text(schema):
+            path.write_text(schema_text(schema))
+            changed.append(f"wrote {name}")
+    for stale in sorted(directory.glob("*.schema.json")):
+        if stale.name not in schemas:
+            stale.unlink()
+            changed.append(f"removed {stale.name}")
+    return changed
+
+
+def main() -> int:
+    """Write the JSON Schemas of every topic under schema/json/ (commit the result)."""
+    for line in write_json_schemas(json_schemas()) or ["schema/json/ is up to date"]:
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
