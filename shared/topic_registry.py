@@ -71,8 +71,8 @@ class Keep(StrEnum):
     FOREVER = "forever"  # never deleted, by time or by size: an audit log (retention.ms and .bytes -1)
 
 
-# The sink's loops (services/sink): the metrics loop, the records loop, the workload loop.
-SinkLoopName = Literal["metrics", "records", "workload"]
+# The sink's loops (services/sink): SinkLoop (metrics), VerificationLoop and WorkloadLoop.
+SinkLoopName = Literal["metrics", "verification", "workload"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +203,7 @@ class TopicSettings(BaseModel):
             Message(VerificationRecord, "gpu-verification.v1.schema.json", mode="serialization"),
             key="gpu_uuid",
             keep=Keep.FOREVER,
-            stored_by="records",
+            stored_by="verification",
         ),
     ] = "gpu-verifications"
     """Compute checks and logged operations, chained per GPU by SHA-256: an audit log, kept for ever."""
@@ -213,7 +213,7 @@ class TopicSettings(BaseModel):
             Message(SystemIdentity, "gpu-system.v1.schema.json", mode="serialization"),
             key="hostname",
             keep=Keep.AUDIT,
-            stored_by="records",
+            stored_by="verification",
         ),
     ] = "gpu-systems"
     """Each node's hardware and driver identity, at collector start and on change."""

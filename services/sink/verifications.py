@@ -118,7 +118,7 @@ class VerificationRecords:
     name = "verification/system records"
 
     def topics(self, topics: TopicSettings) -> list[str]:
-        return topics.stored_by("records")
+        return topics.stored_by("verification")
 
     def batch_of(
         self, messages: Sequence[Record], topics: TopicSettings, max_bytes: int

@@ -23,14 +23,14 @@ def refusals(loop: SinkLoopName, topic: str) -> set[str]:
     message = confluent_kafka.Message(topic=topic, partition=0, offset=0, key=None, value=b"{}")
     if loop == "metrics":
         return {d.category for lane in decode_lanes([message], TOPICS, 1_000_000).values() for d in lane.dead}
-    family = VerificationRecords() if loop == "records" else WorkloadRecords()
+    family = VerificationRecords() if loop == "verification" else WorkloadRecords()
     return {d.category for d in family.batch_of([message], TOPICS, 1_000_000).dead}
 
 
 def test_the_records_loops_subscribe_to_what_the_registry_gives_them() -> None:
     assert (
         VerificationRecords().topics(TOPICS)
-        == stored_by("records")
+        == stored_by("verification")
         == ["own-gpu-verifications", "own-gpu-systems"]
     )
     assert (
@@ -39,7 +39,7 @@ def test_the_records_loops_subscribe_to_what_the_registry_gives_them() -> None:
     assert TOPICS.stored_by("metrics") == ["own-gpu-metrics-raw", "own-gpu-events"]
 
 
-@pytest.mark.parametrize("loop", ["metrics", "records", "workload"])
+@pytest.mark.parametrize("loop", ["metrics", "verification", "workload"])
 def test_every_topic_a_loop_is_given_is_one_it_decodes(loop: SinkLoopName) -> None:
     for topic in stored_by(loop):
         assert refusals(loop, topic) == {"contract"}, topic  # read against its contract, not "not mine"
