@@ -18,20 +18,9 @@ produces or consumes it reads its name as ``settings.topics.<field>``.
 Renamed: the dead letters' topic was ``gpu-metrics-dlq`` (setting
 ``GPUHEALTH_TOPICS__DLQ``); it carries dead letters from every topic the sink
 reads, so it is ``gpu-dead-letters`` (``GPUHEALTH_TOPICS__DEAD_LETTERS``).
-The old setting still works and warns once at start. Moving a deployment:
-
-1. Keeping the old topic: set ``GPUHEALTH_TOPICS__DEAD_LETTERS=gpu-metrics-dlq``
-   for every service (the sink above all) and nothing else changes.
-2. Moving to the new one: run ``python -m shared.topics`` (creates
-   ``gpu-dead-letters``), stop the sinks (a sink delivers what it has recorded
-   before it exits; ``SELECT count(*) FROM sink_dead_letters WHERE delivered_at
-   IS NULL`` is then 0, so no letter is in doubt across the two topics), start
-   them on the new release, and point whatever reads dead letters at
-   ``gpu-dead-letters``. The old topic keeps its letters for its retention (30
-   days by default); read what you need of it, then delete it
-   (``bin/kafka-topics --delete --topic gpu-metrics-dlq``).
-
-The header names (``dlq.*``) are the headers' contract and stay as they are.
+The old setting still works and warns at start; how to move a deployment is
+in docs/operating.md (Dead letters). The header names (``dlq.*``) are the
+headers' contract and stay as they are.
 """
 
 from __future__ import annotations
@@ -42,7 +31,7 @@ import sys
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Literal, NamedTuple
+from typing import Annotated, Any, Literal, NamedTuple, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.json_schema import JsonSchemaMode
@@ -58,7 +47,8 @@ log = logging.getLogger(__name__)
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schema" / "json"
 # A Kafka topic name: what the broker accepts (legal characters, at most 249 of them).
-TopicName = Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]{1,249}$")]
+TOPIC_NAME_PATTERN = r"^[A-Za-z0-9._-]{1,249}$"
+TopicName = Annotated[str, Field(pattern=TOPIC_NAME_PATTERN)]
 # The key of a topic whose records keep the key they had where they came from (the dead letters').
 ORIGINAL_KEY = "(the key of the record it carries)"
 
@@ -128,7 +118,7 @@ class Registered(NamedTuple):
 
 
 class TopicSettings(BaseModel):
-    """Every topic: its name (one field each, the registry) and how topics are created."""
+    """Topic names (one field per topic: the topics' table) and how `python -m shared.topics` creates them."""
 
     model_config = ConfigDict(use_attribute_docstrings=True)
 
@@ -220,27 +210,32 @@ class TopicSettings(BaseModel):
 
     # How every topic is created.
     partitions: int = Field(default=6, ge=1, le=10_000)
-    """Partitions of each topic (a topic's entry may set its own)."""
+    """Partitions per topic, unless its entry sets its own; a topic with fewer is grown (never shrunk)."""
     replication_factor: int = Field(default=1, ge=1, le=10)
-    """Replicas of each topic's partitions."""
+    """Replicas of each topic's partitions, when it is created."""
     retention_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=60_000)
-    """How long raw samples and other Keep.RAW topics are re-readable: the database is the long-term store."""
+    """Retention of the `Keep.RAW` topics (samples, processes, LLM sessions; 7 days)."""
     audit_retention_ms: int = Field(default=30 * 24 * 3600 * 1000, ge=60_000)
-    """How long verdicts, alerts and other Keep.AUDIT topics are kept: small, and the audit trail."""
+    """Retention of the `Keep.AUDIT` topics (events, verdicts, alerts, dead letters, identities; 30 days)."""
 
-    @model_validator(mode="before")
-    @classmethod
-    def _renamed(cls, data: Any) -> Any:
-        """GPUHEALTH_TOPICS__DLQ still names the dead letters' topic, with a warning (see the module)."""
-        if isinstance(data, dict) and "dlq" in data:
-            if "dead_letters" in data:
+    dlq: str | None = Field(
+        default=None, pattern=TOPIC_NAME_PATTERN, deprecated="the dead letters' topic is `dead_letters` now"
+    )
+    """Deprecated (warns at start): the old name of `GPUHEALTH_TOPICS__DEAD_LETTERS`, taken as that."""
+
+    @model_validator(mode="after")
+    def _renamed(self) -> Self:
+        """GPUHEALTH_TOPICS__DLQ still names the dead letters' topic (how to move: docs/operating.md)."""
+        old = self.__dict__["dlq"]  # read past the deprecation, which warns on every read
+        if old is not None:
+            if "dead_letters" in self.model_fields_set:
                 raise ValueError("both GPUHEALTH_TOPICS__DLQ (deprecated) and __DEAD_LETTERS are set")
             log.warning(
                 "GPUHEALTH_TOPICS__DLQ is deprecated: set GPUHEALTH_TOPICS__DEAD_LETTERS instead "
                 "(its default name is now gpu-dead-letters)"
             )
-            data = {("dead_letters" if k == "dlq" else k): v for k, v in data.items()}
-        return data
+            self.dead_letters = old
+        return self
 
     @classmethod
     def registry(cls) -> tuple[Registered, ...]:
