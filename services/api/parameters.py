@@ -72,16 +72,13 @@ class NoQuery(QueryModel):
     """An endpoint that takes no query parameters."""
 
 
-class GpuListQuery(QueryModel):
-    cluster: Label = None
-    datacenter: Label = None
-    rack: Label = None
-    host: Label = None
-    model: Annotated[str | None, Field(max_length=128, pattern=r"^[A-Za-z0-9 ._-]+$")] = None
-    state: HealthState | None = None
-    sort: Literal[tuple(SORTS)] = "score"  # type: ignore[valid-type]
-    limit: Annotated[int, Field(ge=1, le=1000)] = 100
-    offset: Annotated[int, Field(ge=0, le=1_000_000, description="prefer `cursor`; kept for old clients")] = 0
+Limit = Annotated[int, Field(ge=1, le=1000, description="at most this many items")]
+
+
+class PageQuery(QueryModel):
+    """One page of a list: at most `limit` items, after the `cursor` the previous page returned."""
+
+    limit: Limit = 100
     cursor: Cursor = None
 
 
@@ -96,49 +93,45 @@ class WindowQuery(QueryModel):
         return time_range(self.start, self.end, default=default, max_days=max_days)
 
 
+class GpuListQuery(PageQuery):
+    cluster: Label = None
+    datacenter: Label = None
+    rack: Label = None
+    host: Label = None
+    model: Annotated[str | None, Field(max_length=128, pattern=r"^[A-Za-z0-9 ._-]+$")] = None
+    state: HealthState | None = None
+    sort: Literal[tuple(SORTS)] = "score"  # type: ignore[valid-type]
+    offset: Annotated[int, Field(ge=0, le=1_000_000, description="prefer `cursor`; kept for old clients")] = 0
+
+
 class SeriesQuery(WindowQuery):
     bucket: Bucket = "1m"
 
 
-class EventsQuery(WindowQuery):
+class EventsQuery(WindowQuery, PageQuery):
     gpu: GpuUuid = None
     kind: Literal[tuple(k.value for k in EventKind)] | None = None  # type: ignore[valid-type]
-    limit: Annotated[int, Field(ge=1, le=1000)] = 100
-    cursor: Cursor = None
 
 
-class AlertsQuery(QueryModel):
+class AlertsQuery(PageQuery):
     state: Literal[(*ALERT_STATES, "unresolved")] = "unresolved"  # type: ignore[valid-type]
     severity: AlertSeverity | None = None
     gpu: GpuUuid = None
     host: Label = None
-    limit: Annotated[int, Field(ge=1, le=1000)] = 100
-    cursor: Cursor = None
 
 
-class PredictionsQuery(QueryModel):
-    limit: Annotated[int, Field(ge=1, le=1000)] = 50
+class PredictionsQuery(PageQuery):
+    limit: Limit = 50
     min_p30: Annotated[float, Field(ge=0, le=1)] = 0.0
-    cursor: Cursor = None
 
 
-class HistoryQuery(QueryModel):
-    """A history's page: a GPU's verdict changes, a node's identities."""
-
-    limit: Annotated[int, Field(ge=1, le=1000)] = 100
-    cursor: Cursor = None
-
-
-class VerificationsQuery(QueryModel):
+class VerificationsQuery(PageQuery):
     kind: Literal[tuple(k.value for k in RecordKind)] | None = None  # type: ignore[valid-type]
     outcome: Literal[tuple(o.value for o in Outcome)] | None = None  # type: ignore[valid-type]
-    limit: Annotated[int, Field(ge=1, le=1000)] = 100
-    cursor: Cursor = None
 
 
-class SystemsQuery(QueryModel):
-    limit: Annotated[int, Field(ge=1, le=10_000)] = 1000
-    cursor: Cursor = None
+class SystemsQuery(PageQuery):
+    limit: Annotated[int, Field(ge=1, le=10_000, description="at most this many items")] = 1000
 
 
 class FleetProcessesQuery(QueryModel):

@@ -1,10 +1,11 @@
 """Fleet-wide reads over gpu_assets, gpu_status and gpu_latest: the summary, the GPU list, one GPU's detail.
 
-Rows come back as `dict_row` dicts (the TypedDicts below name their keys, in
-the order the API writes them out), whatever row factory the connection has;
-times stay datetimes (the API formats them). The summary, the list and the
-detail are async (the API's pool); the summary and the list also have a sync
-caller, the bench's baseline, running the same statement text.
+Rows come back as `dict_row` dicts keyed by the statements' columns, in their
+order (the order the API writes them out: its answer models say what each key
+holds), whatever row factory the connection has; times stay datetimes (the API
+formats them). The summary, the list and the detail are async (the API's pool);
+the summary and the list also have a sync caller, the bench's baseline, running
+the same statement text.
 """
 
 from __future__ import annotations
@@ -92,34 +93,11 @@ SUMMARY_PLACES = """
 """  # fmt: skip
 
 
-class FleetTotals(TypedDict):
-    gpus: int
-    healthy: int
-    degraded: int
-    unhealthy: int
-    not_scored: int
-    missing: int  # no sample, or none within missing_after_s of the fleet's newest
-    avg_temp_c: float | None
-    max_temp_c: float | None
-    power_w: float | None
-    avg_util_pct: float | None
-
-
-class PlaceCounts(TypedDict):
-    cluster: str | None
-    datacenter: str | None
-    rack: str | None
-    gpus: int
-    healthy: int
-    degraded: int
-    unhealthy: int
-
-
 @dataclass(frozen=True, slots=True)
 class FleetSummary:
-    totals: FleetTotals
+    totals: Row  # gpus, healthy, degraded, unhealthy, not_scored, missing, avg/max temp, power, avg util
     open_alerts: dict[str, int]  # unresolved alerts by severity (only severities that have some)
-    by_location: list[PlaceCounts]
+    by_location: list[Row]  # per (cluster, datacenter, rack): gpus, healthy, degraded, unhealthy
 
 
 def _summary_statements(missing_after_s: float) -> list[tuple[str, dict[str, Any]]]:
@@ -129,7 +107,7 @@ def _summary_statements(missing_after_s: float) -> list[tuple[str, dict[str, Any
 
 def _summary(totals: list[Row], alerts: list[Row], places: list[Row]) -> FleetSummary:
     by_severity = {str(r["severity"]): int(r["n"]) for r in alerts}
-    return FleetSummary(totals=totals[0], open_alerts=by_severity, by_location=places)  # type: ignore[arg-type]
+    return FleetSummary(totals=totals[0], open_alerts=by_severity, by_location=places)
 
 
 async def summary(conn: AsyncConn, *, missing_after_s: float) -> FleetSummary:
@@ -164,28 +142,10 @@ class GpuFilters:
     state: str | None = None
 
 
-class GpuListRow(TypedDict):
-    gpu_uuid: str
-    hostname: str
-    gpu_index: int
-    model: str
-    cluster: str | None
-    datacenter: str | None
-    rack: str | None
-    state: str | None
-    score: float | None
-    grade: str | None
-    action: str | None
-    last_seen: datetime | None
-    gpu_temp_c: float | None
-    power_usage_w: float | None
-    gpu_util_pct: float | None
-
-
 @dataclass(frozen=True, slots=True)
 class GpuPage:
     total: int  # every GPU the filters match
-    gpus: list[GpuListRow]
+    gpus: list[Row]  # identity and placement, state, score, grade, action, latest readings
 
 
 _LIST_FROM = """
@@ -227,7 +187,7 @@ async def gpu_page(conn: AsyncConn, filters: GpuFilters, *, sort: str, limit: in
             await total.execute(count_query, params)
             await found.execute(page_query, params)
         n = (await total.fetchall())[0]["n"]
-        return GpuPage(total=int(n), gpus=await found.fetchall())  # type: ignore[arg-type]
+        return GpuPage(total=int(n), gpus=await found.fetchall())
 
 
 def gpu_page_sync(conn: SyncConn, filters: GpuFilters, *, sort: str, limit: int, offset: int) -> GpuPage:
@@ -235,7 +195,7 @@ def gpu_page_sync(conn: SyncConn, filters: GpuFilters, *, sort: str, limit: int,
     count_query, page_query = gpu_list_statements(sort)
     params = gpu_list_params(filters, limit=limit, offset=offset)
     n = dict_rows(conn, count_query, params)[0]["n"]
-    return GpuPage(total=int(n), gpus=dict_rows(conn, page_query, params))  # type: ignore[arg-type]
+    return GpuPage(total=int(n), gpus=dict_rows(conn, page_query, params))
 
 
 # --- one GPU -----------------------------------------------------------------------------------

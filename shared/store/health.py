@@ -17,7 +17,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from .errors import translated
-from .results import dict_rows_async, tuple_rows
+from .results import Row, dict_rows_async, tuple_rows
 
 SyncConn = psycopg.Connection[Any]
 AsyncConn = psycopg.AsyncConnection[Any]
@@ -167,17 +167,9 @@ def actions(conn: SyncConn) -> dict[str, str]:
 # --- the API's reads ---------------------------------------------------------------------------
 
 
-class HistoryEntry(TypedDict):
-    time: datetime
-    subsystem: str
-    state: str
-    rule: str | None
-    evidence: dict[str, Any]
-
-
 async def verdict_history(
     conn: AsyncConn, gpu_uuid: str, *, limit: int, after: tuple[datetime, str] | None
-) -> tuple[list[HistoryEntry], int]:
+) -> tuple[list[Row], int]:
     """One GPU's verdict changes, newest first, from after the (time, subsystem) key `after`; and their total."""
     ct, cs = after or (None, None)
     params = {"g": gpu_uuid, "limit": limit, "ct": ct, "cs": cs}
@@ -188,23 +180,12 @@ async def verdict_history(
         ORDER BY time DESC, subsystem DESC LIMIT %(limit)s
     """, params)  # fmt: skip
     total = await dict_rows_async(conn, "SELECT count(*) AS n FROM gpu_health WHERE gpu_uuid = %(g)s", params)
-    return found, int(total[0]["n"])  # type: ignore[return-value]
-
-
-class RankedPrediction(TypedDict):
-    gpu_uuid: str
-    hostname: str
-    model: str
-    rack: str | None
-    time: datetime
-    p_fail_7d: float
-    p_fail_30d: float
-    reasons: list[dict[str, Any]]
+    return found, int(total[0]["n"])
 
 
 async def ranked_predictions(
     conn: AsyncConn, *, min_p30: float, limit: int, after: tuple[float, str] | None
-) -> tuple[list[RankedPrediction], int]:
+) -> tuple[list[Row], int]:
     """GPUs by their newest p_fail_30d (at least `min_p30`), highest first, from after the
     (p_fail_30d, gpu_uuid) key `after`; and the total at least `min_p30`."""
     cp, cg = after or (None, None)
@@ -221,4 +202,4 @@ async def ranked_predictions(
         ORDER BY p.p_fail_30d DESC, a.gpu_uuid LIMIT %(limit)s
     """, params)  # fmt: skip
     total = await dict_rows_async(conn, f"SELECT count(*) AS n {base}", params)
-    return found, int(total[0]["n"])  # type: ignore[return-value]
+    return found, int(total[0]["n"])

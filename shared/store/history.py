@@ -1,15 +1,16 @@
 """Series and events over time for the API: one GPU's metrics in buckets, the fleet's events.
 
 Buckets of a minute and up read the 1-minute rollup (gpu_metrics_1min), finer
-ones the raw samples (gpu_metrics). Rows are dicts (the TypedDicts name their
-keys); times stay datetimes.
+ones the raw samples (gpu_metrics). Rows are dicts keyed by the statements'
+columns (a bucket: `t`, temp_c, temp_max_c, power_w, util_pct, then each of
+COUNTERS' names, their max); times stay datetimes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypedDict
+from typing import Any
 
 import psycopg
 
@@ -43,16 +44,6 @@ _ROLLUP_SERIES = f"""SELECT time_bucket(%(b)s, bucket) AS t,
                    GROUP BY t ORDER BY t"""  # fmt: skip
 
 
-class SeriesPoint(TypedDict, total=False):
-    """One bucket: `t`, temp_c, temp_max_c, power_w, util_pct, then each of COUNTERS' names (their max)."""
-
-    t: datetime
-    temp_c: float | None
-    temp_max_c: float | None
-    power_w: float | None
-    util_pct: float | None
-
-
 def _series(gpu_uuid: str, start: datetime, end: datetime, bucket_s: int) -> tuple[str, dict[str, Any]]:
     params = {"g": gpu_uuid, "from": start, "to": end, "b": timedelta(seconds=bucket_s)}
     return (_RAW_SERIES if bucket_s < 60 else _ROLLUP_SERIES), params
@@ -80,17 +71,6 @@ class EventFilters:
     kind: str | None = None
 
 
-class EventRow(TypedDict):
-    time: datetime
-    gpu_uuid: str
-    kind: str
-    hostname: str | None
-    cluster: str | None
-    datacenter: str | None
-    rack: str | None
-    details: dict[str, Any]
-
-
 _EVENTS_WHERE = """
         WHERE time >= %(from)s AND time < %(to)s AND (%(gpu)s::text IS NULL OR gpu_uuid = %(gpu)s)
           AND (%(kind)s::text IS NULL OR kind = %(kind)s)"""
@@ -98,7 +78,7 @@ _EVENTS_WHERE = """
 
 async def events(
     conn: AsyncConn, filters: EventFilters, *, limit: int, after: tuple[datetime, str, str] | None
-) -> tuple[list[EventRow], int]:
+) -> tuple[list[Row], int]:
     """Events newest first, after the (time, gpu_uuid, kind) key `after`; and the total the filters match."""
     ct, cg, ck = after or (None, None, None)
     params = {"from": filters.start, "to": filters.end, "gpu": filters.gpu, "kind": filters.kind,
@@ -109,4 +89,4 @@ async def events(
         ORDER BY time DESC, gpu_uuid DESC, kind DESC LIMIT %(limit)s
     """, params)  # fmt: skip
     total = await dict_rows_async(conn, f"SELECT count(*) AS n FROM gpu_events {_EVENTS_WHERE}", params)
-    return found, int(total[0]["n"])  # type: ignore[return-value]
+    return found, int(total[0]["n"])

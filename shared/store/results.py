@@ -17,7 +17,7 @@ from .errors import translated
 SyncConn = psycopg.Connection[Any]
 AsyncConn = psycopg.AsyncConnection[Any]
 Query = str | sql.SQL | sql.Composed
-Row = dict[str, Any]  # every column of a `SELECT *` (gpu_assets, gpu_latest), by name
+Row = dict[str, Any]  # a row by column name, in the statement's order (the API's answers say what each holds)
 
 
 def dict_rows(conn: SyncConn, query: Query, params: Any = None) -> list[Row]:

@@ -4,18 +4,19 @@ The sink stores each record once (`insert_verification`, `insert_system`: ON
 CONFLICT DO NOTHING on the table's idempotency key, so a replay adds
 nothing; a system also moves its host's latest identity, never backwards).
 The API's reads take an async connection whose rows are dicts (dict_row) and
-return them as they come, typed below; keyset pages ask for `limit` rows and
+return them as they come, keyed by the statements' columns; keyset pages ask for `limit` rows and
 say where the previous page ended.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, TypedDict
+from typing import Any
 
 import psycopg
 
 from .errors import translated
+from .results import Row
 
 VERIFICATION_SQL = """
 INSERT INTO gpu_verifications (time, gpu_uuid, seq, kind, name, outcome, hostname, device, backend,
@@ -54,56 +55,12 @@ def insert_system(cur: psycopg.Cursor[Any], row: tuple[Any, ...]) -> int:
     return inserted
 
 
-class VerificationRow(TypedDict):
-    time: datetime
-    seq: int
-    kind: str
-    name: str
-    outcome: str
-    hostname: str
-    device: str | None
-    backend: str | None
-    device_ms: float | None
-    cpu_ms: float | None
-    speedup: float | None
-    prev_sha256: str
-    sha256: str
-    record: dict[str, Any]
-    source_partition: int
-    source_offset: int
-
-
-class SystemBrief(TypedDict):
-    hostname: str
-    time: datetime
-    identity_sha256: str
-    source: str
-    gpus: int
-    cpu_model: str | None
-    driver_version: str | None
-    gpu_models: list[str]
-
-
-class SystemIdentity(TypedDict):
-    time: datetime
-    identity_sha256: str
-    record: dict[str, Any]
-
-
-class SystemAnnouncement(TypedDict):
-    time: datetime
-    identity_sha256: str
-    source: str
-    gpus: int
-    record: dict[str, Any]
-
-
 _VERIFICATIONS_WHERE = """FROM gpu_verifications WHERE gpu_uuid = %(g)s
           AND (%(kind)s::text IS NULL OR kind = %(kind)s)
           AND (%(outcome)s::text IS NULL OR outcome = %(outcome)s)"""
 
 
-async def _fetch(conn: AsyncConn, query: str, params: dict[str, Any]) -> list[Any]:
+async def _fetch(conn: AsyncConn, query: str, params: dict[str, Any]) -> list[Row]:
     with translated(conn):
         cur = await conn.execute(query, params)
         return await cur.fetchall()
@@ -112,7 +69,7 @@ async def _fetch(conn: AsyncConn, query: str, params: dict[str, Any]) -> list[An
 async def verifications_page(
     conn: AsyncConn, gpu_uuid: str, *, kind: str | None, outcome: str | None, limit: int,
     after: tuple[int | None, datetime | None] = (None, None),
-) -> list[VerificationRow]:  # fmt: skip
+) -> list[Row]:  # fmt: skip
     """A GPU's records newest first (seq, time), those after the keyset `after`, at most `limit`."""
     params = {"g": gpu_uuid, "kind": kind, "outcome": outcome, "limit": limit, "cs": after[0], "ct": after[1]}
     return await _fetch(
@@ -139,7 +96,7 @@ async def verifications_count(
     return int(found[0]["n"])
 
 
-async def systems_page(conn: AsyncConn, *, limit: int, after: str | None = None) -> list[SystemBrief]:
+async def systems_page(conn: AsyncConn, *, limit: int, after: str | None = None) -> list[Row]:
     """Every node's latest identity in brief, by hostname, those after `after`, at most `limit`."""
     return await _fetch(
         conn,
@@ -160,7 +117,7 @@ async def systems_count(conn: AsyncConn) -> int:
     return int((await _fetch(conn, "SELECT count(*) AS n FROM gpu_systems_latest", {}))[0]["n"])
 
 
-async def system_latest(conn: AsyncConn, hostname: str) -> SystemIdentity | None:
+async def system_latest(conn: AsyncConn, hostname: str) -> Row | None:
     """A node's latest announced identity (None: never announced)."""
     found = await _fetch(
         conn,
@@ -179,7 +136,7 @@ async def system_history_count(conn: AsyncConn, hostname: str) -> int:
 
 async def system_history_page(
     conn: AsyncConn, hostname: str, *, limit: int, after: tuple[datetime | None, str | None] = (None, None)
-) -> list[SystemAnnouncement]:
+) -> list[Row]:
     """Every identity the node announced, newest first, those after the keyset `after`, at most `limit`."""
     return await _fetch(
         conn,

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from decimal import Decimal
-from typing import Any, TypedDict
+from typing import Any
 
 import psycopg
 from psycopg import sql
 
 from .errors import translated
+from .results import Row
 
 Cursor = psycopg.Cursor[Any]
 AsyncConn = psycopg.AsyncConnection[Any]
@@ -105,83 +105,6 @@ def drop_old_chunks(conn: psycopg.Connection[Any], keep_days: Mapping[str, int])
 
 
 # ---------------------------------------------------------------- the API's reads
-class ProcessListing(TypedDict):
-    """A GPU's newest poll (gpu_process_latest's row)."""
-
-    gpu_uuid: str
-    time: datetime
-    gpu_index: int
-    hostname: str
-    process_count: int
-
-
-class FleetWork(TypedDict):
-    gpus_listed: int
-    gpus_busy: int
-    processes: int
-    newest_poll: datetime | None
-
-
-class ProcessRow(TypedDict):
-    """One process of a listing (gpu_processes, `username` as `user`)."""
-
-    pid: int
-    type: str
-    used_memory_mib: int | None
-    sm_util_pct: float | None
-    mem_util_pct: float | None
-    executable: str | None
-    command_line: str | None
-    user: str | None
-    start_time: datetime | None
-    container_id: str | None
-    pod_uid: str | None
-    qos_class: str | None
-    classification: str
-    rule: str
-
-
-class WorkByClass(TypedDict):
-    classification: str
-    processes: int
-    gpus: int
-    used_memory_mib: Decimal | int  # sum of a bigint: numeric in PostgreSQL
-    pods: int
-
-
-class WorkByRule(TypedDict):
-    rule: str
-    classification: str
-    processes: int
-
-
-class LlmModelFigures(TypedDict):
-    model: str
-    requests: int
-    errors: int
-    ttft_p50_ms: float | None
-    ttft_p95_ms: float | None
-    tps_p50: float | None
-    tps_p95: float | None
-    tpot_p50_ms: float | None
-    prompt_tokens: Decimal | int  # sums of bigints: numeric in PostgreSQL
-    completion_tokens: Decimal | int
-
-
-class LlmServerSnapshot(TypedDict):
-    server: str
-    time: datetime
-    engine: str
-    up: bool
-    version: str | None
-    models: list[dict[str, Any]]
-    requests_running: float | None
-    requests_waiting: float | None
-    kv_cache_usage_ratio: float | None
-    ttft_ms: float | None
-    tpot_ms: float | None
-
-
 _PROCESS_FIELDS = (
     "p.pid, p.type, p.used_memory_mib, p.sm_util_pct, p.mem_util_pct, p.executable, p.command_line,"
     " p.username AS user, p.start_time, p.container_id, p.pod_uid, p.qos_class, p.classification, p.rule"
@@ -192,19 +115,19 @@ _CURRENT = (
 )
 
 
-async def _fetch(conn: AsyncConn, query: str, params: dict[str, Any]) -> list[Any]:
+async def _fetch(conn: AsyncConn, query: str, params: dict[str, Any]) -> list[Row]:
     with translated(conn):
         cur = await conn.execute(query, params)
         return await cur.fetchall()
 
 
-async def process_listing(conn: AsyncConn, gpu_uuid: str) -> ProcessListing | None:
+async def process_listing(conn: AsyncConn, gpu_uuid: str) -> Row | None:
     """The GPU's newest poll (None: never listed)."""
     found = await _fetch(conn, "SELECT * FROM gpu_process_latest WHERE gpu_uuid = %(g)s", {"g": gpu_uuid})
     return found[0] if found else None
 
 
-async def processes_at(conn: AsyncConn, gpu_uuid: str, time: datetime) -> list[ProcessRow]:
+async def processes_at(conn: AsyncConn, gpu_uuid: str, time: datetime) -> list[Row]:
     """The GPU's processes of the poll at `time`, the biggest in memory first."""
     return await _fetch(
         conn,
@@ -214,7 +137,7 @@ async def processes_at(conn: AsyncConn, gpu_uuid: str, time: datetime) -> list[P
     )
 
 
-async def fleet_work(conn: AsyncConn, hostname: str | None) -> FleetWork:
+async def fleet_work(conn: AsyncConn, hostname: str | None) -> Row:
     """GPUs listed and busy, processes, the newest poll (of one host, if given)."""
     found = await _fetch(
         conn,
@@ -224,10 +147,10 @@ async def fleet_work(conn: AsyncConn, hostname: str | None) -> FleetWork:
           FROM gpu_process_latest l {_HOST}""",
         {"h": hostname},
     )
-    return found[0]  # type: ignore[no-any-return]
+    return found[0]
 
 
-async def work_by_class(conn: AsyncConn, hostname: str | None) -> list[WorkByClass]:
+async def work_by_class(conn: AsyncConn, hostname: str | None) -> list[Row]:
     """Current processes by classification: processes, GPUs, memory, pods."""
     return await _fetch(
         conn,
@@ -239,7 +162,7 @@ async def work_by_class(conn: AsyncConn, hostname: str | None) -> list[WorkByCla
     )
 
 
-async def work_by_rule(conn: AsyncConn, hostname: str | None) -> list[WorkByRule]:
+async def work_by_rule(conn: AsyncConn, hostname: str | None) -> list[Row]:
     """Current processes by the rule that classified them."""
     return await _fetch(
         conn,
@@ -250,7 +173,7 @@ async def work_by_rule(conn: AsyncConn, hostname: str | None) -> list[WorkByRule
     )
 
 
-async def llm_models(conn: AsyncConn, start: datetime, end: datetime) -> list[LlmModelFigures]:
+async def llm_models(conn: AsyncConn, start: datetime, end: datetime) -> list[Row]:
     """Per model in [start, end): requests, errors, TTFT/TPS/TPOT percentiles, tokens."""
     return await _fetch(
         conn,
@@ -269,7 +192,7 @@ async def llm_models(conn: AsyncConn, start: datetime, end: datetime) -> list[Ll
     )
 
 
-async def llm_servers(conn: AsyncConn) -> list[LlmServerSnapshot]:
+async def llm_servers(conn: AsyncConn) -> list[Row]:
     """Each LLM server's newest snapshot of the last day."""
     return await _fetch(
         conn,

@@ -43,7 +43,7 @@ class WorkByClass(Answer):
     classification: ProcessClass
     processes: int
     gpus: int
-    used_memory_mib: int
+    used_memory_mib: int  # a sum of bigints: numeric in PostgreSQL, a Decimal in the row
     pods: int
 
 

@@ -13,7 +13,7 @@ from shared.store.history import EventFilters
 from ..answers.history import Events, Series, VerdictHistory
 from ..deps import Db, Settings
 from ..paging import decode_cursor, page
-from ..parameters import BUCKET_SECONDS, Bucket, EventsQuery, GpuPath, HistoryQuery, SeriesQuery
+from ..parameters import BUCKET_SECONDS, Bucket, EventsQuery, GpuPath, PageQuery, SeriesQuery
 
 router = APIRouter(tags=["history"])
 
@@ -47,7 +47,7 @@ async def gpu_series(
 
 
 @router.get("/gpus/{gpu_uuid}/history")
-async def gpu_history(db: Db, gpu_uuid: GpuPath, query: Annotated[HistoryQuery, Query()]) -> VerdictHistory:
+async def gpu_history(db: Db, gpu_uuid: GpuPath, query: Annotated[PageQuery, Query()]) -> VerdictHistory:
     """Verdict changes of one GPU (gpu_health), newest first; an unknown GPU has an empty history."""
     after = tuple(decode_cursor(query.cursor, [datetime, str])) if query.cursor else None
     async with db.reading() as conn:

@@ -20,7 +20,7 @@ from ..answers import problems
 from ..answers.verification import SystemHistory, SystemIdentity, Systems, Verifications
 from ..deps import Db
 from ..paging import decode_cursor, page
-from ..parameters import GpuPath, HistoryQuery, HostPath, NoQuery, SystemsQuery, VerificationsQuery
+from ..parameters import GpuPath, HostPath, NoQuery, PageQuery, SystemsQuery, VerificationsQuery
 
 router = APIRouter(tags=["verification"])
 
@@ -85,9 +85,7 @@ async def system_detail(db: Db, hostname: HostPath, query: Annotated[NoQuery, Qu
 
 
 @router.get("/systems/{hostname}/history", responses=problems({404: "the node never announced its identity"}))
-async def system_history(
-    db: Db, hostname: HostPath, query: Annotated[HistoryQuery, Query()]
-) -> SystemHistory:
+async def system_history(db: Db, hostname: HostPath, query: Annotated[PageQuery, Query()]) -> SystemHistory:
     """Every identity the node announced, newest first: when its hardware or driver changed."""
     after = decode_cursor(query.cursor, [datetime, str]) if query.cursor else [None, None]
     async with db.reading() as conn:

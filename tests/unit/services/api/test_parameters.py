@@ -27,8 +27,8 @@ from services.api.parameters import (
     EventsQuery,
     FleetProcessesQuery,
     GpuListQuery,
-    HistoryQuery,
     NoQuery,
+    PageQuery,
     PredictionsQuery,
     QueryModel,
     SeriesQuery,
@@ -42,7 +42,7 @@ from services.api.settings import ApiSection
 from shared.config import DatabaseSettings
 
 MODELS: list[type[QueryModel]] = [
-    NoQuery, GpuListQuery, SeriesQuery, EventsQuery, AlertsQuery, PredictionsQuery, HistoryQuery,
+    NoQuery, GpuListQuery, SeriesQuery, EventsQuery, AlertsQuery, PredictionsQuery, PageQuery,
     VerificationsQuery, SystemsQuery, FleetProcessesQuery, WindowQuery,
 ]  # fmt: skip
 # Each model's integer and float fields with their bounds: (field, lowest, highest).
@@ -51,7 +51,7 @@ BOUNDS: dict[type[QueryModel], list[tuple[str, float, float]]] = {
     EventsQuery: [("limit", 1, 1000)],
     AlertsQuery: [("limit", 1, 1000)],
     PredictionsQuery: [("limit", 1, 1000), ("min_p30", 0, 1)],
-    HistoryQuery: [("limit", 1, 1000)],
+    PageQuery: [("limit", 1, 1000)],
     VerificationsQuery: [("limit", 1, 1000)],
     SystemsQuery: [("limit", 1, 10_000)],
 }
@@ -64,8 +64,12 @@ def refusal(model: type[QueryModel], data: dict[str, Any]) -> list[Any]:
     return refused.value.errors()
 
 
-def test_every_subclass_is_checked() -> None:
-    assert set(QueryModel.__subclasses__()) | {SeriesQuery, EventsQuery} == set(MODELS)
+def subclasses(model: type[QueryModel]) -> set[type[QueryModel]]:
+    return {model, *(c for sub in model.__subclasses__() for c in subclasses(sub))}
+
+
+def test_every_query_model_is_checked() -> None:
+    assert subclasses(QueryModel) - {QueryModel} == set(MODELS)
 
 
 @given(model=st.sampled_from(MODELS), name=NAMES, value=st.text(max_size=10))
