@@ -33,9 +33,35 @@ HealthState = Literal["healthy", "degraded", "unhealthy"]
 HEALTH_STATES: tuple[HealthState, ...] = get_args(HealthState)  # best to worst
 Subsystem = Literal["memory", "thermal", "power", "pcie", "nvlink", "xid", "availability"]
 SUBSYSTEMS: tuple[Subsystem, ...] = get_args(Subsystem)
-Action = Literal["none", "restart_workload", "reset_gpu", "reboot_node", "inspect"]
-# The escalation ladder: the same fault after an action moves one rung up.
+Action = Literal[
+    "none", "restart_workload", "reset_gpu", "reboot_node", "inspect", "run_diagnostics",
+    "check_mechanicals", "send_for_repair",
+]  # fmt: skip
+# The action ladder, cheapest first: each rung takes the GPU (or more) out of service for longer,
+# or costs more people, than the one below it. A verdict at a rung says the rungs below it are not
+# enough; the same fault after an action moves one rung up (services/scorer/escalation.py).
 LADDER: tuple[Action, ...] = get_args(Action)
+# Why each rung is where it is. The scorer, the API (/api/v1/reference/actions), the page and the
+# CLI all read this table.
+ACTION_REASONS: dict[Action, str] = {
+    "none": "Nothing is wrong enough to act on; the finding is for the record.",
+    "restart_workload": "The job's fault or a transient: restart the job; the GPU needs nothing.",
+    "reset_gpu": "The GPU's state is bad but a reset restores it; only this GPU leaves service, briefly.",
+    "reboot_node": "A reset cannot reach the fault (the GPU left the bus, or the driver must start "
+    "again): the node and all its GPUs restart.",
+    "inspect": "Automatic remedies are spent or the cause is unknown: a person reads the evidence (and "
+    "asks NVIDIA support where the catalogue says so) before the GPU leaves service for longer.",
+    "run_diagnostics": "A hardware fault is suspected but not proven: drain the GPU and run DCGM's "
+    "diagnostics (dcgmi diag -r 3, or this project's compute check); back in service if they pass.",
+    "check_mechanicals": "The signs point at seating, cabling, power or cooling: a technician powers "
+    "the node down and reseats or replaces the part.",
+    "send_for_repair": "The GPU cannot be repaired in place (spare memory used up, faults after every "
+    "remedy): it leaves the fleet for repair or replacement.",
+}
+# Repeats of one fault alone climb no higher than this; the rungs above it take the GPU out of
+# service for long and are reached only by a rule that names them (the catalogue, a workflow,
+# a pattern rule), never by counting repeats.
+REPEAT_CEILING: Action = "inspect"
 AlertSeverity = Literal["info", "warning", "critical"]
 ALERT_SEVERITIES: tuple[AlertSeverity, ...] = get_args(AlertSeverity)
 AlertState = Literal["open", "acknowledged", "resolved"]  # acknowledged: by an operator, in the API

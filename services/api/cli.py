@@ -1,4 +1,4 @@
-"""`gpuhealth`: the fleet, one GPU, the alerts, and acknowledging one, in a terminal.
+"""`gpuhealth`: the fleet, one GPU, the alerts, acknowledging one, and the action ladder, in a terminal.
 
 A thin client of the REST API (--url or GPUHEALTH_URL, default
 http://127.0.0.1:8000; --key or GPUHEALTH_API_KEY for acknowledging): the same
@@ -105,13 +105,27 @@ def fleet(client: httpx.Client, top: int) -> str:
     return render(summary, worst, series)
 
 
+def ladder(client: httpx.Client) -> list[dict[str, Any]]:
+    rungs: list[dict[str, Any]] = get(client, "/api/v1/reference/actions")["actions"]
+    return rungs
+
+
+def actions(client: httpx.Client) -> str:
+    rungs = ladder(client)
+    return "\n".join(["recommended actions, cheapest first:"] + [
+        f"{r['rank']:>2}  {r['action']:<18}{r['why']}" for r in rungs
+    ])  # fmt: skip
+
+
 def gpu(client: httpx.Client, uuid: str) -> str:
     d = get(client, f"/api/v1/gpus/{uuid}")
     a, status = d["asset"], d["status"] or {}
+    action = status.get("action")
+    why = {r["action"]: r for r in ladder(client)}.get(action) if action else None
     lines = [
         f"{uuid}  {a['model']}  host {a['hostname']} gpu {a['gpu_index']}  rack {a.get('rack') or '-'}",
         f"state {status.get('state') or 'not scored'}  score {fmt(status.get('score'))}  "
-        f"action {status.get('action') or '-'}",
+        f"action {action or '-'}" + (f" (rung {why['rank']}: {why['why']})" if why else ""),
         "",
         f"{'subsystem':<14}{'state':<11}{'rule':<28}evidence",
     ]
@@ -163,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
         "--key", default=os.environ.get("GPUHEALTH_API_KEY"), help="default: $GPUHEALTH_API_KEY"
     )
     p_ack.add_argument("--by", default=os.environ.get("USER", "cli"), help="who acknowledges")
-    for sub in (p_fleet, p_gpu, p_alerts, p_ack):  # --url after the command works too
+    p_actions = commands.add_parser("actions", help="the recommended actions in order, with why")
+    for sub in (p_fleet, p_gpu, p_alerts, p_ack, p_actions):  # --url after the command works too
         sub.add_argument("--url", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:
@@ -174,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(gpu(client, args.uuid))
             elif args.command == "alerts":
                 print(alerts(client, args.limit))
+            elif args.command == "actions":
+                print(actions(client))
             else:
                 print(acknowledge(client, args.alert_id, args.key, args.by))
     except RefusedError as e:

@@ -23,6 +23,8 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
 
+from shared.models_health import ACTION_REASONS, LADDER
+
 from .deps import State
 from .parameters import AlertsQuery, GpuListQuery
 from .routes.alerts import alert_list
@@ -104,6 +106,12 @@ def alert_rows(alerts: list[dict[str, Any]]) -> str:
     )
 
 
+def ladder_items() -> str:
+    """The action ladder (shared.models_health), one list item per rung; the script reads `data-why`."""
+    why = {a: escape(ACTION_REASONS[a]) for a in LADDER}
+    return "".join(f'<li data-action="{a}" data-why="{why[a]}"><b>{a}</b>: {why[a]}</li>' for a in LADDER)
+
+
 async def render_page(state: State, template: str) -> str:
     # the same (cached) answers the API gives, as JSON
     summary = json.loads(await summary_json(state.db, state.cache, state.missing_after_s))
@@ -121,6 +129,7 @@ async def render_page(state: State, template: str) -> str:
     for key, value in stats.items():
         page = page.replace(f'<b id="{key}">–</b>', f'<b id="{key}">{escape(str(value))}</b>')
     page = page.replace("<!--GRID-->", grid(gpus)).replace("<!--ALERTS-->", alert_rows(alerts["alerts"]))
+    page = page.replace("<!--LADDER-->", ladder_items())
     return page.replace("<!--ALERT-TOTAL-->", str(alerts["total"]))
 
 

@@ -3,8 +3,10 @@
 Kept apart from the verdicts (rules.py) so the action policy reads, and changes,
 in one place:
 
-- a fault that repeats moves one rung up the ladder per repeat within the
-  escalation window (none < restart_workload < reset_gpu < reboot_node < inspect);
+- a fault that repeats moves one rung up the ladder (shared.models_health.LADDER)
+  per repeat within the escalation window, up to inspect (REPEAT_CEILING): the
+  rungs above it (diagnostics, mechanicals, repair) are named by rules, never
+  reached by counting;
 - a fall off the bus is one episode however it was seen: an XID 79, a
   gpu_lost event, or both; the second episode after a reboot means inspect;
 - application XIDs (NVIDIA: the workload's fault) stay restart_workload unless
@@ -18,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from shared.models_health import LADDER, Action
+from shared.models_health import LADDER, REPEAT_CEILING, Action
 
 from .features import XidCounts, XidValue
 from .rules_config import Rules
@@ -27,10 +29,12 @@ FELL_OFF_THE_BUS = 79
 
 
 def escalate(action: Action, repeats: int) -> Action:
-    """One rung up the ladder per repeat of the same fault (e.g. XID 79 after two reboots: inspect)."""
-    if action == "none" or repeats <= 0:
+    """One rung up the ladder per repeat of the same fault (e.g. XID 79 after two reboots: inspect),
+    up to REPEAT_CEILING; an action already above it stays where it is."""
+    rank, ceiling = LADDER.index(action), LADDER.index(REPEAT_CEILING)
+    if action == "none" or repeats <= 0 or rank >= ceiling:
         return action
-    return LADDER[min(LADDER.index(action) + repeats, len(LADDER) - 1)]
+    return LADDER[min(rank + repeats, ceiling)]
 
 
 def xid_counts(value: XidValue) -> XidCounts:

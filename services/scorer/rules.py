@@ -62,16 +62,17 @@ def evaluate(gpu: GpuFeatures, rules: Rules, as_of: datetime) -> dict[str, Verdi
             threshold_s=rules.availability.missing_after_s, **fell_off.evidence,
         )  # fmt: skip
 
-    # memory / ECC (DCGM's MEM health watch)
+    # memory / ECC (DCGM's MEM health watch). A failed row remap, or as many retired pages as
+    # DCGM's RMA threshold, leaves no spare memory to repair in place: the GPU goes for repair.
     mem_rules, mem = rules.memory, verdicts["memory"]
     if gpu.dbe_volatile >= mem_rules.dbe_volatile_fail:
         mem.worse("unhealthy", "volatile_dbe", "reset_gpu", dbe_volatile=gpu.dbe_volatile,
                   new_in_window=gpu.dbe_new, window_s=windows.long_s)  # fmt: skip
     if gpu.remap_failure:
-        mem.worse("unhealthy", "row_remap_failure", "inspect", row_remap_failure=1,
+        mem.worse("unhealthy", "row_remap_failure", "send_for_repair", row_remap_failure=1,
                   remapped_rows_uncorrectable=gpu.remapped_uncorrectable)  # fmt: skip
     if gpu.retired_pages >= mem_rules.retired_pages_fail:
-        mem.worse("unhealthy", "retired_pages_limit", "inspect", retired_pages=gpu.retired_pages,
+        mem.worse("unhealthy", "retired_pages_limit", "send_for_repair", retired_pages=gpu.retired_pages,
                   threshold=mem_rules.retired_pages_fail)  # fmt: skip
     if gpu.retired_pending >= mem_rules.retired_pending_warn:
         mem.worse(
@@ -120,23 +121,23 @@ def evaluate(gpu: GpuFeatures, rules: Rules, as_of: datetime) -> dict[str, Verdi
                 margin_c=rules.thermal.warn_margin_c,
             )
 
-    # power: a power brake is the board or node protecting itself
+    # power: a power brake is the board or node protecting itself (a PSU, a power cable)
     if gpu.reasons_any & Reason.HW_POWER_BRAKE_SLOWDOWN:
         verdicts["power"].worse(
             "unhealthy",
             "hw_power_brake",
-            "inspect",
+            "check_mechanicals",
             reasons=Reason.names(gpu.reasons_any),
             window_s=windows.short_s,
         )
 
-    # PCIe replays
+    # PCIe replays: link-level retries, the sign of a bad riser, cable or slot
     pcie_rules, pcie_rate = rules.pcie, _per_hour(gpu.pcie_new, gpu)
     if pcie_rate >= pcie_rules.replays_per_hour_fail:
         verdicts["pcie"].worse(
             "unhealthy",
             "pcie_replay_storm",
-            "inspect",
+            "check_mechanicals",
             replays_per_hour=round(pcie_rate, 1),
             new_replays=gpu.pcie_new,
             window_s=windows.long_s,

@@ -185,6 +185,8 @@ async function showGpu(uuid) {
     tr.append(make("td", "", v.subsystem), make("td", "st-" + v.state, `${MARK[v.state]} ${v.state}`), make("td", "", v.rule || "–"),
               make("td", "", evidence(v.evidence)), make("td", "", v.state === "healthy" ? "none" : actions[v.subsystem] || st.action || "inspect"),
               make("td", "", utc(v.since)));
+    const rung = document.querySelector(`#ladder li[data-action="${tr.children[4].textContent}"]`);
+    if (rung) tr.children[4].title = rung.dataset.why;  // why this action, from the ladder on the page
     vbody.append(tr);
   }
   $("d-verdicts").querySelector("tbody").replaceWith(vbody);

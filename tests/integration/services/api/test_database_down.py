@@ -19,7 +19,7 @@ UUID = "GPU-11111111-2222-3333-4444-555555555555"
 
 
 def data_endpoints(openapi: dict[str, Any]) -> list[str]:
-    """Every GET under /api/v1, its path parameters filled with a well-formed value."""
+    """Every GET under /api/v1 but the reference data (code, not database), its path parameters filled."""
 
     def filled(match: re.Match[str]) -> str:
         return UUID if "uuid" in match.group(0) else "node-0"
@@ -27,7 +27,7 @@ def data_endpoints(openapi: dict[str, Any]) -> list[str]:
     paths: list[str] = [
         re.sub(r"\{[^}]+\}", filled, path)
         for path, ops in openapi["paths"].items()
-        if "get" in ops and str(path).startswith("/api/v1")
+        if "get" in ops and str(path).startswith("/api/v1") and not str(path).startswith("/api/v1/reference")
     ]
     return sorted(paths)
 

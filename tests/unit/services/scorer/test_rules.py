@@ -40,8 +40,9 @@ def test_a_healthy_gpu_at_full_power_has_no_finding() -> None:
     ("changes", "expected"),
     [
         ({"dbe_volatile": 1}, {"memory": ("unhealthy", "volatile_dbe", "reset_gpu")}),
-        ({"remap_failure": 1}, {"memory": ("unhealthy", "row_remap_failure", "inspect")}),
-        ({"retired_pages": 63}, {"memory": ("unhealthy", "retired_pages_limit", "inspect")}),
+        # Changed by issue 32: these four were inspect; the ladder now has the rung each needs.
+        ({"remap_failure": 1}, {"memory": ("unhealthy", "row_remap_failure", "send_for_repair")}),
+        ({"retired_pages": 63}, {"memory": ("unhealthy", "retired_pages_limit", "send_for_repair")}),
         ({"retired_pages": 62}, {}),
         ({"retired_pending": 1}, {"memory": ("degraded", "page_retirement_pending", "reset_gpu")}),
         ({"remap_pending": 1}, {"memory": ("degraded", "row_remap_pending", "reset_gpu")}),
@@ -50,9 +51,9 @@ def test_a_healthy_gpu_at_full_power_has_no_finding() -> None:
         ({"temp_max": 83}, {"thermal": ("degraded", "near_slowdown_temperature", "none")}),
         ({"temp_max": 88}, {"thermal": ("unhealthy", "hw_thermal_slowdown", "inspect")}),
         ({"reasons_any": 0x40}, {"thermal": ("unhealthy", "hw_thermal_slowdown", "inspect")}),
-        ({"reasons_any": 0x80}, {"power": ("unhealthy", "hw_power_brake", "inspect")}),
+        ({"reasons_any": 0x80}, {"power": ("unhealthy", "hw_power_brake", "check_mechanicals")}),
         ({"pcie_new": 150}, {"pcie": ("degraded", "pcie_replays", "none")}),
-        ({"pcie_new": 2000}, {"pcie": ("unhealthy", "pcie_replay_storm", "inspect")}),
+        ({"pcie_new": 2000}, {"pcie": ("unhealthy", "pcie_replay_storm", "check_mechanicals")}),
         ({"nvlink_crc_new": 200}, {"nvlink": ("degraded", "nvlink_crc_errors", "none")}),
         ({"nvlink_replay_recovery_new": 1}, {"nvlink": ("unhealthy", "nvlink_replay_recovery", "reset_gpu")}),
         ({"xids": {79: (1, 1)}}, {"xid": ("unhealthy", "xid_79", "reboot_node")}),
