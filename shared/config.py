@@ -77,7 +77,9 @@ class DatabaseSettings(Section):
     application_name: str = "gpu-health"
     """Shown in `pg_stat_activity`."""
     search_path: str | None = Field(default=None, pattern=r"^[a-z_][a-z0-9_]{0,62}$")
-    """A schema to use before `public` (where TimescaleDB lives): isolates tests and tenants."""
+    """The one schema a service reaches (tests, tenants); unset: the role's default (`public`). A bound
+    service sees no table of any other schema, `public` included: a table missing from its schema is an
+    error, never a read or write elsewhere. TimescaleDB's functions are called as `public.*`."""
 
     def conninfo(self, **overrides: Any) -> str:
         """A libpq connection string; values are quoted so no setting can inject another."""
@@ -92,7 +94,7 @@ class DatabaseSettings(Section):
             "application_name": self.application_name,
         }
         if self.search_path:
-            params["options"] = f"-c search_path={self.search_path},public"
+            params["options"] = f"-c search_path={self.search_path}"
         params.update(overrides)
         return " ".join(f"{key}={_libpq_quote(str(value))}" for key, value in params.items())
 

@@ -30,6 +30,7 @@ from prometheus_client import CollectorRegistry
 from shared import otlp
 from shared.config import DatabaseSettings
 from shared.db import wait_for_database
+from shared.migrate import check_migrated
 from shared.service import serve_metrics
 
 log = logging.getLogger(__name__)
@@ -77,16 +78,19 @@ class Lifecycle(ExitStack):
         self, registry: CollectorRegistry, port: int, bind: str, *, database: DatabaseSettings | None = None
     ) -> None:
         """Serve /metrics (and export it over OTLP when that is on) until the end of the block; a
-        service that needs the database waits for it first (at most two minutes).
+        service that needs the database waits for it first (at most two minutes), then checks that its
+        schema holds every migration (MigrationError otherwise: a half-migrated schema is refused at
+        start, not found table by table).
 
-        OSError, naming the address, when the port is taken; DatabaseUnavailableError.
+        OSError, naming the address, when the port is taken; DatabaseUnavailableError; MigrationError.
         """
         if database is not None:
             conn = wait_for_database(database, timeout_s=120, stop=self.stop)
             if conn is None:  # SIGTERM while waiting: the loops find `stop` set and return at once
                 log.info("stopped before the database was reachable")
                 return
-            conn.close()
+            with conn:
+                check_migrated(conn)
         self.callback(serve_metrics(registry, port, bind))
 
     def export_otlp(self, registry: CollectorRegistry) -> None:

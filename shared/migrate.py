@@ -27,7 +27,7 @@ from shared.db import connect
 from shared.errors import DatabaseError, GpuHealthError, MigrationError
 from shared.logging import setup_logging
 from shared.store import migrations as store
-from shared.store.server import create_schema, drop_schema, timescale_info
+from shared.store.server import create_schema, current_schema, drop_schema, set_search_path, timescale_info
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,10 @@ def apply_migrations(
     if conn.autocommit:
         raise MigrationError("apply_migrations needs a connection with autocommit off")
     applied_now: list[Migration] = []
+    schema = current_schema(conn)
+    # The applied files call TimescaleDB's functions unqualified: its schema follows this one while
+    # they run, and the connection is bound to this schema alone again afterwards.
+    set_search_path(conn, schema, then_extensions=True)
     store.lock_runners(conn)
     try:
         recorded = store.recorded_checksums(conn)
@@ -95,7 +99,30 @@ def apply_migrations(
             applied_now.append(migration)
     finally:
         store.unlock_runners(conn)
+        set_search_path(conn, schema)
     return applied_now
+
+
+def check_migrated(
+    conn: psycopg.Connection[tuple[object, ...]], migrations: list[Migration] | None = None
+) -> None:
+    """A service's start check: every migration this build knows is applied in the connection's schema.
+
+    MigrationError naming the schema and what it lacks (a half-applied upgrade, a mistyped schema), so
+    the service refuses to start instead of failing later, table by table.
+    """
+    schema = current_schema(conn)
+    known = discover() if migrations is None else migrations
+    applied = store.applied_versions(conn)
+    if applied is None:
+        raise MigrationError(
+            f"schema {schema} holds no migrations: run `python -m shared.migrate` into it first"
+        )
+    missing = [f"{m.version:04d}_{m.name}" for m in known if m.version not in applied]
+    if missing:
+        raise MigrationError(
+            f"schema {schema} lacks migrations {', '.join(missing)}: apply them (python -m shared.migrate)"
+        )
 
 
 @contextmanager

@@ -74,7 +74,7 @@ def expired_chunks(conn: Conn, table: str, older_than: datetime) -> list[Chunk]:
         rows = conn.execute(
             "SELECT c.hypertable_name, c.chunk_schema, c.chunk_name, c.range_start, c.range_end,"
             "       d.column_name"
-            " FROM show_chunks(%s::regclass, older_than => %s) AS s(chunk)"
+            " FROM public.show_chunks(%s::regclass, older_than => %s) AS s(chunk)"
             " JOIN timescaledb_information.chunks c"
             "   ON format('%%I.%%I', c.chunk_schema, c.chunk_name)::regclass = s.chunk"
             " JOIN timescaledb_information.dimensions d"
@@ -235,7 +235,8 @@ def live_rows(conn: Conn, table: str, since: datetime | None) -> tuple[pa.Table,
 def chunk_relations(conn: Conn, table: str) -> list[str]:
     """The names of `table`'s chunks (as show_chunks gives them), oldest first."""
     with translated(conn):
-        return [str(r[0]) for r in conn.execute("SELECT show_chunks(%s::regclass)", (table,)).fetchall()]
+        rows = conn.execute("SELECT public.show_chunks(%s::regclass)", (table,)).fetchall()
+    return [str(r[0]) for r in rows]
 
 
 def read_chunks_binary(conn: Conn, relations: Iterable[str]) -> None:
@@ -252,7 +253,8 @@ def hypertable_bytes(conn: Conn, table: str) -> tuple[int, int]:
     """(heap + TOAST + indexes, heap only) of the hypertable's chunks, from chunks_detailed_size()."""
     with translated(conn):
         row = conn.execute(
-            "SELECT sum(total_bytes), sum(table_bytes) FROM chunks_detailed_size(%s::regclass)", (table,)
+            "SELECT sum(total_bytes), sum(table_bytes) FROM public.chunks_detailed_size(%s::regclass)",
+            (table,),
         ).fetchone()
     if row is None or row[0] is None:
         return 0, 0

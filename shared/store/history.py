@@ -32,11 +32,11 @@ COUNTERS = {
 
 _RAW_COUNTERS = ", ".join(f"max({column}) AS {name}" for name, column in COUNTERS.items())
 _ROLLUP_COUNTERS = ", ".join(f"max({column}_max) AS {name}" for name, column in COUNTERS.items())
-_RAW_SERIES = f"""SELECT time_bucket(%(b)s, time) AS t, avg(gpu_temp_c) AS temp_c, max(gpu_temp_c) AS temp_max_c,
+_RAW_SERIES = f"""SELECT public.time_bucket(%(b)s, time) AS t, avg(gpu_temp_c) AS temp_c, max(gpu_temp_c) AS temp_max_c,
                           avg(power_usage_w) AS power_w, avg(gpu_util_pct) AS util_pct, {_RAW_COUNTERS}
                    FROM gpu_metrics WHERE gpu_uuid = %(g)s AND time >= %(from)s AND time < %(to)s
                    GROUP BY t ORDER BY t"""
-_ROLLUP_SERIES = f"""SELECT time_bucket(%(b)s, bucket) AS t,
+_ROLLUP_SERIES = f"""SELECT public.time_bucket(%(b)s, bucket) AS t,
                           sum(gpu_temp_c_sum) / nullif(sum(gpu_temp_c_n), 0) AS temp_c, max(gpu_temp_c_max) AS temp_max_c,
                           sum(power_usage_w_sum) / nullif(sum(power_usage_w_n), 0) AS power_w,
                           sum(gpu_util_pct_sum) / nullif(sum(gpu_util_pct_n), 0) AS util_pct, {_ROLLUP_COUNTERS}

@@ -60,3 +60,13 @@ def apply_migration(conn: Conn, *, version: int, name: str, checksum: str, state
         except psycopg.Error:
             conn.rollback()
             raise
+
+
+def applied_versions(conn: Conn) -> set[int] | None:
+    """The versions recorded in this schema's `schema_migrations`; None when it has no such table.
+    Reads only (a service's start check)."""
+    with translated(conn):
+        row = conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL").fetchone()
+        if not (row and row[0]):
+            return None
+        return {int(str(v)) for (v,) in conn.execute("SELECT version FROM schema_migrations").fetchall()}

@@ -47,13 +47,15 @@ def forget_delivered_dead_letters(conn: Conn, older_than_days: int) -> int:
 def remove_retention_policy(conn: Conn, table: str) -> None:
     """Remove `table`'s retention policy, if it has one (timescale license only)."""
     with translated(conn):
-        conn.execute("SELECT remove_retention_policy(%s::regclass, if_exists => true)", (table,))
+        conn.execute("SELECT public.remove_retention_policy(%s::regclass, if_exists => true)", (table,))
 
 
 def drop_chunks_older_than(conn: Conn, table: str, cutoff: datetime) -> int:
     """drop_chunks(table, older_than => cutoff); how many chunks it dropped."""
     with translated(conn):
-        rows = conn.execute("SELECT drop_chunks(%s::regclass, older_than => %s)", (table, cutoff)).fetchall()
+        rows = conn.execute(
+            "SELECT public.drop_chunks(%s::regclass, older_than => %s)", (table, cutoff)
+        ).fetchall()
     return len(rows)
 
 
@@ -62,7 +64,7 @@ def range_holds_only(conn: Conn, chunk: Chunk) -> bool:
     with translated(conn):
         row = conn.execute(
             "SELECT coalesce(array_agg(s.c::oid), '{}') = ARRAY[%s::regclass::oid]"
-            " FROM show_chunks(%s::regclass, older_than => %s, newer_than => %s) AS s(c)",
+            " FROM public.show_chunks(%s::regclass, older_than => %s, newer_than => %s) AS s(c)",
             (chunk.relation(conn), chunk.hypertable, chunk.end, chunk.start),
         ).fetchone()
     return bool(row and row[0])
@@ -72,7 +74,7 @@ def drop_chunk_range(conn: Conn, chunk: Chunk) -> int:
     """drop_chunks over exactly `chunk`'s range; how many chunks it dropped (check range_holds_only first)."""
     with translated(conn):
         rows = conn.execute(
-            "SELECT drop_chunks(%s::regclass, older_than => %s, newer_than => %s)",
+            "SELECT public.drop_chunks(%s::regclass, older_than => %s, newer_than => %s)",
             (chunk.hypertable, chunk.end, chunk.start),
         ).fetchall()
     return len(rows)

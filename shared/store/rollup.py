@@ -19,7 +19,7 @@ from .offsets import IN_PARTITIONS, Partition, partition_arrays
 
 _NOTE = (
     "INSERT INTO gpu_metrics_1min_pending (bucket)"
-    " SELECT DISTINCT time_bucket(interval '1 minute', t) FROM unnest(%s::timestamptz[]) AS t"
+    " SELECT DISTINCT public.time_bucket(interval '1 minute', t) FROM unnest(%s::timestamptz[]) AS t"
 )
 
 

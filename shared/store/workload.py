@@ -96,7 +96,7 @@ def drop_old_chunks(conn: psycopg.Connection[Any], keep_days: Mapping[str, int])
     with translated(conn):
         for table, days in keep_days.items():
             rows = conn.execute(
-                "SELECT drop_chunks(%s::regclass, older_than => now() - make_interval(days => %s))",
+                "SELECT public.drop_chunks(%s::regclass, older_than => now() - make_interval(days => %s))",
                 (table, days),
             ).fetchall()
             dropped[table] = len(rows)

@@ -18,6 +18,7 @@ from shared.db import connect
 from shared.fakes.samples import sample
 from shared.kafka import JsonProducer, make_producer
 from shared.lifecycle import running as running_loop
+from tests.helpers.topics import isolated_topics, topics_env
 from tests.paths import REPO
 
 
@@ -64,20 +65,16 @@ def env_for(kafka: KafkaSettings, db: DatabaseSettings, topics: TopicSettings, g
         "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS": kafka.bootstrap_servers,
         "GPUHEALTH_DB__HOST": db.host, "GPUHEALTH_DB__PORT": str(db.port),
         "GPUHEALTH_DB__SEARCH_PATH": db.search_path or "",
-        "GPUHEALTH_TOPICS__METRICS_RAW": topics.metrics_raw, "GPUHEALTH_TOPICS__EVENTS": topics.events,
-        "GPUHEALTH_TOPICS__DEAD_LETTERS": topics.dead_letters, "GPUHEALTH_SINK__GROUP_ID": group,
+        **topics_env(topics), "GPUHEALTH_SINK__GROUP_ID": group,
         "GPUHEALTH_SINK__METRICS_PORT": "0", "GPUHEALTH_SINK__BATCH_SIZE": "500",
         "GPUHEALTH_SINK__SESSION_TIMEOUT_MS": "6000",
     }  # fmt: skip
 
 
 def sink_topics(topic_factory: Callable[..., str], dlq_partitions: int = 1) -> TopicSettings:
-    """Fresh topics for one sink test: raw (4 partitions), events (2) and the dead-letter topic."""
-    return TopicSettings(
-        metrics_raw=topic_factory(partitions=4, prefix="raw"),
-        events=topic_factory(partitions=2, prefix="events"),
-        dead_letters=topic_factory(partitions=dlq_partitions, prefix="dlq"),
-    )
+    """Fresh topics for one sink test, every one of them: raw (4 partitions), events (2), the dead-letter
+    topic (`dlq_partitions`) and the record families' (1 each)."""
+    return isolated_topics(topic_factory, metrics_raw=4, events=2, dead_letters=dlq_partitions)
 
 
 def sink_until(env: dict[str, str], done: Callable[[], bool], what: str, timeout_s: float = 120) -> None:

@@ -19,11 +19,12 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from shared.config import DatabaseSettings, KafkaSettings, Settings, TopicSettings
+from shared.config import DatabaseSettings, KafkaSettings, Settings
 from shared.db import connect
 from shared.errors import GpuHealthError
 from shared.kafka import make_admin, wait_for_kafka
 from shared.topics import TopicSpec, ensure_topics
+from tests.helpers.topics import isolated_topics
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -159,7 +160,7 @@ def scored(
     """
     from evaluation.pipeline import pipeline
 
-    topics = TopicSettings(metrics_raw=topic_factory(prefix="raw"), events=topic_factory(prefix="ev"))
+    topics = isolated_topics(topic_factory)
     with pipeline(kafka_settings, migrated, topics, nodes=1, gpus=4, hours_back=2) as p:
         p.inject(node=0, gpu=1, kind="dbe", after_s=600)
         p.inject(node=0, gpu=1, kind="sbe_storm", after_s=600, params={"rate_per_hour": 2000})

@@ -7,9 +7,10 @@ import uuid
 from collections.abc import Callable
 
 from evaluation.pipeline import make_loop, stored_offsets_total, wait_until
-from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
+from shared.config import DatabaseSettings, KafkaSettings
 from shared.db import connect
 from tests.helpers.sink import produce_samples, running
+from tests.helpers.topics import isolated_topics
 from tests.paths import REPO
 
 GUIDE = REPO / "docs" / "operating.md"
@@ -26,7 +27,7 @@ def documented_statements() -> list[str]:
 def test_the_psql_examples_run_on_real_data(
     kafka_settings: KafkaSettings, migrated: DatabaseSettings, topic_factory: Callable[..., str]
 ) -> None:
-    topics = TopicSettings(metrics_raw=topic_factory(prefix="raw"), events=topic_factory(prefix="ev"))
+    topics = isolated_topics(topic_factory)
     produce_samples(kafka_settings, topics.metrics_raw, 0, 400, gpus=16)
     group = f"docs-{uuid.uuid4().hex[:8]}"
     with running(make_loop(kafka_settings, migrated, topics, group)):

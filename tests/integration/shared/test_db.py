@@ -92,19 +92,22 @@ def test_hypertable_time_bucket_and_license(db_conn: Conn) -> None:
     assert info.license in {"apache", "timescale"}
     assert info.version.split(".")[0] == "2"
     db_conn.execute("CREATE TABLE samples (time timestamptz NOT NULL, gpu text NOT NULL, temp_c real)")
-    db_conn.execute("SELECT create_hypertable('samples', 'time', chunk_time_interval => interval '1 hour')")
+    db_conn.execute(
+        "SELECT public.create_hypertable('samples', 'time', chunk_time_interval => interval '1 hour')"
+    )
     db_conn.execute(
         "INSERT INTO samples SELECT '2026-01-01'::timestamptz + g * interval '10 s', 'GPU-a', g"
         " FROM generate_series(0, 719) g"
     )
     buckets = db_conn.execute(
-        "SELECT time_bucket('1 hour', time) b, count(*), avg(temp_c) FROM samples GROUP BY b ORDER BY b"
+        "SELECT public.time_bucket('1 hour', time) b, count(*), avg(temp_c)"
+        " FROM samples GROUP BY b ORDER BY b"
     ).fetchall()
     assert [(c, float(str(a))) for _, c, a in buckets] == [(360, 179.5), (360, 539.5)]
-    chunks = db_conn.execute("SELECT count(*) FROM show_chunks('samples')").fetchone()
+    chunks = db_conn.execute("SELECT count(*) FROM public.show_chunks('samples')").fetchone()
     assert chunks == (2,)
     dropped = db_conn.execute(
-        "SELECT count(*) FROM drop_chunks('samples', older_than => '2026-01-01 01:00'::timestamptz)"
+        "SELECT count(*) FROM public.drop_chunks('samples', older_than => '2026-01-01 01:00'::timestamptz)"
     ).fetchone()
     assert dropped == (1,)
     assert db_conn.execute("SELECT count(*) FROM samples").fetchone() == (360,)

@@ -29,6 +29,7 @@ from shared.otlp import project_version
 from tests.helpers.kafka import consume_all
 from tests.helpers.otlp_receiver import Point, grpc_receiver, http_receiver
 from tests.helpers.sink import count, produce_samples
+from tests.helpers.topics import isolated_topics, topics_env
 from tests.paths import REPO
 
 
@@ -66,11 +67,12 @@ def test_collector_exports_gpu_gauges_and_its_own_metrics_over_grpc(
 ) -> None:
     sim, server = fleet
     uuids = {g.uuid: node.hostname for node in sim.nodes for g in node.gpus}
-    raw = topic_factory(prefix="raw")
+    topics = isolated_topics(topic_factory)
+    raw = topics.metrics_raw
     with grpc_receiver() as (endpoint, received):
         proc = service("services.collector", {
             "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
-            "GPUHEALTH_TOPICS__METRICS_RAW": raw, "GPUHEALTH_TOPICS__EVENTS": topic_factory(prefix="ev"),
+            **topics_env(topics),
             "GPUHEALTH_COLLECTOR__SOURCE": "mock", "GPUHEALTH_COLLECTOR__INTERVAL_S": "0.5",
             "GPUHEALTH_COLLECTOR__DCGM_URLS": json.dumps([server.node_url(0), server.node_url(1)]),
             "GPUHEALTH_COLLECTOR__CLUSTER": "train-a", "GPUHEALTH_COLLECTOR__DATACENTER": "dc-7",
@@ -121,7 +123,8 @@ def test_collector_exports_gpu_gauges_and_its_own_metrics_over_grpc(
 def test_sink_exports_its_metrics_over_http_and_flushes_them_on_sigterm(
     kafka_settings: KafkaSettings, migrated: DatabaseSettings, topic_factory: Callable[..., str]
 ) -> None:
-    raw = topic_factory(partitions=2, prefix="raw")
+    topics = isolated_topics(topic_factory, metrics_raw=2)
+    raw = topics.metrics_raw
     n = 300
     produce_samples(kafka_settings, raw, 0, n, gpus=10)
     with http_receiver() as (endpoint, received):
@@ -129,8 +132,7 @@ def test_sink_exports_its_metrics_over_http_and_flushes_them_on_sigterm(
             "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
             "GPUHEALTH_DB__HOST": migrated.host, "GPUHEALTH_DB__PORT": str(migrated.port),
             "GPUHEALTH_DB__SEARCH_PATH": migrated.search_path or "",
-            "GPUHEALTH_TOPICS__METRICS_RAW": raw, "GPUHEALTH_TOPICS__EVENTS": topic_factory(prefix="ev"),
-            "GPUHEALTH_TOPICS__DEAD_LETTERS": topic_factory(prefix="dlq"),
+            **topics_env(topics),
             "GPUHEALTH_SINK__GROUP_ID": f"sink-{uuid.uuid4().hex[:8]}", "GPUHEALTH_SINK__METRICS_PORT": "0",
             "GPUHEALTH_OTLP__ENABLED": "true",
             "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": endpoint + "/v1/metrics",

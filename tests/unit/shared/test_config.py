@@ -101,3 +101,14 @@ def test_json_that_is_not_json_names_the_section(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("GPUHEALTH_COLLECTOR__DCGM_URLS", "http://10.0.0.5:9400/metrics")
     with pytest.raises(ConfigError, match=r"GPUHEALTH_COLLECTOR__\*: a list or object that is not JSON"):
         load_settings(CollectorSettings)
+
+
+@given(st.from_regex(r"[a-z_][a-z0-9_]{0,62}", fullmatch=True))
+def test_a_bound_schema_is_the_only_one_on_the_search_path(schema: str) -> None:
+    """No `public` after it: a table missing from the schema is an error, never another schema's table."""
+    options = psycopg.conninfo.conninfo_to_dict(DatabaseSettings(search_path=schema).conninfo())["options"]
+    assert options == f"-c search_path={schema}"
+
+
+def test_an_unbound_service_keeps_the_roles_search_path() -> None:
+    assert "options" not in psycopg.conninfo.conninfo_to_dict(DatabaseSettings().conninfo())

@@ -15,6 +15,7 @@ from services.mock_dcgm.server import MockServer
 from shared.config import KafkaSettings
 from tests.helpers.kafka import consume_all
 from tests.helpers.service_process import service_process, sigterm
+from tests.helpers.topics import isolated_topics, topics_env
 
 GPUS = 4
 
@@ -34,11 +35,12 @@ def scrapes(server: MockServer) -> int:
 def test_sigterm_mid_work_exits_0_with_every_polled_sample_published(
     node: MockServer, kafka_settings: KafkaSettings, topic_factory: Callable[..., str], tmp_path: Path
 ) -> None:
-    raw, events = topic_factory(prefix="raw"), topic_factory(prefix="events")
+    topics = isolated_topics(topic_factory)
+    raw = topics.metrics_raw
     spool = tmp_path / "spool.jsonl"
     env = {
         "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
-        "GPUHEALTH_TOPICS__METRICS_RAW": raw, "GPUHEALTH_TOPICS__EVENTS": events,
+        **topics_env(topics),
         "GPUHEALTH_COLLECTOR__SOURCE": "mock",
         "GPUHEALTH_COLLECTOR__DCGM_URLS": json.dumps([node.node_url(0)]),
         "GPUHEALTH_COLLECTOR__INTERVAL_S": "0.1", "GPUHEALTH_COLLECTOR__METRICS_PORT": "0",

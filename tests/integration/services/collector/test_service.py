@@ -21,6 +21,7 @@ from shared.config import KafkaSettings, TopicSettings
 from shared.kafka import JsonProducer
 from shared.models import EventKind, Source, parse_event, parse_sample
 from tests.helpers.kafka import consume_all
+from tests.helpers.topics import isolated_topics
 from tests.paths import REPO
 
 
@@ -40,7 +41,7 @@ def collector(
     topic_factory: Callable[..., str],
 ) -> Iterator[tuple[Collector, Publisher, TopicSettings]]:
     _, server = fleet
-    topics = TopicSettings(metrics_raw=topic_factory(prefix="raw"), events=topic_factory(prefix="events"))
+    topics = isolated_topics(topic_factory)
     collector = build_collector(
         CollectorSection(collector_id="itest", cluster="c1", interval_s=1),
         topics,

@@ -15,23 +15,23 @@ from prometheus_client import CollectorRegistry
 
 from evaluation.pipeline import pipeline, wait_until
 from services.scorer.loop import ScorerSection, ScorerSettings, build_scorer
-from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
+from shared.config import DatabaseSettings, KafkaSettings
 from shared.kafka import JsonProducer, make_producer
 from shared.lifecycle import Lifecycle
 from tests.helpers.kafka import consume_all
+from tests.helpers.topics import isolated_topics
 
 
 def test_sigterm_after_a_cycle_ends_the_loop_with_its_last_flush(
     kafka_settings: KafkaSettings, migrated: DatabaseSettings, topic_factory: Callable[..., str]
 ) -> None:
-    topics = TopicSettings(metrics_raw=topic_factory(prefix="raw"), events=topic_factory(prefix="events"))
+    topics = isolated_topics(topic_factory)
     with pipeline(kafka_settings, migrated, topics, nodes=1, gpus=2, hours_back=1) as p:
         p.inject(node=0, gpu=0, kind="dbe", after_s=300)
         p.run(1200)
         p.settle()
-    health, alerts = topic_factory(prefix="health"), topic_factory(prefix="alerts")
     settings = ScorerSettings(
-        kafka=kafka_settings, db=migrated, topics=TopicSettings(health=health, alerts=alerts),
+        kafka=kafka_settings, db=migrated, topics=topics,
         scorer=ScorerSection(as_of="latest", interval_s=1),
     )  # fmt: skip
     producer = JsonProducer(make_producer(kafka_settings, {"linger.ms": 300_000}))
@@ -53,6 +53,6 @@ def test_sigterm_after_a_cycle_ends_the_loop_with_its_last_flush(
         scorer.run(life.stop)
     assert at_signal == [0]  # queued, not sent, when the signal came
     assert len(producer) == 0  # the flush in the loop's finally sent it all
-    verdicts = consume_all(kafka_settings, health, expected=2)
+    verdicts = consume_all(kafka_settings, topics.health, expected=2)
     assert producer.delivered >= len(verdicts) >= 2
-    assert len(consume_all(kafka_settings, alerts, expected=2)) >= 2
+    assert len(consume_all(kafka_settings, topics.alerts, expected=2)) >= 2

@@ -16,12 +16,13 @@ from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
 from shared.models import to_json
 from shared.models_health import parse_alert, parse_health_verdict
 from tests.helpers.kafka import consume_all
+from tests.helpers.topics import isolated_topics, topics_env
 from tests.paths import REPO
 
 
 @pytest.fixture
 def topics(topic_factory: Callable[..., str]) -> TopicSettings:
-    return TopicSettings(metrics_raw=topic_factory(prefix="raw"), events=topic_factory(prefix="events"))
+    return isolated_topics(topic_factory)
 
 
 H100, H100B, A100, V100 = 0, 1, 2, 3  # nodes of the default model cycle
@@ -132,7 +133,7 @@ def test_the_scorer_process_publishes_verdicts_and_exits_cleanly(
     kafka_settings: KafkaSettings, migrated: DatabaseSettings, topics: TopicSettings,
     topic_factory: Callable[..., str],
 ) -> None:  # fmt: skip
-    health, alerts = topic_factory(prefix="health"), topic_factory(prefix="alerts")
+    health, alerts = topics.health, topics.alerts
     with pipeline(kafka_settings, migrated, topics, nodes=1, gpus=2, hours_back=1) as p:
         p.inject(node=0, gpu=0, kind="dbe", after_s=300)
         p.run(1200)
@@ -142,7 +143,7 @@ def test_the_scorer_process_publishes_verdicts_and_exits_cleanly(
         **os.environ,
         "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
         "GPUHEALTH_DB__SEARCH_PATH": migrated.search_path or "",
-        "GPUHEALTH_TOPICS__HEALTH": health, "GPUHEALTH_TOPICS__ALERTS": alerts,
+        **topics_env(topics),
         "GPUHEALTH_SCORER__METRICS_PORT": "0", "GPUHEALTH_SCORER__AS_OF": as_of.isoformat(),
     }  # fmt: skip
     once = subprocess.run([sys.executable, "-m", "services.scorer"], cwd=REPO, env=env,

@@ -16,11 +16,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from evaluation.pipeline import pipeline
 from services.scorer.verdict_metrics import VerdictCollector
-from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
+from shared.config import DatabaseSettings, KafkaSettings
 from shared.db import connect
 from shared.models import to_json
 from shared.models_health import parse_alert, parse_health_verdict
 from tests.helpers.kafka import consume_all
+from tests.helpers.topics import isolated_topics, topics_env
 from tests.paths import REPO
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
@@ -103,8 +104,8 @@ def _free_port() -> int:
 def test_the_scorer_process_exposes_the_verdicts_and_names_the_host_in_its_alerts(
     kafka_settings: KafkaSettings, migrated: DatabaseSettings, topic_factory: Callable[..., str]
 ) -> None:
-    topics = TopicSettings(metrics_raw=topic_factory(prefix="raw"), events=topic_factory(prefix="events"))
-    health, alerts = topic_factory(prefix="health"), topic_factory(prefix="alerts")
+    topics = isolated_topics(topic_factory)
+    health, alerts = topics.health, topics.alerts
     with pipeline(kafka_settings, migrated, topics, nodes=1, gpus=2, hours_back=1) as p:
         p.inject(node=0, gpu=0, kind="dbe", after_s=300)
         p.run(1200)
@@ -115,7 +116,7 @@ def test_the_scorer_process_exposes_the_verdicts_and_names_the_host_in_its_alert
         **os.environ,
         "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
         "GPUHEALTH_DB__SEARCH_PATH": migrated.search_path or "",
-        "GPUHEALTH_TOPICS__HEALTH": health, "GPUHEALTH_TOPICS__ALERTS": alerts,
+        **topics_env(topics),
         "GPUHEALTH_SCORER__METRICS_PORT": str(port), "GPUHEALTH_SCORER__AS_OF": "latest",
         "GPUHEALTH_SCORER__INTERVAL_S": "1",
     }  # fmt: skip

@@ -45,6 +45,7 @@ from tests.helpers.hostile import (
     records_loop,
 )
 from tests.helpers.sink import counter_value
+from tests.helpers.topics import isolated_topics
 from tests.helpers.verifier_fakes import FakeNvml
 from tests.integration.services.sink.test_hostile import ANY_JSON, ANY_TEXT, NUMBERS, deep
 
@@ -173,11 +174,7 @@ def stored_names(db: DatabaseSettings, suffixes: set[str]) -> list[str]:
 
 @pytest.fixture
 def topics(topic_factory: Callable[..., str]) -> TopicSettings:
-    return TopicSettings(
-        verifications=topic_factory(partitions=2, prefix="verifications"),
-        systems=topic_factory(partitions=2, prefix="systems"),
-        dead_letters=topic_factory(partitions=2, prefix="dlq"),
-    )
+    return isolated_topics(topic_factory, verifications=2, systems=2, dead_letters=2)
 
 
 @pytest.fixture

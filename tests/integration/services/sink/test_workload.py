@@ -47,16 +47,13 @@ from shared.models import to_json
 from shared.models_workload import GpuProcess, GpuProcesses, ProcessClass
 from shared.process_rules import ProcessRules
 from tests.helpers.kafka import consume_all, header_map
+from tests.helpers.topics import isolated_topics
 from tests.paths import DATA, REPO
 
 
 @pytest.fixture
 def topics(topic_factory: Callable[..., str]) -> TopicSettings:
-    return TopicSettings(
-        processes=topic_factory(prefix="proc"),
-        llm_sessions=topic_factory(prefix="llm"),
-        dead_letters=topic_factory(prefix="dlq", partitions=1),
-    )
+    return isolated_topics(topic_factory, dead_letters=1)
 
 
 @pytest.fixture

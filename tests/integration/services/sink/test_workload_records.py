@@ -42,6 +42,7 @@ from tests.helpers.hostile import (
     records_loop,
 )
 from tests.helpers.sink import counter_value
+from tests.helpers.topics import isolated_topics
 
 MAX_BYTES = 4096
 REFUSE = (
@@ -156,11 +157,7 @@ def stored_total(db: DatabaseSettings) -> int:
 
 @pytest.fixture
 def topics(topic_factory: Callable[..., str]) -> TopicSettings:
-    return TopicSettings(
-        processes=topic_factory(partitions=2, prefix="processes"),
-        llm_sessions=topic_factory(partitions=2, prefix="llm"),
-        dead_letters=topic_factory(partitions=2, prefix="dlq"),
-    )
+    return isolated_topics(topic_factory, processes=2, llm_sessions=2, dead_letters=2)
 
 
 @pytest.fixture

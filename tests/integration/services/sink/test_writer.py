@@ -30,8 +30,8 @@ _ROLLUP = (
     " FROM gpu_metrics_1min ORDER BY 1, 2"
 )
 _FROM_RAW = (
-    "SELECT time_bucket(interval '1 minute', time), gpu_uuid, count(*), sum(gpu_temp_c), count(gpu_temp_c),"
-    " max(gpu_temp_c), sum(power_usage_w) FROM gpu_metrics GROUP BY 1, 2 ORDER BY 1, 2"
+    "SELECT public.time_bucket(interval '1 minute', time), gpu_uuid, count(*), sum(gpu_temp_c),"
+    " count(gpu_temp_c), max(gpu_temp_c), sum(power_usage_w) FROM gpu_metrics GROUP BY 1, 2 ORDER BY 1, 2"
 )
 
 
@@ -268,9 +268,9 @@ _SETTLED_ROLLUP = (
     " FROM gpu_metrics_1min WHERE bucket < gpu_metrics_1min_settled() ORDER BY 1, 2"
 )
 _SETTLED_FROM_RAW = (
-    "SELECT time_bucket(interval '1 minute', time), gpu_uuid, count(*), sum(gpu_temp_c), count(gpu_temp_c),"
-    " max(gpu_temp_c), sum(power_usage_w) FROM gpu_metrics WHERE time < gpu_metrics_1min_settled()"
-    " GROUP BY 1, 2 ORDER BY 1, 2"
+    "SELECT public.time_bucket(interval '1 minute', time), gpu_uuid, count(*), sum(gpu_temp_c),"
+    " count(gpu_temp_c), max(gpu_temp_c), sum(power_usage_w) FROM gpu_metrics"
+    " WHERE time < gpu_metrics_1min_settled() GROUP BY 1, 2 ORDER BY 1, 2"
 )
 NO_REFRESH, CAUGHT_UP, BEHIND = 0, 1, 2
 

@@ -26,6 +26,7 @@ from shared.gpu_identity import NvmlReader
 from shared.kafka import make_admin, make_consumer, make_producer
 from shared.models_verify import Outcome, RecordKind, record_bytes, record_json
 from tests.helpers.kafka import consume_all, header_map
+from tests.helpers.topics import isolated_topics
 from tests.helpers.verifier_fakes import UUIDS, FakeNvml
 
 
@@ -130,11 +131,7 @@ def test_a_record_altered_before_it_reached_the_topic_breaks_the_next_link(
 
 @pytest.fixture
 def record_topics(topic_factory: Callable[..., str]) -> TopicSettings:
-    return TopicSettings(
-        verifications=topic_factory(partitions=2, prefix="verifications"),
-        systems=topic_factory(partitions=2, prefix="systems"),
-        dead_letters=topic_factory(partitions=1, prefix="dlq"),
-    )
+    return isolated_topics(topic_factory, verifications=2, systems=2, dead_letters=1)
 
 
 class Loops:
