@@ -9,6 +9,7 @@ from collections.abc import Callable
 from evaluation.pipeline import make_loop, stored_offsets_total, wait_until
 from shared.config import DatabaseSettings, KafkaSettings
 from shared.db import connect
+from shared.store.server import set_search_path
 from tests.helpers.sink import produce_samples, running
 from tests.helpers.topics import isolated_topics
 from tests.paths import REPO
@@ -35,6 +36,8 @@ def test_the_psql_examples_run_on_real_data(
     statements = documented_statements()
     assert len(statements) >= 10
     with connect(migrated) as conn:
+        # as a user's psql sees them: the tables first, then `public`, where TimescaleDB's functions are
+        set_search_path(conn, str(migrated.search_path), then_extensions=True)
         results = [conn.execute(s).fetchall() for s in statements]
     latest, summary = results[0], results[1]
     assert len(latest) == 16

@@ -27,7 +27,8 @@ def expand(query: str, start: datetime, end: datetime, gpu: str) -> str:
     )
     query = re.sub(
         r"\$__timeGroupAlias\((\w+),\s*'([^']+)'\)",
-        lambda m: f"time_bucket('{m[2]}', {m[1]}) AS \"time\"",
+        # Grafana writes time_bucket unqualified and reads `public`; the test's session is bound to its schema
+        lambda m: f"public.time_bucket('{m[2]}', {m[1]}) AS \"time\"",
         query,
     )
     return query.replace("$gpu", gpu)
