@@ -27,14 +27,14 @@ help: ## list the targets
 venv: ## create/update the Python virtual environment (cached, keyed by pyproject.toml)
 	@scripts/pyenv.sh >/dev/null
 
-services: ## start Kafka (KRaft) and PostgreSQL+TimescaleDB natively, wait until healthy
+services: ## start Kafka (KRaft), PostgreSQL+TimescaleDB, kube-apiserver+etcd and Slurm natively, wait until healthy
 	@scripts/services.sh start
 	@scripts/install-tools.sh
 
-services-down: ## stop Kafka and PostgreSQL
+services-down: ## stop Kafka, PostgreSQL, kube-apiserver and Slurm
 	@scripts/services.sh stop
 
-services-status: ## show whether Kafka and PostgreSQL are up
+services-status: ## show whether Kafka, PostgreSQL, kube-apiserver and Slurm are up
 	@scripts/services.sh status
 
 migrate: venv ## apply schema/*.sql migrations (each once)

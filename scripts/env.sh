@@ -67,3 +67,18 @@ debian_mirror() {
   [[ -n $m ]] || { echo "no Debian mirror found in the apt configuration" >&2; return 1; }
   echo "$m"
 }
+# The schedulers the remediator acts through (scripts/kube.sh, scripts/slurm.sh): a real
+# kube-apiserver (built from its Go module) on Debian's etcd, and Debian's Slurm daemons.
+: "${GPUHEALTH_KUBE_VERSION:=v1.34.3}"
+: "${GPUHEALTH_KUBE_PORT:=16443}"
+: "${GPUHEALTH_ETCD_PORT:=23790}"
+: "${GPUHEALTH_SLURMCTLD_PORT:=16817}"
+: "${GPUHEALTH_SLURMD_BASE_PORT:=16900}"                  # slurmd of mock node i listens on this + i
+# munged wants every folder above its socket open to all, which root's home is not (as for PostgreSQL).
+if [[ $(id -u) -eq 0 ]]; then
+  : "${GPUHEALTH_SLURM_DIR:=/var/lib/gpu-health/slurm}"
+else
+  : "${GPUHEALTH_SLURM_DIR:=$GPUHEALTH_RUN/slurm}"
+fi
+export GPUHEALTH_KUBE_VERSION GPUHEALTH_KUBE_PORT GPUHEALTH_ETCD_PORT GPUHEALTH_SLURMCTLD_PORT GPUHEALTH_SLURMD_BASE_PORT \
+  GPUHEALTH_SLURM_DIR

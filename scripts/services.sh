@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The native stack: a real Apache Kafka broker (KRaft, no ZooKeeper) and
-# PostgreSQL 15 with TimescaleDB, both on loopback, both idempotent.
+# The native stack: a real Apache Kafka broker (KRaft, no ZooKeeper), PostgreSQL 15
+# with TimescaleDB, a real kube-apiserver on etcd (scripts/kube.sh) and real Slurm
+# daemons (scripts/slurm.sh), all on loopback, all idempotent.
 #
-#   services.sh start [kafka|postgres]   start what is not running, wait until healthy
-#   services.sh stop  [kafka|postgres]   stop what this script started
-#   services.sh status                    exit 0 when both are up
-#   services.sh jars                      fetch the Kafka jars only (the compose Kafka stand-in uses them)
+#   services.sh start [kafka|postgres|kube|slurm]   start what is not running, wait until healthy
+#   services.sh stop  [kafka|postgres|kube|slurm]   stop what this script started
+#   services.sh status                               exit 0 when all are up
+#   services.sh jars                                 fetch the Kafka jars only (the compose Kafka stand-in uses them)
 #
 # Kafka runs from Maven Central jars with the machine's JDK; PostgreSQL is the
 # Debian build plus TimescaleDB compiled by install-timescaledb.sh. Data, logs
@@ -209,14 +210,24 @@ postgres_stop() {
 cmd=${1:-status}; what=${2:-all}
 case $cmd in
   start)
-    case $what in kafka) kafka_start ;; postgres) postgres_start ;; all) postgres_start; kafka_start ;; *) die "unknown service $what" ;; esac ;;
+    case $what in
+      kafka) kafka_start ;; postgres) postgres_start ;; kube) "$here/kube.sh" start ;; slurm) "$here/slurm.sh" start ;;
+      all) postgres_start; kafka_start; "$here/kube.sh" start; "$here/slurm.sh" start ;;
+      *) die "unknown service $what" ;;
+    esac ;;
   stop)
-    case $what in kafka) kafka_stop ;; postgres) postgres_stop ;; all) kafka_stop; postgres_stop ;; *) die "unknown service $what" ;; esac ;;
+    case $what in
+      kafka) kafka_stop ;; postgres) postgres_stop ;; kube) "$here/kube.sh" stop ;; slurm) "$here/slurm.sh" stop ;;
+      all) "$here/slurm.sh" stop; "$here/kube.sh" stop; kafka_stop; postgres_stop ;;
+      *) die "unknown service $what" ;;
+    esac ;;
   jars) kafka_jars ;;
   status)
     rc=0
     if kafka_running && port_open "$GPUHEALTH_KAFKA_PORT"; then echo "kafka     up   $GPUHEALTH_KAFKA_BOOTSTRAP (pid $(cat "$kafka_pidfile"))"; else echo "kafka     down"; rc=3; fi
     if pg_running; then echo "postgres  up   127.0.0.1:$GPUHEALTH_PG_PORT/$GPUHEALTH_DB_NAME"; else echo "postgres  down"; rc=3; fi
+    "$here/kube.sh" status || rc=3
+    "$here/slurm.sh" status || rc=3
     exit $rc ;;
-  *) die "usage: services.sh start|stop|status [kafka|postgres]" ;;
+  *) die "usage: services.sh start|stop|status [kafka|postgres|kube|slurm]" ;;
 esac

@@ -9,6 +9,7 @@ dropped afterwards.
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -63,6 +64,51 @@ def db_settings(settings: Settings) -> DatabaseSettings:
     except GpuHealthError as e:
         pytest.fail(f"{e} - start it with `make services`", pytrace=False)
     return settings.db
+
+
+def _native(variable: str, default: Path) -> Path:
+    return Path(os.environ.get(variable, "")) if os.environ.get(variable) else default
+
+
+def _run_dir() -> Path:
+    cache = _native("GPUHEALTH_CACHE", Path.home() / ".cache" / "gpu-health")
+    return _native("GPUHEALTH_RUN", cache / "run")
+
+
+@pytest.fixture(scope="session")
+def kube_admin() -> Path:
+    """The kubeconfig of the real kube-apiserver's admin (system:masters): for setting up tests only."""
+    path = _run_dir() / "kube" / "admin.kubeconfig"
+    if not path.is_file():
+        pytest.fail(f"no {path}: start the kube-apiserver with `make services`", pytrace=False)
+    return path
+
+
+@pytest.fixture(scope="session")
+def kube_remediator(kube_admin: Path) -> Path:
+    """User gpuhealth-remediator's kubeconfig: its rights are what remediator-rbac.yaml grants."""
+    return kube_admin.with_name("remediator.kubeconfig")
+
+
+@pytest.fixture(scope="session")
+def kubectl(kube_admin: Path) -> Path:
+    """The kubectl built with the kube-apiserver (scripts/kube.sh), of the same release."""
+    cache = _native("GPUHEALTH_CACHE", Path.home() / ".cache" / "gpu-health")
+    version = os.environ.get("GPUHEALTH_KUBE_VERSION", "v1.34.3")
+    path = cache / f"kube-{version}" / "bin" / "kubectl"
+    if not path.is_file():
+        pytest.fail(f"no {path}: build it with `make services`", pytrace=False)
+    return path
+
+
+@pytest.fixture(scope="session")
+def slurm_conf() -> Path:
+    """SLURM_CONF of the real slurmctld and the slurmd of nodes gpu-node-00..03 (`make services`)."""
+    default = Path("/var/lib/gpu-health/slurm") if os.geteuid() == 0 else _run_dir() / "slurm"
+    path = _native("GPUHEALTH_SLURM_DIR", default) / "etc" / "slurm.conf"
+    if not path.is_file():
+        pytest.fail(f"no {path}: start Slurm with `make services`", pytrace=False)
+    return path
 
 
 @pytest.fixture
