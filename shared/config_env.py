@@ -122,6 +122,21 @@ OTHER_VARIABLES: tuple[OtherVariable, ...] = (
         "GPUHEALTH_LLM_MONITOR_METRICS_PORT", "`9504`", _NATIVE, "The LLM monitor's `/metrics` (`make up`)."
     ),
     OtherVariable("GPUHEALTH_MOCK_NODE_PORTS", "`9400-9403`", _COMPOSE, "The mock nodes' ports on the host."),
+    OtherVariable(
+        "GPUHEALTH_KUBE_VERSION", "`v1.34.3`", _NATIVE, "The kube-apiserver release `make services` builds."
+    ),
+    OtherVariable("GPUHEALTH_KUBE_PORT", "`16443`", _NATIVE, "The native kube-apiserver's port."),
+    OtherVariable("GPUHEALTH_ETCD_PORT", "`23790`", _NATIVE, "Its etcd's client port (peers on this + 10)."),
+    OtherVariable("GPUHEALTH_SLURMCTLD_PORT", "`16817`", _NATIVE, "The native slurmctld's port."),
+    OtherVariable(
+        "GPUHEALTH_SLURMD_BASE_PORT", "`16900`", _NATIVE, "The slurmd of mock node i listens on this + i."
+    ),
+    OtherVariable(
+        "GPUHEALTH_SLURM_DIR",
+        "`/var/lib/gpu-health/slurm` (root), else `$GPUHEALTH_RUN/slurm`",
+        _NATIVE,
+        "Slurm's configuration, state and munge socket (`SLURM_CONF` is `etc/slurm.conf` in it).",
+    ),
     OtherVariable("GPUHEALTH_PROMETHEUS_PORT", "`9090`", _COMPOSE, "Prometheus's port on the host."),
     OtherVariable("GPUHEALTH_GRAFANA_PORT", "`3000`", _COMPOSE, "Grafana's port on the host."),
     OtherVariable(
