@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import overload
 
 import psycopg
@@ -62,3 +64,46 @@ def wait_for_database(
             elif stop.wait(delay):
                 return None
             delay = min(delay * 2, 5.0)
+
+
+@contextmanager
+def statements_cancelled_on(
+    stop: threading.Event,
+    connections: Callable[[], Iterable[psycopg.Connection[tuple[object, ...]]]],
+    *,
+    grace_s: float = 5.0,
+    every_s: float = 1.0,
+) -> Iterator[None]:
+    """For the block: once `stop` is set and `grace_s` has passed, cancel the statement each of
+    `connections()` is running, again every `every_s` until the block ends.
+
+    A service told to stop finishes what it is doing; one stuck in a statement (a lock held by
+    another session, a server that stopped answering) would not, and an orchestrator would kill it.
+    The statement fails (QueryCanceled, a DatabaseError to the caller), its transaction rolls back,
+    and the caller, seeing `stop`, gives the work up: nothing half-done is committed.
+    """
+    done = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(0.2):
+            if done.is_set():
+                return
+        if done.wait(grace_s):
+            return
+        while not done.is_set():
+            for conn in list(connections()):
+                if conn.closed:
+                    continue
+                try:
+                    conn.cancel_safe(timeout=every_s)
+                except (psycopg.Error, OSError) as e:  # the server is away: the statement fails anyway
+                    log.debug("cancelling a statement at stop failed: %s", e)
+            done.wait(every_s)
+
+    watcher = threading.Thread(target=watch, name="cancel-at-stop", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join(timeout=every_s + 1)

@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from pydantic import Field, field_validator
 
 from shared.config import DatabaseSettings, Section, Settings, TopicSettings
-from shared.db import connect
+from shared.db import connect, statements_cancelled_on
 from shared.errors import GpuHealthError
 from shared.kafka import JsonProducer, make_producer
 from shared.models import to_json
@@ -123,10 +123,16 @@ class ScorerLoop:
         self.once = cfg.as_of not in ("now", "latest")
         self.predictions: dict[str, Prediction] | None = None
         self.last_prediction = 0.0
+        self._conn: Conn | None = None  # the cycle's, while it runs (cancelled at stop)
 
     def run(self, stop: threading.Event) -> None:
         """Score until `stop` is set (or once); what is queued is flushed however it ends."""
         next_tick = time.monotonic()
+        # A cycle stuck in a statement at stop (a lock, a server gone quiet) is cancelled after a grace.
+        with statements_cancelled_on(stop, lambda: [] if self._conn is None else [self._conn]):
+            self._run(stop, next_tick)
+
+    def _run(self, stop: threading.Event, next_tick: float) -> None:
         try:
             while not stop.is_set():
                 self.score_once()
@@ -142,7 +148,7 @@ class ScorerLoop:
         """One cycle; None (counted and logged) when it failed."""
         started = time.perf_counter()
         try:
-            conn = connect(self.db)
+            conn = self._conn = connect(self.db)
             try:  # the store translates its statements' errors; a bug here still raises as itself
                 as_of = resolve_as_of(conn, self.cfg.as_of)
                 due = time.monotonic() - self.last_prediction >= self.cfg.predict_every_s
@@ -152,6 +158,7 @@ class ScorerLoop:
                 with translated(conn):
                     conn.commit()
             finally:
+                self._conn = None
                 conn.close()
             if due:
                 self.last_prediction = time.monotonic()

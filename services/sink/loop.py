@@ -23,8 +23,10 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import confluent_kafka
+import psycopg
 
 from shared.config import TopicSettings
+from shared.db import statements_cancelled_on
 from shared.errors import DatabaseError
 
 from .deadletters import DeadLetterRelay
@@ -152,6 +154,17 @@ class SinkLoop:
         the GIL. The consumer is only ever touched from this thread.
         """
         self.stop = stop  # the rebalance callbacks and the retries look at it too
+        with statements_cancelled_on(stop, self._open_connections):
+            self._run()
+
+    def _open_connections(self) -> list[psycopg.Connection[tuple[object, ...]]]:
+        return [
+            *self.writer.open_connections(),
+            *self.rollup.open_connections(),
+            *self.relay.open_connections(),
+        ]
+
+    def _run(self) -> None:
         self.subscribe()
         in_flight: dict[int, deque[tuple[Decoded, Future[WriteResult]]]] = {}
         self.rollup.start()
@@ -300,9 +313,10 @@ class SinkLoop:
                     return None
                 if back_off:
                     self.metrics.db_retries.inc()
-                    if self.stop.is_set() and delay > 0.5:
-                        # Stopping while the database is away: nothing of this batch is stored,
-                        # so the next run re-reads it from the offsets in the database.
+                    if self.stop.is_set():
+                        # Stopping while the database is away or a statement hangs (cancelled at
+                        # stop): nothing of this batch is stored, so the next run re-reads it from
+                        # the offsets in the database.
                         log.warning("stopping with an unstored batch; it will be re-read on restart")
                         return None
                     if not paused:

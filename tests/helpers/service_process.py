@@ -11,6 +11,8 @@ from contextlib import contextmanager
 
 import httpx
 
+from shared.config import DatabaseSettings
+from shared.db import connect
 from tests.paths import REPO
 
 
@@ -43,3 +45,14 @@ def ollama_answers(url: str) -> bool:
         return httpx.get(f"{url}/api/version", timeout=1).status_code == 200
     except httpx.TransportError:
         return False
+
+
+def waiting_on_a_lock(db: DatabaseSettings) -> bool:
+    """Whether a session of a service on `db` (by its application name) waits on a lock now."""
+    with connect(db.model_copy(update={"search_path": None})) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+            " AND application_name = %s AND pid <> pg_backend_pid()",
+            (db.application_name,),
+        ).fetchone()
+    return bool(row and int(str(row[0])) > 0)

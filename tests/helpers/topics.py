@@ -12,8 +12,8 @@ from shared.config import TopicSettings
 
 
 def topic_fields() -> list[str]:
-    """The settings fields that name a topic."""
-    return [name for name, field in TopicSettings.model_fields.items() if field.annotation is str]
+    """The settings fields that name a topic (the topic registry's)."""
+    return [entry.setting for entry in TopicSettings.registry()]
 
 
 def isolated_topics(topic_factory: Callable[..., str], **partitions: int) -> TopicSettings:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
@@ -16,10 +17,12 @@ from prometheus_client import CollectorRegistry
 from evaluation.pipeline import pipeline, wait_until
 from services.scorer.loop import ScorerSection, ScorerSettings, build_scorer
 from shared.config import DatabaseSettings, KafkaSettings
+from shared.db import connect
 from shared.kafka import JsonProducer, make_producer
 from shared.lifecycle import Lifecycle
 from tests.helpers.kafka import consume_all
-from tests.helpers.topics import isolated_topics
+from tests.helpers.service_process import service_process, sigterm, waiting_on_a_lock
+from tests.helpers.topics import isolated_topics, topics_env
 
 
 def test_sigterm_after_a_cycle_ends_the_loop_with_its_last_flush(
@@ -56,3 +59,29 @@ def test_sigterm_after_a_cycle_ends_the_loop_with_its_last_flush(
     verdicts = consume_all(kafka_settings, topics.health, expected=2)
     assert producer.delivered >= len(verdicts) >= 2
     assert len(consume_all(kafka_settings, topics.alerts, expected=2)) >= 2
+
+
+def test_sigterm_while_a_cycle_waits_on_a_lock_cancels_it_and_the_process_exits_0_in_time(
+    kafka_settings: KafkaSettings, migrated: DatabaseSettings, topic_factory: Callable[..., str]
+) -> None:
+    """Another session holds gpu_latest: the cycle's read hangs until SIGTERM's grace runs out and it is
+    cancelled; the process exits 0 while the lock is still held, having written nothing of that cycle."""
+    topics = isolated_topics(topic_factory)
+    env = {
+        "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
+        "GPUHEALTH_DB__HOST": migrated.host, "GPUHEALTH_DB__PORT": str(migrated.port),
+        "GPUHEALTH_DB__SEARCH_PATH": str(migrated.search_path), **topics_env(topics),
+        "GPUHEALTH_SCORER__METRICS_PORT": "0", "GPUHEALTH_SCORER__INTERVAL_S": "1",
+    }  # fmt: skip
+    with connect(migrated) as locker:
+        locker.execute("LOCK TABLE gpu_latest IN ACCESS EXCLUSIVE MODE")
+        with service_process("scorer", env) as proc:
+            wait_until(lambda: waiting_on_a_lock(migrated), 60, "the scorer's cycle to wait on the lock")
+            started = time.monotonic()
+            sigterm(proc, timeout_s=30)
+            took = time.monotonic() - started
+            assert not waiting_on_a_lock(migrated), "the cancelled statement still waits"
+        locker.rollback()
+    assert took < 20, f"the scorer took {took:.1f} s to stop"
+    with connect(migrated) as conn:
+        assert conn.execute("SELECT count(*) FROM gpu_status").fetchone() == (0,)
