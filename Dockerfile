@@ -6,12 +6,12 @@ FROM ${PYTHON_IMAGE} AS base
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /app
 
-# Dependencies first, in their own layer: code changes do not reinstall them.
+# Dependencies first, in their own layer: code changes do not reinstall them. Both distributions'
+# (the pipeline's and the library's, gpuhealth/), less the library itself: its code is copied below.
 COPY pyproject.toml ./
-RUN python - <<'PY' > /tmp/requirements.txt && pip install -r /tmp/requirements.txt
-import tomllib
-print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))
-PY
+COPY gpuhealth/pyproject.toml ./gpuhealth/
+COPY scripts/requirements.py ./scripts/
+RUN python scripts/requirements.py > /tmp/requirements.txt && pip install -r /tmp/requirements.txt
 
 # Everything a service reads at run time: code (gpuhealth/: the library's pieces the services build
 # on), migrations, and config/ (the scorer's health rules; without it the scorer exits 2 at start).

@@ -15,7 +15,7 @@ TOPIC ?= gpu-metrics-raw
 ARGS ?=
 
 .PHONY: help venv services services-down services-status migrate topics schemas up down \
-        test test-unit test-integration lint format openapi docs bench evaluate train-predictor \
+        test test-unit test-integration tools lint format openapi docs bench evaluate train-predictor \
         kafka-console-consumer kafka-topics kafka-consumer-groups psql compose-test
 
 help: ## list the targets
@@ -23,6 +23,8 @@ help: ## list the targets
 	@echo
 	@echo "CLI (after make venv or make up): $(VENV)/bin/gpuhealth fleet | gpu UUID | alerts | ack ID --key KEY"
 	@echo "  (--url or GPUHEALTH_URL picks the API; default http://127.0.0.1:8000; gpuhealth --help for more)"
+	@echo "Installing (the venv needs neither): pip install ./gpuhealth (the training library alone), or"
+	@echo "  pip install ./gpuhealth . (the pipeline too: gpuhealth-api, gpuhealth-collector, ... each --help)"
 
 venv: ## create/update the Python virtual environment (cached, keyed by pyproject.toml)
 	@scripts/pyenv.sh >/dev/null
@@ -59,7 +61,10 @@ test: services venv ## start the services, then run the whole test suite
 compose-test: venv ## docker compose for real: install Docker, build local images, up, check from the host, down
 	@scripts/compose-test.sh
 
-test-unit: venv ## unit tests only (no services needed)
+tools: ## install the tools the tests use (promtool, docker CLI, chromium, wrk; scripts/install-tools.sh)
+	@scripts/install-tools.sh
+
+test-unit: venv tools ## unit tests only (no services needed)
 	@$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 test-integration: services venv ## integration tests only (real Kafka + TimescaleDB)

@@ -30,13 +30,13 @@ import httpx
 import uvicorn
 
 from bench._common import report, scratch_topic
+from gpuhealth.contract.wire_time import wire_time
 from services.api.app import create_app
 from services.api.settings import ApiSection
 from shared.config import Settings
 from shared.fakes.samples import gpu_uuid, sample
 from shared.kafka import JsonProducer, make_producer, wait_for_kafka
 from shared.migrate import migrated_schema
-from shared.wire_time import wire_time
 
 REPO = Path(__file__).resolve().parents[1]
 GPUS, POLL_S, POLLS = 1000, 1.0, 30

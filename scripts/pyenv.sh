@@ -3,22 +3,18 @@
 #
 # The venv lives in the cache, outside the checkout, so a fresh clone (what CI
 # runs) reuses it. It is rebuilt only when pyproject.toml's dependency lists
-# change. The project itself is not installed
-# into it (only the `gpuhealth` launcher, below); the Makefile runs everything with PYTHONPATH at the checkout, so the
-# code under test is always the code in the working tree.
+# change. The project's two distributions are not installed into it (only the `gpuhealth` launcher,
+# below); the Makefile runs everything with PYTHONPATH at the checkout, so the code under test is
+# always the code in the working tree.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cache=${GPUHEALTH_CACHE:-$HOME/.cache/gpu-health}
 venv=${GPUHEALTH_VENV:-$cache/venv}
 python=${PYTHON:-python3}
-# The dependency lists come from pyproject.toml, the one place they are written;
-# the stamp is their hash, so editing tool settings there does not rebuild.
-requirements=$("$python" - "$here/pyproject.toml" <<'PY'
-import sys, tomllib
-project = tomllib.load(open(sys.argv[1], "rb"))["project"]
-print("\n".join(project["dependencies"] + project["optional-dependencies"]["dev"]))
-PY
-)
+# The dependency lists come from the two pyproject.toml files (the pipeline's and the library's,
+# gpuhealth/), the one place they are written; the stamp is their hash, so editing tool settings
+# there does not rebuild.
+requirements=$("$python" "$here/scripts/requirements.py" --dev)
 stamp_want=$(echo "$requirements" | sha256sum | cut -c1-16)
 
 # The CLI as `gpuhealth` on the venv's PATH: a small launcher that runs this

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
+from gpuhealth.kafka_settings import KafkaSettings as KafkaSettings  # shared with the training library
 from shared.errors import ConfigError
 
 # every topic's name: the topics' table is shared/topic_registry.py
@@ -36,25 +37,6 @@ class Section(BaseModel):
     """A section of the settings: each field's docstring is its description in the configuration reference."""
 
     model_config = ConfigDict(use_attribute_docstrings=True)
-
-
-class KafkaSettings(Section):
-    """How to reach the brokers."""
-
-    bootstrap_servers: str = "127.0.0.1:9092"
-    """Brokers, `host:port` separated by commas."""
-    client_id: str = "gpu-health"
-    """librdkafka's `client.id`; some clients add their own suffix (`-collector`, `-llm`…)."""
-    security_protocol: str = "PLAINTEXT"
-    """librdkafka's `security.protocol`: `PLAINTEXT`, `SSL`, `SASL_PLAINTEXT` or `SASL_SSL`."""
-    sasl_mechanism: str | None = None
-    """SASL mechanism (`PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512`…); unset: no SASL."""
-    sasl_username: str | None = None
-    """SASL user name."""
-    sasl_password: SecretStr | None = None
-    """SASL password."""
-    extra: dict[str, str] = Field(default_factory=dict)
-    """Further librdkafka properties, e.g. `{"ssl.ca.location": "/etc/ca.pem"}`."""
 
 
 class DatabaseSettings(Section):

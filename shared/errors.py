@@ -6,23 +6,9 @@ from __future__ import annotations
 from gpuhealth.errors import ConfigError as ConfigError
 from gpuhealth.errors import ContractError as ContractError
 from gpuhealth.errors import GpuHealthError as GpuHealthError
-
-
-class KafkaError(GpuHealthError):
-    """A Kafka operation failed; `retriable` says whether trying again can help."""
-
-    def __init__(self, message: str, *, code: str | None = None, retriable: bool = False) -> None:
-        super().__init__(message)
-        self.code = code
-        self.retriable = retriable
-
-
-class KafkaUnavailableError(KafkaError):
-    """The brokers could not be reached in time."""
-
-
-class KafkaProduceError(KafkaError):
-    """A message could not be handed to, or was rejected by, the broker."""
+from gpuhealth.errors import KafkaError as KafkaError
+from gpuhealth.errors import KafkaProduceError as KafkaProduceError
+from gpuhealth.errors import KafkaUnavailableError as KafkaUnavailableError
 
 
 class KafkaTopicError(KafkaError):

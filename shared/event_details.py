@@ -20,7 +20,7 @@ ThrottleReason = Literal[
     "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "display_clock_setting",
 ]  # fmt: skip
 Reasons = Annotated[list[ThrottleReason], Field(min_length=1, max_length=16)]
-# An ISO 8601 time kept as text in the JSON: producers write it with shared.wire_time (UTC, `Z`);
+# An ISO 8601 time kept as text in the JSON: producers write it with gpuhealth.contract.wire_time (UTC, `Z`);
 # an offset, as older producers wrote it (datetime.isoformat()), is read too.
 TimeText = Annotated[
     str,

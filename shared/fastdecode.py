@@ -33,7 +33,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from shared.jsonlimits import MAX_RECORD_BYTES
+from gpuhealth.contract.jsonlimits import MAX_RECORD_BYTES
 
 JsonSchema = dict[str, Any]
 
@@ -193,7 +193,7 @@ class FastDecoder:
 
     def decode(self, raw: bytes | str) -> tuple[Any, ...] | None:
         """The message's fields in `fields` order (nested objects as msgspec Structs), or None."""
-        if len(raw) > MAX_RECORD_BYTES:  # refused by the contract (shared.jsonlimits)
+        if len(raw) > MAX_RECORD_BYTES:  # refused by the contract (gpuhealth.contract.jsonlimits)
             return None
         try:
             values: tuple[Any, ...] = astuple(self._decoder.decode(raw))

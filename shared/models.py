@@ -13,111 +13,29 @@ can dead-letter them with a reason instead of storing nonsense.
 
 from __future__ import annotations
 
-import json
-import time
-from datetime import UTC, datetime, timedelta
-from enum import Enum, StrEnum
-from typing import Annotated, Any, Literal, TypeVar
+from enum import StrEnum
+from typing import Annotated, Any
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    PlainSerializer,
-    TypeAdapter,
-    ValidationError,
-    ValidationInfo,
-    model_validator,
-)
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
+# The contract's building blocks live in the library (the training library's alert is built of
+# them too); the services read them here, with the messages they make.
+from gpuhealth.contract.base import GPU_UUID_PATTERN as GPU_UUID_PATTERN
+from gpuhealth.contract.base import SCHEMA_VERSION as SCHEMA_VERSION
+from gpuhealth.contract.base import UNSTATED as UNSTATED
+from gpuhealth.contract.base import GpuUuid as GpuUuid
+from gpuhealth.contract.base import Label as Label
+from gpuhealth.contract.base import Pct, StrictModel, error_reason, parse_message, version_required
+from gpuhealth.contract.base import UtcTime as UtcTime
+from gpuhealth.contract.base import Version as Version
+from gpuhealth.contract.base import sane_time as sane_time
+from gpuhealth.contract.base import to_json as to_json
 from gpuhealth.gpu.readings import Source as Source  # the sample contract's sources
 from shared.dcgm import INT64_BLANK
-from shared.errors import ContractError
 from shared.event_details import DETAILS_BY_KIND
-from shared.jsonlimits import check_bounds
-from shared.wire_time import wire_time
-
-SCHEMA_VERSION = 1
-
-_EPOCH_FLOOR = datetime(2000, 1, 1, tzinfo=UTC)
-# Simulated fleets run ahead of the wall clock; anything further out is a broken clock.
-_FUTURE_SLACK = timedelta(days=400)
-
-
-_latest_allowed = (0.0, _EPOCH_FLOOR)  # (monotonic time computed, bound)
-
-
-def _future_bound() -> datetime:
-    """now + slack, recomputed at most once a second: this runs for every message."""
-    global _latest_allowed
-    computed, bound = _latest_allowed
-    if (now := time.monotonic()) - computed > 1.0:
-        bound = datetime.now(UTC) + _FUTURE_SLACK
-        _latest_allowed = (now, bound)
-    return bound
-
-
-def sane_time(value: datetime) -> datetime:
-    """A sample time as the contract stores it (UTC, ms), or ValueError if implausible."""
-    if value.tzinfo is None:
-        raise ValueError("time must carry a timezone (UTC)")
-    if value.tzinfo is not UTC:
-        value = value.astimezone(UTC)
-    if value < _EPOCH_FLOOR or value > _future_bound():
-        raise ValueError(f"time {value.isoformat()} is not a plausible sample time")
-    if value.microsecond % 1000:
-        value = value.replace(microsecond=value.microsecond // 1000 * 1000)  # the contract is ms
-    return value
-
-
-def _not_bool(value: Any) -> Any:
-    if isinstance(value, bool):  # Literal[1] alone lets `true` through (True == 1)
-        raise ValueError("schema_version must be the number 1")
-    return value
-
-
-class _Unstated(Enum):
-    """The value of a schema_version a message did not state (an enum: it has a JSON form)."""
-
-    UNSTATED = "unstated"
-
-
-UNSTATED: Any = _Unstated.UNSTATED
-
-
-def _stated(value: Any, info: ValidationInfo) -> Any:
-    """On the wire (JSON) schema_version is required and never assumed: JSON without it is
-    refused. A message built in Python (a producer's `GpuSample(...)`) gets the version this
-    code writes. Strict validation takes no JSON-decoded dict (times must be datetimes
-    there), so this is no back door for JSON."""
-    if value is UNSTATED:
-        if info.mode == "python":
-            return SCHEMA_VERSION
-        raise ValueError("schema_version is required")
-    return value
-
-
-def _version_required(schema: dict[str, Any]) -> None:
-    """The JSON Schema of a top-level message: schema_version required, with no default."""
-    schema["properties"]["schema_version"].pop("default", None)
-    schema["required"] = ["schema_version", *(r for r in schema.get("required", ()) if r != "schema_version")]
-
-
-_WIRE_TIME = PlainSerializer(wire_time, return_type=str, when_used="json")  # every topic's one time format
-UtcTime = Annotated[datetime, AfterValidator(sane_time), _WIRE_TIME]
-# validators run last-first: the unstated check, then the type's own
-Version = Annotated[
-    Literal[1], BeforeValidator(_not_bool), BeforeValidator(_stated), Field(validate_default=True)
-]
-Label = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[^\x00-\x1f\x7f]*$")]
-GPU_UUID_PATTERN = r"^(GPU|MIG)-[A-Za-z0-9/-]{8,96}$"  # the one definition (the API's parameters use it)
-GpuUuid = Annotated[str, Field(pattern=GPU_UUID_PATTERN)]
 
 # Bounds are physical, not typical: they catch broken readings, not hot GPUs.
 Temp = Annotated[float | None, Field(ge=-60, le=250)]
-Pct = Annotated[float | None, Field(ge=0, le=100)]
 Ratio = Annotated[float | None, Field(ge=0, le=1)]
 Mhz = Annotated[float | None, Field(ge=0, le=20_000)]
 Watts = Annotated[float | None, Field(ge=0, le=10_000)]
@@ -129,11 +47,7 @@ Flag = Annotated[int | None, Field(ge=0, le=1)]
 Rate = Annotated[int | None, Field(ge=0, le=10**13)]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, frozen=True)
-
-
-class MigInstance(_Strict):
+class MigInstance(StrictModel):
     """One MIG GPU instance's own readings (dcgm-exporter's GPU_I_PROFILE / GPU_I_ID series)."""
 
     profile: Label
@@ -151,10 +65,10 @@ class MigInstance(_Strict):
     prof_dram_active_ratio: Ratio = None
 
 
-class GpuSample(_Strict):
+class GpuSample(StrictModel):
     """One GPU, one poll: identity, placement, workload, and every metric the source reported."""
 
-    model_config = ConfigDict(json_schema_extra=_version_required)
+    model_config = ConfigDict(json_schema_extra=version_required)
 
     schema_version: Version = UNSTATED
     time: UtcTime
@@ -263,7 +177,7 @@ _DETAILS_CHECK: dict[EventKind, TypeAdapter[Any]] = {
 
 def _event_schema(schema: dict[str, Any]) -> None:
     """The event's JSON Schema: schema_version required, and the details each kind carries."""
-    _version_required(schema)
+    version_required(schema)
     schema["allOf"] = [
         {
             "if": {"properties": {"kind": {"const": kind.value}}, "required": ["kind"]},
@@ -273,7 +187,7 @@ def _event_schema(schema: dict[str, Any]) -> None:
     ]
 
 
-class GpuEvent(_Strict):
+class GpuEvent(StrictModel):
     """Something that happened between two polls of one GPU."""
 
     schema_version: Version = UNSTATED
@@ -296,7 +210,7 @@ class GpuEvent(_Strict):
         try:
             checked = _DETAILS_CHECK[self.kind].validate_python(self.details, strict=True)
         except ValidationError as e:
-            raise ValueError(f"details of a {self.kind.value} event: {_reason(e)}") from None
+            raise ValueError(f"details of a {self.kind.value} event: {error_reason(e)}") from None
         if checked != self.details or any(type(checked[k]) is not type(v) for k, v in self.details.items()):
             self.__dict__["details"] = checked  # e.g. a whole number of seconds as the float it is
         return self
@@ -314,47 +228,11 @@ METRIC_FIELDS: tuple[str, ...] = tuple(
 )  # fmt: skip
 
 
-def _reason(e: ValidationError) -> str:
-    first = e.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or "message"
-    more = f" (+{e.error_count() - 1} more)" if e.error_count() > 1 else ""
-    return f"{where}: {first['msg']}{more}"
-
-
-def _check_version(raw: bytes | str) -> None:
-    """A clear 'unknown schema version' before field errors that would only confuse."""
-    try:
-        head = json.loads(raw)  # bounded in depth by check_bounds, but never let it decide anything
-    except (ValueError, RecursionError):
-        return  # the model's own parser reports malformed JSON
-    if isinstance(head, dict) and "schema_version" not in head:
-        raise ContractError("schema_version is required")
-    if isinstance(head, dict) and head.get("schema_version") != SCHEMA_VERSION:
-        raise ContractError(f"unknown schema_version {head.get('schema_version')!r}")
-
-
-M = TypeVar("M", bound=BaseModel)
-
-
-def _parse(model: type[M], raw: bytes | str) -> M:
-    check_bounds(raw)
-    try:
-        return model.model_validate_json(raw)
-    except ValidationError as e:
-        _check_version(raw)
-        raise ContractError(_reason(e)) from e
-
-
 def parse_sample(raw: bytes | str) -> GpuSample:
     """Validate one gpu-metrics-raw message; ContractError says why it is refused."""
-    return _parse(GpuSample, raw)
+    return parse_message(GpuSample, raw)
 
 
 def parse_event(raw: bytes | str) -> GpuEvent:
     """Validate one gpu-events message; ContractError says why it is refused."""
-    return _parse(GpuEvent, raw)
-
-
-def to_json(model: BaseModel) -> dict[str, Any]:
-    """The message value: JSON-ready, nulls kept so consumers see every field."""
-    return model.model_dump(mode="json")
+    return parse_message(GpuEvent, raw)

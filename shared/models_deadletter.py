@@ -6,7 +6,7 @@ the project's, since the record was refused for not having one. What the
 contract fixes is the headers, each UTF-8 text: the consumer group that
 refused it, the source topic, partition and offset, the category (a small
 fixed set, the sink's metric label), the error, when it failed (written by
-shared.wire_time like every topic's times), and the headers' schema version.
+gpuhealth.contract.wire_time like every topic's times), and the headers' schema version.
 The committed JSON Schema describes the headers as one object keyed by header
 name. Parsing is strict like every topic's: unknown or repeated headers,
 missing ones, non-numbers where numbers go, NUL and lone surrogates are refused.
@@ -20,8 +20,8 @@ from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, ValidationError
 
+from gpuhealth.contract.base import UNSTATED, StrictModel, UtcTime, Version, error_reason
 from shared.errors import ContractError
-from shared.models import UNSTATED, UtcTime, Version, _reason, _Strict
 
 _NUMBERS = ("dlq.schema_version", "dlq.source.partition", "dlq.source.offset", "dlq.value_truncated_from")
 
@@ -32,7 +32,7 @@ def _version_required(schema: dict[str, Any]) -> None:
     schema["required"] = ["dlq.schema_version", *(r for r in schema["required"] if r != "dlq.schema_version")]
 
 
-class DeadLetterHeaders(_Strict):
+class DeadLetterHeaders(StrictModel):
     """The headers of one gpu-dead-letters message (built by field name, on the wire by header name)."""
 
     model_config = ConfigDict(json_schema_extra=_version_required, populate_by_name=True)
@@ -75,7 +75,7 @@ def parse_dead_letter_headers(raw: Sequence[tuple[str, bytes | None]] | None) ->
     try:  # as JSON, so the contract's strict JSON rules apply (a time is text there)
         return DeadLetterHeaders.model_validate_json(json.dumps(fields))
     except ValidationError as e:
-        raise ContractError(_reason(e)) from e
+        raise ContractError(error_reason(e)) from e
 
 
 def _number(name: str, text: str) -> int:

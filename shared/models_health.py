@@ -9,11 +9,11 @@ A `HealthVerdict` is one change of one GPU subsystem's verdict, published by
 the scorer after the cycle that decided it is committed. gpu-alerts carries
 the scorer's alerts (an `AlertOpened` when one opens, an `AlertResolved` when
 its evidence is gone; `source` is ``scorer``) and a training job's alerts
-(:class:`shared.models_training.TrainingAlert`, `source` ``training``);
+(:class:`gpuhealth.contract.training.TrainingAlert`, `source` ``training``);
 :func:`parse_alert` tells them apart. Validation is as strict as the sample
 contract's: schema_version required on the wire, unknown fields, wrong types,
 NaN/Infinity, NUL characters and lone surrogates refused with the field named.
-Times are written by shared.wire_time, like every topic's.
+Times are written by gpuhealth.contract.wire_time, like every topic's.
 """
 
 from __future__ import annotations
@@ -24,10 +24,18 @@ from typing import Annotated, Literal, get_args
 from pydantic import ConfigDict, Field
 from typing_extensions import TypeAliasType
 
+from gpuhealth.contract.base import (
+    UNSTATED,
+    GpuUuid,
+    StrictModel,
+    UtcTime,
+    Version,
+    parse_message,
+    version_required,
+)
+from gpuhealth.contract.jsonlimits import check_bounds
+from gpuhealth.contract.training import TrainingAlert, parse_training_alert
 from shared.errors import ContractError
-from shared.jsonlimits import check_bounds
-from shared.models import UNSTATED, GpuUuid, UtcTime, Version, _parse, _Strict, _version_required
-from shared.models_training import TrainingAlert, parse_training_alert
 
 HealthState = Literal["healthy", "degraded", "unhealthy"]
 HEALTH_STATES: tuple[HealthState, ...] = get_args(HealthState)  # best to worst
@@ -83,10 +91,10 @@ EvidenceValue = TypeAliasType(
 Evidence = Annotated[dict[Name, EvidenceValue], Field(max_length=64)]
 
 
-class HealthVerdict(_Strict):
+class HealthVerdict(StrictModel):
     """One GPU subsystem's verdict changed (gpu-health, keyed by GPU UUID), as of a scoring cycle."""
 
-    model_config = ConfigDict(json_schema_extra=_version_required)
+    model_config = ConfigDict(json_schema_extra=version_required)
 
     schema_version: Version = UNSTATED
     time: UtcTime  # the as-of time of the cycle that decided it
@@ -100,10 +108,10 @@ class HealthVerdict(_Strict):
     evidence: Evidence
 
 
-class _ScorerAlert(_Strict):
+class _ScorerAlert(StrictModel):
     """What each scorer alert message says: which alert (gpu_alerts.id), of which GPU, of what kind."""
 
-    model_config = ConfigDict(json_schema_extra=_version_required)
+    model_config = ConfigDict(json_schema_extra=version_required)
 
     schema_version: Version = UNSTATED
     time: UtcTime
@@ -135,7 +143,7 @@ GpuAlert = AlertOpened | AlertResolved | TrainingAlert
 
 def parse_health_verdict(raw: bytes | str) -> HealthVerdict:
     """Validate one gpu-health message; ContractError says why it is refused."""
-    return _parse(HealthVerdict, raw)
+    return parse_message(HealthVerdict, raw)
 
 
 def parse_alert(raw: bytes | str) -> GpuAlert:
@@ -157,9 +165,9 @@ def parse_alert(raw: bytes | str) -> GpuAlert:
     if source != "scorer":
         raise ContractError(f"source: unknown gpu-alerts source {_shown(source)}")
     if state == "open":
-        return _parse(AlertOpened, raw)
+        return parse_message(AlertOpened, raw)
     if state == "resolved":
-        return _parse(AlertResolved, raw)
+        return parse_message(AlertResolved, raw)
     raise ContractError(f"state: unknown alert state {_shown(state)}")
 
 

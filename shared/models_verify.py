@@ -3,11 +3,11 @@
 Pydantic models are the source of truth; ``python -m shared.topic_registry``
 writes their JSON Schemas under ``schema/json/`` (a test keeps them in step).
 Times are UTC with milliseconds, written as every topic writes them
-(:mod:`shared.wire_time`: ``2026-11-22T18:00:00.123000Z``). A value
+(:mod:`gpuhealth.contract.wire_time`: ``2026-11-22T18:00:00.123000Z``). A value
 the machine cannot report is ``null``, never a guess. Validation is strict in
 the same way as :mod:`shared.models`: wrong types, NaN/inf, unknown fields and
 unknown schema versions are refused with the field named; a record's size and
-nesting are bounded (shared.jsonlimits) before it is parsed.
+nesting are bounded (gpuhealth.contract.jsonlimits) before it is parsed.
 """
 
 from __future__ import annotations
@@ -17,24 +17,27 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from gpuhealth.contract.base import (
+    SCHEMA_VERSION,
+    UNSTATED,
+    GpuUuid,
+    Label,
+    StrictModel,
+    UtcTime,
+    Version,
+    error_reason,
+    version_required,
+)
+from gpuhealth.contract.jsonlimits import check_bounds
 from shared.chain import canonical_bytes, link_of, parse_canonical_input
 from shared.errors import ContractError
-from shared.jsonlimits import check_bounds
-from shared.models import UNSTATED, GpuUuid, Label, UtcTime, Version, _version_required
 
-SCHEMA_VERSION = 1
-
-
-Time = UtcTime  # UTC, milliseconds, written by shared.wire_time like every topic's times
+Time = UtcTime  # UTC, milliseconds, written by gpuhealth.contract.wire_time like every topic's times
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 Text = Annotated[str, Field(max_length=2000, pattern=r"^[^\x00]*$")]
 Finite = Annotated[float, Field(ge=-1e300, le=1e300)]
 Millis = Annotated[float | None, Field(ge=0, le=86_400_000)]
 Dim = Annotated[int, Field(ge=0, le=2**40)]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, frozen=True)
 
 
 class RecordKind(StrEnum):
@@ -50,7 +53,7 @@ class Outcome(StrEnum):
     RECORDED = "recorded"  # an operation that ran; it has no reference to be judged against
 
 
-class ResultSummary(_Strict):
+class ResultSummary(StrictModel):
     """What came out, without the data: enough to compare runs and spot NaN/garbage."""
 
     shape: list[Dim] = Field(max_length=16)
@@ -63,10 +66,10 @@ class ResultSummary(_Strict):
     sha256: Sha256 | None = None  # of the result's bytes as the device produced them
 
 
-class VerificationRecord(_Strict):
+class VerificationRecord(StrictModel):
     """One check or operation on one GPU, chained to that GPU's previous record."""
 
-    model_config = ConfigDict(json_schema_extra=_version_required)
+    model_config = ConfigDict(json_schema_extra=version_required)
 
     schema_version: Version = UNSTATED
     kind: RecordKind
@@ -98,14 +101,14 @@ class VerificationRecord(_Strict):
     result: ResultSummary | None = None
 
 
-class NvLink(_Strict):
+class NvLink(StrictModel):
     link: int = Field(ge=0, le=63)
     active: bool | None = None
     version: int | None = Field(default=None, ge=0, le=100)
     remote_pci_bus_id: Label | None = None
 
 
-class GpuIdentity(_Strict):
+class GpuIdentity(StrictModel):
     """What a GPU is (not how it is doing): fixed for the life of a node's configuration."""
 
     index: int = Field(ge=0, le=255)
@@ -129,7 +132,7 @@ class GpuIdentity(_Strict):
     nvlinks: list[NvLink] | None = Field(default=None, max_length=64)
 
 
-class HostIdentity(_Strict):
+class HostIdentity(StrictModel):
     cpu_model: Label | None = None
     cpu_sockets: int | None = Field(default=None, ge=1, le=1024)
     cpu_cores: int | None = Field(default=None, ge=1, le=1_000_000)  # physical
@@ -144,10 +147,10 @@ class HostIdentity(_Strict):
 DYNAMIC_GPU_FIELDS = frozenset({"pcie_gen_current", "pcie_bandwidth_current_gbps"})
 
 
-class SystemIdentity(_Strict):
+class SystemIdentity(StrictModel):
     """A node's hardware and driver identity (gpu-systems, keyed by hostname)."""
 
-    model_config = ConfigDict(json_schema_extra=_version_required)
+    model_config = ConfigDict(json_schema_extra=version_required)
 
     schema_version: Version = UNSTATED
     time: Time
@@ -183,14 +186,7 @@ def record_bytes(model: BaseModel) -> bytes:
     return canonical_bytes(record_json(model))
 
 
-def _reason(e: ValidationError) -> str:
-    first = e.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or "message"
-    more = f" (+{e.error_count() - 1} more)" if e.error_count() > 1 else ""
-    return f"{where}: {first['msg']}{more}"
-
-
-def _validate(model: type[_Strict], raw: bytes | str) -> Any:
+def _validate(model: type[StrictModel], raw: bytes | str) -> Any:
     check_bounds(raw)  # size and nesting, before any parser recurses into it
     value = parse_canonical_input(raw)
     if value.get("schema_version") != SCHEMA_VERSION or isinstance(value.get("schema_version"), bool):
@@ -198,7 +194,7 @@ def _validate(model: type[_Strict], raw: bytes | str) -> Any:
     try:
         return model.model_validate_json(canonical_bytes(value))
     except ValidationError as e:
-        raise ContractError(_reason(e)) from e
+        raise ContractError(error_reason(e)) from e
 
 
 def parse_verification(raw: bytes | str) -> VerificationRecord:

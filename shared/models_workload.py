@@ -17,8 +17,18 @@ from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field
 
+from gpuhealth.contract.base import (
+    UNSTATED,
+    GpuUuid,
+    Label,
+    Pct,
+    StrictModel,
+    UtcTime,
+    Version,
+    parse_message,
+    version_required,
+)
 from shared.errors import ContractError
-from shared.models import UNSTATED, GpuUuid, Label, Pct, UtcTime, Version, _parse, _Strict, _version_required
 
 # No NUL (PostgreSQL text cannot hold it; a pattern also refuses lone surrogates)
 Text = Annotated[str, Field(max_length=4096, pattern=r"^[^\x00]*$")]
@@ -37,7 +47,7 @@ class ProcessClass(StrEnum):
     COMPUTE = "compute"
 
 
-class GpuProcess(_Strict):
+class GpuProcess(StrictModel):
     """One process on one GPU: what NVML says of it, what /proc says of it, and what kind of work it is."""
 
     pid: int = Field(ge=1, le=2**31)
@@ -56,8 +66,8 @@ class GpuProcess(_Strict):
     rule: Label
 
 
-class GpuProcesses(_Strict):
-    model_config = ConfigDict(json_schema_extra=_version_required)
+class GpuProcesses(StrictModel):
+    model_config = ConfigDict(json_schema_extra=version_required)
 
     schema_version: Version = UNSTATED
     time: UtcTime
@@ -69,10 +79,10 @@ class GpuProcesses(_Strict):
     processes: list[GpuProcess] = Field(default_factory=list, max_length=1024)
 
 
-class LlmSession(_Strict):
+class LlmSession(StrictModel):
     """One request to an LLM server, as the proxy or the probe saw it; durations in milliseconds."""
 
-    model_config = ConfigDict(json_schema_extra=_version_required)
+    model_config = ConfigDict(json_schema_extra=version_required)
 
     schema_version: Version = UNSTATED
     kind: Literal["session"] = "session"
@@ -100,17 +110,17 @@ class LlmSession(_Strict):
     tpot_ms: Ms | None = None
 
 
-class LoadedModel(_Strict):
+class LoadedModel(StrictModel):
     name: Label
     size_bytes: Bytes | None = None
     vram_bytes: Bytes | None = None
     expires_at: UtcTime | None = None
 
 
-class LlmServerStatus(_Strict):
+class LlmServerStatus(StrictModel):
     """One LLM server at one poll: version and loaded models (Ollama), or its counters (vLLM)."""
 
-    model_config = ConfigDict(json_schema_extra=_version_required)
+    model_config = ConfigDict(json_schema_extra=version_required)
 
     schema_version: Version = UNSTATED
     kind: Literal["server"] = "server"
@@ -133,7 +143,7 @@ class LlmServerStatus(_Strict):
 
 def parse_gpu_processes(raw: bytes | str) -> GpuProcesses:
     """Validate one gpu-processes message; ContractError says why it is refused."""
-    return _parse(GpuProcesses, raw)
+    return parse_message(GpuProcesses, raw)
 
 
 def parse_llm_message(raw: bytes | str) -> LlmSession | LlmServerStatus:
@@ -144,7 +154,7 @@ def parse_llm_message(raw: bytes | str) -> LlmSession | LlmServerStatus:
         raise ContractError(f"value is not JSON: {e}") from e
     kind = head.get("kind") if isinstance(head, dict) else None
     if kind == "session":
-        return _parse(LlmSession, raw)
+        return parse_message(LlmSession, raw)
     if kind == "server":
-        return _parse(LlmServerStatus, raw)
+        return parse_message(LlmServerStatus, raw)
     raise ContractError(f"unknown llm-sessions kind {kind!r}")

@@ -9,10 +9,11 @@ event, the signals and the teardown are shared.lifecycle's.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, start_http_server
@@ -27,11 +28,23 @@ S = TypeVar("S", bound=Settings)
 log = logging.getLogger(__name__)
 
 
-def start_service(cls: type[S], name: str) -> S | None:
+def refuse_arguments(cls: type[Settings], name: str, argv: Sequence[str]) -> None:
+    """A service takes no arguments: `--help` says where its settings come from (exit 0), any
+    other argument is refused (exit 2)."""
+    sections = ", ".join(f"GPUHEALTH_{section.upper()}__*" for section in cls.model_fields)
+    argparse.ArgumentParser(
+        prog=f"gpuhealth-{name.replace('_', '-')}",
+        description=f"Takes no arguments: the settings come from environment variables ({sections}).",
+    ).parse_args(argv)
+
+
+def start_service(cls: type[S], name: str, argv: Sequence[str] | None = None) -> S | None:
     """Settings with logging set up and logged; None (after saying why) when they are invalid.
 
-    Starts the OTLP export too when it is configured (shared.otlp: off by default).
+    Starts the OTLP export too when it is configured (shared.otlp: off by default). `argv`
+    (the command line's, by default) may only ask for --help.
     """
+    refuse_arguments(cls, name, sys.argv[1:] if argv is None else argv)
     try:
         settings = load_settings(cls)
         otlp_section = load_settings(otlp.OtlpSettings).otlp

@@ -36,10 +36,10 @@ from typing import Annotated, Any, Literal, NamedTuple, Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.json_schema import JsonSchemaMode
 
+from gpuhealth.contract.training import TrainingAlert
 from shared.models import GpuEvent, GpuSample
 from shared.models_deadletter import DeadLetterHeaders
 from shared.models_health import AlertOpened, AlertResolved, HealthVerdict
-from shared.models_training import TrainingAlert
 from shared.models_verify import SystemIdentity, VerificationRecord
 from shared.models_workload import GpuProcesses, LlmServerStatus, LlmSession
 

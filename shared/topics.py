@@ -29,6 +29,7 @@ from shared.config import Settings, load_settings
 from shared.errors import GpuHealthError, KafkaTopicError
 from shared.kafka import make_admin, translate_error, wait_for_kafka
 from shared.logging import setup_logging
+from shared.service import refuse_arguments
 from shared.topic_registry import Keep, TopicSettings
 
 log = logging.getLogger(__name__)
@@ -197,6 +198,7 @@ def _wait_for_configs(admin: AdminClient, wanted: dict[str, dict[str, str]], tim
 
 
 def main() -> int:
+    refuse_arguments(Settings, "topics", sys.argv[1:])
     try:
         settings = load_settings(Settings)
         setup_logging(settings.log.level, json_format=settings.log.json_format, service="topics")

@@ -14,8 +14,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from gpuhealth.contract.training import AlertKind
 from gpuhealth.gpu.driver_codes import ClockEventReason as Reason
-from shared.models_training import AlertKind
 
 from .monitor import GpuStatus
 from .thresholds import AndonThresholds

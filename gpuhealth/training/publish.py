@@ -1,8 +1,8 @@
 """Publishes a job's alerts to `gpu-alerts` (source: training), keyed by GPU UUID, with the job's identity.
 
 Kafka settings come from the same GPUHEALTH_KAFKA__* / GPUHEALTH_TOPICS__ALERTS
-variables the services read. confluent-kafka is imported only when a publisher
-connects, so scripts that do not publish never need it.
+variables the services read. confluent-kafka (the library's `kafka` extra) is
+imported only when a publisher connects, so scripts that do not publish never need it.
 """
 
 from __future__ import annotations
@@ -13,8 +13,13 @@ import sys
 from pathlib import Path
 from typing import Any, Protocol
 
-from shared.models import to_json
-from shared.models_training import TrainingAlert, TrainingJob
+from pydantic import BaseModel, Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
+
+from gpuhealth.contract.base import to_json
+from gpuhealth.contract.training import TrainingAlert, TrainingJob
+from gpuhealth.errors import ConfigError
+from gpuhealth.kafka_settings import KafkaSettings
 
 from .andon import Alert
 
@@ -53,8 +58,27 @@ def alert_message(alert: Alert, state: str, job: TrainingJob) -> TrainingAlert:
     )  # fmt: skip
 
 
+# The services' default name for the topic (GPUHEALTH_TOPICS__ALERTS renames it for both).
+ALERTS_TOPIC = "gpu-alerts"
+
+
+class AlertsTopic(BaseModel):
+    alerts: str = ALERTS_TOPIC
+
+
+class PublisherSettings(BaseSettings):
+    """The services' variables a publisher reads: GPUHEALTH_KAFKA__*, GPUHEALTH_TOPICS__ALERTS."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="GPUHEALTH_", env_nested_delimiter="__", env_ignore_empty=True, extra="ignore"
+    )
+
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    topics: AlertsTopic = Field(default_factory=AlertsTopic)
+
+
 class Producer(Protocol):
-    """What the publisher needs of shared.kafka.JsonProducer."""
+    """What the publisher needs of gpuhealth.kafka.JsonProducer."""
 
     def produce(self, topic: str, key: str | None, value: Any) -> None: ...
     def flush(self, timeout_s: float = 30.0) -> int: ...
@@ -62,7 +86,7 @@ class Producer(Protocol):
 
 class AlertPublisher:
     def __init__(
-        self, producer: Producer, *, topic: str = "gpu-alerts", job: TrainingJob | None = None
+        self, producer: Producer, *, topic: str = ALERTS_TOPIC, job: TrainingJob | None = None
     ) -> None:
         self.producer = producer
         self.topic = topic
@@ -74,10 +98,12 @@ class AlertPublisher:
         cls, *, bootstrap_servers: str | None = None, topic: str | None = None, job: TrainingJob | None = None
     ) -> AlertPublisher:
         """A publisher with the project's producer settings (GPUHEALTH_* variables, or the given broker)."""
-        from shared.config import Settings, load_settings
-        from shared.kafka import JsonProducer, make_producer  # needs confluent-kafka
+        from gpuhealth.kafka import JsonProducer, make_producer  # needs confluent-kafka
 
-        settings = load_settings(Settings)
+        try:
+            settings = PublisherSettings()
+        except (ValidationError, SettingsError) as e:
+            raise ConfigError(f"invalid settings for the alert publisher: {e}") from e
         kafka = settings.kafka
         if bootstrap_servers is not None:
             kafka = kafka.model_copy(update={"bootstrap_servers": bootstrap_servers})

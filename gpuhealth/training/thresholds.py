@@ -1,9 +1,9 @@
-"""Andon thresholds for a training job, read from config/health-rules.toml through the scorer's loader.
+"""Andon thresholds for a training job, read from config/health-rules.toml, the scorer's own file.
 
-The scorer's Andon alerts and a job's alerts answer to the same reviewed file:
-this is the library's only door into `services.scorer`, and it reads the rules
-file with the scorer's own loader (`rules_config.load_rules`). Every value can
-be overridden in code, e.g. ``AndonThresholds.from_rules(thermal_c=80)``.
+The scorer's Andon alerts and a job's alerts answer to the same reviewed file,
+read by the same section models (gpuhealth.andon_rules, which the scorer's
+loader builds on). Without a path, the file is the copy the library carries.
+Every value can be overridden in code, e.g. ``AndonThresholds.from_rules(thermal_c=80)``.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from services.scorer.rules_config import DEFAULT_RULES, Rules, load_rules
-from shared.errors import ConfigError
+from gpuhealth.andon_rules import DEFAULT_RULES, AndonRules, load_andon_rules
+from gpuhealth.errors import ConfigError
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,12 +58,12 @@ class AndonThresholds:
 
     @classmethod
     def from_rules(cls, path: Path | str | None = None, **overrides: Any) -> AndonThresholds:
-        """The rules file's values (the scorer's own loader), then the overrides given in code."""
-        rules = load_rules(Path(path) if path is not None else DEFAULT_RULES)
+        """The rules file's values, then the overrides given in code."""
+        rules = load_andon_rules(Path(path) if path is not None else DEFAULT_RULES)
         return cls.from_loaded_rules(rules).override(**overrides)
 
     @classmethod
-    def from_loaded_rules(cls, rules: Rules) -> AndonThresholds:
+    def from_loaded_rules(cls, rules: AndonRules) -> AndonThresholds:
         return cls(
             default_slowdown_c=rules.thermal.default_slowdown_c,
             thermal_margin_c=rules.thermal.warn_margin_c,

@@ -26,7 +26,7 @@ from fastapi import HTTPException
 
 
 def z_time(value: datetime) -> str:
-    """The API's one time format."""
+    """The API's time format: always six fraction digits (the topics' is gpuhealth.contract.wire_time)."""
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -30,9 +30,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from gpuhealth.contract.wire_time import wire_time
 from gpuhealth.gpu.driver_codes import ClockEventReason as Reason
 from shared.models import Details, EventKind, GpuEvent, GpuSample, Source
-from shared.wire_time import wire_time
 
 from .kernel_log import KernelXid, normalize_pci
 from .xid_ledger import XidLedger

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from shared.wire_time import wire_time
+from gpuhealth.contract.wire_time import wire_time
 
 from .exposition import render_node
 from .faults import SUBSYSTEM, Fault, FaultError, make_fault

@@ -22,8 +22,8 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from gpuhealth.contract.wire_time import wire_time
 from shared.lifecycle import serve_until
-from shared.wire_time import wire_time
 
 VERSION = "0.6.8"
 _WORDS = [

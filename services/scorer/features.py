@@ -17,9 +17,9 @@ from typing import Any, NamedTuple
 
 import psycopg
 
+from gpuhealth.contract.wire_time import wire_time
 from shared.store import verdict_inputs
 from shared.store.verdict_inputs import FeatureWindows
-from shared.wire_time import wire_time
 
 from .rules_config import Rules
 

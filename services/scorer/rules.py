@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from gpuhealth.contract.wire_time import wire_time
 from gpuhealth.gpu.driver_codes import ClockEventReason as Reason
 from gpuhealth.gpu.driver_codes import GpuRecoveryAction as Recovery
 from shared.models_health import HEALTH_STATES as STATES
 from shared.models_health import LADDER, SUBSYSTEMS, Action
-from shared.wire_time import wire_time
 from shared.xid_catalog import XidEntry
 
 from .escalation import FELL_OFF_THE_BUS, escalate, fall_off_action, xid_action, xid_counts

@@ -1,22 +1,24 @@
-"""Loads config/health-rules.toml, the one reviewed file of thresholds, into typed settings."""
+"""Loads config/health-rules.toml, the one reviewed file of thresholds, into typed settings.
+
+The sections the Andon alerts share with the training library (thermal, power,
+idle and the memory section's Andon key) are the library's
+(gpuhealth.andon_rules); this module adds the scorer's own.
+"""
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
+from gpuhealth.andon_rules import AndonMemory, AndonRules, read_rules_toml, validated_rules
+from gpuhealth.andon_rules import RulesSection as _Section
 from shared.config import HEALTH_RULES_FILE
 from shared.errors import ConfigError
 from shared.models_health import Action
 from shared.xid_catalog import XidEntry, check_against_mapping, parse_catalog
 
 DEFAULT_RULES = HEALTH_RULES_FILE
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class Windows(_Section):
@@ -30,22 +32,14 @@ class Availability(_Section):
     missing_after_s: int = Field(gt=0)
 
 
-class Memory(_Section):
+class Memory(AndonMemory):
+    model_config = ConfigDict(extra="forbid")  # the scorer reads the whole section
+
     dbe_volatile_fail: int = Field(ge=1)
     retired_pages_fail: int = Field(ge=1)
     retired_pending_warn: int = Field(ge=1)
     sbe_per_hour_warn: float = Field(gt=0)
     sbe_per_hour_fail: float = Field(gt=0)
-    fb_used_ratio_alert: float = Field(gt=0, le=1)
-
-
-class Thermal(_Section):
-    default_slowdown_c: float
-    warn_margin_c: float = Field(ge=0)
-
-
-class Power(_Section):
-    at_limit_ratio_alert: float = Field(gt=0)
 
 
 class Pcie(_Section):
@@ -56,11 +50,6 @@ class Pcie(_Section):
 class Nvlink(_Section):
     crc_per_hour_warn: float = Field(gt=0)
     replay_recovery_fail: int = Field(ge=1)
-
-
-class Idle(_Section):
-    util_pct_below: float = Field(ge=0)
-    for_s: int = Field(gt=0)
 
 
 class NvidiaAction(_Section):
@@ -110,15 +99,16 @@ class PredictorWeights(_Section):
     trained_on_seeds: list[int] = Field(default_factory=list)
 
 
-class Rules(_Section):
+class Rules(AndonRules):
+    """The whole file: the Andon sections (thermal, power, idle, memory's Andon key) and the scorer's."""
+
+    model_config = ConfigDict(extra="forbid")
+
     windows: Windows
     availability: Availability
     memory: Memory
-    thermal: Thermal
-    power: Power
     pcie: Pcie
     nvlink: Nvlink
-    idle: Idle
     xid_catalog: XidCatalog
     xid: dict[int, XidEntry]  # NVIDIA's catalogue by code (config/xid-catalog.csv)
     xid_repeats: XidRepeats
@@ -147,19 +137,18 @@ def _beside(rules_path: Path, name: str) -> Path:
 
 def load_rules(path: Path = DEFAULT_RULES) -> Rules:
     """The rules file, with the predictor's weights and the XID catalogue from the files it names."""
-    try:
-        raw = tomllib.loads(path.read_text())
-        section = raw.get("prediction")
-        name = section.get("weights_file") if isinstance(section, dict) else None
-        if isinstance(name, str) and "predictor" not in raw:
-            raw["predictor"] = tomllib.loads(_beside(path, name).read_text())
-        catalog = raw.get("xid_catalog")
-        name = catalog.get("file") if isinstance(catalog, dict) else None
-        if isinstance(name, str) and "xid" not in raw:
-            where = _beside(path, name)
-            raw["xid"] = parse_catalog(where.read_text(encoding="utf-8"), source=f"xid catalogue {where}")
-        return Rules.model_validate(raw)
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise ConfigError(f"health rules {path}: {e}") from e
-    except ValidationError as e:
-        raise ConfigError(f"health rules {path}: {e}") from e
+    raw = read_rules_toml(path)
+    section = raw.get("prediction")
+    name = section.get("weights_file") if isinstance(section, dict) else None
+    if isinstance(name, str) and "predictor" not in raw:
+        raw["predictor"] = read_rules_toml(_beside(path, name))
+    catalog = raw.get("xid_catalog")
+    name = catalog.get("file") if isinstance(catalog, dict) else None
+    if isinstance(name, str) and "xid" not in raw:
+        where = _beside(path, name)
+        try:
+            text = where.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"health rules {path}: {e}") from e
+        raw["xid"] = parse_catalog(text, source=f"xid catalogue {where}")
+    return validated_rules(Rules, raw, path)

@@ -143,7 +143,7 @@ def _decode_one(msg: Record, batch: Batch, topics: TopicSettings, max_bytes: int
         elif len(value) > max_bytes:
             refused = ("oversized", f"message of {len(value)} bytes exceeds {max_bytes}")
         # No parser here recurses unbounded: the msgspec decoder declines nesting its types
-        # do not have, and the contract's parsers check the depth (shared.jsonlimits) first.
+        # do not have, and the contract's parsers check the depth (gpuhealth.contract.jsonlimits) first.
         elif topic == topics.metrics_raw:
             try:
                 row = stage_row(value)

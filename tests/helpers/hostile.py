@@ -1,5 +1,5 @@
 """Hostile-record runs for the sink's property tests: produce drafts, know where each must end up,
-read the dead letters back.
+read the dead letters back; and the hostile values the drafts are made of.
 
 A test's `HostileRun` subclass turns one draft into a `Produced` message (topic, key, value, the
 name its stored row will carry, and whether the contract and the test's CHECK let it be stored);
@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
 import confluent_kafka
+from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from evaluation.pipeline import wait_until
@@ -25,6 +26,20 @@ from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
 from shared.db import connect
 from shared.kafka import make_consumer, make_producer
 from tests.helpers.kafka import header_map
+
+ANY_TEXT = st.text(st.characters(codec=None), max_size=12)
+ANY_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**80), 2**80) | st.floats() | ANY_TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(ANY_TEXT, inner, max_size=4),
+    max_leaves=12,
+)
+NUMBERS = st.integers(-(2**70), 2**70) | st.floats() | st.sampled_from([5e-324, 1e308, 2**63 - 1, -0.0])
+
+
+def deep(n: int) -> str:
+    """JSON nested `n` lists deep: what makes a recursive parser give up."""
+    return "[" * n + "]" * n
+
 
 L = TypeVar("L", bound=RecordFamilyLoop)
 Source = tuple[str, int, int]  # (topic, partition, offset) of a record

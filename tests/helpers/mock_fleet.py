@@ -1,10 +1,14 @@
-"""Helpers to drive a mock fleet on a hand-moved clock."""
+"""Helpers to drive a mock fleet on a hand-moved clock, and to read one GPU's value from its page."""
 
 from __future__ import annotations
+
+import re
 
 from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
 
 T0 = 1_800_000_000.0  # a fixed simulated start, so tests never depend on the wall clock
+H100, A100, V100 = 0, 2, 3  # node indices in the default model cycle
+GPU = 5
 
 
 class HandClock:
@@ -21,3 +25,11 @@ def make_fleet(*, nodes: int = 4, gpus: int = 8, seed: int = 7) -> tuple[Fleet, 
     hand = HandClock()
     spec = FleetSpec(nodes=nodes, gpus_per_node=gpus, seed=seed)
     return Fleet(spec, SimClock(start_s=T0, speed=1.0, monotonic=hand)), hand
+
+
+def reading(fleet: Fleet, node: int, name: str, gpu: int = GPU) -> float:
+    text = fleet.scrape(node, timestamps=False)[0]
+    uuid = fleet.nodes[node].gpus[gpu].uuid
+    match = re.search(rf'^{name}\{{[^}}]*UUID="{uuid}"[^}}]*\}} (\S+)$', text, re.M)
+    assert match, f"no {name} line for {uuid}"
+    return float(match[1])

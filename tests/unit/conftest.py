@@ -1,19 +1,21 @@
-"""Fixtures the unit tests share: the tools scripts/install-tools.sh provides."""
+"""Fixtures the unit tests share: the tools scripts/install-tools.sh provides.
+
+A unit test installs nothing: `make test-unit` and `make test` install the tools
+first, and a test that finds one missing fails saying how to install it.
+"""
 
 from __future__ import annotations
 
-import subprocess
+import os
 from pathlib import Path
 
 import pytest
 
-from tests.paths import REPO
-
 
 @pytest.fixture(scope="session")
 def promtool() -> Path:
-    """Prometheus' promtool (installed on first use, as `make services` does)."""
-    tool = Path.home() / ".cache" / "gpu-health" / "bin" / "promtool"
-    if not tool.exists():
-        subprocess.run([str(REPO / "scripts" / "install-tools.sh")], check=True)
+    """Prometheus' promtool, as scripts/install-tools.sh unpacks it."""
+    cache = Path(os.environ.get("GPUHEALTH_CACHE") or Path.home() / ".cache" / "gpu-health")
+    tool = cache / "bin" / "promtool"
+    assert tool.exists(), f"no promtool at {tool}: run scripts/install-tools.sh (make test-unit does)"
     return tool

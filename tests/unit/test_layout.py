@@ -1,6 +1,8 @@
 """House rules that a linter cannot say: each service is `python -m services.<name>` with a
-`main() -> int`, services import `shared`, never each other, and the users' library (gpuhealth)
-reaches services only through its bridge module; no C or C++ source is in the tree."""
+`main() -> int`, services import `shared`, never each other; the users' library (gpuhealth) imports
+no `services` or `shared` module, only what its own distribution installs; no module imports itself
+back through others; a test module imports helpers, never another test module; and no C or C++
+source is in the tree."""
 
 from __future__ import annotations
 
@@ -8,24 +10,16 @@ import ast
 import importlib
 import inspect
 import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.imports import imported_modules, imports_of, project_modules
 from tests.paths import REPO
 
 SERVICES = sorted(p.name for p in (REPO / "services").iterdir() if (p / "__init__.py").exists())
-
-
-def imported_modules(path: Path) -> list[str]:
-    tree = ast.parse(path.read_text(), filename=str(path))
-    names = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names += [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.append(node.module)
-    return names
 
 
 @pytest.mark.parametrize("service", SERVICES)
@@ -48,18 +42,45 @@ def test_each_service_has_a_main_returning_int(service: str) -> None:
     assert inspect.signature(module.main).return_annotation in ("int", int)
 
 
-# The users' library (gpuhealth) reaches services only through this module, and only this of theirs:
-# the scorer's rules loader.
-LIBRARY_BRIDGES = {"gpuhealth/training/thresholds.py": {"services.scorer.rules_config"}}
+# The import names of the library's dependencies (gpuhealth/pyproject.toml, its extras included),
+# and the frameworks that only the callback module of each imports.
+LIBRARY_DISTRIBUTIONS = {
+    "pydantic": "pydantic", "pydantic-settings": "pydantic_settings",
+    "prometheus-client": "prometheus_client", "nvidia-ml-py": "pynvml", "confluent-kafka": "confluent_kafka",
+}  # fmt: skip
+FRAMEWORKS = {
+    "gpuhealth/training/lightning.py": {"lightning", "pytorch_lightning"},
+    "gpuhealth/training/keras.py": {"keras", "tensorflow"},
+    "gpuhealth/training/transformers.py": {"transformers"},
+}
 
 # What the services and shared may use of the library: its pieces that both need, never the training Andon.
-LIBRARY_COMMON = ("gpuhealth.errors", "gpuhealth.gpu")
+LIBRARY_COMMON = (
+    "gpuhealth.andon_rules", "gpuhealth.contract", "gpuhealth.errors", "gpuhealth.gpu", "gpuhealth.kafka",
+    "gpuhealth.kafka_settings",
+)  # fmt: skip
 
 
-def test_the_library_reaches_services_only_through_its_bridges() -> None:
-    for path in (REPO / "gpuhealth").rglob("*.py"):
-        used = {m for m in imported_modules(path) if m.split(".")[0] == "services"}
-        allowed = LIBRARY_BRIDGES.get(str(path.relative_to(REPO)), set())
+def library_requirements() -> set[str]:
+    """The distribution names gpuhealth/pyproject.toml asks for, extras included."""
+    project = tomllib.loads((REPO / "gpuhealth" / "pyproject.toml").read_text())["project"]
+    wanted = project["dependencies"] + [
+        r for extra in project["optional-dependencies"].values() for r in extra
+    ]
+    return {r.split(";")[0].split("[")[0].split(">")[0].split("<")[0].split("=")[0].strip() for r in wanted}
+
+
+def test_the_library_imports_only_itself_the_standard_library_and_what_it_declares() -> None:
+    assert library_requirements() == set(LIBRARY_DISTRIBUTIONS), "name the import of each new dependency"
+    declared = set(LIBRARY_DISTRIBUTIONS.values())
+    for path in sorted((REPO / "gpuhealth").rglob("*.py")):
+        allowed = {
+            "gpuhealth",
+            *sys.stdlib_module_names,
+            *declared,
+            *FRAMEWORKS.get(str(path.relative_to(REPO)), ()),
+        }
+        used = {m.split(".")[0] for m in imported_modules(path)}
         assert used <= allowed, f"{path.relative_to(REPO)} imports {sorted(used - allowed)}"
 
 
@@ -123,3 +144,56 @@ def test_no_c_or_cpp_source_is_in_the_tree() -> None:
     tracked = [Path(name) for name in listed.decode().split("\0") if name]
     assert tracked, "git ls-files listed nothing"
     assert [str(p) for p in tracked if p.suffix.lower() in C_SOURCES] == []
+
+
+def test_no_module_imports_itself_back_through_others() -> None:
+    """An import circle among the project's modules, lazy imports included (those under
+    TYPE_CHECKING never run), fails with the circle it found."""
+    modules = project_modules()
+    graph = {name: sorted(set(imports_of(path, modules)) - {name}) for name, path in modules.items()}
+    circles = []
+    done: set[str] = set()
+    for start in sorted(graph):  # depth-first, each module left once all it reaches is known
+        trail: list[str] = []
+        stack = [(start, iter(graph[start]))]
+        trail.append(start)
+        while stack:
+            node, edges = stack[-1]
+            following = next((m for m in edges if m not in done), None)
+            if following is None:
+                stack.pop()
+                trail.pop()
+                done.add(node)
+            elif following in trail:
+                circles.append(" -> ".join([*trail[trail.index(following) :], following]))
+            else:
+                trail.append(following)
+                stack.append((following, iter(graph[following])))
+    assert not circles, "import circles:\n" + "\n".join(circles)
+
+
+def test_a_test_module_imports_helpers_never_another_test_module() -> None:
+    modules = project_modules()
+    for kind in ("unit", "integration"):
+        for path in sorted((REPO / "tests" / kind).rglob("*.py")):
+            tests_used = [m for m in imports_of(path, modules) if m.startswith("tests.")]
+            wrong = [m for m in tests_used if m.split(".")[1] not in ("helpers", "paths")]
+            assert not wrong, (
+                f"{path.relative_to(REPO)} imports {wrong}: move what they share to tests/helpers/"
+            )
+
+
+def test_unit_tests_install_nothing() -> None:
+    """No unit test runs an installer (apt-get, pip, the install scripts): `make test-unit` installs
+    the tools first, and a test that misses one fails naming the step."""
+    installers = ("apt-get", "apt", "pip", "install-tools.sh", "install-docker.sh", "dpkg")
+    for path in sorted((REPO / "tests" / "unit").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and "subprocess" in ast.unparse(node.func):
+                words = [
+                    c.value
+                    for c in ast.walk(node)
+                    if isinstance(c, ast.Constant) and isinstance(c.value, str)
+                ]
+                ran = [w for w in words if any(w == i or w.endswith("/" + i) for i in installers)]
+                assert not ran, f"{path.relative_to(REPO)} runs {ran}"

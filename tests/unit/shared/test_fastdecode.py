@@ -15,10 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg.types.json import Jsonb
 
+from gpuhealth.contract.jsonlimits import MAX_RECORD_BYTES
 from services.sink.rows import FAST_SAMPLE, sample_row, stage_row
 from shared.errors import ContractError
 from shared.fastdecode import FastDecoder, SchemaNotSupportedError, python_pattern
-from shared.jsonlimits import MAX_RECORD_BYTES
 from shared.models import METRIC_FIELDS, GpuSample, parse_sample, sane_time, to_json
 
 UUID = "GPU-91310d89-c3e8-4b50-81d8-a29050bc85cc"

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpuhealth.contract.training import TrainingAlert
 from shared.errors import ContractError
 from shared.models import to_json
 from shared.models_health import (
@@ -24,7 +25,6 @@ from shared.models_health import (
     parse_alert,
     parse_health_verdict,
 )
-from shared.models_training import TrainingAlert
 from tests.paths import REPO
 
 UUID = "GPU-91310d89-c3e8-4b50-81d8-a29050bc85cc"

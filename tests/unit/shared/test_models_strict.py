@@ -10,11 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpuhealth.contract.jsonlimits import MAX_JSON_DEPTH, check_bounds
 from gpuhealth.gpu.driver_codes import ClockEventReason
 from services.sink.rows import FAST_SAMPLE, stage_row
 from shared.errors import ContractError
 from shared.event_details import DETAILS_BY_KIND, ThrottleReason
-from shared.jsonlimits import MAX_JSON_DEPTH, check_bounds
 from shared.models import (
     EventKind,
     GpuEvent,

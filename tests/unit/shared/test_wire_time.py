@@ -13,14 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
+from gpuhealth.contract.training import parse_training_alert
+from gpuhealth.contract.wire_time import wire_time
 from shared import models
 from shared.models_deadletter import DeadLetterHeaders, dead_letter_headers, parse_dead_letter_headers
 from shared.models_health import parse_alert, parse_health_verdict
-from shared.models_training import parse_training_alert
 from shared.models_verify import HostIdentity, SystemIdentity, parse_system, parse_verification, record_json
 from shared.models_workload import parse_gpu_processes, parse_llm_message
 from shared.topic_registry import TopicSettings
-from shared.wire_time import wire_time
 
 UUID = "GPU-91310d89-c3e8-4b50-81d8-a29050bc85cc"
 WIRE_TIME = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{6})?Z$")

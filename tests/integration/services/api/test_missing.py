@@ -12,7 +12,7 @@ from services.api.settings import ApiSection
 from services.scorer.rules_config import load_rules
 from shared.config import DatabaseSettings
 from shared.db import connect
-from tests.integration.shared.store.store_rows import T0, add_gpu, add_latest
+from tests.helpers.store_rows import T0, add_gpu, add_latest
 
 
 def summary_missing(db: DatabaseSettings, api: ApiSection) -> int:

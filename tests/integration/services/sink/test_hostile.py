@@ -32,18 +32,21 @@ from shared.errors import ContractError
 from shared.fakes.samples import T0, sample
 from shared.kafka import make_consumer, make_producer
 from shared.models import parse_event, parse_sample
-from tests.helpers.hostile import HostileRun, Produced, await_dead_letters, produce
+from tests.helpers.hostile import (
+    ANY_JSON,
+    ANY_TEXT,
+    NUMBERS,
+    HostileRun,
+    Produced,
+    await_dead_letters,
+    deep,
+    produce,
+)
 from tests.helpers.sink import count, env_for, sink_process, sink_topics
 
 MAX_BYTES = 4096
 REFUSE = "refuse-me"  # a collector_id the contract takes and this test's CHECK refuses
-ANY_TEXT = st.text(st.characters(codec=None), max_size=12)
 UNSTORABLE = st.sampled_from(["\x00", "\ud800", "\udfff", "a\x00b"])
-ANY_JSON = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**80), 2**80) | st.floats() | ANY_TEXT,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(ANY_TEXT, inner, max_size=4),
-    max_leaves=12,
-)
 DETAILS: dict[str, dict[str, Any]] = {
     "xid": {"xid": 79}, "ecc_dbe": {"increment": 1, "total": 3}, "row_remap_failure": {},
     "retirement_pending": {"pending": 2}, "throttle_start": {"reasons": ["sw_power_cap"]},
@@ -65,11 +68,6 @@ class Draft:
     key: str = "uuid"  # uuid | other | none
 
 
-def deep(n: int) -> str:
-    return "[" * n + "]" * n
-
-
-NUMBERS = st.integers(-(2**70), 2**70) | st.floats() | st.sampled_from([5e-324, 1e308, 2**63 - 1, -0.0])
 METRICS = ["gpu_temp_c", "power_usage_w", "total_energy_mj", "prof_sm_active_ratio", "gpu_util_pct"]
 valid = st.builds(Draft, shape=st.just("sample"), topic=st.just("raw")) | st.builds(
     Draft,

@@ -35,11 +35,15 @@ from shared.gpu_identity import NvmlReader
 from shared.kafka import make_consumer, make_producer
 from shared.models_verify import SystemIdentity, parse_system, parse_verification, record_json
 from tests.helpers.hostile import (
+    ANY_JSON,
+    ANY_TEXT,
+    NUMBERS,
     HostileRun,
     Produced,
     await_dead_letters,
     dead_letter_ledger,
     dead_letters_in_topic,
+    deep,
     drain,
     produce,
     records_loop,
@@ -47,7 +51,6 @@ from tests.helpers.hostile import (
 from tests.helpers.sink import counter_value
 from tests.helpers.topics import isolated_topics
 from tests.helpers.verifier_fakes import FakeNvml
-from tests.integration.services.sink.test_hostile import ANY_JSON, ANY_TEXT, NUMBERS, deep
 
 MAX_BYTES = 8192
 REFUSE = "refuse-me"  # a name (verifications) / collector_id (systems) the contract takes and a CHECK refuses

@@ -14,8 +14,7 @@ from shared.config import DatabaseSettings
 from shared.errors import DataRefusedError
 from shared.store import alerts
 from shared.store.alerts import AlertFilters
-
-from .store_rows import T0, add_alert, add_gpu, add_status, gpu, on_async
+from tests.helpers.store_rows import T0, add_alert, add_gpu, add_status, gpu, on_async
 
 
 def test_open_refresh_resolve_and_count(conn: psycopg.Connection[Any]) -> None:

@@ -17,8 +17,7 @@ from shared.db import connect
 from shared.errors import DataRefusedError
 from shared.store import fleet
 from shared.store.fleet import SORTS, GpuFilters
-
-from .store_rows import T0, add_alert, add_gpu, add_latest, add_status, gpu, on_async
+from tests.helpers.store_rows import T0, add_alert, add_gpu, add_latest, add_status, gpu, on_async
 
 
 @pytest.fixture

@@ -14,8 +14,7 @@ from shared.config import DatabaseSettings
 from shared.errors import DataRefusedError
 from shared.store import health
 from shared.store.health import PredictionRow, StatusRow, VerdictRow
-
-from .store_rows import T0, add_alert, add_gpu, gpu, on_async
+from tests.helpers.store_rows import T0, add_alert, add_gpu, gpu, on_async
 
 
 def cycle(conn: psycopg.Connection[Any], as_of: datetime, memory: str, *, p30: float = 0.1) -> None:

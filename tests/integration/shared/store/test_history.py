@@ -16,8 +16,7 @@ from shared.db import connect
 from shared.errors import DataRefusedError
 from shared.store import history
 from shared.store.history import COUNTERS, EventFilters
-
-from .store_rows import T0, gpu, on_async
+from tests.helpers.store_rows import T0, gpu, on_async
 
 
 @pytest.fixture

@@ -14,8 +14,7 @@ from shared.config import DatabaseSettings
 from shared.db import connect
 from shared.store import verdict_inputs
 from shared.store.verdict_inputs import FeatureWindows
-
-from .store_rows import T0, add_gpu, add_latest, gpu
+from tests.helpers.store_rows import T0, add_gpu, add_latest, gpu
 
 AS_OF = T0 + timedelta(minutes=30)
 WINDOWS = FeatureWindows(

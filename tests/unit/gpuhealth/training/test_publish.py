@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpuhealth.contract.training import TrainingAlert, TrainingJob, parse_training_alert
 from gpuhealth.training import (
     Alert,
     AlertKind,
@@ -21,10 +22,10 @@ from gpuhealth.training import (
     AndonExporter,
     GpuMonitor,
 )
-from gpuhealth.training.publish import alert_message, job_from_env
-from shared.errors import ContractError
+from gpuhealth.training.publish import ALERTS_TOPIC, PublisherSettings, alert_message, job_from_env
+from shared.config import Settings
+from shared.errors import ConfigError, ContractError
 from shared.fakes.scripted_nvml import ScriptedNvml
-from shared.models_training import TrainingAlert, TrainingJob, parse_training_alert
 
 UUID = "GPU-11111111-2222-3333-4444-555555555555"
 
@@ -154,3 +155,20 @@ def test_a_training_alert_without_schema_version_is_refused_on_the_wire() -> Non
     unstated = {k: v for k, v in good.items() if k != "schema_version"}
     with pytest.raises(ContractError, match="schema_version is required"):
         parse_training_alert(json.dumps(unstated))
+
+
+def test_the_publisher_reads_the_services_kafka_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings().topics.alerts == ALERTS_TOPIC  # one default name for both
+    monkeypatch.setenv("GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS", "broker-9:9093")
+    monkeypatch.setenv("GPUHEALTH_KAFKA__SECURITY_PROTOCOL", "SASL_SSL")
+    monkeypatch.setenv("GPUHEALTH_TOPICS__ALERTS", "team-alerts")
+    monkeypatch.setenv("GPUHEALTH_DB__HOST", "db-1")  # another section: the services' alone
+    ours, theirs = PublisherSettings(), Settings()
+    assert ours.kafka == theirs.kafka
+    assert ours.topics.alerts == theirs.topics.alerts == "team-alerts"
+
+
+def test_bad_publisher_settings_are_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUHEALTH_KAFKA__EXTRA", "not a JSON object")
+    with pytest.raises(ConfigError, match="alert publisher"):
+        AlertPublisher.connect()

@@ -9,17 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from gpuhealth.gpu.readings import GpuReading, SourceError, SourceReading
-from services.collector.build import CollectorSection, build_collector
 from services.collector.enrich import Enricher, Placement, load_inventory
 from services.collector.events import EventDetector
-from services.collector.metrics import CollectorMetrics
-from services.collector.poller import Collector
-from shared.config import TopicSettings
-from shared.errors import ConfigError, KafkaProduceError
+from shared.errors import ConfigError
 from shared.models import EventKind, GpuSample, Source, parse_event, parse_sample
+from tests.helpers.collector import FakeProducer, FakeSource, make_collector, value
 
 T = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 UUID = "GPU-11111111-2222-3333-4444-555555555555"
@@ -162,69 +158,6 @@ def test_gpu_lost_and_back_only_on_successful_reads() -> None:
     t2 = T + timedelta(seconds=20)
     (back,) = d.observe(target, src, samples({}, t2, (UUID, other)), t2)
     assert (back.kind, back.gpu_uuid) == (EventKind.GPU_BACK, other)
-
-
-class FakeProducer:
-    """JsonProducer's surface; refuses messages beyond `capacity` like a full local queue."""
-
-    def __init__(self, capacity: int = 10**6) -> None:
-        self.capacity = capacity
-        self.messages: list[tuple[str, str | None, Any]] = []
-        self.delivered = self.failed = 0
-
-    def produce(self, topic: str, key: str | None, value: Any, **_: Any) -> None:
-        if len(self.messages) >= self.capacity:
-            raise KafkaProduceError("local producer queue is full", retriable=True)
-        self.messages.append((topic, key, value))
-
-    def poll(self, timeout_s: float = 0) -> int:
-        return 0
-
-    def flush(self, timeout_s: float = 0) -> int:
-        return 0
-
-    def __len__(self) -> int:
-        return len(self.messages)
-
-
-class FakeSource:
-    kind, target = Source.MOCK, "http://n7:9400/metrics"
-
-    def __init__(self, readings: list[SourceReading | Exception]) -> None:
-        self.readings = readings
-
-    def read(self) -> SourceReading:
-        item = self.readings.pop(0)
-        if isinstance(item, Exception):
-            raise item
-        return item
-
-    def close(self) -> None: ...
-
-
-def make_collector(
-    source: FakeSource, producer: FakeProducer, **kwargs: Any
-) -> tuple[Collector, CollectorMetrics]:
-    metrics = CollectorMetrics(CollectorRegistry())
-    collector = build_collector(
-        CollectorSection(collector_id="c-1", cluster="prod", datacenter="dc1", interval_s=10),
-        TopicSettings(),
-        producer=producer,
-        metrics=metrics,
-        sources=[source],
-        local_hostname="here",
-        **kwargs,
-    )
-    return collector, metrics
-
-
-def value(metrics: CollectorMetrics, name: str, **labels: str) -> float:
-    """A counter's current value, for the given labels."""
-    for metric in getattr(metrics, name).collect():
-        for s in metric.samples:
-            if s.name.endswith("_total") and all(s.labels.get(k) == v for k, v in labels.items()):
-                return float(s.value)
-    return 0.0
 
 
 def test_poll_publishes_samples_keyed_by_uuid_and_survives_source_errors() -> None:

@@ -215,7 +215,7 @@ class FakeFeed:
 
 
 def test_the_poll_publishes_kernel_xids_beside_the_source_and_survives_a_failing_feed() -> None:
-    from tests.unit.services.collector.test_pipeline import FakeProducer, FakeSource, make_collector, value
+    from tests.helpers.collector import FakeProducer, FakeSource, make_collector, value
 
     gpu = GpuReading(uuid=UUID, index=0, model="NVIDIA H100 80GB HBM3", pci_bus_id=BUS, time=T,
                      metrics={}, xids=[])  # fmt: skip

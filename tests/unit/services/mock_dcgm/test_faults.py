@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import pytest
@@ -10,18 +9,7 @@ import pytest
 from gpuhealth.gpu.driver_codes import ClockEventReason as Reason
 from services.mock_dcgm.faults import FaultError
 from services.mock_dcgm.fleet import Fleet
-from tests.helpers.mock_fleet import T0, make_fleet
-
-H100, A100, V100 = 0, 2, 3  # node indices in the default model cycle
-GPU = 5
-
-
-def reading(fleet: Fleet, node: int, name: str, gpu: int = GPU) -> float:
-    text = fleet.scrape(node, timestamps=False)[0]
-    uuid = fleet.nodes[node].gpus[gpu].uuid
-    match = re.search(rf'^{name}\{{[^}}]*UUID="{uuid}"[^}}]*\}} (\S+)$', text, re.M)
-    assert match, f"no {name} line for {uuid}"
-    return float(match[1])
+from tests.helpers.mock_fleet import A100, GPU, H100, T0, V100, make_fleet, reading
 
 
 def run_fault(

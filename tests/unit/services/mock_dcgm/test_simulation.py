@@ -9,8 +9,7 @@ from hypothesis import strategies as st
 from gpuhealth.gpu.driver_codes import ClockEventReason as Reason
 from services.mock_dcgm.faults import FaultError
 from services.mock_dcgm.simulation import COUNTER_FIELDS
-from tests.helpers.mock_fleet import T0, make_fleet
-from tests.unit.services.mock_dcgm.test_faults import A100, GPU, H100, V100, reading
+from tests.helpers.mock_fleet import A100, GPU, H100, T0, V100, make_fleet, reading
 
 HOUR = 3600
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from services.scorer.escalation import fall_off_action, xid_action
 from services.scorer.features import XidCounts
 from services.scorer.rules import evaluate
-from tests.unit.services.scorer.test_rules import HEALTHY, NOW, RULES
+from tests.helpers.scorer import HEALTHY, NOW, RULES
 
 LOST = (NOW - timedelta(minutes=3)).isoformat()
 EARLIER = (NOW - timedelta(hours=6)).isoformat()

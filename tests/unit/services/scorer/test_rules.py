@@ -3,26 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from services.scorer.cycle import desired_alerts
-from services.scorer.features import GpuFeatures
 from services.scorer.predict import TERMS, predict_one
 from services.scorer.rules import escalate, evaluate, overall, score
 from services.scorer.rules_config import DEFAULT_RULES, PredictorWeights, load_rules
 from shared.errors import ConfigError
-
-RULES = load_rules()
-NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
-HEALTHY = GpuFeatures(
-    gpu_uuid="GPU-1", hostname="n1", model="NVIDIA H100 80GB HBM3", last_time=NOW - timedelta(seconds=5),
-    slowdown_c=87, power_limit_w=700, fb_total_mib=81559, temp_max=62, power_avg=450,
-    reasons_any=0x4, minutes_long=60, util_max_idle_window=95, idle_minutes=10,
-)  # fmt: skip
+from tests.helpers.scorer import HEALTHY, NOW, RULES
 
 
 def judge(**changes: Any) -> dict[str, tuple[str, str | None, str]]:

@@ -9,7 +9,7 @@ with a ContractError, by a linear scan that never recurses.
 
 from __future__ import annotations
 
-from shared.errors import ContractError
+from gpuhealth.errors import ContractError
 
 # The broker's default message.max.bytes: no producer of the contract sends more.
 MAX_RECORD_BYTES = 1_000_000

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field
 
-from shared.models import UNSTATED, GpuUuid, Label, UtcTime, Version, _parse, _Strict, _version_required
+from .base import UNSTATED, GpuUuid, Label, StrictModel, UtcTime, Version, parse_message, version_required
 
 
 class AlertKind(StrEnum):
@@ -28,7 +28,7 @@ Finite = Annotated[float, Field(ge=-1e15, le=1e15)]
 Evidence = dict[Label, int | float | str | bool | list[str] | None]
 
 
-class TrainingJob(_Strict):
+class TrainingJob(StrictModel):
     """Who saw the alert: the job (scheduler id or given), its name, host, process and rank."""
 
     id: Label
@@ -38,9 +38,9 @@ class TrainingJob(_Strict):
     rank: int | None = Field(default=None, ge=0, le=1_000_000)
 
 
-class TrainingAlert(_Strict):
+class TrainingAlert(StrictModel):
     # like every top-level message: required on the wire, stated by a producer building it in Python
-    model_config = ConfigDict(json_schema_extra=_version_required)
+    model_config = ConfigDict(json_schema_extra=version_required)
 
     schema_version: Version = UNSTATED
     time: UtcTime
@@ -60,4 +60,4 @@ class TrainingAlert(_Strict):
 
 def parse_training_alert(raw: bytes | str) -> TrainingAlert:
     """Validate one training alert from gpu-alerts; ContractError says why it is refused."""
-    return _parse(TrainingAlert, raw)
+    return parse_message(TrainingAlert, raw)

@@ -1,0 +1,1 @@
+"""The parts of the Kafka contract the library needs too: the types of every message, the training alert."""

@@ -1,0 +1,66 @@
+"""How to reach the Kafka brokers: the settings and librdkafka properties every client starts from.
+
+The services' settings tree (shared.config) and the training library's
+publisher read the same GPUHEALTH_KAFKA__* variables into this model. Nothing
+here needs confluent-kafka.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+
+class KafkaSettings(BaseModel):
+    """How to reach the brokers."""
+
+    # each field's docstring is its description in the configuration reference (as shared.config.Section)
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    """Brokers, `host:port` separated by commas."""
+    client_id: str = "gpu-health"
+    """librdkafka's `client.id`; some clients add their own suffix (`-collector`, `-llm`…)."""
+    security_protocol: str = "PLAINTEXT"
+    """librdkafka's `security.protocol`: `PLAINTEXT`, `SSL`, `SASL_PLAINTEXT` or `SASL_SSL`."""
+    sasl_mechanism: str | None = None
+    """SASL mechanism (`PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512`…); unset: no SASL."""
+    sasl_username: str | None = None
+    """SASL user name."""
+    sasl_password: SecretStr | None = None
+    """SASL password."""
+    extra: dict[str, str] = Field(default_factory=dict)
+    """Further librdkafka properties, e.g. `{"ssl.ca.location": "/etc/ca.pem"}`."""
+
+
+PRODUCER_DEFAULTS: dict[str, Any] = {
+    "enable.idempotence": True,
+    "acks": "all",
+    "compression.type": "lz4",
+    "linger.ms": 20,
+    "batch.size": 1_000_000,
+    # Keep retrying a message for 10 minutes before reporting it lost, so a
+    # broker restart or a short outage costs latency, not data.
+    "message.timeout.ms": 600_000,
+}
+
+# Messages bigger than this are refused by the broker's default message.max.bytes.
+MAX_MESSAGE_BYTES = 1_000_000
+
+
+def client_config(settings: KafkaSettings) -> dict[str, Any]:
+    """Connection properties shared by producers, consumers and admin clients."""
+    config: dict[str, Any] = {
+        "bootstrap.servers": settings.bootstrap_servers,
+        "client.id": settings.client_id,
+        "security.protocol": settings.security_protocol,
+    }
+    if settings.sasl_mechanism:
+        config["sasl.mechanism"] = settings.sasl_mechanism
+    if settings.sasl_username:
+        config["sasl.username"] = settings.sasl_username
+    if settings.sasl_password:
+        config["sasl.password"] = settings.sasl_password.get_secret_value()
+    config.update(settings.extra)
+    return config
