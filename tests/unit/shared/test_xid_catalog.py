@@ -29,7 +29,7 @@ from shared.xid_catalog import (
     load_catalog,
     parse_catalog,
 )
-from tests.unit.services.scorer.test_rules import HEALTHY, NOW
+from tests.helpers.scorer import HEALTHY, NOW
 
 FACTS = Path(__file__).resolve().parents[2] / "data" / "xid" / "xid-catalog-facts.csv"
 RULES = load_rules()
