@@ -43,16 +43,21 @@ def sparkline(
         raise ValueError("lo and hi must be finite numbers")
     if high < low:
         raise ValueError("hi must not be below lo")
-    # Halved, so the span of two huge values of opposite sign cannot overflow to inf.
-    half_span = high / 2 - low / 2
+    # Two huge values of opposite sign span more than a float holds: then both sides are halved
+    # (halving always, instead, would round a span of the tiniest numbers down to nothing).
+    span = high - low
+    halved = math.isinf(span)
+    if halved:
+        span = high / 2 - low / 2
     top = len(BLOCKS) - 1
     out = []
     for v in series:
         if v is None:
             out.append(MISSING)
-        elif half_span == 0:
+        elif span == 0:
             out.append(BLOCKS[0])
         else:
             clamped = min(max(v, low), high)
-            out.append(BLOCKS[min(top, int((clamped / 2 - low / 2) / half_span * top + 0.5))])
+            offset = clamped / 2 - low / 2 if halved else clamped - low
+            out.append(BLOCKS[min(top, int(offset / span * top + 0.5))])
     return "".join(out)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from gpuhealth.training import sparkline
@@ -30,6 +30,8 @@ def test_one_character_per_value_blanks_where_unknown(values: list[float | int |
 
 
 @given(st.lists(st.one_of(st.none(), st.floats(min_value=-1e300, max_value=1e300)), max_size=60))
+@example([0.0, 5e-324])  # a span of the tiniest numbers, which halving rounded down to nothing
+@example([-1.7e308, 0.0, 1.7e308])  # a span that overflows a float
 def test_higher_values_never_get_lower_blocks(values: list[float | None]) -> None:
     line = sparkline(values)
     pairs = [(v, BLOCKS.index(ch)) for v, ch in zip(values, line, strict=True) if v is not None]
