@@ -84,6 +84,16 @@ def test_the_library_imports_only_itself_the_standard_library_and_what_it_declar
         assert used <= allowed, f"{path.relative_to(REPO)} imports {sorted(used - allowed)}"
 
 
+def test_the_library_wheel_lists_every_package_of_the_library() -> None:
+    """gpuhealth/pyproject.toml names its packages (its folder is the package): a new one must be named."""
+    setuptools = tomllib.loads((REPO / "gpuhealth" / "pyproject.toml").read_text())["tool"]["setuptools"]
+    found = {
+        ".".join(("gpuhealth", *p.parent.relative_to(REPO / "gpuhealth").parts))
+        for p in (REPO / "gpuhealth").rglob("__init__.py")
+    }
+    assert set(setuptools["packages"]) == found
+
+
 def test_services_and_shared_use_only_the_librarys_common_pieces() -> None:
     for path in sorted((REPO / "services").rglob("*.py")) + sorted((REPO / "shared").rglob("*.py")):
         used = [m for m in imported_modules(path) if m.split(".")[0] == "gpuhealth"]
