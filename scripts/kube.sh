@@ -26,6 +26,13 @@ export GOMODCACHE=$build/gomod GOPATH=$build/gopath GOCACHE=$build/gocache GOFLA
 export PATH=/usr/local/go/bin:$PATH
 
 install() {
+  # One install at a time (make up and make test may both ask): the second waits, then finds it built.
+  # In a subshell, so the lock is not inherited by the servers started afterwards.
+  mkdir -p "$GPUHEALTH_CACHE"
+  ( flock 9; build ) 9>"$GPUHEALTH_CACHE/kube-install.lock"
+}
+
+build() {
   if ! command -v etcd >/dev/null; then
     log "apt-get install etcd-server etcd-client"
     apt-get -o DPkg::Lock::Timeout=600 update -qq && apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends etcd-server etcd-client >/dev/null
@@ -95,7 +102,7 @@ start() {
   echo $! >"$run/etcd.pid"
   setsid nohup "$bin/kube-apiserver" --etcd-servers="http://127.0.0.1:$GPUHEALTH_ETCD_PORT" \
     --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$GPUHEALTH_KUBE_PORT" \
-    --cert-dir="$run/certs" --tls-cert-file="$run/certs/apiserver.crt" --tls-private-key-file="$run/certs/apiserver.key" \
+    --cert-dir="$run/certs" \
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --service-account-key-file="$run/pki/sa.pub" --service-account-signing-key-file="$run/pki/sa.key" \
     --token-auth-file="$run/pki/tokens.csv" --authorization-mode=RBAC \
