@@ -156,7 +156,8 @@ def summarise(rec: Record, rules: Rules) -> Summary:
                 s.single_app_xid_past_restart += past
             elif len(apps) > rules.xid_repeats.count:
                 s.app_xid_bursts += 1
-                s.app_xid_bursts_escalated += _max_action(rec, gpu, 0, rec.end_ms) == "reset_gpu"
+                top = LADDER.index(_max_action(rec, gpu, 0, rec.end_ms))
+                s.app_xid_bursts_escalated += top > LADDER.index("restart_workload")
 
     healthy = [g for g in rec.gpus if all(f["kind"] == "heavy_workload" for f in by_gpu.get(g, []))]
     hot = {g for g in healthy if g in by_gpu}

@@ -9,9 +9,8 @@ in one place:
   reached by counting;
 - a fall off the bus is one episode however it was seen: an XID 79, a
   gpu_lost event, or both; the second episode after a reboot means inspect;
-- application XIDs (NVIDIA: the workload's fault) stay restart_workload unless
-  they come back more than `xid_repeats.count` times within
-  `xid_repeats.window_s` on the same GPU, and then go up one rung only;
+- application XIDs (NVIDIA: the workload's fault) are NVIDIA's workflows and
+  judge their own repeats (workflows.py);
 - the evidence names the occurrences that were counted.
 """
 
@@ -72,11 +71,4 @@ def xid_action(
     counts = xid_counts(value)
     if code == FELL_OFF_THE_BUS:
         return fall_off_action(base, value, lost_times)
-    repeats = rules.xid_repeats
-    if code in repeats.application_codes:
-        in_window = counts.in_repeat_window if counts.in_repeat_window is not None else counts.recent
-        action = escalate(base, 1) if in_window > repeats.count else base
-        return Decision(action, {"count_in_repeat_window": in_window, "repeat_window_s": repeats.window_s,
-                                 "escalates_above": repeats.count,
-                                 "repeats_counted": list(counts.times)})  # fmt: skip
     return Decision(escalate(base, counts.total - 1), {"repeats_counted": list(counts.times)})

@@ -38,6 +38,14 @@ class XidCounts(NamedTuple):
 XidValue = XidCounts | tuple[int, int]
 
 
+class XidEvent(NamedTuple):
+    """One occurrence of a workflow XID: when, from which source, and the kernel log's text if it had any."""
+
+    time: datetime
+    source: str
+    message: str | None = None
+
+
 @dataclass(slots=True)
 class GpuFeatures:
     gpu_uuid: str
@@ -50,6 +58,7 @@ class GpuFeatures:
     pod: str | None = None
     fb_used_mib: int | None = None
     recovery_action: int | None = None  # NVML's GPU recovery action in the latest sample
+    driver_version: str | None = None  # from the inventory: which NVLink message format the driver writes
     # state at the newest minute in the long window
     dbe_volatile: int = 0
     retired_pages: int = 0
@@ -77,6 +86,8 @@ class GpuFeatures:
     xids: dict[int, XidValue] = field(default_factory=dict)
     # times this GPU was lost (gpu_lost events) in the escalation window, newest first
     lost_times: tuple[str, ...] = ()
+    # workflow XIDs (the catalogue's `workflow` column): code -> their newest events, newest first
+    xid_events: dict[int, tuple[XidEvent, ...]] = field(default_factory=dict)
 
 
 def _int(value: Any) -> int:
@@ -90,6 +101,9 @@ def feature_windows(as_of: datetime, rules: Rules) -> FeatureWindows:
         as_of=as_of, short_s=w.short_s, long_s=w.long_s, idle_s=rules.idle.for_s, escalation_s=w.escalation_s,
         repeat_s=rules.xid_repeats.window_s, xid_s=w.xid_s, default_slowdown_c=rules.thermal.default_slowdown_c,
         xid_clear_s={code: rules.xid_clear_s(code) for code in rules.xid},
+        workflow_codes=tuple(sorted(code for code, entry in rules.xid.items() if entry.workflow)),
+        workflow_s=max(w.xid_s, rules.xid_repeats.window_s, *(rules.xid_clear_s(c) for c in rules.xid)),
+        events_per_code=rules.workflows.events_per_code,
     )  # fmt: skip
 
 
@@ -101,7 +115,7 @@ def read_features(conn: Conn, as_of: datetime, rules: Rules) -> dict[str, GpuFea
             gpu_uuid=a.gpu_uuid, hostname=a.hostname, model=a.model, last_time=a.last_time,
             slowdown_c=float(a.slowdown_c), power_limit_w=a.power_limit_w, fb_total_mib=a.fb_total_mib,
             pod=a.pod, fb_used_mib=a.fb_used_mib, remap_pending=_int(a.row_remap_pending),
-            recovery_action=a.recovery_action,
+            recovery_action=a.recovery_action, driver_version=a.driver_version,
         )  # fmt: skip
     for r in verdict_inputs.rollup_windows(conn, windows):
         g = gpus.get(r.gpu_uuid)
@@ -126,6 +140,10 @@ def read_features(conn: Conn, as_of: datetime, rules: Rules) -> dict[str, GpuFea
             gpus[x.gpu_uuid].xids[int(x.code)] = XidCounts(
                 int(x.recent), int(x.total), int(x.in_repeat_window), stamps
             )
+    for e in verdict_inputs.xid_events(conn, windows):
+        if e.gpu_uuid in gpus:
+            found = gpus[e.gpu_uuid].xid_events
+            found[e.code] = (*found.get(e.code, ()), XidEvent(e.time, e.source, e.message))
     for loss in verdict_inputs.losses(conn, windows):
         if loss.gpu_uuid in gpus:
             gpus[loss.gpu_uuid].lost_times = tuple(wire_time(t) for t in loss.times)

@@ -18,6 +18,7 @@ from shared.models_health import HEALTH_STATES as STATES
 from shared.models_health import LADDER, SUBSYSTEMS, Action
 from shared.xid_catalog import XidEntry
 
+from . import workflows
 from .escalation import FELL_OFF_THE_BUS, escalate, fall_off_action, xid_action, xid_counts
 from .features import GpuFeatures
 from .rules_config import Rules
@@ -178,13 +179,17 @@ def evaluate(gpu: GpuFeatures, rules: Rules, as_of: datetime) -> dict[str, Verdi
             verdicts["xid"].worse("degraded", f"xid_{code}", "inspect", xid=code, in_catalogue=False,
                                   name=unknown, **seen)  # fmt: skip
             continue
-        if entry.severity == "info":
+        if entry.workflow is not None:  # what accompanies it decides (workflows.py)
+            judged = workflows.judge(entry, gpu, rules, as_of)
+            state, action, evidence = judged.state, judged.action, judged.evidence
+        else:
+            decision = xid_action(code, value, entry.action, rules, gpu.lost_times)
+            state, action, evidence = entry.severity, decision.action, decision.evidence
+        if state == "info":
             continue  # NVIDIA: nothing to do (pattern rules may still count it)
-        decision = xid_action(code, value, entry.action, rules, gpu.lost_times)
         verdicts["xid"].worse(
-            entry.severity, f"xid_{code}", decision.action, **_catalogue_evidence(entry, gpu.model), **seen,
-            **decision.evidence,
-        )  # fmt: skip
+            state, f"xid_{code}", action, **_catalogue_evidence(entry, gpu.model), **seen, **evidence
+        )
     driver_recovery_action(gpu, verdicts["xid"])
     return verdicts
 
@@ -203,24 +208,14 @@ def _catalogue_evidence(entry: XidEntry, model: str) -> dict[str, Any]:
     }
 
 
-# What the driver says a GPU needs (NVML's recovery action) -> (state, recommended action).
-# Drain P2P: stop peer-to-peer traffic and ask again, so the workload goes first; drain and
-# reset: the GPU runs at reduced capacity and needs a reset once its work is drained.
-_RECOVERY: dict[int, tuple[str, Action]] = {
-    Recovery.GPU_RESET: ("unhealthy", "reset_gpu"),
-    Recovery.NODE_REBOOT: ("unhealthy", "reboot_node"),
-    Recovery.DRAIN_P2P: ("degraded", "restart_workload"),
-    Recovery.DRAIN_AND_RESET: ("degraded", "reset_gpu"),
-}
-
-
 def driver_recovery_action(gpu: GpuFeatures, verdict: Verdict) -> None:
     """The driver's own recovery action, where it reports one, as an XID-subsystem finding."""
     code = gpu.recovery_action
     if not code:
         return  # none needed, or a driver that does not say
-    state, action = _RECOVERY.get(code, ("degraded", "inspect"))  # a code newer than this table
-    verdict.worse(state, f"driver_recovery_{Recovery.name_of(code)}", action, gpu_recovery_action=code)
+    state, action = workflows.RECOVERY.get(code, ("degraded", "inspect"))  # a code newer than the table
+    if state != "info":
+        verdict.worse(state, f"driver_recovery_{Recovery.name_of(code)}", action, gpu_recovery_action=code)
 
 
 def overall(verdicts: dict[str, Verdict]) -> tuple[str, Action]:

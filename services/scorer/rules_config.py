@@ -16,6 +16,7 @@ from gpuhealth.andon_rules import RulesSection as _Section
 from shared.config import HEALTH_RULES_FILE
 from shared.errors import ConfigError
 from shared.models_health import Action
+from shared.nvlink_decode import Nvlink5Row, parse_nvlink5_table
 from shared.xid_catalog import XidEntry, check_against_mapping, parse_catalog
 
 DEFAULT_RULES = HEALTH_RULES_FILE
@@ -63,6 +64,7 @@ class XidCatalog(_Section):
     """Where the catalogue lives (beside this file) and how NVIDIA's actions map onto this project's."""
 
     file: str
+    nvlink5_file: str  # NVIDIA's decode table for XIDs 144-150
     nvidia_actions: dict[str, NvidiaAction]
 
     def mapping(self) -> dict[str, Action]:
@@ -72,9 +74,16 @@ class XidCatalog(_Section):
 class XidRepeats(_Section):
     """Application XIDs are the workload's fault: they escalate only when they keep coming back."""
 
-    application_codes: list[int]
     count: int = Field(ge=1)  # escalate when MORE than this many fall in the window
     window_s: int = Field(gt=0)
+
+
+class Workflows(_Section):
+    """How the workflow XIDs are judged from what accompanies them (services/scorer/workflows.py)."""
+
+    companion_s: float = Field(gt=0)  # XIDs this close on one GPU accompany each other
+    burst_s: float = Field(ge=0)  # occurrences of one XID this close are one occurrence
+    events_per_code: int = Field(ge=1, le=1000)  # newest events of each workflow XID read per GPU
 
 
 class Score(_Section):
@@ -111,6 +120,8 @@ class Rules(AndonRules):
     nvlink: Nvlink
     xid_catalog: XidCatalog
     xid: dict[int, XidEntry]  # NVIDIA's catalogue by code (config/xid-catalog.csv)
+    nvlink5: tuple[Nvlink5Row, ...]  # NVIDIA's decode of XIDs 144-150 (config/nvlink5-decode.csv)
+    workflows: Workflows
     xid_repeats: XidRepeats
     score: Score
     prediction: PredictionRules
@@ -151,4 +162,12 @@ def load_rules(path: Path = DEFAULT_RULES) -> Rules:
         except (OSError, UnicodeDecodeError) as e:
             raise ConfigError(f"health rules {path}: {e}") from e
         raw["xid"] = parse_catalog(text, source=f"xid catalogue {where}")
+    name = catalog.get("nvlink5_file") if isinstance(catalog, dict) else None
+    if isinstance(name, str) and "nvlink5" not in raw:
+        where = _beside(path, name)
+        try:
+            text = where.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"health rules {path}: {e}") from e
+        raw["nvlink5"] = parse_nvlink5_table(text, source=str(where))
     return validated_rules(Rules, raw, path)

@@ -32,6 +32,10 @@ class FeatureWindows:
     xid_s: int  # how long an XID not in `xid_clear_s` counts as recent
     default_slowdown_c: float  # for a GPU that never reported its own slowdown temperature
     xid_clear_s: dict[int, int]  # per XID code: how long it counts as recent
+    # XIDs whose verdict depends on what accompanies them: their newest events, with messages
+    workflow_codes: tuple[int, ...] = ()
+    workflow_s: int = 86400  # how far back their events are read
+    events_per_code: int = 20  # at most this many of each code per GPU, newest first
 
     def params(self) -> dict[str, Any]:
         return {
@@ -46,6 +50,9 @@ class FeatureWindows:
             "repeat": timedelta(seconds=self.repeat_s),
             "codes": list(self.xid_clear_s),
             "clears": list(self.xid_clear_s.values()),
+            "workflow_codes": list(self.workflow_codes),
+            "workflow": timedelta(seconds=self.workflow_s),
+            "per_code": self.events_per_code,
         }
 
 
@@ -61,6 +68,7 @@ class InventoryRow(NamedTuple):
     fb_used_mib: int | None
     row_remap_pending: int | None
     recovery_action: int | None
+    driver_version: str | None
 
 
 class RollupRow(NamedTuple):
@@ -91,6 +99,14 @@ class XidRow(NamedTuple):
     total: int  # within the escalation window
     in_repeat_window: int
     times: list[datetime]  # the newest ten, newest first
+
+
+class XidEventRow(NamedTuple):
+    gpu_uuid: str
+    code: int
+    time: datetime
+    source: str
+    message: str | None  # the kernel log's text, where the XID was read there
 
 
 class LossRow(NamedTuple):
@@ -158,7 +174,7 @@ SELECT a.gpu_uuid, a.hostname, a.model,
        END,
        coalesce(a.slowdown_temp_c, %(slowdown)s),
        a.power_limit_w, a.fb_total_mib, l.pod, l.fb_used_mib, l.row_remap_pending,
-       l.gpu_recovery_action
+       l.gpu_recovery_action, a.driver_version
 FROM gpu_assets a LEFT JOIN gpu_latest l USING (gpu_uuid)
 WHERE a.first_seen <= %(t)s
 """
@@ -176,6 +192,19 @@ SELECT e.gpu_uuid, e.code,
        (array_agg(e.time ORDER BY e.time DESC))[1:10]
 FROM e LEFT JOIN unnest(%(codes)s::int[], %(clears)s::int[]) AS c(code, clear_s) ON c.code = e.code
 GROUP BY e.gpu_uuid, e.code
+"""
+
+
+_XID_EVENTS = """
+SELECT gpu_uuid, code, time, source, message FROM (
+    SELECT gpu_uuid, (details->>'xid')::int AS code, time, source, details->>'kernel_message' AS message,
+           row_number() OVER (PARTITION BY gpu_uuid, details->>'xid' ORDER BY time DESC) AS n
+    FROM gpu_events
+    WHERE kind = 'xid' AND time > %(t)s - %(workflow)s AND time <= %(t)s AND details ? 'xid'
+      AND (details->>'xid')::int = ANY(%(workflow_codes)s::int[])
+) e
+WHERE n <= %(per_code)s
+ORDER BY gpu_uuid, code, time DESC
 """
 
 
@@ -248,6 +277,13 @@ def rollup_windows(conn: SyncConn, windows: FeatureWindows) -> list[RollupRow]:
 def xid_counts(conn: SyncConn, windows: FeatureWindows) -> list[XidRow]:
     """Per GPU and XID code seen in the escalation window: how often, recently and in all."""
     return _fetch(conn, _XIDS, windows.params(), XidRow)
+
+
+def xid_events(conn: SyncConn, windows: FeatureWindows) -> list[XidEventRow]:
+    """The newest events of the workflow XIDs per GPU and code, with the kernel log's message."""
+    if not windows.workflow_codes:
+        return []
+    return _fetch(conn, _XID_EVENTS, windows.params(), XidEventRow)
 
 
 def losses(conn: SyncConn, windows: FeatureWindows) -> list[LossRow]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -87,3 +88,35 @@ def test_minutes_the_sink_has_not_settled_are_not_read(conn: psycopg.Connection[
     conn.commit()
     (asset,) = verdict_inputs.inventory(conn, WINDOWS)  # no latest sample: the newest settled minute's end
     assert asset.last_time == T0 + timedelta(minutes=19, seconds=59)
+
+
+def test_workflow_xids_come_with_their_messages_newest_first_and_bounded(
+    conn: psycopg.Connection[Any],
+) -> None:
+    conn.execute("UPDATE gpu_assets SET driver_version = '570.124.06' WHERE gpu_uuid = %s", (gpu(0),))
+    line = "NETIR_LINK_EVT Fatal XC0 i0 Link 09 (0x025525c6 0x00000000)"
+    for k in range(5):
+        details = {"xid": 149, "origin": "kmsg", "kernel_message": line} if k % 2 else {"xid": 149}
+        conn.execute(
+            "INSERT INTO gpu_events (time, gpu_uuid, kind, hostname, source, collector_id, details)"
+            " VALUES (%s, %s, 'xid', 'node-a', %s, 'test', %s)",
+            (
+                AS_OF - timedelta(minutes=k + 1, seconds=30),
+                gpu(0),
+                "kmsg" if k % 2 else "dcgm",
+                Jsonb(details),
+            ),
+        )
+    conn.commit()
+    windows = replace(WINDOWS, workflow_codes=(48, 149), events_per_code=3)
+    found = verdict_inputs.xid_events(conn, windows)
+    assert [(e.code, e.source, e.message) for e in found] == [
+        (48, "mock", None),  # no message: it did not come from the kernel log
+        (149, "dcgm", None),
+        (149, "kmsg", line),
+        (149, "dcgm", None),
+    ]
+    assert [e.time for e in found[1:]] == [AS_OF - timedelta(minutes=m, seconds=30) for m in (1, 2, 3)]
+    assert verdict_inputs.xid_events(conn, WINDOWS) == []  # no workflow codes asked for: nothing read
+    (asset,) = verdict_inputs.inventory(conn, WINDOWS)
+    assert asset.driver_version == "570.124.06"
