@@ -15,8 +15,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 # shellcheck source=env.sh
 source "$here/env.sh"
-log() { echo "kube: $*" >&2; }
-die() { log "$*"; exit 1; }
+me=kube
+# shellcheck source=lib.sh
+source "$here/lib.sh"
 
 build=$GPUHEALTH_CACHE/kube-$GPUHEALTH_KUBE_VERSION
 bin=$build/bin
@@ -64,7 +65,6 @@ build() {
   log "built $("$bin/kube-apiserver" --version)"
 }
 
-alive() { [[ -s $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
 ready() { [[ $(curl -sk -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $(admin_token)" "$api/readyz") == 200 ]]; }
 admin_token() { cut -d, -f1 "$run/pki/tokens.csv" | head -n1; }
 
@@ -126,14 +126,7 @@ start() {
 }
 
 stop() {
-  local p pid
-  for p in apiserver etcd; do
-    alive "$run/$p.pid" || { rm -f "$run/$p.pid"; continue; }
-    pid=$(cat "$run/$p.pid"); kill "$pid"
-    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
-    rm -f "$run/$p.pid"
-  done
+  stop_pidfile "$run/apiserver.pid" "$run/etcd.pid"
   log "stopped"
 }
 

@@ -16,9 +16,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 # shellcheck source=env.sh
 source "$here/env.sh"
-
-log() { echo "services: $*" >&2; }
-die() { log "$*"; exit 1; }
+me=services
+# shellcheck source=lib.sh
+source "$here/lib.sh"
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 

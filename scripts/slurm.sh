@@ -10,8 +10,9 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=env.sh
 source "$here/env.sh"
-log() { echo "slurm: $*" >&2; }
-die() { log "$*"; exit 1; }
+me=slurm
+# shellcheck source=lib.sh
+source "$here/lib.sh"
 
 dir=$GPUHEALTH_SLURM_DIR
 export SLURM_CONF=$dir/etc/slurm.conf
@@ -75,7 +76,6 @@ CONF
   printf 'AutoDetect=off\nNodeName=gpu-node-[00-03] Name=gpu File=%s/dev/nvidia[0-7]\n' "$dir" >"$dir/etc/gres.conf"
 }
 
-alive() { [[ -s $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
 all_idle() { [[ $(sinfo -h -N -o '%t' 2>/dev/null | sort -u) == idle ]]; }
 
 start() {
@@ -97,19 +97,12 @@ start() {
 }
 
 stop() {
-  local f pid
   if alive "$dir/run/slurmctld.pid"; then
     local ids; ids=$(squeue -h -o %i 2>/dev/null || true)
     # shellcheck disable=SC2086  # job ids are words
     [[ -z $ids ]] || scancel $ids || true
   fi
-  for f in "$dir"/run/slurmd-*.pid "$dir/run/slurmctld.pid" "$dir/munge/munged.pid"; do
-    alive "$f" || { rm -f "$f"; continue; }
-    pid=$(cat "$f"); kill "$pid"
-    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
-    rm -f "$f"
-  done
+  stop_pidfile "$dir"/run/slurmd-*.pid "$dir/run/slurmctld.pid" "$dir/munge/munged.pid"
   log "stopped"
 }
 
