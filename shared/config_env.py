@@ -113,6 +113,9 @@ OTHER_VARIABLES: tuple[OtherVariable, ...] = (
     ),
     OtherVariable("GPUHEALTH_SINK_METRICS_PORT", "`9501`", _NATIVE, "The sink's `/metrics` (`make up`)."),
     OtherVariable("GPUHEALTH_SCORER_METRICS_PORT", "`9502`", _NATIVE, "The scorer's `/metrics` (`make up`)."),
+    OtherVariable(
+        "GPUHEALTH_REMEDIATOR_METRICS_PORT", "`9503`", _NATIVE, "The remediator's `/metrics` (`make up`)."
+    ),
     OtherVariable("GPUHEALTH_API_PORT", "`8000`", f"{_NATIVE}, {_COMPOSE}", "The API's port on the host."),
     OtherVariable(
         "GPUHEALTH_MOCK_OLLAMA_PORT", "`11434`", _NATIVE, "The stand-in Ollama's port (`make up`)."

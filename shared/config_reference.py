@@ -46,6 +46,7 @@ TREES: tuple[tuple[str, str], ...] = (
     ("`python -m services.collector`", "services.collector.build:CollectorSettings"),
     ("`python -m services.sink` (and its one-shot commands)", "services.sink.settings:SinkSettings"),
     ("`python -m services.scorer`", "services.scorer.loop:ScorerSettings"),
+    ("`python -m services.remediator`", "services.remediator.settings:RemediatorSettings"),
     ("`python -m services.api`", "services.api.settings:ApiSettings"),
     ("`python -m services.llm_monitor`", "services.llm_monitor.__main__:LlmSettings"),
     ("`python -m services.mock_ollama`", "services.mock_ollama.__main__:MockOllamaSettings"),

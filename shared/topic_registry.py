@@ -40,6 +40,7 @@ from gpuhealth.contract.training import TrainingAlert
 from shared.models import GpuEvent, GpuSample
 from shared.models_deadletter import DeadLetterHeaders
 from shared.models_health import AlertOpened, AlertResolved, HealthVerdict
+from shared.models_remediation import RemediationRecord
 from shared.models_verify import SystemIdentity, VerificationRecord
 from shared.models_workload import GpuProcesses, LlmServerStatus, LlmSession
 
@@ -207,6 +208,11 @@ class TopicSettings(BaseModel):
         ),
     ] = "gpu-systems"
     """Each node's hardware and driver identity, at collector start and on change."""
+    remediations: Annotated[
+        TopicName,
+        Topic(Message(RemediationRecord, "gpu-remediation.v1.schema.json"), key="gpu_uuid", keep=Keep.AUDIT),
+    ] = "gpu-remediations"
+    """The remediator's decisions, actions, outcomes and validations (keyed by GPU, else node, else fleet)."""
 
     # How every topic is created.
     partitions: int = Field(default=6, ge=1, le=10_000)

@@ -44,6 +44,7 @@ def test_gpu_metrics_has_every_contract_field_with_its_type(migrated: DatabaseSe
             "gpu_metrics_1min",
             "gpu_verifications",
             *workload,
+            "remediation_events",  # 0030: the remediator's record
         }
 
 

@@ -18,6 +18,7 @@ from gpuhealth.contract.wire_time import wire_time
 from shared import models
 from shared.models_deadletter import DeadLetterHeaders, dead_letter_headers, parse_dead_letter_headers
 from shared.models_health import parse_alert, parse_health_verdict
+from shared.models_remediation import parse_remediation
 from shared.models_verify import HostIdentity, SystemIdentity, parse_system, parse_verification, record_json
 from shared.models_workload import parse_gpu_processes, parse_llm_message
 from shared.topic_registry import TopicSettings
@@ -82,6 +83,12 @@ EXAMPLES: dict[str, tuple[Callable[[bytes], BaseModel], dict[str, Any], list[tup
         "outcome": "recorded",
     }, [("time",)]),
     "system": (parse_system, SYSTEM, [("time",)]),
+    "remediation": (parse_remediation, {
+        "schema_version": 1, "time": T, "record_id": "6f1c4a2e-0b9d-4c3e-8f7a-1d2e3f4a5b6c", "kind": "action",
+        "remediation_id": 1, "gpu_uuid": UUID, "node": "n1", "action": "reset_gpu", "step": "cordon",
+        "driver": "kubernetes", "status": "ok", "dry_run": False, "reason": None, "seconds": 0.1,
+        "answers": None, "response": {},
+    }, [("time",)]),
 }  # fmt: skip
 
 

@@ -1,0 +1,1 @@
+"""The remediation service: acts on the scorer's verdicts (cordon, drain, reset, validate, return), safely."""

@@ -1,0 +1,58 @@
+"""The circuit breaker: at most N nodes, or P % of the fleet, taken out (cordoned or drained) within W.
+
+`judge` is the rule, on plain values, so it can be checked against any
+sequence of events; `admit_node` applies it to the state in the database, under
+the lock of the mode's control row, so the remediators of one consumer group
+share one breaker and a restart finds it as it was. A node already taken out
+within the window counts once (a second step on it is no new node). Past the
+bound the breaker opens: nothing more is admitted until an operator resets it,
+and the node that tripped it is not taken out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Set
+from datetime import datetime, timedelta
+from typing import Literal
+
+from shared.store import remediation_ledger as ledger
+from shared.store.remediation import SyncConn
+
+from .policy import Breaker
+
+Answer = Literal["admit", "trip", "refuse"]
+
+
+def judge(*, is_open: bool, in_window: Set[str], node: str, bound: int) -> Answer:
+    """Whether `node` may be taken out, given the nodes taken out within the window and the bound.
+
+    refuse: the breaker is open. trip: taking out `node` would make more than `bound` nodes.
+    """
+    if is_open:
+        return "refuse"
+    if node in in_window or len(in_window) < bound:
+        return "admit"
+    return "trip"
+
+
+def admit_node(
+    conn: SyncConn, *, node: str, dry_run: bool, plan_id: int, policy: Breaker, now: datetime
+) -> tuple[Answer, str]:
+    """Apply the breaker to taking out `node`, in the caller's transaction: (answer, why)."""
+    control = ledger.control(conn, dry_run, lock=True)
+    if control["breaker"] == "open":
+        return "refuse", f"the breaker is open since {control['tripped_at']:%Y-%m-%d %H:%M:%S} UTC"
+    in_window = ledger.breaker_window(conn, dry_run, now - timedelta(seconds=policy.window_s))
+    fleet = ledger.fleet_nodes(conn)
+    bound = policy.bound(fleet)
+    answer = judge(is_open=False, in_window=in_window, node=node, bound=bound)
+    if answer == "trip":
+        why = (
+            f"{len(in_window)} nodes taken out within {policy.window_s} s: the bound is {bound}"
+            f" (at most {policy.max_nodes} nodes or {policy.max_fleet_percent:g} % of {fleet})"
+        )
+        ledger.trip(conn, dry_run=dry_run, reason=why, at=now)
+        return "trip", why
+    if node not in in_window:
+        ledger.admit(conn, node=node, dry_run=dry_run, plan_id=plan_id, at=now)
+    return "admit", f"{len(in_window | {node})} of {bound} nodes within {policy.window_s} s"

@@ -1,0 +1,176 @@
+"""What the remediator does about one finding: nothing, join the node's plan, or open one (running or held).
+
+All of it in the caller's transaction, with the record of it, so the decision,
+its plan and its record are written together or not at all. A finding whose
+decision exists (a redelivered message, a restart) is answered with nothing:
+its plan already runs. A plan is held for an operator when the policy wants
+approval for its action, when the breaker is open, when the node has had its
+share of plans within the rate limit's window, or when the action's class has
+had its share fleet-wide.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from shared.store import remediation as store
+from shared.store import remediation_ledger as ledger
+from shared.store.remediation import SyncConn
+
+from .findings import Finding, NodeMap, valid_node
+from .policy import Policy
+from .record import event
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Decided:
+    outcome: str  # act, held, ignored, joined, unmapped; "" when the finding needs no decision
+    plan_id: int | None = None
+    reason: str | None = None
+    events: tuple[dict[str, Any], ...] = ()
+
+
+def hold_reason(
+    conn: SyncConn,
+    *,
+    policy: Policy,
+    action: str,
+    node: str,
+    dry_run: bool,
+    now: datetime,
+    limits: bool = True,
+) -> tuple[str | None, str | None]:
+    """Why a new plan of `action` on `node` must wait for an operator: (held_for, reason), or (None, None)."""
+    rules = policy.for_action(action)
+    if rules.mode == "approval":
+        return "approval", f"the policy wants an operator's approval for {action}"
+    if ledger.control(conn, dry_run)["breaker"] == "open":
+        return "breaker", "the breaker is open"
+    if not limits:
+        return None, None
+    rate = policy.rate_limit
+    started = store.plans_since(
+        conn, dry_run=dry_run, since=now - timedelta(seconds=rate.window_s), node=node
+    )
+    if started >= rate.per_node:
+        return "rate_limit", f"{started} plans on {node} within {rate.window_s} s (at most {rate.per_node})"
+    if rules.max_per_window is not None:
+        since = now - timedelta(seconds=rules.window_s)
+        started = store.plans_since(conn, dry_run=dry_run, since=since, action=action)
+        if started >= rules.max_per_window:
+            return (
+                "class_limit",
+                f"{started} {action} plans within {rules.window_s} s (at most {rules.max_per_window})",
+            )
+    return None, None
+
+
+def open_plan(
+    conn: SyncConn,
+    *,
+    policy: Policy,
+    node: str,
+    gpu_uuids: list[str],
+    action: str,
+    finding: str,
+    decision_key: str,
+    answers: dict[str, Any],
+    dry_run: bool,
+    now: datetime,
+    escalated_from: int | None = None,
+) -> tuple[int, str | None, str | None]:
+    """A new plan for the node: (id, held_for, reason). The GPUs the node has now are kept as its identity."""
+    held_for, reason = hold_reason(
+        conn, policy=policy, action=action, node=node, dry_run=dry_run, now=now, limits=escalated_from is None
+    )
+    detail = {"answers": answers, "identity": store.host_gpus(conn, node)}
+    plan_id = store.create_plan(
+        conn,
+        node=node,
+        gpu_uuids=gpu_uuids,
+        action=action,
+        finding=finding,
+        steps=policy.for_action(action).steps,
+        state="held" if held_for else "running",
+        held_for=held_for,
+        dry_run=dry_run,
+        decision_key=decision_key,
+        at=now,
+        detail=detail,
+        escalated_from=escalated_from,
+    )
+    return plan_id, held_for, reason
+
+
+def decide(
+    conn: SyncConn, finding: Finding, *, policy: Policy, nodes: NodeMap, dry_run: bool, now: datetime
+) -> Decided:
+    """Decide on `finding` and write the decision, its plan and its record; nothing twice for one key."""
+    if finding.action == "none" or store.decided(conn, finding.decision_key) is not None:
+        return Decided("")
+    answers = {"decision_key": finding.decision_key, "topic": finding.topic, "message": finding.message}
+    node = (
+        nodes.hostname(finding.gpu_uuid, finding.hostname) or store.gpu_hostname(conn, finding.gpu_uuid) or ""
+    )
+    plan_id: int | None = None
+    rules = policy.for_action(finding.action)
+    reason: str | None
+    if rules.mode == "never":
+        outcome, reason = "ignored", f"the policy never acts on {finding.action}"
+    elif not valid_node(node):
+        outcome, reason = "unmapped", f"GPU {finding.gpu_uuid} maps to no node ({node!r})"
+    elif (active := store.active_plan(conn, node, dry_run)) is not None:
+        plan_id = int(active["id"])
+        store.join_plan(conn, plan_id, finding.gpu_uuid, now)
+        outcome, reason = (
+            "joined",
+            f"the node's plan {plan_id} ({active['action']}, {active['state']}) takes it in",
+        )
+    else:
+        plan_id, held_for, why = open_plan(
+            conn,
+            policy=policy,
+            node=node,
+            gpu_uuids=[finding.gpu_uuid],
+            action=finding.action,
+            finding=finding.name,
+            decision_key=finding.decision_key,
+            answers=answers,
+            dry_run=dry_run,
+            now=now,
+        )
+        outcome = "held" if held_for else "act"
+        reason = why if held_for else f"{finding.action}: {', '.join(rules.steps)}"
+    if not store.insert_decision(
+        conn,
+        decision_key=finding.decision_key,
+        at=now,
+        gpu_uuid=finding.gpu_uuid,
+        node=node,
+        action=finding.action,
+        outcome=outcome,
+        remediation_id=plan_id,
+        reason=reason,
+        dry_run=dry_run,
+    ):
+        conn.rollback()  # another consumer decided it first (a rebalance): its decision stands
+        return Decided("")
+    record = event(
+        "decision",
+        at=now,
+        status=outcome,
+        dry_run=dry_run,
+        node=node if valid_node(node) else "",
+        gpu_uuid=finding.gpu_uuid,
+        action=finding.action,
+        reason=reason,
+        answers=answers,
+    )
+    record["remediation_id"] = plan_id
+    ledger.insert_events(conn, [record])
+    return Decided(outcome, plan_id, reason, (record,))

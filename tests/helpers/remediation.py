@@ -1,0 +1,135 @@
+"""The remediator's tests: a fleet in the inventory, verdicts and scoring cycles, as the scorer writes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from services.remediator.drivers.node_exec import Command
+from services.remediator.executor import Executor
+from services.remediator.findings import Finding, NodeMap, from_verdict
+from services.remediator.policy import Policy
+from shared.config import DatabaseSettings
+from shared.db import connect
+from shared.models_health import HealthVerdict
+
+T0 = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
+
+
+def gpu_uuid(node: int, index: int) -> str:
+    return f"GPU-{node:08d}-{index:04d}-4000-8000-000000000000"
+
+
+def node_name(node: int) -> str:
+    return f"gpu-node-{node:02d}"
+
+
+def add_fleet(
+    db: DatabaseSettings, nodes: int, gpus: int = 2, *, names: Callable[[int], str] = node_name
+) -> None:
+    """`nodes` nodes of `gpus` GPUs in the inventory, each with a sample and a healthy status."""
+    with connect(db) as conn:
+        conn.execute(
+            """INSERT INTO gpu_assets (gpu_uuid, model, gpu_index, hostname, first_seen, last_seen)
+               SELECT 'GPU-' || lpad(n::text, 8, '0') || '-' || lpad(g::text, 4, '0')
+                      || '-4000-8000-000000000000', 'NVIDIA H100 80GB HBM3', g, h, %(t)s, %(t)s
+               FROM generate_series(0, %(n)s - 1) n, generate_series(0, %(g)s - 1) g,
+                    LATERAL (SELECT (%(names)s::text[])[n + 1] AS h) name""",
+            {"t": T0, "n": nodes, "g": gpus, "names": [names(i) for i in range(nodes)]},
+        )
+        conn.execute(
+            """INSERT INTO gpu_latest (time, gpu_uuid, hostname, source, collector_id)
+               SELECT %s, gpu_uuid, hostname, 'mock', 'test' FROM gpu_assets""",
+            (T0,),
+        )
+        conn.execute(
+            "INSERT INTO gpu_status (gpu_uuid, state, score, grade, action, as_of)"
+            " SELECT gpu_uuid, 'healthy', 100, 'A', 'none', %s FROM gpu_assets",
+            (T0,),
+        )
+        conn.commit()
+
+
+def sample_again(db: DatabaseSettings, hostname: str, at: datetime, uuids: list[str] | None = None) -> None:
+    """The node's GPUs (or `uuids`, on it) report again at `at` (the collector, through the sink)."""
+    with connect(db) as conn:
+        if uuids is not None:
+            for uuid in uuids:
+                conn.execute(
+                    "INSERT INTO gpu_latest (time, gpu_uuid, hostname, source, collector_id)"
+                    " VALUES (%s, %s, %s, 'mock', 'test')"
+                    " ON CONFLICT (gpu_uuid) DO UPDATE SET time = EXCLUDED.time",
+                    (at, uuid, hostname),
+                )
+        conn.execute("UPDATE gpu_latest SET time = %s WHERE hostname = %s", (at, hostname))
+        conn.commit()
+
+
+def score(db: DatabaseSettings, hostname: str, at: datetime, state: str = "healthy") -> None:
+    """A scoring cycle as of `at` judged the node's GPUs `state` (gpu_status, as the scorer writes it)."""
+    with connect(db) as conn:
+        conn.execute(
+            "UPDATE gpu_status SET state = %s, as_of = %s WHERE gpu_uuid IN"
+            " (SELECT gpu_uuid FROM gpu_assets WHERE hostname = %s)",
+            (state, at, hostname),
+        )
+        conn.commit()
+
+
+def verdict_finding(
+    node: int,
+    index: int = 0,
+    *,
+    action: str = "reset_gpu",
+    at: datetime = T0,
+    hostname: str | None = None,
+    rule: str = "xid_79",
+) -> Finding:
+    verdict = HealthVerdict(
+        time=at,
+        gpu_uuid=gpu_uuid(node, index),
+        hostname=node_name(node) if hostname is None else hostname,
+        subsystem="xid",
+        state="unhealthy",
+        previous="healthy",
+        rule=rule,
+        action=action,  # type: ignore[arg-type]
+        evidence={"xid": 79},
+    )
+    return from_verdict(verdict, "gpu-health")
+
+
+def rows(db: DatabaseSettings, query: str, params: Any = None) -> list[tuple[Any, ...]]:
+    with connect(db) as conn:
+        return conn.execute(query, params).fetchall()
+
+
+@dataclass
+class Remediator:
+    """The executor and what it acts by, as the service builds them."""
+
+    db: DatabaseSettings
+    policy: Policy
+    executor: Executor
+    nodes: NodeMap
+
+    def run_until_settled(self, *, rounds: int = 50, pause_s: float = 0.0) -> None:
+        """Look at the due plans until none is due (a wait that is not over yet counts as settled)."""
+        import time
+
+        for _ in range(rounds):
+            if not self.executor.run_due():
+                return
+            time.sleep(pause_s)
+
+
+def later(seconds: float) -> datetime:
+    return datetime.now(UTC) + timedelta(seconds=seconds)
+
+
+TRUE = Command(argv=["true"], per_gpu=False)
+FALSE = Command(argv=["sh", "-c", "echo 'GPU 1: FAIL (max rel err 3.1e-01)'; exit 1"], per_gpu=False)
+REPO_ROOT = Path(__file__).resolve().parents[4]

@@ -1,0 +1,197 @@
+"""Plans stepped on the real database: dry-run records every step, validation keeps a node out until it
+has earned its return, a failed validation escalates, the breaker stops a mass failure, a pause holds
+everything."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from services.remediator.decide import decide
+from services.remediator.findings import Finding, NodeMap
+from services.remediator.policy import Policy, Validation
+from shared.config import DatabaseSettings
+from shared.db import connect
+from tests.helpers.remediation import (
+    FALSE,
+    TRUE,
+    Remediator,
+    add_fleet,
+    gpu_uuid,
+    rows,
+    sample_again,
+    score,
+    verdict_finding,
+)
+
+
+def decide_all(r: Remediator, findings: list[Finding], *, dry_run: bool) -> None:
+    with connect(r.db) as conn:
+        for finding in findings:
+            decide(conn, finding, policy=r.policy, nodes=NodeMap(), dry_run=dry_run, now=datetime.now(UTC))
+            conn.commit()
+
+
+def in_validation(r: Remediator, node: int = 0) -> Remediator:
+    """`r` with a reset_gpu plan for the node's first GPU, stepped up to its validation."""
+    add_fleet(r.db, node + 1)
+    decide_all(r, [verdict_finding(node)], dry_run=False)
+    r.run_until_settled()
+    return r
+
+
+def plan_events(db: DatabaseSettings, plan_id: int = 1) -> list[tuple[Any, ...]]:
+    return rows(
+        db,
+        "SELECT kind, step, status FROM remediation_events WHERE remediation_id = %s ORDER BY time, kind",
+        (plan_id,),
+    )
+
+
+def test_a_dry_run_records_every_step_it_would_take(remediator_factory: Callable[..., Remediator]) -> None:
+    r = remediator_factory(dry_run=True)
+    add_fleet(r.db, 1)
+    decide_all(r, [verdict_finding(0)], dry_run=True)
+    r.run_until_settled()
+    assert rows(r.db, "SELECT state FROM remediations") == [("done",)]
+    assert plan_events(r.db) == [
+        ("decision", None, "act"),
+        ("action", "cordon", "dry_run"),
+        ("action", "drain", "dry_run"),
+        ("action", "reset_gpu", "dry_run"),
+        ("validation", "validate", "dry_run"),
+        ("action", "return", "dry_run"),
+        ("outcome", None, "done"),
+    ]
+
+
+def test_a_node_returns_only_after_its_gpus_come_back_the_check_passes_and_cycles_are_healthy(
+    remediator_factory: Callable[..., Remediator],
+) -> None:
+    r = in_validation(remediator_factory(dry_run=False, commands={"reset_gpu": TRUE, "compute_check": TRUE}))
+    assert rows(r.db, "SELECT steps[step + 1], state FROM remediations") == [("validate", "running")]
+    now = datetime.now(UTC)
+    score(r.db, "gpu-node-00", now)  # a cycle before the GPUs are back counts for nothing
+    r.run_until_settled()
+    sample_again(r.db, "gpu-node-00", now)
+    for cycle in range(1, 3):
+        score(r.db, "gpu-node-00", now + timedelta(seconds=cycle))
+        r.run_until_settled(pause_s=0.06)
+    assert rows(r.db, "SELECT state FROM remediations") == [("running",)]  # 2 of 3 healthy cycles
+    score(r.db, "gpu-node-00", now + timedelta(seconds=3), state="degraded")  # the count starts again
+    r.run_until_settled(pause_s=0.06)
+    for cycle in range(4, 7):
+        time.sleep(0.06)
+        score(r.db, "gpu-node-00", now + timedelta(seconds=cycle))
+        r.run_until_settled(pause_s=0.06)
+    assert rows(r.db, "SELECT state FROM remediations") == [("done",)]
+    events = [e for e in plan_events(r.db) if e[2] != "in_progress"]
+    assert events == [
+        ("decision", None, "act"),
+        ("action", "reset_gpu", "ok"),
+        ("action", "validate", "ok"),  # the compute check, run as part of the validation
+        ("validation", "validate", "passed"),
+        ("outcome", None, "done"),
+    ]
+
+
+def test_a_failed_compute_check_keeps_the_node_out_and_escalates(
+    remediator_factory: Callable[..., Remediator],
+) -> None:
+    r = in_validation(remediator_factory(dry_run=False, commands={"reset_gpu": TRUE, "compute_check": FALSE}))
+    sample_again(r.db, "gpu-node-00", datetime.now(UTC))
+    r.run_until_settled()
+    assert rows(r.db, "SELECT id, action, state, held_for, escalated_from FROM remediations ORDER BY id") == [
+        (1, "reset_gpu", "escalated", None, None),
+        (2, "reboot_node", "held", "approval", 1),  # the policy wants an operator for a reboot
+    ]
+    (reason,) = rows(
+        r.db, "SELECT reason FROM remediation_events WHERE kind = 'validation' AND status = 'failed'"
+    )[0]
+    assert "max rel err" in reason
+    assert ("outcome", None, "escalated") in plan_events(r.db)
+    assert not [e for e in plan_events(r.db) if e[1] == "return"]  # never returned
+
+
+def test_a_gpu_that_comes_back_as_another_fails_the_validation(
+    remediator_factory: Callable[..., Remediator],
+) -> None:
+    r = in_validation(remediator_factory(dry_run=False, commands={"reset_gpu": TRUE, "compute_check": TRUE}))
+    sample_again(r.db, "gpu-node-00", datetime.now(UTC), uuids=["GPU-99999999-0000-4000-8000-000000000000"])
+    r.run_until_settled()
+    (reason,) = rows(
+        r.db, "SELECT reason FROM remediation_events WHERE kind = 'validation' AND status = 'failed'"
+    )[0]
+    assert "not on the node before" in reason
+
+
+def test_a_validation_that_never_earns_its_cycles_times_out(
+    remediator_factory: Callable[..., Remediator], policy: Policy
+) -> None:
+    rules = Validation(healthy_cycles=2, compute_check=False, timeout_s=1)
+    r = remediator_factory(dry_run=False, commands={"reset_gpu": TRUE}, policy_changes={"validation": rules})
+    in_validation(r)
+    sample_again(r.db, "gpu-node-00", datetime.now(UTC))
+    score(r.db, "gpu-node-00", datetime.now(UTC), state="unhealthy")
+    r.run_until_settled()
+    time.sleep(1.1)
+    r.run_until_settled()
+    assert rows(r.db, "SELECT state FROM remediations WHERE id = 1") == [("escalated",)]
+    (reason,) = rows(
+        r.db, "SELECT reason FROM remediation_events WHERE kind = 'validation' AND status = 'failed'"
+    )[0]
+    assert reason.startswith("validation timed out: 0 of 2 healthy cycles")
+
+
+def test_a_mass_failure_trips_the_breaker_at_its_bound(
+    remediator_factory: Callable[..., Remediator], policy: Policy
+) -> None:
+    unlimited = policy.for_action("reset_gpu").model_copy(update={"max_per_window": None})
+    r = remediator_factory(
+        dry_run=True, policy_changes={"actions": {**policy.actions, "reset_gpu": unlimited}}
+    )
+    add_fleet(r.db, 1000, gpus=1)
+    decide_all(r, [verdict_finding(n) for n in range(1000)], dry_run=True)
+    r.executor.batch = 1000
+    r.run_until_settled()
+    bound = r.policy.breaker.bound(1000)
+    assert bound == 10
+    assert rows(
+        r.db,
+        "SELECT count(DISTINCT node) FROM remediation_events WHERE step = 'cordon' AND status = 'dry_run'",
+    ) == [(bound,)]
+    assert rows(r.db, "SELECT count(*) FROM remediation_breaker_admissions") == [(bound,)]
+    assert rows(r.db, "SELECT kind, status FROM remediation_events WHERE kind = 'breaker'") == [
+        ("breaker", "tripped")
+    ]
+    assert rows(r.db, "SELECT breaker FROM remediation_control WHERE dry_run") == [("open",)]
+    assert rows(r.db, "SELECT count(*) FROM remediations WHERE held_for = 'breaker'") == [(1000 - bound,)]
+    # a restart finds it open: nothing more is taken out until an operator resets it
+    r2 = remediator_factory(dry_run=True, policy_changes={"actions": r.policy.actions})
+    decide_all(r2, [verdict_finding(0, 1, at=datetime.now(UTC))], dry_run=True)
+    r2.run_until_settled()
+    assert rows(r.db, "SELECT count(*) FROM remediation_breaker_admissions") == [(bound,)]
+
+
+def test_a_pause_holds_every_plan_until_resumed(remediator_factory: Callable[..., Remediator]) -> None:
+    r = remediator_factory(dry_run=True)
+    add_fleet(r.db, 1)
+    with connect(r.db) as conn:
+        conn.execute("SELECT remediation_pause('ops')")
+        conn.commit()
+    decide_all(r, [verdict_finding(0)], dry_run=True)
+    assert r.executor.run_due() == []
+    assert rows(r.db, "SELECT state, step FROM remediations") == [("running", 0)]
+    with connect(r.db) as conn:
+        conn.execute("SELECT remediation_resume('ops')")
+        conn.commit()
+    r.run_until_settled()
+    assert rows(r.db, "SELECT state FROM remediations") == [("done",)]
+    assert [
+        s
+        for k, s in rows(r.db, "SELECT kind, status FROM remediation_events ORDER BY time")
+        if k == "control"
+    ] == ["paused", "resumed"]
+    assert gpu_uuid(0, 0)

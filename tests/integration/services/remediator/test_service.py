@@ -1,0 +1,105 @@
+"""`python -m services.remediator` on the real broker and database: verdicts in, a dry run's record out
+on gpu-remediations; SIGTERM exits 0; a second reading of the same verdicts (a restart, a new group)
+decides nothing."""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from collections.abc import Callable
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from evaluation.pipeline import wait_until
+from shared.config import DatabaseSettings, KafkaSettings
+from shared.kafka import JsonProducer, make_producer
+from shared.models import to_json
+from shared.models_health import AlertResolved
+from shared.models_remediation import parse_remediation
+from tests.helpers.kafka import consume_all
+from tests.helpers.remediation import T0, add_fleet, gpu_uuid, rows, verdict_finding
+from tests.helpers.service_process import service_process, sigterm
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def messages_read(port: int) -> float:
+    """What the service's /metrics says it read (decided, needing no decision, or refused)."""
+    try:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+    except httpx.TransportError:
+        return 0
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "gpuhealth_remediator_messages"
+        for sample in family.samples
+        if sample.name.endswith("_total")
+    )
+
+
+def test_the_service_decides_records_and_publishes_once(
+    kafka_settings: KafkaSettings, migrated: DatabaseSettings, topic_factory: Callable[..., str]
+) -> None:
+    health, alerts, out = (
+        topic_factory(prefix="health"),
+        topic_factory(prefix="alerts"),
+        topic_factory(prefix="rem"),
+    )
+    add_fleet(migrated, 30)  # the breaker's 10 % of the fleet: 3 nodes
+    port = free_port()
+    with JsonProducer(make_producer(kafka_settings)) as producer:
+        for node in range(3):
+            finding = verdict_finding(node)
+            producer.produce(health, finding.gpu_uuid, finding.message)
+        producer.produce(health, gpu_uuid(0, 0), verdict_finding(0).message)  # the same verdict, again
+        producer.produce(health, "x", {"schema_version": 1, "hostile": "\u0000"})  # refused, never blocks
+        resolved = AlertResolved(
+            time=T0, alert_id=1, gpu_uuid=gpu_uuid(1, 0), hostname="", kind="thermal", state="resolved"
+        )
+        producer.produce(alerts, resolved.gpu_uuid, to_json(resolved))
+    env = {
+        "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
+        "GPUHEALTH_TOPICS__HEALTH": health,
+        "GPUHEALTH_TOPICS__ALERTS": alerts,
+        "GPUHEALTH_TOPICS__REMEDIATIONS": out,
+        "GPUHEALTH_DB__SEARCH_PATH": str(migrated.search_path),
+        "GPUHEALTH_REMEDIATOR__METRICS_PORT": str(port),
+        "GPUHEALTH_REMEDIATOR__DRAIN_LOOK_S": "0.05",
+        "GPUHEALTH_REMEDIATOR__GROUP_ID": f"rem-{uuid.uuid4().hex[:8]}",
+    }
+    # 3 decisions and 3 plans of 5 dry-run steps each, and their outcomes: 3 * (1 + 5 + 1)
+    expected = 21
+    with service_process("remediator", env) as proc:
+        wait_until(
+            lambda: rows(migrated, "SELECT count(*) FROM remediations WHERE state = 'done'") == [(3,)],
+            90,
+            "three plans done",
+        )
+        records = [
+            parse_remediation(m.value() or b"") for m in consume_all(kafka_settings, out, expected, 60)
+        ]
+        wait_until(lambda: messages_read(port) >= 6, 30, "the refused message counted: it blocked nothing")
+        out_text = sigterm(proc)
+    assert "dry run: every decision and step is recorded" in out_text
+    assert len(records) == expected
+    assert {r.dry_run for r in records} == {True}
+    assert sorted(r.node for r in records if r.kind == "decision") == [
+        "gpu-node-00",
+        "gpu-node-01",
+        "gpu-node-02",
+    ]
+    assert rows(migrated, "SELECT count(*) FROM remediation_events WHERE NOT published") == [(0,)]
+    # the same topics read again from the start by another group: every decision is there already
+    env["GPUHEALTH_REMEDIATOR__GROUP_ID"] = f"rem-{uuid.uuid4().hex[:8]}"
+    with service_process("remediator", env) as proc:
+        wait_until(lambda: messages_read(port) >= 6, 60, "every verdict and alert read again")
+        sigterm(proc)
+    assert rows(migrated, "SELECT count(*) FROM remediation_decisions") == [(3,)]
+    assert rows(migrated, "SELECT count(*) FROM remediation_events") == [(expected,)]
+    assert len({r.record_id for r in records}) == expected

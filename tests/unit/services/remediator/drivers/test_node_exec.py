@@ -1,0 +1,67 @@
+"""The exec driver: placeholders filled, nothing else read; real commands' exits; an unset operation fails."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from services.remediator.drivers.node_exec import Command, NodeExec, fill
+
+GPUS = {"GPU-00000001-0000-4000-8000-000000000000": 0, "GPU-00000002-0000-4000-8000-000000000000": 1}
+
+
+def test_placeholders_are_filled() -> None:
+    values = {"node": "n1", "gpu_uuid": "GPU-1", "gpu_index": "3", "plan_id": "9"}
+    assert fill("{node}:{gpu_uuid}/{gpu_index}#{plan_id}", values) == "n1:GPU-1/3#9"
+
+
+VALUES = {"node": "N", "gpu_uuid": "U", "gpu_index": "I", "plan_id": "P"}
+
+
+@given(st.text(max_size=200).filter(lambda t: not any("{" + k + "}" in t for k in VALUES)))
+def test_a_template_without_placeholders_is_left_as_it_is(template: str) -> None:
+    assert fill(template, VALUES) == template
+
+
+def test_format_string_tricks_are_not_read() -> None:
+    for trick in ("{node.__class__}", "{0}", "{}", "{node!r}", "{node:>10}", "{{plan_id"):
+        assert fill(trick, VALUES) == trick
+
+
+def test_a_command_runs_per_gpu_and_its_exit_decides() -> None:
+    ok = NodeExec({"reset_gpu": Command(argv=["sh", "-c", 'echo "reset $0 on $1"', "{gpu_uuid}", "{node}"])})
+    result = ok.run("reset_gpu", node="n1", gpus=GPUS, plan_id=1)
+    assert result.status == "ok"
+    assert [run["said"] for run in result.response["runs"]] == [f"reset {u} on n1" for u in sorted(GPUS)]
+    failing = NodeExec(
+        {"compute_check": Command(argv=["sh", "-c", "echo mismatch >&2; exit 3"], per_gpu=False)}
+    )
+    result = failing.run("compute_check", node="n1", gpus=GPUS, plan_id=1)
+    assert result.status == "failed"
+    assert result.response["runs"][0]["exit"] == 3
+    assert "mismatch" in (result.reason or "")
+
+
+def test_a_command_that_cannot_run_or_hangs_fails() -> None:
+    absent = NodeExec({"reboot": Command(argv=["/nonexistent/reboot"], per_gpu=False)})
+    assert absent.run("reboot", node="n", gpus=GPUS, plan_id=1).status == "failed"
+    slow = NodeExec({"reboot": Command(argv=["sleep", "5"], per_gpu=False, timeout_s=0.2)})
+    assert slow.run("reboot", node="n", gpus=GPUS, plan_id=1).status == "failed"
+
+
+def test_an_operation_not_configured_fails_saying_so() -> None:
+    result = NodeExec({}).run("reset_gpu", node="n", gpus=GPUS, plan_id=1)
+    assert result.status == "failed"
+    assert result.reason == "no command is configured for reset_gpu"
+
+
+def test_a_command_is_argv_or_url() -> None:
+    with pytest.raises(ValidationError):
+        Command()
+    with pytest.raises(ValidationError):
+        Command(argv=["true"], url="http://x")
+    with pytest.raises(ValidationError):
+        Command(url="file:///etc/passwd")
+    assert NodeExec({"reboot": Command(url="http://janitor/reboot")}).driver_of("reboot") == "webhook"

@@ -1,0 +1,111 @@
+"""The remediation policy: the committed file loads and covers the ladder; a wrong one is refused with why."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from services.remediator.policy import DEFAULT_POLICY, Breaker, load_policy
+from shared.errors import ConfigError
+from shared.models_health import LADDER
+
+POLICY_TEXT = DEFAULT_POLICY.read_text()
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "policy.toml"
+    path.write_text(text)
+    return path
+
+
+def test_the_committed_policy_loads_and_lists_every_action_of_the_ladder() -> None:
+    policy = load_policy()
+    assert set(policy.actions) == set(LADDER)
+    assert policy.for_action("none").mode == "never"
+    assert policy.for_action("reset_gpu").steps == ("cordon", "drain", "reset_gpu", "validate", "return")
+    assert policy.drain.mode("kube-system") == "skip"
+    assert policy.drain.mode("anything-else") == "evict"
+    # a failed validation climbs the ladder to a person, or to repair
+    assert policy.for_action("reset_gpu").on_failure == "reboot_node"
+    assert policy.for_action("reboot_node").on_failure == "inspect"
+    assert policy.for_action("run_diagnostics").on_failure == "send_for_repair"
+    assert policy.for_action("send_for_repair").steps[-1] == "keep_out"
+
+
+def test_an_action_off_the_ladder_is_never_acted_on() -> None:
+    assert load_policy().for_action("launch_missiles").mode == "never"
+
+
+def test_a_policy_missing_an_action_of_the_ladder_is_refused(tmp_path: Path) -> None:
+    text = POLICY_TEXT.replace("[actions.inspect]", "[actions.inspect_not]")
+    with pytest.raises(ConfigError, match=r"missing \['inspect'\].*unknown \['inspect_not'\]"):
+        load_policy(write(tmp_path, text))
+
+
+@pytest.mark.parametrize(
+    ("steps", "message"),
+    [
+        ('["drain", "cordon"]', "steps must come in the order"),
+        ('["cordon", "return"]', "'return' needs 'validate'"),
+        ('["reset_gpu"]', "needs the node cordoned first"),
+        ('["cordon", "cordon"]', "listed twice"),
+        ('["cordon", "drain", "validate", "return", "keep_out"]', "not both"),
+        ('["reboot_the_world"]', "steps"),
+        ("[]", "needs steps"),
+    ],
+)
+def test_an_incoherent_plan_is_refused(tmp_path: Path, steps: str, message: str) -> None:
+    text = POLICY_TEXT.replace(
+        'steps = ["cordon", "drain", "reset_gpu", "validate", "return"]', f"steps = {steps}"
+    )
+    with pytest.raises(ConfigError, match=message):
+        load_policy(write(tmp_path, text))
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "where"),
+    [
+        ("max_nodes = 10", "max_nodes = 0", "breaker.max_nodes"),
+        ("max_fleet_percent = 10.0", "max_fleet_percent = 150.0", "breaker.max_fleet_percent"),
+        ("per_node = 2", 'per_node = "two"', "rate_limit.per_node"),
+        ('default_mode = "evict"', 'default_mode = "delete"', "drain.default_mode"),
+        ('kube-system = "skip"', '"Kube System!" = "skip"', "drain.namespaces"),
+        ("healthy_cycles = 3", "healthy_cycles = -3", "validation.healthy_cycles"),
+        ('mode = "approval"', 'mode = "yolo"', "actions.reboot_node.mode"),
+        ("version = 1", "version = 2", "version"),
+        ("[alerts]", '[alerts]\n"scorer:thermal" = "format_disk"', "alerts"),
+        ('on_failure = "reboot_node"', 'on_failure = "restart_workload"', "on_failure"),
+        ('on_failure = "reboot_node"', 'on_failure = "pray"', "on_failure"),
+    ],
+)
+def test_a_bad_value_is_refused_naming_its_field(tmp_path: Path, old: str, new: str, where: str) -> None:
+    assert old in POLICY_TEXT
+    with pytest.raises(ConfigError, match=where.replace(".", r"\.")):
+        load_policy(write(tmp_path, POLICY_TEXT.replace(old, new, 1)))
+
+
+def test_an_unreadable_or_malformed_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_policy(tmp_path / "absent.toml")
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_policy(write(tmp_path, "version = [1"))
+    with pytest.raises(ConfigError, match="unknown_section"):
+        load_policy(write(tmp_path, POLICY_TEXT + "\n[unknown_section]\n"))
+
+
+@given(
+    max_nodes=st.integers(1, 100_000),
+    percent=st.floats(0.001, 100, allow_nan=False),
+    fleet=st.integers(-5, 1_000_000),
+)
+def test_the_breaker_bound_is_the_smaller_bound_and_never_below_one(
+    max_nodes: int, percent: float, fleet: int
+) -> None:
+    bound = Breaker(max_nodes=max_nodes, max_fleet_percent=percent, window_s=60).bound(fleet)
+    assert 1 <= bound <= max_nodes
+    assert bound == 1 or bound <= max(fleet, 0) * percent / 100
+    bigger = Breaker(max_nodes=max_nodes, max_fleet_percent=percent, window_s=60).bound(fleet + 100)
+    assert bigger >= bound  # a bigger fleet never lowers the bound
