@@ -22,6 +22,10 @@ The baseline is psycopg's binary COPY of the already-built rows straight into
 the hypertable over one connection: no Kafka, no validation, no idempotency.
 Target: ratio >= 0.6.
 
+`--against DIR` also runs the sink of another checkout (the previous release,
+say, in a git worktree: `git worktree add DIR <commit>`) in the same rounds,
+each sink contender beside its twin from DIR, so the two meet the same noise.
+
 It also prints where the CPU went, per row and by party (the sink's processes,
 PostgreSQL, Kafka, the whole machine), and the rate the machine's cores could
 reach at that cost if every one of them were busy all the time: every party
@@ -92,12 +96,15 @@ class Run(NamedTuple):
     cpu: dict[str, float]  # CPU µs per row, by party (bench.cpu)
 
 
-def sink_rate(kafka: KafkaSettings, db: DatabaseSettings, topic: str, processes: int, lanes: int) -> Run:
-    """Rows/s of `processes` sink services in one group, from a settled group to the last offset."""
+def sink_rate(
+    kafka: KafkaSettings, db: DatabaseSettings, topic: str, processes: int, lanes: int, tree: Path = REPO
+) -> Run:
+    """Rows/s of `processes` sink services (of the checkout `tree`) in one group, from a settled
+    group to the last offset."""
     group = f"bench-{uuid.uuid4().hex[:8]}"
     env = {
         **os.environ,
-        "PYTHONPATH": str(REPO),
+        "PYTHONPATH": str(tree),
         "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS": kafka.bootstrap_servers,
         "GPUHEALTH_DB__HOST": db.host, "GPUHEALTH_DB__PORT": str(db.port),
         "GPUHEALTH_DB__SEARCH_PATH": db.search_path or "",
@@ -108,7 +115,7 @@ def sink_rate(kafka: KafkaSettings, db: DatabaseSettings, topic: str, processes:
     with tempfile.TemporaryFile() as log:
         procs = [
             subprocess.Popen(
-                [sys.executable, "-m", "services.sink"], cwd=REPO, env=env, stdout=log, stderr=log
+                [sys.executable, "-m", "services.sink"], cwd=tree, env=env, stdout=log, stderr=log
             )
             for _ in range(processes)
         ]
@@ -183,10 +190,12 @@ def copy_rate(db: DatabaseSettings, rows: list[tuple[object, ...]]) -> Run:
         return timed(CpuMeter(pids={"bench (psycopg)": lambda: [os.getpid()]}, names=SERVERS), copy_all)
 
 
-def one_sink_run(settings: Settings, processes: int, lanes: int) -> Callable[[DatabaseSettings], Run]:
+def one_sink_run(
+    settings: Settings, processes: int, lanes: int, tree: Path = REPO
+) -> Callable[[DatabaseSettings], Run]:
     def measure(db: DatabaseSettings) -> Run:
         with scratch_topic(settings.kafka, partitions=PARTITIONS) as topic:
-            return sink_rate(settings.kafka, db, topic, processes, lanes)
+            return sink_rate(settings.kafka, db, topic, processes, lanes, tree)
 
     return measure
 
@@ -195,19 +204,34 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.parse_args()  # no options: --help prints what the bench measures
+    parser.add_argument(
+        "--against", type=Path, metavar="DIR",
+        help="also run the sink of this checkout (e.g. the previous release), beside each sink contender",
+    )  # fmt: skip
+    parser.add_argument(
+        "--processes", type=lambda text: [int(n) for n in text.split(",")], default=[1, 2, 3],
+        help="sink processes of each contender, comma-separated (1: two lanes, more: one each)",
+    )  # fmt: skip
+    parser.add_argument("--runs", type=int, default=RUNS, help=f"rounds of every contender (default {RUNS})")
+    args = parser.parse_args()
     settings = Settings()
     wait_for_kafka(settings.kafka)
     rows = [stage_row(json.dumps(collector_message(i)))[: len(METRIC_COLUMNS)] for i in range(N)]
-    contenders: dict[str, Callable[[DatabaseSettings], Run]] = {
-        "sink, 1 process (2 lanes, the default)": one_sink_run(settings, 1, 2),
-        "sink, 2 processes (1 lane each)": one_sink_run(settings, 2, 1),
-        "sink, 3 processes (1 lane each)": one_sink_run(settings, 3, 1),
-        BASELINE: partial(copy_rate, rows=rows),
-    }
+    contenders: dict[str, Callable[[DatabaseSettings], Run]] = {}
+    for processes in args.processes:
+        lanes = 2 if processes == 1 else 1
+        what = (
+            "1 process (2 lanes, the default)" if processes == 1 else f"{processes} processes (1 lane each)"
+        )
+        contenders[f"sink, {what}"] = one_sink_run(settings, processes, lanes)
+        if args.against is not None:
+            contenders[f"sink of {args.against}, {what}"] = one_sink_run(
+                settings, processes, lanes, args.against.resolve()
+            )
+    contenders[BASELINE] = partial(copy_rate, rows=rows)
     # Round-robin, so every contender meets the same spells of noise from other tenants.
     measured: dict[str, list[Run]] = {name: [] for name in contenders}
-    for _ in range(RUNS):
+    for _ in range(args.runs):
         for name, measure in contenders.items():
             with migrated_schema(settings.db, "bench") as db:
                 measured[name].append(measure(db))
