@@ -16,6 +16,7 @@ from shared.errors import DatabaseError
 from .errors import translated
 
 Conn = psycopg.Connection[tuple[object, ...]]
+_DEADLOCK = "40P01"  # SQLSTATE deadlock_detected
 
 # Where TimescaleDB's functions live (the first migration creates the extension there, as the official
 # image does): the project's SQL calls them as `public.time_bucket(...)`, so a service bound to its own
@@ -90,9 +91,20 @@ def create_schema(conn: Conn, name: str) -> None:
             conn.commit()
 
 
-def drop_schema(conn: Conn, name: str) -> None:
-    """DROP SCHEMA `name` CASCADE, with everything in it; commits when autocommit is off."""
-    with translated(conn):
-        conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
-        if not conn.autocommit:
-            conn.commit()
+def drop_schema(conn: Conn, name: str, *, attempts: int = 3) -> None:
+    """DROP SCHEMA `name` CASCADE, with everything in it; commits when autocommit is off.
+
+    Tried again when PostgreSQL ends it as a deadlock (with autovacuum, say, which takes a
+    fresh table's locks in another order than the drop)."""
+    for attempt in range(1, attempts + 1):
+        try:
+            with translated(conn):
+                conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
+                if not conn.autocommit:
+                    conn.commit()
+            return
+        except DatabaseError as e:
+            if attempt == attempts or getattr(e.__cause__, "sqlstate", None) != _DEADLOCK:
+                raise
+            if not conn.autocommit:
+                conn.rollback()
