@@ -5,13 +5,17 @@ A test's `HostileRun` subclass turns one draft into a `Produced` message (topic,
 name its stored row will carry, and whether the contract and the test's CHECK let it be stored);
 `produce` sends the drafts and returns what must be stored and what must be dead-lettered, by
 the offsets the broker gave them; `drain` reads the dead-letter topic, checking each letter's group.
+`example_lands` is one hypothesis example's whole check, `ledger_balanced` the check after the
+last, and `stopped_while_retrying_then_restarted` the records loops' stop-and-restart test.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
@@ -19,13 +23,14 @@ import confluent_kafka
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from evaluation.pipeline import wait_until
+from evaluation.pipeline import stored_offsets_total, wait_until
 from services.sink.metrics import SinkMetrics
 from services.sink.records import RecordFamilyLoop
 from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
 from shared.db import connect
 from shared.kafka import make_consumer, make_producer
 from tests.helpers.kafka import header_map
+from tests.helpers.sink import counter_value
 
 ANY_TEXT = st.text(st.characters(codec=None), max_size=12)
 ANY_JSON = st.recursive(
@@ -42,6 +47,7 @@ def deep(n: int) -> str:
 
 
 L = TypeVar("L", bound=RecordFamilyLoop)
+R = TypeVar("R", bound="HostileRun")
 Source = tuple[str, int, int]  # (topic, partition, offset) of a record
 
 
@@ -68,10 +74,29 @@ class HostileRun(ABC):
     dead: set[Source] = field(default_factory=set)
     refused_by_db: int = 0
     dead_seen: list[Source] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)  # each produced record's name, in order
 
     @abstractmethod
     def message(self, draft: Any, i: int) -> Produced:
         """The i-th produced message, made from `draft`."""
+
+
+def hostile_run(run_type: type[R], kafka: KafkaSettings, db: DatabaseSettings, topics: TopicSettings) -> R:
+    """A run in a consumer group of its own, reading the dead-letter topic from its start (close
+    `run.dlq` when done)."""
+    group = f"hostile-{uuid.uuid4().hex[:8]}"
+    dlq = make_consumer(kafka, group_id=f"read-{group}")
+    dlq.subscribe([topics.dead_letters])
+    return run_type(topics, db, group, make_producer(kafka), dlq)
+
+
+def refuse_in(db: DatabaseSettings, checks: dict[str, str]) -> DatabaseSettings:
+    """The database refuses what the contract accepts: each table gets a CHECK (`refused_here`)."""
+    with connect(db) as conn:
+        for table, check in checks.items():
+            conn.execute(f"ALTER TABLE {table} ADD CONSTRAINT refused_here CHECK ({check})")
+        conn.commit()
+    return db
 
 
 def produce(run: HostileRun, drafts: list[Any]) -> tuple[set[str], set[Source]]:
@@ -94,6 +119,7 @@ def produce(run: HostileRun, drafts: list[Any]) -> tuple[set[str], set[Source]]:
     for draft in drafts:
         run.n += 1
         produced = run.message(draft, run.n)
+        run.names.append(produced.name)
         run.producer.produce(
             produced.topic, key=produced.key, value=produced.value, on_delivery=delivered(produced)
         )
@@ -162,3 +188,90 @@ def records_loop(
         max_message_bytes=max_message_bytes, max_backoff_s=1,
         dlq_reader=lambda: make_consumer(kafka, group_id=f"{group}-dlq-check"),
     )  # fmt: skip
+
+
+def example_lands(
+    run: HostileRun, drafts: list[Any], *, alive: Callable[[], bool], stored: Callable[[set[str]], list[str]]
+) -> None:
+    """One example: its drafts produced, every offset stored, the loop still running (`alive`), each
+    record that must be stored stored once and no other of the example's (`stored` gives the names
+    it finds among those it is asked about, once per stored record), each other dead-lettered once."""
+    must_store, must_die = produce(run, drafts)
+    wait_until(lambda: stored_offsets_total(run.db, run.group) == run.n, 60, "every record's offset stored")
+    assert alive(), "the loop stopped"
+    found = stored(set(run.names[-len(drafts) :]))
+    assert sorted(found) == sorted(must_store)  # each valid record once, no invalid one
+    run.stored += len(found)
+    await_dead_letters(run, must_die)
+
+
+def ledger_balanced(run: HostileRun, loop: RecordFamilyLoop) -> None:
+    """After a records loop's examples: no letter left to deliver after a restart, one refused by each
+    of the two tables' CHECKs at least (the explicit examples), and /metrics counts every letter."""
+    undelivered, refused = dead_letter_ledger(run.db, run.group)
+    assert undelivered == 0
+    assert refused >= 2
+    assert counter_value(loop.metrics.dead_letters) == len(run.dead)
+    assert run.stored + len(run.dead) == run.n
+
+
+@contextlib.contextmanager
+def loop_running(loop: RecordFamilyLoop) -> Iterator[threading.Event]:
+    """`loop.run(stop)` on a thread for the block (the loop sets `stop` itself if it fails); then
+    stopped, joined (its relay has delivered what it was going to) and its consumer closed."""
+    stop = threading.Event()
+    thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        yield stop
+    finally:
+        stop.set()
+        thread.join(60)
+        with contextlib.suppress(RuntimeError):  # closed by the test already
+            loop.consumer.close()
+    assert not thread.is_alive(), "the loop did not stop"
+
+
+def rename_table(db: DatabaseSettings, table: str, to: str) -> None:
+    with connect(db) as conn:
+        conn.execute(f"ALTER TABLE {table} RENAME TO {to}")
+        conn.commit()
+
+
+def stopped_while_retrying_then_restarted(
+    run_type: type[HostileRun],
+    drafts: list[Any],
+    *,
+    kafka: KafkaSettings,
+    db: DatabaseSettings,
+    topics: TopicSettings,
+    table: str,
+    loop: Callable[[KafkaSettings, DatabaseSettings, TopicSettings, str], RecordFamilyLoop],
+    stored: Callable[[DatabaseSettings, set[str]], list[str]],
+) -> None:
+    """SIGTERM (the stop) while a batch is retried, then a restart: a records loop's promise.
+
+    `table` is renamed away, a failure that is not the records' fault (retried, never split). Stopped
+    while it retries, the loop (`loop` builds one in the run's group) has stored nothing, delivered
+    no dead letter and moved no offset. The next one stores each valid draft once (`stored` gives
+    the names it finds, once a stored record) and dead-letters each bad one once, delivered after
+    its batch was stored, never before."""
+    run = hostile_run(run_type, kafka, db, topics)
+    with contextlib.closing(run.dlq):
+        rename_table(run.db, table, f"{table}_away")
+        must_store, must_die = produce(run, drafts)
+        first = loop(kafka, db, topics, run.group)
+        with loop_running(first):  # stopped, it leaves the group at once (its consumer closed)
+            wait_until(lambda: counter_value(first.metrics.db_retries) >= 3, 60, "retries of the batch")
+        assert stored_offsets_total(run.db, run.group) == 0
+        assert dead_letters_in_topic(kafka, run.topics.dead_letters) == 0
+        rename_table(run.db, f"{table}_away", table)
+
+        with loop_running(loop(kafka, db, topics, run.group)):
+            wait_until(
+                lambda: stored_offsets_total(run.db, run.group) == run.n, 60, "every record's offset stored"
+            )
+            assert sorted(stored(run.db, must_store)) == sorted(must_store)
+        assert dead_letters_in_topic(kafka, run.topics.dead_letters) == len(must_die) > 0
+        wait_until(lambda: drain(run) >= len(must_die), 60, "the dead letters")
+        assert sorted(run.dead_seen) == sorted(must_die)

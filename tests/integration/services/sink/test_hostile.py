@@ -30,7 +30,7 @@ from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
 from shared.db import connect
 from shared.errors import ContractError
 from shared.fakes.samples import T0, sample
-from shared.kafka import make_consumer, make_producer
+from shared.kafka import make_producer
 from shared.models import parse_event, parse_sample
 from tests.helpers.hostile import (
     ANY_JSON,
@@ -38,9 +38,11 @@ from tests.helpers.hostile import (
     NUMBERS,
     HostileRun,
     Produced,
-    await_dead_letters,
+    dead_letter_ledger,
     deep,
-    produce,
+    example_lands,
+    hostile_run,
+    refuse_in,
 )
 from tests.helpers.sink import count, env_for, sink_process, sink_topics
 
@@ -182,17 +184,11 @@ def topics(topic_factory: Callable[..., str]) -> TopicSettings:
 def test_hostile_records_never_stop_the_sink_and_each_record_ends_up_in_exactly_one_place(
     kafka_settings: KafkaSettings, migrated: DatabaseSettings, topics: TopicSettings
 ) -> None:
-    with connect(migrated) as conn:  # what the contract accepts and this database refuses
-        for table in ("gpu_metrics", "gpu_events"):
-            conn.execute(
-                f"ALTER TABLE {table} ADD CONSTRAINT refused_here CHECK (collector_id <> '{REFUSE}')"
-            )
-        conn.commit()
-    group = f"sink-{uuid.uuid4().hex[:8]}"
-    dlq = make_consumer(kafka_settings, group_id=f"read-{group}")
-    dlq.subscribe([topics.dead_letters])
-    run = Run(topics, migrated, group, make_producer(kafka_settings), dlq)
-    loop = make_loop(kafka_settings, migrated, topics, group, max_message_bytes=MAX_BYTES, poll_timeout_s=0.1)
+    refuse_in(migrated, {t: f"collector_id <> '{REFUSE}'" for t in ("gpu_metrics", "gpu_events")})
+    run = hostile_run(Run, kafka_settings, migrated, topics)
+    loop = make_loop(
+        kafka_settings, migrated, topics, run.group, max_message_bytes=MAX_BYTES, poll_timeout_s=0.1
+    )
 
     @settings(
         max_examples=30, deadline=None, database=None, phases=[Phase.explicit, Phase.generate],
@@ -207,19 +203,9 @@ def test_hostile_records_never_stop_the_sink_and_each_record_ends_up_in_exactly_
         drafts=[Draft("event", "events", {"kind": "xid", "details": {"xid": "\x00"}}), Draft("sample", "raw")]
     )
     def one_example(drafts: list[Draft]) -> None:
-        must_store, must_die = produce(run, drafts)
-        wait_until(lambda: stored_offsets_total(migrated, group) == run.n, 60, "every record's offset stored")
-        assert thread_alive(), "the sink stopped"
-        stored = stored_gpus(migrated, {f"{i:012x}" for i in range(run.n - len(drafts) + 1, run.n + 1)})
-        assert sorted(stored) == sorted(must_store)  # each valid record once, no invalid one
-        run.stored += len(stored)
-        await_dead_letters(run, must_die)
+        example_lands(run, drafts, alive=sink.is_alive, stored=lambda names: stored_gpus(migrated, names))
 
     sink = threading.Thread(target=loop.run, args=(loop.stop,), daemon=True)
-
-    def thread_alive() -> bool:
-        return sink.is_alive()
-
     sink.start()
     try:
         one_example()
@@ -227,11 +213,8 @@ def test_hostile_records_never_stop_the_sink_and_each_record_ends_up_in_exactly_
         loop.stop.set()
         sink.join(60)
         close_sink_loop(loop)
-        dlq.close()
-    with connect(migrated) as conn:
-        pending = conn.execute("SELECT count(*) FROM sink_dead_letters WHERE delivered_at IS NULL").fetchone()
-    assert pending is not None
-    assert pending[0] == 0  # nothing left to send again after a restart
+        run.dlq.close()
+    assert dead_letter_ledger(migrated, run.group)[0] == 0  # nothing left to send again after a restart
     print(  # the figures the issue asks for (pytest -s shows them)
         f"\nhostile run: tried={run.n} stored={run.stored} dead-lettered={len(run.dead)}"
         f" (refused by the database={run.refused_by_db}) crashes=0"

@@ -13,18 +13,17 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-from evaluation.pipeline import stored_offsets_total, wait_until
 from services.sink.verifications import VerificationLoop
 from shared.chain import GENESIS
 from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
@@ -32,7 +31,6 @@ from shared.db import connect
 from shared.errors import ContractError
 from shared.fakes.samples import T0
 from shared.gpu_identity import NvmlReader
-from shared.kafka import make_consumer, make_producer
 from shared.models_verify import SystemIdentity, parse_system, parse_verification, record_json
 from tests.helpers.hostile import (
     ANY_JSON,
@@ -40,15 +38,15 @@ from tests.helpers.hostile import (
     NUMBERS,
     HostileRun,
     Produced,
-    await_dead_letters,
-    dead_letter_ledger,
-    dead_letters_in_topic,
     deep,
-    drain,
-    produce,
+    example_lands,
+    hostile_run,
+    ledger_balanced,
+    loop_running,
     records_loop,
+    refuse_in,
+    stopped_while_retrying_then_restarted,
 )
-from tests.helpers.sink import counter_value
 from tests.helpers.topics import isolated_topics
 from tests.helpers.verifier_fakes import FakeNvml
 
@@ -180,54 +178,20 @@ def topics(topic_factory: Callable[..., str]) -> TopicSettings:
     return isolated_topics(topic_factory, verifications=2, systems=2, dead_letters=2)
 
 
-@pytest.fixture
-def refusing(migrated: DatabaseSettings) -> DatabaseSettings:
-    """The database refuses what the contract accepts: a CHECK on each table the loop writes."""
-    with connect(migrated) as conn:
-        conn.execute(f"ALTER TABLE gpu_verifications ADD CONSTRAINT refused_here CHECK (name <> '{REFUSE}')")
-        conn.execute(
-            "ALTER TABLE gpu_systems ADD CONSTRAINT refused_here"
-            f" CHECK (record->>'collector_id' IS DISTINCT FROM '{REFUSE}')"
-        )
-        conn.commit()
-    return migrated
-
-
-def verification_loop(
-    kafka: KafkaSettings, db: DatabaseSettings, topics: TopicSettings, group: str
-) -> VerificationLoop:
-    return records_loop(VerificationLoop, kafka, db, topics, group, max_message_bytes=MAX_BYTES)
-
-
-@pytest.fixture
-def running() -> Iterator[Callable[[VerificationLoop], threading.Thread]]:
-    started: list[tuple[VerificationLoop, threading.Thread]] = []
-
-    def start(loop: VerificationLoop) -> threading.Thread:
-        thread = threading.Thread(target=loop.run, args=(loop.stop,), daemon=True)
-        thread.start()
-        started.append((loop, thread))
-        return thread
-
-    yield start
-    for loop, thread in started:
-        loop.stop.set()
-        thread.join(60)
-        with contextlib.suppress(RuntimeError):  # closed by the test already
-            loop.consumer.close()
+# What the contract accepts and the hostile run's database refuses, a CHECK on each table the loop writes.
+REFUSED = {
+    "gpu_verifications": f"name <> '{REFUSE}'",
+    "gpu_systems": f"record->>'collector_id' IS DISTINCT FROM '{REFUSE}'",
+}
+verification_loop = partial(records_loop, VerificationLoop, max_message_bytes=MAX_BYTES)
 
 
 def test_hostile_records_never_stop_the_records_loop_and_each_ends_up_in_exactly_one_place(
-    kafka_settings: KafkaSettings,
-    refusing: DatabaseSettings,
-    topics: TopicSettings,
-    running: Callable[[VerificationLoop], threading.Thread],
+    kafka_settings: KafkaSettings, migrated: DatabaseSettings, topics: TopicSettings
 ) -> None:
-    group = f"records-{uuid.uuid4().hex[:8]}"
-    dlq = make_consumer(kafka_settings, group_id=f"read-{group}")
-    dlq.subscribe([topics.dead_letters])
-    run = Run(topics, refusing, group, make_producer(kafka_settings), dlq)
-    loop = verification_loop(kafka_settings, refusing, topics, group)
+    refusing = refuse_in(migrated, REFUSED)
+    run = hostile_run(Run, kafka_settings, refusing, topics)
+    loop = verification_loop(kafka_settings, refusing, topics, run.group)
 
     @settings(
         max_examples=25, deadline=None, database=None, phases=[Phase.explicit, Phase.generate],
@@ -240,71 +204,23 @@ def test_hostile_records_never_stop_the_records_loop_and_each_ends_up_in_exactly
                      ("verifications", "systems")] + [Draft("verification")])  # fmt: skip
     @example(drafts=[Draft("verification", {"name": "a\x00"}), Draft("system", {"driver_version": "\ud800"})])
     def one_example(drafts: list[Draft]) -> None:
-        must_store, must_die = produce(run, drafts)
-        wait_until(lambda: stored_offsets_total(refusing, group) == run.n, 60, "every record's offset stored")
-        assert thread.is_alive(), "the records loop stopped"
-        stored = stored_names(refusing, {f"{i:012x}" for i in range(run.n - len(drafts) + 1, run.n + 1)})
-        assert sorted(stored) == sorted(must_store)  # each valid record once, no invalid one
-        run.stored += len(stored)
-        await_dead_letters(run, must_die)
+        example_lands(
+            run, drafts, alive=lambda: not stop.is_set(), stored=lambda n: stored_names(refusing, n)
+        )
 
-    thread = running(loop)
-    try:
+    with contextlib.closing(run.dlq), loop_running(loop) as stop:
         one_example()
-    finally:
-        dlq.close()
-    undelivered, refused = dead_letter_ledger(refusing, group)
-    assert undelivered == 0  # nothing left to send again after a restart
-    assert refused >= 2  # the examples above: one refused by each table's CHECK
-    assert counter_value(loop.metrics.dead_letters) == len(run.dead)
+    ledger_balanced(run, loop)
     print(f"\nrecords hostile run: tried={run.n} stored={run.stored} dead-lettered={len(run.dead)} crashes=0")
-    assert run.stored + len(run.dead) == run.n
 
 
 def test_stopped_while_retrying_then_restarted_each_record_is_stored_or_dead_lettered_once(
-    kafka_settings: KafkaSettings,
-    migrated: DatabaseSettings,
-    topics: TopicSettings,
-    running: Callable[[VerificationLoop], threading.Thread],
+    kafka_settings: KafkaSettings, migrated: DatabaseSettings, topics: TopicSettings
 ) -> None:
-    """SIGTERM (the stop event) while a batch is retried: nothing of it is stored or delivered and no
-    offset moves; the next run stores the valid records once and dead-letters the bad one once."""
-    group = f"records-{uuid.uuid4().hex[:8]}"
-    run = Run(
-        topics, migrated, group, make_producer(kafka_settings), make_consumer(kafka_settings, group_id=group)
-    )
-    with connect(migrated) as conn:  # a failure that is not the records' fault: retried, never split
-        conn.execute("ALTER TABLE gpu_systems RENAME TO gpu_systems_away")
-        conn.commit()
-    must_store, must_die = produce(
-        run, [Draft("verification"), Draft("raw", raw=b"{garbage"), Draft("system")]
-    )
-    first = verification_loop(kafka_settings, migrated, topics, group)
-    thread = running(first)
-    wait_until(lambda: counter_value(first.metrics.db_retries) >= 3, 60, "retries of the batch")
-    first.stop.set()
-    thread.join(60)
-    assert not thread.is_alive()
-    first.consumer.close()  # it leaves the group at once
-    assert stored_offsets_total(migrated, group) == 0
-    assert dead_letters_in_topic(kafka_settings, topics.dead_letters) == 0
-    with connect(migrated) as conn:
-        conn.execute("ALTER TABLE gpu_systems_away RENAME TO gpu_systems")
-        conn.commit()
-
-    second = verification_loop(kafka_settings, migrated, topics, group)
-    second_thread = running(second)
-    wait_until(lambda: stored_offsets_total(migrated, group) == run.n, 60, "every record's offset stored")
-    assert sorted(stored_names(migrated, must_store)) == sorted(must_store)
-    second.stop.set()
-    second_thread.join(60)  # its relay has delivered and flushed everything it was going to
-    assert dead_letters_in_topic(kafka_settings, topics.dead_letters) == 1
-
-    reader = make_consumer(kafka_settings, group_id=f"read-{group}")
-    reader.subscribe([topics.dead_letters])
-    run.dlq = reader
-    try:
-        wait_until(lambda: drain(run) >= 1, 60, "the dead letter")
-    finally:
-        reader.close()
-    assert run.dead_seen == sorted(must_die)
+    """SIGTERM while a batch is retried, then a restart: each valid record stored once, the bad one
+    dead-lettered once (tests/helpers/hostile.py says how)."""
+    drafts = [Draft("verification"), Draft("raw", raw=b"{garbage"), Draft("system")]
+    stopped_while_retrying_then_restarted(
+        Run, drafts, kafka=kafka_settings, db=migrated, topics=topics, table="gpu_systems",
+        loop=verification_loop, stored=stored_names,
+    )  # fmt: skip

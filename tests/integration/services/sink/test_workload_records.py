@@ -13,35 +13,35 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-from evaluation.pipeline import stored_offsets_total, wait_until
+from evaluation.pipeline import wait_until
 from services.sink.workload import WorkloadLoop
 from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
 from shared.db import connect
 from shared.errors import ContractError
 from shared.fakes.samples import T0
-from shared.kafka import make_consumer, make_producer
 from shared.models_workload import LlmSession, parse_gpu_processes, parse_llm_message
 from tests.helpers.hostile import (
     HostileRun,
     Produced,
-    await_dead_letters,
-    dead_letter_ledger,
-    dead_letters_in_topic,
-    produce,
+    example_lands,
+    hostile_run,
+    ledger_balanced,
+    loop_running,
     records_loop,
+    refuse_in,
+    stopped_while_retrying_then_restarted,
 )
-from tests.helpers.sink import counter_value
 from tests.helpers.topics import isolated_topics
 
 MAX_BYTES = 4096
@@ -134,14 +134,15 @@ def _stores(record: dict[str, Any], raw: bytes) -> bool:
         return False
 
 
-def stored_ids(db: DatabaseSettings, ids: set[str]) -> list[str]:
-    """The request ids and GPU UUIDs among `ids` stored, once per row."""
+def stored_records(db: DatabaseSettings, ids: set[str]) -> list[str]:
+    """The request ids and GPU UUIDs among `ids` stored, once a record: a listing once its poll and
+    its one process are both there (a row stored twice shows twice)."""
     with connect(db) as conn:
         rows = conn.execute(
             "SELECT request_id FROM llm_sessions WHERE request_id = ANY(%s)"
-            " UNION ALL SELECT gpu_uuid FROM gpu_process_polls WHERE gpu_uuid = ANY(%s)"
-            " UNION ALL SELECT gpu_uuid FROM gpu_processes WHERE gpu_uuid = ANY(%s)",
-            (list(ids), list(ids), list(ids)),
+            " UNION ALL SELECT gpu_uuid FROM gpu_process_polls JOIN gpu_processes USING (gpu_uuid, time)"
+            " WHERE gpu_uuid = ANY(%s)",
+            (list(ids), list(ids)),
         ).fetchall()
     return [str(r[0]) for r in rows]
 
@@ -160,49 +161,12 @@ def topics(topic_factory: Callable[..., str]) -> TopicSettings:
     return isolated_topics(topic_factory, processes=2, llm_sessions=2, dead_letters=2)
 
 
-@pytest.fixture
-def refusing(migrated: DatabaseSettings) -> DatabaseSettings:
-    """The database refuses what the contract accepts: a CHECK on a table of each topic."""
-    with connect(migrated) as conn:
-        conn.execute(
-            f"ALTER TABLE llm_sessions ADD CONSTRAINT refused_here CHECK (strpos(model, '{REFUSE}') = 0)"
-        )
-        conn.execute(
-            "ALTER TABLE gpu_process_polls ADD CONSTRAINT refused_here"
-            f" CHECK (strpos(hostname, '{REFUSE}') = 0)"
-        )
-        conn.commit()
-    return migrated
-
-
-def workload_loop(
-    kafka: KafkaSettings, db: DatabaseSettings, topics: TopicSettings, group: str
-) -> WorkloadLoop:
-    return records_loop(WorkloadLoop, kafka, db, topics, group, max_message_bytes=MAX_BYTES)
-
-
-Started = tuple[threading.Event, threading.Thread]
-
-
-@pytest.fixture
-def running() -> Iterator[Callable[[WorkloadLoop], Started]]:
-    """Runs a loop on a thread (its run(stop) shape); stops, joins and closes it at the end."""
-    started: list[tuple[WorkloadLoop, threading.Thread, threading.Event]] = []
-
-    def start(loop: WorkloadLoop) -> Started:
-        stop = threading.Event()
-        thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
-        thread.start()
-        started.append((loop, thread, stop))
-        return stop, thread
-
-    yield start
-    for loop, thread, stop in started:
-        stop.set()
-        thread.join(60)
-        assert not thread.is_alive()
-        with contextlib.suppress(RuntimeError):  # closed by the test already
-            loop.consumer.close()
+# What the contract accepts and the hostile run's database refuses, a CHECK on a table of each topic.
+REFUSED = {
+    "llm_sessions": f"strpos(model, '{REFUSE}') = 0",
+    "gpu_process_polls": f"strpos(hostname, '{REFUSE}') = 0",
+}
+workload_loop = partial(records_loop, WorkloadLoop, max_message_bytes=MAX_BYTES)
 
 
 def lag_reported(loop: WorkloadLoop, topic: str) -> bool:
@@ -212,16 +176,11 @@ def lag_reported(loop: WorkloadLoop, topic: str) -> bool:
 
 
 def test_hostile_workload_records_are_each_stored_or_dead_lettered_exactly_once(
-    kafka_settings: KafkaSettings,
-    refusing: DatabaseSettings,
-    topics: TopicSettings,
-    running: Callable[[WorkloadLoop], Started],
+    kafka_settings: KafkaSettings, migrated: DatabaseSettings, topics: TopicSettings
 ) -> None:
-    group = f"workload-{uuid.uuid4().hex[:8]}"
-    dlq = make_consumer(kafka_settings, group_id=f"read-{group}")
-    dlq.subscribe([topics.dead_letters])
-    run = WorkloadRun(topics, refusing, group, make_producer(kafka_settings), dlq)
-    loop = workload_loop(kafka_settings, refusing, topics, group)
+    refusing = refuse_in(migrated, REFUSED)
+    run = hostile_run(WorkloadRun, kafka_settings, refusing, topics)
+    loop = workload_loop(kafka_settings, refusing, topics, run.group)
 
     @settings(
         max_examples=15, deadline=None, database=None, phases=[Phase.explicit, Phase.generate],
@@ -252,63 +211,26 @@ def test_hostile_workload_records_are_each_stored_or_dead_lettered_exactly_once(
         ]
     )
     def one_example(batch: list[WorkloadDraft]) -> None:
-        must_store, must_die = produce(run, list(batch))
-        wait_until(lambda: stored_offsets_total(refusing, group) == run.n, 60, "every record's offset stored")
-        assert not stop.is_set(), "the workload loop stopped"
-        listings = {i for i in must_store if i.startswith("GPU-")}
-        # each valid record once (a listing: its poll and its one process) ...
-        assert sorted(stored_ids(refusing, must_store)) == sorted([*must_store, *listings])
-        run.stored += len(must_store)
-        assert stored_total(refusing) == run.stored  # ... and no other record
-        await_dead_letters(run, must_die)
+        example_lands(
+            run, batch, alive=lambda: not stop.is_set(), stored=lambda n: stored_records(refusing, n)
+        )
+        assert stored_total(refusing) == run.stored  # no record of another name either
 
-    stop, _ = running(loop)
-    try:
+    with contextlib.closing(run.dlq), loop_running(loop) as stop:
         one_example()
-    finally:
-        dlq.close()
-    undelivered, refused = dead_letter_ledger(refusing, group)
-    assert undelivered == 0  # nothing left to send again after a restart
-    assert refused >= 2  # the examples above: one refused by each table's CHECK
-    assert counter_value(loop.metrics.dead_letters) == len(run.dead)
-    wait_until(
-        lambda: lag_reported(loop, topics.llm_sessions), 60, "gpuhealth_sink_lag of the workload topics"
-    )
+        wait_until(
+            lambda: lag_reported(loop, topics.llm_sessions), 60, "gpuhealth_sink_lag of the workload topics"
+        )
+    ledger_balanced(run, loop)
 
 
 def test_stopped_while_retrying_then_restarted_a_bad_record_is_dead_lettered_once(
-    kafka_settings: KafkaSettings,
-    migrated: DatabaseSettings,
-    topics: TopicSettings,
-    running: Callable[[WorkloadLoop], Started],
+    kafka_settings: KafkaSettings, migrated: DatabaseSettings, topics: TopicSettings
 ) -> None:
-    """A dead letter is delivered after its batch is stored, never before: stopped while the batch
-    is retried, nothing is delivered nor stored; the next run stores the good record once and
-    dead-letters the bad one once (the old workload loop delivered it first, then again)."""
-    group = f"workload-{uuid.uuid4().hex[:8]}"
-    run = WorkloadRun(
-        topics, migrated, group, make_producer(kafka_settings), make_consumer(kafka_settings, group_id=group)
-    )
-    with connect(migrated) as conn:  # not the records' fault: retried, never split
-        conn.execute("ALTER TABLE llm_sessions RENAME TO llm_sessions_away")
-        conn.commit()
-    must_store, must_die = produce(run, [WorkloadDraft("raw", raw=b"{garbage"), WorkloadDraft("session")])
-    first = workload_loop(kafka_settings, migrated, topics, group)
-    first_stop, first_thread = running(first)
-    wait_until(lambda: counter_value(first.metrics.db_retries) >= 3, 60, "retries of the batch")
-    first_stop.set()
-    first_thread.join(60)
-    assert not first_thread.is_alive()
-    first.consumer.close()  # it leaves the group at once
-    assert stored_offsets_total(migrated, group) == 0
-    assert dead_letters_in_topic(kafka_settings, topics.dead_letters) == 0
-    with connect(migrated) as conn:
-        conn.execute("ALTER TABLE llm_sessions_away RENAME TO llm_sessions")
-        conn.commit()
-
-    second = workload_loop(kafka_settings, migrated, topics, group)
-    running(second)
-    wait_until(lambda: stored_offsets_total(migrated, group) == run.n, 60, "every record's offset stored")
-    wait_until(lambda: dead_letters_in_topic(kafka_settings, topics.dead_letters) >= 1, 60, "the dead letter")
-    assert stored_ids(migrated, must_store) == sorted(must_store)
-    assert dead_letters_in_topic(kafka_settings, topics.dead_letters) == len(must_die) == 1
+    """A dead letter is delivered after its batch is stored, never before (the old workload loop
+    delivered it first, then again): tests/helpers/hostile.py says how."""
+    drafts = [WorkloadDraft("raw", raw=b"{garbage"), WorkloadDraft("session")]
+    stopped_while_retrying_then_restarted(
+        WorkloadRun, drafts, kafka=kafka_settings, db=migrated, topics=topics, table="llm_sessions",
+        loop=workload_loop, stored=stored_records,
+    )  # fmt: skip
