@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -116,18 +117,18 @@ class Remediator:
     executor: Executor
     nodes: NodeMap
 
-    def run_until_settled(self, *, rounds: int = 50, pause_s: float = 0.0) -> None:
-        """Look at the due plans until none is due (a wait that is not over yet counts as settled)."""
-        import time
-
+    def run_until_settled(self, *, rounds: int = 100, pause_s: float = 0.06) -> None:
+        """Step the plans until a look after a pause (longer than the test executors' waits) moves none of
+        them on: what is left waits on the world (a budget, a job, the scoring cycles), not on time."""
+        seen: object = None
         for _ in range(rounds):
-            if not self.executor.run_due():
-                return
+            self.executor.run_due()
             time.sleep(pause_s)
-
-
-def later(seconds: float) -> datetime:
-    return datetime.now(UTC) + timedelta(seconds=seconds)
+            self.executor.run_due()
+            now = rows(self.db, "SELECT id, step, state FROM remediations ORDER BY id")
+            if now == seen:
+                return
+            seen = now
 
 
 TRUE = Command(argv=["true"], per_gpu=False)
