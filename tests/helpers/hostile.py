@@ -12,6 +12,7 @@ last, and `stopped_while_retrying_then_restarted` the records loops' stop-and-re
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import uuid
 from abc import ABC, abstractmethod
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
 import confluent_kafka
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
@@ -41,9 +43,46 @@ ANY_JSON = st.recursive(
 NUMBERS = st.integers(-(2**70), 2**70) | st.floats() | st.sampled_from([5e-324, 1e308, 2**63 - 1, -0.0])
 
 
+def hostile_examples(max_examples: int) -> settings:
+    """Hypothesis' settings for a hostile run: the explicit examples, then generated ones against the
+    real broker and database (no deadline, no example database, every health check off)."""
+    return settings(
+        max_examples=max_examples, deadline=None, database=None, phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )  # fmt: skip
+
+
+def stored_suffixes(columns: dict[str, str]) -> Callable[[DatabaseSettings, set[str]], list[str]]:
+    """A reader of what a run stored, for runs that name each record by the 12-character suffix its
+    GPU UUID or hostname ends in: the suffixes asked for that each `table: column` holds, once a row."""
+    union = " UNION ALL ".join(
+        f"SELECT right({column}, 12) FROM {table} WHERE right({column}, 12) = ANY(%(suffixes)s)"
+        for table, column in columns.items()
+    )
+
+    def stored(db: DatabaseSettings, suffixes: set[str]) -> list[str]:
+        with connect(db) as conn:
+            return [str(r[0]) for r in conn.execute(union, {"suffixes": list(suffixes)}).fetchall()]
+
+    return stored
+
+
 def deep(n: int) -> str:
     """JSON nested `n` lists deep: what makes a recursive parser give up."""
     return "[" * n + "]" * n
+
+
+def any_value(max_bytes: int, *, deepest: int) -> st.SearchStrategy[bytes]:
+    """A record's value from anyone: random bytes, any JSON (lone surrogates included), a GPU UUID
+    nested up to `deepest` lists deep, or a value longer than the `max_bytes` the sink takes."""
+    return (
+        st.binary(max_size=300)
+        | ANY_JSON.map(lambda v: json.dumps(v, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        | st.integers(20, deepest).map(
+            lambda n: ('{"schema_version": 1, "gpu_uuid": ' + deep(n) + "}").encode()
+        )
+        | st.integers(max_bytes, 3 * max_bytes).map(lambda n: b'{"hostname": "' + b"x" * n + b'"}')
+    )
 
 
 L = TypeVar("L", bound=RecordFamilyLoop)

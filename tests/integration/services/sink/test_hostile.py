@@ -21,7 +21,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from evaluation.pipeline import make_loop, stored_offsets_total, wait_until
@@ -38,11 +38,14 @@ from tests.helpers.hostile import (
     NUMBERS,
     HostileRun,
     Produced,
+    any_value,
     dead_letter_ledger,
     deep,
     example_lands,
+    hostile_examples,
     hostile_run,
     refuse_in,
+    stored_suffixes,
 )
 from tests.helpers.sink import count, env_for, sink_process, sink_topics
 
@@ -101,10 +104,7 @@ refused_by_db = st.builds(
 )
 anything = st.builds(
     Draft, shape=st.just("raw"), topic=st.sampled_from(["raw", "events"]),
-    key=st.sampled_from(["other", "none"]), raw=st.binary(max_size=300)
-    | ANY_JSON.map(lambda v: json.dumps(v, ensure_ascii=False).encode("utf-8", "surrogatepass"))
-    | st.integers(20, 3000).map(lambda n: ('{"schema_version": 1, "gpu_uuid": ' + deep(n) + "}").encode())
-    | st.integers(MAX_BYTES, 3 * MAX_BYTES).map(lambda n: b'{"hostname": "' + b"x" * n + b'"}'),
+    key=st.sampled_from(["other", "none"]), raw=any_value(MAX_BYTES, deepest=3000),
 )  # fmt: skip
 oversized = st.builds(
     Draft, shape=st.just("sample"), topic=st.just("raw"), changes=st.just({"model": "x" * MAX_BYTES})
@@ -166,14 +166,7 @@ def _accepted(is_sample: bool, raw: bytes, key: bytes | None, gpu: str) -> bool:
     return message.collector_id != REFUSE
 
 
-def stored_gpus(db: DatabaseSettings, suffixes: set[str]) -> list[str]:
-    with connect(db) as conn:
-        rows = conn.execute(
-            "SELECT right(gpu_uuid, 12) FROM gpu_metrics WHERE right(gpu_uuid, 12) = ANY(%s)"
-            " UNION ALL SELECT right(gpu_uuid, 12) FROM gpu_events WHERE right(gpu_uuid, 12) = ANY(%s)",
-            (list(suffixes), list(suffixes)),
-        ).fetchall()
-    return [str(r[0]) for r in rows]
+stored_gpus = stored_suffixes({"gpu_metrics": "gpu_uuid", "gpu_events": "gpu_uuid"})
 
 
 @pytest.fixture
@@ -190,10 +183,7 @@ def test_hostile_records_never_stop_the_sink_and_each_record_ends_up_in_exactly_
         kafka_settings, migrated, topics, run.group, max_message_bytes=MAX_BYTES, poll_timeout_s=0.1
     )
 
-    @settings(
-        max_examples=30, deadline=None, database=None, phases=[Phase.explicit, Phase.generate],
-        suppress_health_check=list(HealthCheck),
-    )  # fmt: skip
+    @hostile_examples(30)
     @given(drafts=RECORDS)
     @example(drafts=[Draft("raw", "raw", raw=(f'{{"schema_version": 1, "x": {deep(3000)}}}').encode())])
     @example(

@@ -21,13 +21,12 @@ from functools import partial
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from services.sink.verifications import VerificationLoop
 from shared.chain import GENESIS
 from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
-from shared.db import connect
 from shared.errors import ContractError
 from shared.fakes.samples import T0
 from shared.gpu_identity import NvmlReader
@@ -38,14 +37,17 @@ from tests.helpers.hostile import (
     NUMBERS,
     HostileRun,
     Produced,
+    any_value,
     deep,
     example_lands,
+    hostile_examples,
     hostile_run,
     ledger_balanced,
     loop_running,
     records_loop,
     refuse_in,
     stopped_while_retrying_then_restarted,
+    stored_suffixes,
 )
 from tests.helpers.topics import isolated_topics
 from tests.helpers.verifier_fakes import FakeNvml
@@ -97,10 +99,7 @@ refused_by_db = st.builds(
 )
 anything = st.builds(
     Draft, shape=st.just("raw"), to=st.sampled_from(["verifications", "systems"]),
-    key=st.sampled_from(["other", "none"]), raw=st.binary(max_size=300)
-    | ANY_JSON.map(lambda v: json.dumps(v, ensure_ascii=False).encode("utf-8", "surrogatepass"))
-    | st.integers(20, 5000).map(lambda n: ('{"schema_version": 1, "gpu_uuid": ' + deep(n) + "}").encode())
-    | st.integers(MAX_BYTES, 3 * MAX_BYTES).map(lambda n: b'{"hostname": "' + b"x" * n + b'"}'),
+    key=st.sampled_from(["other", "none"]), raw=any_value(MAX_BYTES, deepest=5000),
 )  # fmt: skip
 wrong_key = st.builds(
     Draft, shape=st.sampled_from(["verification", "system"]), key=st.sampled_from(["other", "none"])
@@ -162,15 +161,8 @@ def _accepted(is_verification: bool, raw: bytes | None, key: bytes | None, own: 
         return False
 
 
-def stored_names(db: DatabaseSettings, suffixes: set[str]) -> list[str]:
-    """The suffixes (of GPU UUIDs and hostnames) of the rows stored, once per row."""
-    with connect(db) as conn:
-        rows = conn.execute(
-            "SELECT right(gpu_uuid, 12) FROM gpu_verifications WHERE right(gpu_uuid, 12) = ANY(%s)"
-            " UNION ALL SELECT right(hostname, 12) FROM gpu_systems WHERE right(hostname, 12) = ANY(%s)",
-            (list(suffixes), list(suffixes)),
-        ).fetchall()
-    return [str(r[0]) for r in rows]
+# A stored row is named by its GPU UUID's or hostname's suffix.
+stored_names = stored_suffixes({"gpu_verifications": "gpu_uuid", "gpu_systems": "hostname"})
 
 
 @pytest.fixture
@@ -193,10 +185,7 @@ def test_hostile_records_never_stop_the_records_loop_and_each_ends_up_in_exactly
     run = hostile_run(Run, kafka_settings, refusing, topics)
     loop = verification_loop(kafka_settings, refusing, topics, run.group)
 
-    @settings(
-        max_examples=25, deadline=None, database=None, phases=[Phase.explicit, Phase.generate],
-        suppress_health_check=list(HealthCheck),
-    )  # fmt: skip
+    @hostile_examples(25)
     @given(drafts=RECORDS)
     @example(drafts=[Draft("verification", {"?": REFUSE}), Draft("verification"), Draft("system")])
     @example(drafts=[Draft("system", {"?": REFUSE}), Draft("system"), Draft("verification")])

@@ -21,7 +21,7 @@ from functools import partial
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from evaluation.pipeline import wait_until
@@ -35,6 +35,7 @@ from tests.helpers.hostile import (
     HostileRun,
     Produced,
     example_lands,
+    hostile_examples,
     hostile_run,
     ledger_balanced,
     loop_running,
@@ -182,10 +183,7 @@ def test_hostile_workload_records_are_each_stored_or_dead_lettered_exactly_once(
     run = hostile_run(WorkloadRun, kafka_settings, refusing, topics)
     loop = workload_loop(kafka_settings, refusing, topics, run.group)
 
-    @settings(
-        max_examples=15, deadline=None, database=None, phases=[Phase.explicit, Phase.generate],
-        suppress_health_check=list(HealthCheck),
-    )  # fmt: skip
+    @hostile_examples(15)
     @given(batch=BATCHES)
     # one record the database refuses among good ones of both topics: split out, the rest stored
     @example(
