@@ -5,10 +5,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from services.remediator.decide import decide
 from services.remediator.drivers.node_exec import Command
 from services.remediator.executor import Executor
 from services.remediator.findings import Finding, NodeMap, from_verdict
@@ -134,3 +135,22 @@ class Remediator:
 TRUE = Command(argv=["true"], per_gpu=False)
 FALSE = Command(argv=["sh", "-c", "echo 'GPU 1: FAIL (max rel err 3.1e-01)'; exit 1"], per_gpu=False)
 REPO_ROOT = Path(__file__).resolve().parents[4]
+
+
+def decide_all(r: Remediator, findings: list[Finding], *, dry_run: bool) -> None:
+    """Each finding decided (and committed) as the service's consumer decides it."""
+    with connect(r.db) as conn:
+        for finding in findings:
+            decide(conn, finding, policy=r.policy, nodes=NodeMap(), dry_run=dry_run, now=datetime.now(UTC))
+            conn.commit()
+
+
+def returned(r: Remediator, node: str) -> None:
+    """The node's GPUs come back and three healthy cycles follow: its validation passes."""
+    now = datetime.now(UTC)
+    sample_again(r.db, node, now)
+    r.run_until_settled()
+    for cycle in range(1, 4):
+        time.sleep(0.06)
+        score(r.db, node, now + timedelta(seconds=cycle))
+        r.run_until_settled(pause_s=0.06)

@@ -9,8 +9,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from services.remediator.decide import decide
-from services.remediator.findings import Finding, NodeMap
 from services.remediator.policy import Policy, Validation
 from shared.config import DatabaseSettings
 from shared.db import connect
@@ -19,19 +17,13 @@ from tests.helpers.remediation import (
     TRUE,
     Remediator,
     add_fleet,
+    decide_all,
     gpu_uuid,
     rows,
     sample_again,
     score,
     verdict_finding,
 )
-
-
-def decide_all(r: Remediator, findings: list[Finding], *, dry_run: bool) -> None:
-    with connect(r.db) as conn:
-        for finding in findings:
-            decide(conn, finding, policy=r.policy, nodes=NodeMap(), dry_run=dry_run, now=datetime.now(UTC))
-            conn.commit()
 
 
 def in_validation(r: Remediator, node: int = 0) -> Remediator:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +25,11 @@ from tests.helpers.remediation import (
     TRUE,
     Remediator,
     add_fleet,
+    decide_all,
+    returned,
     rows,
-    sample_again,
-    score,
     verdict_finding,
 )
-
-from .test_executor import decide_all
 
 
 def our_taint(node: dict[str, Any]) -> list[dict[str, Any]]:
@@ -45,17 +43,6 @@ def finding_on(names: list[str], index: int = 0, **changes: Any) -> Finding:
 def fleet_of(r: Remediator, names: list[str]) -> None:
     """The nodes in the inventory, in a fleet of 40 (the breaker's 10 %: 4 nodes may be taken out)."""
     add_fleet(r.db, 40, names=lambda i: names[i] if i < len(names) else f"spare-{i}")
-
-
-def returned(r: Remediator, node: str) -> None:
-    """The node's GPUs come back and three healthy cycles follow: its validation passes."""
-    now = datetime.now(UTC)
-    sample_again(r.db, node, now)
-    r.run_until_settled()
-    for cycle in range(1, 4):
-        time.sleep(0.06)
-        score(r.db, node, now + timedelta(seconds=cycle))
-        r.run_until_settled(pause_s=0.06)
 
 
 def test_the_role_can_do_what_the_manifest_grants_and_nothing_else(

@@ -13,10 +13,7 @@ from pathlib import Path
 import pytest
 
 from services.remediator.drivers.slurm import SlurmDriver
-from tests.helpers.remediation import TRUE, Remediator, add_fleet, rows, verdict_finding
-
-from .test_executor import decide_all
-from .test_kubernetes import returned
+from tests.helpers.remediation import TRUE, Remediator, add_fleet, decide_all, returned, rows, verdict_finding
 
 
 def slurm(conf: Path, *args: str) -> str:
