@@ -25,7 +25,14 @@ from gpuhealth.contract.base import SCHEMA_VERSION as SCHEMA_VERSION
 from gpuhealth.contract.base import UNSTATED as UNSTATED
 from gpuhealth.contract.base import GpuUuid as GpuUuid
 from gpuhealth.contract.base import Label as Label
-from gpuhealth.contract.base import Pct, StrictModel, error_reason, parse_message, version_required
+from gpuhealth.contract.base import (
+    Pct,
+    StrictModel,
+    TopicMessage,
+    error_reason,
+    parse_message,
+    version_required,
+)
 from gpuhealth.contract.base import UtcTime as UtcTime
 from gpuhealth.contract.base import Version as Version
 from gpuhealth.contract.base import sane_time as sane_time
@@ -65,12 +72,9 @@ class MigInstance(StrictModel):
     prof_dram_active_ratio: Ratio = None
 
 
-class GpuSample(StrictModel):
+class GpuSample(TopicMessage):
     """One GPU, one poll: identity, placement, workload, and every metric the source reported."""
 
-    model_config = ConfigDict(json_schema_extra=version_required)
-
-    schema_version: Version = UNSTATED
     time: UtcTime
     source: Source
     collector_id: Label
@@ -187,10 +191,9 @@ def _event_schema(schema: dict[str, Any]) -> None:
     ]
 
 
-class GpuEvent(StrictModel):
+class GpuEvent(TopicMessage):
     """Something that happened between two polls of one GPU."""
 
-    schema_version: Version = UNSTATED
     time: UtcTime
     kind: EventKind
     gpu_uuid: GpuUuid

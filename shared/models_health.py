@@ -21,17 +21,14 @@ from __future__ import annotations
 import json
 from typing import Annotated, Literal, get_args
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 from typing_extensions import TypeAliasType
 
 from gpuhealth.contract.base import (
-    UNSTATED,
     GpuUuid,
-    StrictModel,
+    TopicMessage,
     UtcTime,
-    Version,
     parse_message,
-    version_required,
 )
 from gpuhealth.contract.jsonlimits import check_bounds
 from gpuhealth.contract.training import TrainingAlert, parse_training_alert
@@ -91,12 +88,9 @@ EvidenceValue = TypeAliasType(
 Evidence = Annotated[dict[Name, EvidenceValue], Field(max_length=64)]
 
 
-class HealthVerdict(StrictModel):
+class HealthVerdict(TopicMessage):
     """One GPU subsystem's verdict changed (gpu-health, keyed by GPU UUID), as of a scoring cycle."""
 
-    model_config = ConfigDict(json_schema_extra=version_required)
-
-    schema_version: Version = UNSTATED
     time: UtcTime  # the as-of time of the cycle that decided it
     gpu_uuid: GpuUuid
     hostname: Hostname
@@ -108,12 +102,9 @@ class HealthVerdict(StrictModel):
     evidence: Evidence
 
 
-class _ScorerAlert(StrictModel):
+class _ScorerAlert(TopicMessage):
     """What each scorer alert message says: which alert (gpu_alerts.id), of which GPU, of what kind."""
 
-    model_config = ConfigDict(json_schema_extra=version_required)
-
-    schema_version: Version = UNSTATED
     time: UtcTime
     source: Literal["scorer"] = "scorer"
     alert_id: int = Field(ge=1, lt=2**63)

@@ -15,18 +15,16 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from gpuhealth.contract.base import (
     SCHEMA_VERSION,
-    UNSTATED,
     GpuUuid,
     Label,
     StrictModel,
+    TopicMessage,
     UtcTime,
-    Version,
     error_reason,
-    version_required,
 )
 from gpuhealth.contract.jsonlimits import check_bounds
 from shared.chain import canonical_bytes, link_of, parse_canonical_input
@@ -66,12 +64,9 @@ class ResultSummary(StrictModel):
     sha256: Sha256 | None = None  # of the result's bytes as the device produced them
 
 
-class VerificationRecord(StrictModel):
+class VerificationRecord(TopicMessage):
     """One check or operation on one GPU, chained to that GPU's previous record."""
 
-    model_config = ConfigDict(json_schema_extra=version_required)
-
-    schema_version: Version = UNSTATED
     kind: RecordKind
     time: Time
     gpu_uuid: GpuUuid
@@ -147,12 +142,9 @@ class HostIdentity(StrictModel):
 DYNAMIC_GPU_FIELDS = frozenset({"pcie_gen_current", "pcie_bandwidth_current_gbps"})
 
 
-class SystemIdentity(StrictModel):
+class SystemIdentity(TopicMessage):
     """A node's hardware and driver identity (gpu-systems, keyed by hostname)."""
 
-    model_config = ConfigDict(json_schema_extra=version_required)
-
-    schema_version: Version = UNSTATED
     time: Time
     hostname: Label
     source: Literal["nvml", "smi", "none"]

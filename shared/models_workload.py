@@ -15,18 +15,16 @@ import json
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from gpuhealth.contract.base import (
-    UNSTATED,
     GpuUuid,
     Label,
     Pct,
     StrictModel,
+    TopicMessage,
     UtcTime,
-    Version,
     parse_message,
-    version_required,
 )
 from shared.errors import ContractError
 
@@ -66,10 +64,7 @@ class GpuProcess(StrictModel):
     rule: Label
 
 
-class GpuProcesses(StrictModel):
-    model_config = ConfigDict(json_schema_extra=version_required)
-
-    schema_version: Version = UNSTATED
+class GpuProcesses(TopicMessage):
     time: UtcTime
     source: Literal["nvml", "mock"]
     collector_id: Label
@@ -79,12 +74,9 @@ class GpuProcesses(StrictModel):
     processes: list[GpuProcess] = Field(default_factory=list, max_length=1024)
 
 
-class LlmSession(StrictModel):
+class LlmSession(TopicMessage):
     """One request to an LLM server, as the proxy or the probe saw it; durations in milliseconds."""
 
-    model_config = ConfigDict(json_schema_extra=version_required)
-
-    schema_version: Version = UNSTATED
     kind: Literal["session"] = "session"
     request_id: Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]  # the idempotency key with `time`
     time: UtcTime  # when the request arrived
@@ -117,12 +109,9 @@ class LoadedModel(StrictModel):
     expires_at: UtcTime | None = None
 
 
-class LlmServerStatus(StrictModel):
+class LlmServerStatus(TopicMessage):
     """One LLM server at one poll: version and loaded models (Ollama), or its counters (vLLM)."""
 
-    model_config = ConfigDict(json_schema_extra=version_required)
-
-    schema_version: Version = UNSTATED
     kind: Literal["server"] = "server"
     time: UtcTime
     monitor_id: Label

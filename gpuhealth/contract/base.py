@@ -117,6 +117,16 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, frozen=True)
 
 
+class TopicMessage(StrictModel):
+    """A topic's message: `schema_version` first, required on the wire and in its JSON Schema,
+    stated by a producer building it in Python. A subclass's own `json_schema_extra` must call
+    `version_required` too."""
+
+    model_config = ConfigDict(json_schema_extra=version_required)
+
+    schema_version: Version = UNSTATED
+
+
 def error_reason(e: ValidationError) -> str:
     first = e.errors()[0]
     where = ".".join(str(p) for p in first["loc"]) or "message"

@@ -10,9 +10,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
-from .base import UNSTATED, GpuUuid, Label, StrictModel, UtcTime, Version, parse_message, version_required
+from .base import GpuUuid, Label, StrictModel, TopicMessage, UtcTime, parse_message
 
 
 class AlertKind(StrEnum):
@@ -38,11 +38,7 @@ class TrainingJob(StrictModel):
     rank: int | None = Field(default=None, ge=0, le=1_000_000)
 
 
-class TrainingAlert(StrictModel):
-    # like every top-level message: required on the wire, stated by a producer building it in Python
-    model_config = ConfigDict(json_schema_extra=version_required)
-
-    schema_version: Version = UNSTATED
+class TrainingAlert(TopicMessage):
     time: UtcTime
     source: Literal["training"] = "training"
     gpu_uuid: GpuUuid
