@@ -8,7 +8,7 @@
   ever judged unhealthy, or degraded;
 - clearing: faults that ended must leave their subsystem healthy once their
   evidence has aged out (the window of the rule, or the XID's time-to-clear);
-- escalation: a second and third fall off the bus must recommend inspect; a
+- escalation: a second and third fall off the bus must recommend inspect or more; a
   single application XID (the catalogue's application class) must never go past restart_workload;
 - prediction: a GPU counts as predicted when p(fail 30 d) >= threshold at a
   prediction made BEFORE its ground-truth failure time; precision over all
@@ -145,9 +145,8 @@ def summarise(rec: Record, rules: Rules) -> Summary:
         for f in offs[1:]:
             end = f["end_ms"] or rec.end_ms
             s.fall_off_repeats += 1
-            s.fall_off_repeats_inspect += (
-                _max_action(rec, gpu, f["start_ms"], end + int(cycle * 1000)) == "inspect"
-            )
+            top = _max_action(rec, gpu, f["start_ms"], end + int(cycle * 1000))
+            s.fall_off_repeats_inspect += LADDER.index(top) >= LADDER.index("inspect")
         apps = [f for f in fs if f["kind"] == "xid" and int(f["params"]["code"]) in app_codes]
         if apps and kinds == {"xid"} and len(apps) == len(fs):
             if len(apps) == 1:
@@ -156,8 +155,8 @@ def summarise(rec: Record, rules: Rules) -> Summary:
                 s.single_app_xid_past_restart += past
             elif len(apps) > rules.xid_repeats.count:
                 s.app_xid_bursts += 1
-                top = LADDER.index(_max_action(rec, gpu, 0, rec.end_ms))
-                s.app_xid_bursts_escalated += top > LADDER.index("restart_workload")
+                rank = LADDER.index(_max_action(rec, gpu, 0, rec.end_ms))
+                s.app_xid_bursts_escalated += rank > LADDER.index("restart_workload")
 
     healthy = [g for g in rec.gpus if all(f["kind"] == "heavy_workload" for f in by_gpu.get(g, []))]
     hot = {g for g in healthy if g in by_gpu}
@@ -272,7 +271,7 @@ def totals(summaries: list[Summary]) -> dict[str, Any]:
         "precision >= 0.9": at_least(out["precision"], 0.9),
         "recall before failure >= 0.8 (precursor >= 48 h ahead)": at_least(out["recall_long_lead"], 0.8),
         "median lead >= 24 h (precursor >= 48 h ahead)": at_least(out["median_lead_h_long"], 24),
-        "fall-off repeats escalate to inspect": at_least(out["fall_off_repeats_inspect"], 1.0),
+        "fall-off repeats escalate to inspect or more": at_least(out["fall_off_repeats_inspect"], 1.0),
         "a single application XID stays at restart_workload": out["single_app_xid_past_restart"] == 0,
     }
     return out

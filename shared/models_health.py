@@ -36,7 +36,8 @@ from shared.errors import ContractError
 
 HealthState = Literal["healthy", "degraded", "unhealthy"]
 HEALTH_STATES: tuple[HealthState, ...] = get_args(HealthState)  # best to worst
-Subsystem = Literal["memory", "thermal", "power", "pcie", "nvlink", "xid", "availability"]
+# history: what the GPU's record over days says (the rules file's pattern rules), beside what it shows now
+Subsystem = Literal["memory", "thermal", "power", "pcie", "nvlink", "xid", "availability", "history"]
 SUBSYSTEMS: tuple[Subsystem, ...] = get_args(Subsystem)
 Action = Literal[
     "none", "restart_workload", "reset_gpu", "reboot_node", "inspect", "run_diagnostics",

@@ -21,6 +21,7 @@ from gpuhealth.contract.wire_time import wire_time
 from shared.store import verdict_inputs
 from shared.store.verdict_inputs import FeatureWindows
 
+from .patterns import Burst, pattern_queries
 from .rules_config import Rules
 
 Conn = psycopg.Connection[tuple[Any, ...]]
@@ -88,6 +89,9 @@ class GpuFeatures:
     lost_times: tuple[str, ...] = ()
     # workflow XIDs (the catalogue's `workflow` column): code -> their newest events, newest first
     xid_events: dict[int, tuple[XidEvent, ...]] = field(default_factory=dict)
+    # pattern rules, by name: the bursts of what each counts (newest first), its newest cancelling signal
+    pattern_bursts: dict[str, tuple[Burst, ...]] = field(default_factory=dict)
+    pattern_cancelled: dict[str, datetime] = field(default_factory=dict)
 
 
 def _int(value: Any) -> int:
@@ -97,13 +101,15 @@ def _int(value: Any) -> int:
 def feature_windows(as_of: datetime, rules: Rules) -> FeatureWindows:
     """The windows the rules look back over from `as_of`."""
     w = rules.windows
+    patterns, kinds, reach = pattern_queries(rules)
     return FeatureWindows(
         as_of=as_of, short_s=w.short_s, long_s=w.long_s, idle_s=rules.idle.for_s, escalation_s=w.escalation_s,
         repeat_s=rules.xid_repeats.window_s, xid_s=w.xid_s, default_slowdown_c=rules.thermal.default_slowdown_c,
         xid_clear_s={code: rules.xid_clear_s(code) for code in rules.xid},
         workflow_codes=tuple(sorted(code for code, entry in rules.xid.items() if entry.workflow)),
         workflow_s=max(w.xid_s, rules.xid_repeats.window_s, *(rules.xid_clear_s(c) for c in rules.xid)),
-        events_per_code=rules.workflows.events_per_code,
+        events_per_code=rules.workflows.events_per_code, patterns=patterns, pattern_kinds=kinds,
+        pattern_reach_s=reach,
     )  # fmt: skip
 
 
@@ -144,6 +150,16 @@ def read_features(conn: Conn, as_of: datetime, rules: Rules) -> dict[str, GpuFea
         if e.gpu_uuid in gpus:
             found = gpus[e.gpu_uuid].xid_events
             found[e.code] = (*found.get(e.code, ()), XidEvent(e.time, e.source, e.message))
+    for row in verdict_inputs.pattern_signals(conn, windows):
+        if row.gpu_uuid in gpus:
+            g, name = gpus[row.gpu_uuid], rules.patterns[row.idx].name
+            if row.cancel:
+                g.pattern_cancelled[name] = row.last
+            else:
+                g.pattern_bursts[name] = (
+                    *g.pattern_bursts.get(name, ()),
+                    Burst(row.first, row.last, row.lines),
+                )
     for loss in verdict_inputs.losses(conn, windows):
         if loss.gpu_uuid in gpus:
             gpus[loss.gpu_uuid].lost_times = tuple(wire_time(t) for t in loss.times)

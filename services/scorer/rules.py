@@ -21,6 +21,7 @@ from shared.xid_catalog import XidEntry
 from . import workflows
 from .escalation import FELL_OFF_THE_BUS, escalate, fall_off_action, xid_action, xid_counts
 from .features import GpuFeatures
+from .patterns import judge_pattern
 from .rules_config import Rules
 
 __all__ = ["STATES", "SUBSYSTEMS", "Verdict", "escalate", "evaluate", "overall", "score"]
@@ -191,6 +192,15 @@ def evaluate(gpu: GpuFeatures, rules: Rules, as_of: datetime) -> dict[str, Verdi
             state, f"xid_{code}", action, **_catalogue_evidence(entry, gpu.model), **seen, **evidence
         )
     driver_recovery_action(gpu, verdicts["xid"])
+    # pattern rules: what the GPU's record over the windows of the rules file's [[patterns]] says
+    for pattern in rules.patterns:
+        found = judge_pattern(
+            pattern, gpu.pattern_bursts.get(pattern.name, ()), gpu.pattern_cancelled.get(pattern.name), as_of
+        )
+        if found is not None:
+            verdicts[pattern.subsystem].worse(
+                pattern.state, f"pattern_{pattern.name}", pattern.action, **found.evidence
+            )
     return verdicts
 
 

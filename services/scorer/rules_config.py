@@ -8,6 +8,7 @@ idle and the memory section's Andon key) are the library's
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -15,7 +16,7 @@ from gpuhealth.andon_rules import AndonMemory, AndonRules, read_rules_toml, vali
 from gpuhealth.andon_rules import RulesSection as _Section
 from shared.config import HEALTH_RULES_FILE
 from shared.errors import ConfigError
-from shared.models_health import Action
+from shared.models_health import Action, Subsystem
 from shared.nvlink_decode import Nvlink5Row, parse_nvlink5_table
 from shared.xid_catalog import XidEntry, check_against_mapping, parse_catalog
 
@@ -86,6 +87,31 @@ class Workflows(_Section):
     events_per_code: int = Field(ge=1, le=1000)  # newest events of each workflow XID read per GPU
 
 
+# What a pattern counts: XIDs of a code, XIDs of a catalogue class (its codes that are findings),
+# events of a kind, or a remediation that took (an unhealthy verdict that became healthy again).
+_SIGNAL = r"^(xid:[0-9]{1,6}|xid_class:(application|hardware|driver|unused)|event:[a-z_]{1,40}|recovered)$"
+Signal = Annotated[str, Field(pattern=_SIGNAL)]
+
+
+class Pattern(_Section):
+    """A count of signals on one GPU within a window that, reached, is a finding with an action."""
+
+    name: Annotated[str, Field(pattern=r"^[a-z0-9_]{1,60}$")]
+    counts: list[Signal] = Field(min_length=1, max_length=32)
+    window_s: float = Field(gt=0, le=366 * 86400)
+    at_least: int = Field(ge=1, le=1_000_000)
+    # occurrences closer than this to the previous one join its burst, counted once per burst_s it spans
+    burst_s: float = Field(default=0, ge=0, le=86400)
+    # the finding stays this long after the occurrence that last reached the count (0: while counted)
+    sticky_s: float = Field(default=0, ge=0, le=366 * 86400)
+    # a signal after which earlier occurrences no longer count
+    cancelled_by: list[Signal] = Field(default_factory=list, max_length=32)
+    subsystem: Subsystem = "history"
+    state: Literal["degraded", "unhealthy"]
+    action: Action
+    why: str = Field(min_length=1, max_length=300)
+
+
 class Score(_Section):
     unhealthy_penalty: float = Field(ge=0)
     degraded_penalty: float = Field(ge=0)
@@ -122,6 +148,7 @@ class Rules(AndonRules):
     xid: dict[int, XidEntry]  # NVIDIA's catalogue by code (config/xid-catalog.csv)
     nvlink5: tuple[Nvlink5Row, ...]  # NVIDIA's decode of XIDs 144-150 (config/nvlink5-decode.csv)
     workflows: Workflows
+    patterns: list[Pattern] = Field(default_factory=list, max_length=100)
     xid_repeats: XidRepeats
     score: Score
     prediction: PredictionRules
@@ -133,6 +160,13 @@ class Rules(AndonRules):
             check_against_mapping(self.xid.values(), self.xid_catalog.mapping())
         except ConfigError as e:
             raise ValueError(str(e)) from None
+        return self
+
+    @model_validator(mode="after")
+    def _patterns_are_named_once(self) -> Rules:
+        names = [p.name for p in self.patterns]
+        if len(set(names)) != len(names):
+            raise ValueError(f"patterns: a name is used twice in {names}")
         return self
 
     def xid_clear_s(self, code: int) -> int:

@@ -7,6 +7,7 @@ the statements' column order; the scorer folds them into its features.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple, TypeVar
@@ -36,6 +37,12 @@ class FeatureWindows:
     workflow_codes: tuple[int, ...] = ()
     workflow_s: int = 86400  # how far back their events are read
     events_per_code: int = 20  # at most this many of each code per GPU, newest first
+    # pattern rules: what each counts and cancels on ([{idx, kinds, codes, recovered, reach_s, burst_s,
+    # cancel_kinds, cancel_codes, cancel_recovered}]), the event kinds any reads, how far back any looks
+    patterns: tuple[dict[str, Any], ...] = ()
+    pattern_kinds: tuple[str, ...] = ()
+    pattern_reach_s: float = 0.0
+    bursts_per_pattern: int = 200  # per GPU and pattern, the newest
 
     def params(self) -> dict[str, Any]:
         return {
@@ -53,6 +60,10 @@ class FeatureWindows:
             "workflow_codes": list(self.workflow_codes),
             "workflow": timedelta(seconds=self.workflow_s),
             "per_code": self.events_per_code,
+            "patterns": json.dumps(list(self.patterns)),
+            "pattern_kinds": list(self.pattern_kinds),
+            "pattern_reach": timedelta(seconds=self.pattern_reach_s),
+            "pattern_bursts": self.bursts_per_pattern,
         }
 
 
@@ -107,6 +118,15 @@ class XidEventRow(NamedTuple):
     time: datetime
     source: str
     message: str | None  # the kernel log's text, where the XID was read there
+
+
+class PatternRow(NamedTuple):
+    idx: int  # the pattern's place in the rules file
+    gpu_uuid: str
+    cancel: bool  # False: one burst of what the pattern counts; True: its newest cancelling signal
+    first: datetime
+    last: datetime
+    lines: int  # the signals in the burst (cancel: how many cancelling signals)
 
 
 class LossRow(NamedTuple):
@@ -208,6 +228,46 @@ ORDER BY gpu_uuid, code, time DESC
 """
 
 
+_PATTERNS = """
+WITH p AS (
+    SELECT * FROM jsonb_to_recordset(%(patterns)s::jsonb) AS p(
+        idx int, kinds text[], codes int[], recovered boolean, reach_s float8, burst_s float8,
+        cancel_kinds text[], cancel_codes int[], cancel_recovered boolean)
+), recovered AS (  -- a remediation that took: a subsystem's unhealthy verdict became healthy again
+    SELECT gpu_uuid, time, 'recovered'::text AS kind, NULL::int AS code FROM (
+        SELECT gpu_uuid, time, state, lag(state) OVER (PARTITION BY gpu_uuid, subsystem ORDER BY time) AS before
+        FROM gpu_health WHERE time > %(t)s - 2 * %(pattern_reach)s AND time <= %(t)s
+    ) h
+    WHERE state = 'healthy' AND before = 'unhealthy' AND time > %(t)s - %(pattern_reach)s
+), ev AS (
+    SELECT gpu_uuid, time, kind, CASE WHEN kind = 'xid' THEN (details->>'xid')::int END AS code
+    FROM gpu_events
+    WHERE time > %(t)s - %(pattern_reach)s AND time <= %(t)s AND kind = ANY(%(pattern_kinds)s::text[])
+), signals AS (
+    SELECT * FROM ev UNION ALL SELECT * FROM recovered
+), hits AS (
+    SELECT p.idx, p.burst_s, s.gpu_uuid, s.time FROM p JOIN signals s
+      ON s.time > %(t)s - make_interval(secs => p.reach_s)
+     AND (s.kind = ANY(p.kinds) OR s.code = ANY(p.codes) OR (p.recovered AND s.kind = 'recovered'))
+), marked AS (  -- a burst: signals each within burst_s of the one before
+    SELECT idx, gpu_uuid, time,
+           CASE WHEN time - lag(time) OVER w <= make_interval(secs => burst_s) THEN 0 ELSE 1 END AS starts
+    FROM hits WINDOW w AS (PARTITION BY idx, gpu_uuid ORDER BY time)
+), bursts AS (
+    SELECT idx, gpu_uuid, min(time) AS first, max(time) AS last, count(*) AS lines,
+           row_number() OVER (PARTITION BY idx, gpu_uuid ORDER BY max(time) DESC) AS n
+    FROM (SELECT *, sum(starts) OVER (PARTITION BY idx, gpu_uuid ORDER BY time) AS burst FROM marked) m
+    GROUP BY idx, gpu_uuid, burst
+)
+SELECT idx, gpu_uuid, false, first, last, lines FROM bursts WHERE n <= %(pattern_bursts)s
+UNION ALL
+SELECT p.idx, s.gpu_uuid, true, max(s.time), max(s.time), count(*) FROM p JOIN signals s
+  ON s.time > %(t)s - make_interval(secs => p.reach_s)
+ AND (s.kind = ANY(p.cancel_kinds) OR s.code = ANY(p.cancel_codes) OR (p.cancel_recovered AND s.kind = 'recovered'))
+GROUP BY p.idx, s.gpu_uuid
+"""
+
+
 _LOSSES = """
 SELECT gpu_uuid, (array_agg(time ORDER BY time DESC))[1:10], count(*)
 FROM gpu_events
@@ -284,6 +344,13 @@ def xid_events(conn: SyncConn, windows: FeatureWindows) -> list[XidEventRow]:
     if not windows.workflow_codes:
         return []
     return _fetch(conn, _XID_EVENTS, windows.params(), XidEventRow)
+
+
+def pattern_signals(conn: SyncConn, windows: FeatureWindows) -> list[PatternRow]:
+    """Per pattern rule and GPU: the bursts of what it counts (newest first), and its newest cancelling signal."""
+    if not windows.patterns:
+        return []
+    return _fetch(conn, _PATTERNS, windows.params(), PatternRow)
 
 
 def losses(conn: SyncConn, windows: FeatureWindows) -> list[LossRow]:

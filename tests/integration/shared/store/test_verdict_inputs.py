@@ -120,3 +120,40 @@ def test_workflow_xids_come_with_their_messages_newest_first_and_bounded(
     assert verdict_inputs.xid_events(conn, WINDOWS) == []  # no workflow codes asked for: nothing read
     (asset,) = verdict_inputs.inventory(conn, WINDOWS)
     assert asset.driver_version == "570.124.06"
+
+
+def test_pattern_signals_fold_into_bursts_in_the_database(conn: psycopg.Connection[Any]) -> None:
+    def event(seconds_ago: float, kind: str, details: dict[str, Any]) -> None:
+        conn.execute(
+            "INSERT INTO gpu_events (time, gpu_uuid, kind, hostname, source, collector_id, details)"
+            " VALUES (%s, %s, %s, 'node-a', 'mock', 'test', %s)",
+            (AS_OF - timedelta(seconds=seconds_ago), gpu(0), kind, Jsonb(details)),
+        )
+
+    for i in range(2000):  # a flood: 2,000 XID 95s within 20 seconds, then one more an hour before
+        event(100 + i * 0.01, "xid", {"xid": 95})
+    event(3700, "xid", {"xid": 95})
+    event(900, "gpu_back", {})
+    for t, state in [(1500, "unhealthy"), (1000, "healthy"), (400, "unhealthy")]:  # one remediation took
+        conn.execute(
+            "INSERT INTO gpu_health (time, gpu_uuid, subsystem, state) VALUES (%s, %s, 'xid', %s)",
+            (AS_OF - timedelta(seconds=t), gpu(0), state),
+        )
+    conn.commit()
+    patterns = (
+        {"idx": 0, "kinds": [], "codes": [95], "recovered": False, "reach_s": 7200.0, "burst_s": 60.0,
+         "cancel_kinds": ["gpu_back"], "cancel_codes": [], "cancel_recovered": False},
+        {"idx": 1, "kinds": ["gpu_back"], "codes": [], "recovered": True, "reach_s": 7200.0, "burst_s": 0.0,
+         "cancel_kinds": [], "cancel_codes": [], "cancel_recovered": False},
+    )  # fmt: skip
+    windows = replace(WINDOWS, patterns=patterns, pattern_kinds=("gpu_back", "xid"), pattern_reach_s=7200.0)
+    rows = verdict_inputs.pattern_signals(conn, windows)
+    flood = sorted((r.first, r.last, r.lines) for r in rows if r.idx == 0 and not r.cancel)
+    assert flood == [
+        (AS_OF - timedelta(seconds=3700),) * 2 + (1,),
+        (AS_OF - timedelta(seconds=100 + 1999 * 0.01), AS_OF - timedelta(seconds=100), 2000),
+    ]
+    (cancel,) = [r for r in rows if r.idx == 0 and r.cancel]
+    assert cancel.last == AS_OF - timedelta(seconds=900)
+    remediations = sorted(r.last for r in rows if r.idx == 1 and not r.cancel)
+    assert remediations == [AS_OF - timedelta(seconds=1000), AS_OF - timedelta(seconds=900)]
