@@ -1,10 +1,15 @@
-"""Helpers to drive a mock fleet on a hand-moved clock, and to read one GPU's value from its page."""
+"""Helpers to drive a mock fleet on a hand-moved clock, to read one GPU's value from its page, and to
+serve a fleet on free ports for a test."""
 
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
+from services.mock_dcgm.server import MockServer
 
 T0 = 1_800_000_000.0  # a fixed simulated start, so tests never depend on the wall clock
 H100, A100, V100 = 0, 2, 3  # node indices in the default model cycle
@@ -33,3 +38,16 @@ def reading(fleet: Fleet, node: int, name: str, gpu: int = GPU) -> float:
     match = re.search(rf'^{name}\{{[^}}]*UUID="{uuid}"[^}}]*\}} (\S+)$', text, re.M)
     assert match, f"no {name} line for {uuid}"
     return float(match[1])
+
+
+@contextmanager
+def served_fleet(
+    *, nodes: int, gpus: int, seed: int, speed: float = 1.0, timestamps: bool = False
+) -> Iterator[tuple[Fleet, MockServer]]:
+    """A mock fleet on the wall clock, its nodes and admin API served on free ports for the block."""
+    fleet = Fleet(
+        FleetSpec(nodes=nodes, gpus_per_node=gpus, seed=seed), SimClock(start_s=time.time(), speed=speed)
+    )
+    with MockServer(fleet, bind="127.0.0.1", base_port=0, admin_port=0, timestamps=timestamps) as server:
+        server.start()
+        yield fleet, server

@@ -22,11 +22,12 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
+from services.mock_dcgm.fleet import Fleet
 from services.mock_dcgm.server import MockServer
 from shared.config import DatabaseSettings, KafkaSettings
 from shared.otlp import project_version
 from tests.helpers.kafka import consume_all
+from tests.helpers.mock_fleet import served_fleet
 from tests.helpers.otlp_receiver import Point, grpc_receiver, http_receiver
 from tests.helpers.sink import count, produce_samples
 from tests.helpers.topics import isolated_topics, topics_env
@@ -51,11 +52,8 @@ def stop(proc: subprocess.Popen[str]) -> str:
 
 @pytest.fixture
 def fleet() -> Iterator[tuple[Fleet, MockServer]]:
-    fleet = Fleet(FleetSpec(nodes=2, gpus_per_node=2, seed=5), SimClock(start_s=time.time()))
-    server = MockServer(fleet, bind="127.0.0.1", base_port=0, admin_port=0, timestamps=False)
-    server.start()
-    yield fleet, server
-    server.stop()
+    with served_fleet(nodes=2, gpus=2, seed=5) as served:
+        yield served
 
 
 def gpu_points(points: list[Point], metric: str) -> dict[str, Point]:

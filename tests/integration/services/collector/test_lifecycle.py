@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from evaluation.pipeline import wait_until
-from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
 from services.mock_dcgm.server import MockServer
 from shared.config import KafkaSettings
 from tests.helpers.kafka import consume_all
+from tests.helpers.mock_fleet import served_fleet
 from tests.helpers.service_process import service_process, sigterm
 from tests.helpers.topics import isolated_topics, topics_env
 
@@ -22,9 +21,7 @@ GPUS = 4
 
 @pytest.fixture
 def node() -> Iterator[MockServer]:
-    fleet = Fleet(FleetSpec(nodes=1, gpus_per_node=GPUS, seed=9), SimClock(start_s=time.time()))
-    with MockServer(fleet, bind="127.0.0.1", base_port=0, admin_port=0, timestamps=False) as server:
-        server.start()
+    with served_fleet(nodes=1, gpus=GPUS, seed=9) as (_, server):
         yield server
 
 

@@ -15,23 +15,21 @@ from services.collector.dcgm_source import DcgmSource
 from services.collector.metrics import CollectorMetrics
 from services.collector.poller import Collector
 from services.collector.publisher import Publisher, collector_producer
-from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
+from services.mock_dcgm.fleet import Fleet
 from services.mock_dcgm.server import MockServer
 from shared.config import KafkaSettings, TopicSettings
 from shared.kafka import JsonProducer
 from shared.models import EventKind, Source, parse_event, parse_sample
 from tests.helpers.kafka import consume_all
+from tests.helpers.mock_fleet import served_fleet
 from tests.helpers.topics import isolated_topics
 from tests.paths import REPO
 
 
 @pytest.fixture
 def fleet() -> Iterator[tuple[Fleet, MockServer]]:
-    fleet = Fleet(FleetSpec(nodes=2, gpus_per_node=4, seed=11), SimClock(start_s=time.time()))
-    server = MockServer(fleet, bind="127.0.0.1", base_port=0, admin_port=0, timestamps=False)
-    server.start()
-    yield fleet, server
-    server.stop()
+    with served_fleet(nodes=2, gpus=4, seed=11) as served:
+        yield served
 
 
 @pytest.fixture

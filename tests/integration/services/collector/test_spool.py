@@ -25,13 +25,13 @@ from prometheus_client import CollectorRegistry
 from services.collector.metrics import CollectorMetrics
 from services.collector.publisher import Publisher, collector_producer
 from services.collector.spool import SpooledRecord, SpoolFile, SpoolingProducer, delivered_already
-from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
 from services.mock_dcgm.server import MockServer
 from shared.config import KafkaSettings
 from shared.kafka import make_admin, make_producer
 from shared.models import parse_sample
 from shared.topics import TopicSpec, ensure_topics
 from tests.helpers.kafka import consume_all
+from tests.helpers.mock_fleet import served_fleet
 from tests.helpers.throwaway_kafka import ThrowawayBroker
 from tests.paths import REPO
 
@@ -55,11 +55,8 @@ def broker(tmp_path: Path) -> Iterator[ThrowawayBroker]:
 
 @pytest.fixture
 def node() -> Iterator[MockServer]:
-    fleet = Fleet(FleetSpec(nodes=1, gpus_per_node=GPUS, seed=5), SimClock(start_s=time.time()))
-    server = MockServer(fleet, bind="127.0.0.1", base_port=0, admin_port=0, timestamps=False)
-    server.start()
-    yield server
-    server.stop()
+    with served_fleet(nodes=1, gpus=GPUS, seed=5) as (_, server):
+        yield server
 
 
 def scrapes(server: MockServer) -> int:

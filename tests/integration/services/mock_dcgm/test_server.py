@@ -7,7 +7,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 
 import httpx
@@ -15,18 +14,16 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from evaluation.pipeline import wait_until
-from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
+from services.mock_dcgm.fleet import Fleet
 from services.mock_dcgm.server import MockServer
+from tests.helpers.mock_fleet import served_fleet
 from tests.paths import REPO
 
 
 @pytest.fixture
 def running() -> Iterator[tuple[Fleet, MockServer]]:
-    fleet = Fleet(FleetSpec(nodes=2, gpus_per_node=4, seed=3), SimClock(start_s=time.time(), speed=60))
-    server = MockServer(fleet, bind="127.0.0.1", base_port=0, admin_port=0, timestamps=True)
-    server.start()
-    yield fleet, server
-    server.stop()
+    with served_fleet(nodes=2, gpus=4, seed=3, speed=60, timestamps=True) as served:
+        yield served
 
 
 def test_scrape_inject_clear_and_ground_truth(running: tuple[Fleet, MockServer]) -> None:
