@@ -1,7 +1,8 @@
-"""`gpuhealth`: the fleet, one GPU, the alerts, acknowledging one, and the action ladder, in a terminal.
+"""`gpuhealth`: the fleet, one GPU, the alerts, the action ladder and the remediator, in a terminal.
 
 A thin client of the REST API (--url or GPUHEALTH_URL, default
-http://127.0.0.1:8000; --key or GPUHEALTH_API_KEY for acknowledging): the same
+http://127.0.0.1:8000; --key or GPUHEALTH_API_KEY for acknowledging and for
+pausing, resuming, resetting the breaker of and approving the remediator): the same
 numbers as the web page, as plain text, with sparklines of the worst GPUs' last
 hour. The venv installs it as `gpuhealth` (scripts/pyenv.sh);
 `python -m services.api.cli` is the same program.
@@ -151,12 +152,50 @@ def alerts(client: httpx.Client, limit: int) -> str:
 
 
 def acknowledge(client: httpx.Client, alert_id: int, key: str | None, by: str) -> str:
-    headers = {"X-API-Key": key} if key else {}
-    response = client.post(f"/api/v1/alerts/{alert_id}/acknowledge", headers=headers, json={"by": by})
+    done = post(client, f"/api/v1/alerts/{alert_id}/acknowledge", key, by)
+    return f"alert #{done['id']} on {done['hostname']} acknowledged by {done['acknowledged_by']}"
+
+
+def post(client: httpx.Client, path: str, key: str | None, by: str) -> Any:
+    """A write: needs the API key (X-API-Key), says who did it."""
+    response = client.post(path, headers={"X-API-Key": key} if key else {}, json={"by": by})
     if response.is_error:
         raise RefusedError(response)
-    done = response.json()
-    return f"alert #{done['id']} on {done['hostname']} acknowledged by {done['acknowledged_by']}"
+    return response.json()
+
+
+def remediations(client: httpx.Client, state: str, limit: int) -> str:
+    body = get(client, "/api/v1/remediations", state=state, limit=limit)
+    lines = [
+        f"{body['total']} {state} remediation(s)" + (f", newest {limit} shown" if body["next_cursor"] else "")
+    ]
+    for p in body["remediations"]:
+        step = p["steps"][p["step"]] if p["step"] < len(p["steps"]) else "end"
+        why = f" ({p['held_for']})" if p["held_for"] else ""
+        mode = " [dry run]" if p["dry_run"] else ""
+        lines.append(f"#{p['id']:<6} {p['state'] + why:<22}{p['node']:<18}{p['action']:<18}at {step:<10}"
+                     f"{p['finding']}{mode}")  # fmt: skip
+    return "\n".join(lines)
+
+
+def remediator(client: httpx.Client) -> str:
+    modes = get(client, "/api/v1/remediator")["modes"]
+    lines = []
+    for m in modes:
+        breaker = f"OPEN since {m['tripped_at']}: {m['trip_reason']}" if m["breaker"] == "open" else "closed"
+        paused = f"paused by {m['paused_by']}" if m["paused"] else "running"
+        lines.append(f"{'dry run' if m['dry_run'] else 'live':<8} {paused:<24} breaker {breaker}")
+    return "\n".join(lines)
+
+
+def operate(client: httpx.Client, what: str, key: str | None, by: str) -> str:
+    post(client, f"/api/v1/remediator/{what}", key, by)
+    return remediator(client)
+
+
+def approve(client: httpx.Client, plan_id: int, key: str | None, by: str) -> str:
+    done = post(client, f"/api/v1/remediations/{plan_id}/approve", key, by)
+    return f"remediation #{done['id']} ({done['action']} on {done['node']}) approved by {done['approved_by']}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -173,12 +212,25 @@ def main(argv: list[str] | None = None) -> int:
     p_alerts.add_argument("--limit", type=int, default=50)
     p_ack = commands.add_parser("ack", help="acknowledge an alert (needs the API key)")
     p_ack.add_argument("alert_id", type=int)
-    p_ack.add_argument(
-        "--key", default=os.environ.get("GPUHEALTH_API_KEY"), help="default: $GPUHEALTH_API_KEY"
-    )
-    p_ack.add_argument("--by", default=os.environ.get("USER", "cli"), help="who acknowledges")
     p_actions = commands.add_parser("actions", help="the recommended actions in order, with why")
-    for sub in (p_fleet, p_gpu, p_alerts, p_ack, p_actions):  # --url after the command works too
+    p_plans = commands.add_parser("remediations", help="the remediator's plans: pending, running, failed...")
+    p_plans.add_argument(
+        "--state", default="open", help="open (default), pending, running, failed, escalated, done, all"
+    )
+    p_plans.add_argument("--limit", type=int, default=50)
+    p_status = commands.add_parser("remediator", help="whether the remediator is paused, its breaker open")
+    writes = [commands.add_parser(name, help=why) for name, why in (
+        ("pause", "pause the remediator (needs the API key)"), ("resume", "resume it (needs the API key)"),
+        ("reset-breaker", "close its circuit breaker (needs the API key)"),
+        ("approve", "approve a pending remediation (needs the API key)"),
+    )]  # fmt: skip
+    writes[-1].add_argument("plan_id", type=int)
+    for sub in (p_ack, *writes):
+        sub.add_argument(
+            "--key", default=os.environ.get("GPUHEALTH_API_KEY"), help="default: $GPUHEALTH_API_KEY"
+        )
+        sub.add_argument("--by", default=os.environ.get("USER", "cli"), help="who does it")
+    for sub in (p_fleet, p_gpu, p_alerts, p_ack, p_actions, p_plans, p_status, *writes):  # --url after it too
         sub.add_argument("--url", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:
@@ -191,6 +243,14 @@ def main(argv: list[str] | None = None) -> int:
                 print(alerts(client, args.limit))
             elif args.command == "actions":
                 print(actions(client))
+            elif args.command == "remediations":
+                print(remediations(client, args.state, args.limit))
+            elif args.command == "remediator":
+                print(remediator(client))
+            elif args.command in ("pause", "resume", "reset-breaker"):
+                print(operate(client, args.command, args.key, args.by))
+            elif args.command == "approve":
+                print(approve(client, args.plan_id, args.key, args.by))
             else:
                 print(acknowledge(client, args.alert_id, args.key, args.by))
     except RefusedError as e:

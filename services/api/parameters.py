@@ -134,6 +134,18 @@ class SystemsQuery(PageQuery):
     limit: Annotated[int, Field(ge=1, le=10_000, description="at most this many items")] = 1000
 
 
+# The remediator's plans as listed, in the plans' own states (pending: held for an operator).
+PLAN_STATES: dict[str, tuple[str, ...]] = {
+    "pending": ("held",), "running": ("running",), "failed": ("failed",), "escalated": ("escalated",),
+    "done": ("done",), "open": ("held", "running"), "all": ("held", "running", "failed", "escalated", "done"),
+}  # fmt: skip
+
+
+class PlansQuery(PageQuery):
+    state: Literal[tuple(PLAN_STATES)] = "open"  # type: ignore[valid-type]
+    mode: Literal["live", "dry_run", "both"] = "both"
+
+
 class FleetProcessesQuery(QueryModel):
     hostname: Label = None
 

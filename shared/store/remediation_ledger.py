@@ -130,16 +130,21 @@ def fleet_nodes(conn: SyncConn) -> int:
 # --- the API -------------------------------------------------------------------------------------
 
 
+_PLAN_BRIEF = (
+    "id, node, gpu_uuids, action, finding, steps, step, state, held_for, dry_run, escalated_from,"
+    " created_at, updated_at, step_started_at, approved_by, approved_at"
+)
+
+
 async def plans_page(
     conn: AsyncConn, *, states: Sequence[str], dry_run: bool | None, limit: int, before: int | None
 ) -> list[Row]:
     """Plans in `states`, newest first, after the cursor's id."""
     return await dict_rows_async(
         conn,
-        "SELECT id, node, gpu_uuids, action, finding, steps, step, state, held_for, dry_run, escalated_from,"
-        " created_at, updated_at, step_started_at, approved_by, approved_at FROM remediations"
-        " WHERE state = ANY (%(s)s) AND (%(d)s::boolean IS NULL OR dry_run = %(d)s)"
-        " AND (%(b)s::bigint IS NULL OR id < %(b)s) ORDER BY id DESC LIMIT %(l)s",
+        f"SELECT {_PLAN_BRIEF} FROM remediations WHERE state = ANY (%(s)s)"
+        " AND (%(d)s::boolean IS NULL OR dry_run = %(d)s) AND (%(b)s::bigint IS NULL OR id < %(b)s)"
+        " ORDER BY id DESC LIMIT %(l)s",
         {"s": list(states), "d": dry_run, "b": before, "l": limit},
     )
 
@@ -152,6 +157,11 @@ async def plans_count(conn: AsyncConn, *, states: Sequence[str], dry_run: bool |
         {"s": list(states), "d": dry_run},
     )
     return int(row["n"])
+
+
+async def plan_brief(conn: AsyncConn, plan_id: int) -> Row | None:
+    found = await dict_rows_async(conn, f"SELECT {_PLAN_BRIEF} FROM remediations WHERE id = %s", (plan_id,))
+    return found[0] if found else None
 
 
 async def plan_with_events(conn: AsyncConn, plan_id: int) -> Row | None:

@@ -97,6 +97,23 @@ function drawAlerts(alerts, total) {
   $("alerts").querySelector("tbody").replaceWith(body);
 }
 
+function drawRemediations(modes, plans) {
+  // the breaker and the pause of each mode, then the newest plans: pending (held), running, failed...
+  text($("remediator"), modes.map(m => `${m.dry_run ? "dry run" : "live"}: ${m.paused ? "paused" : "running"},`
+    + ` breaker ${m.breaker}${m.breaker === "open" ? " (" + (m.trip_reason || "") + ")" : ""}`).join(" · "));
+  const body = document.createElement("tbody");
+  if (!plans.length) { const tr = make("tr"); const td = make("td", "", "none"); td.colSpan = 7; tr.append(td); body.append(tr); }
+  for (const p of plans) {
+    const tr = make("tr"); tr.dataset.plan = p.id;
+    const step = p.step < p.steps.length ? p.steps[p.step] : "end";
+    const state = p.state + (p.held_for ? ` (${p.held_for})` : "") + (p.dry_run ? " · dry run" : "");
+    tr.append(make("td", "", p.id), make("td", p.state, state), make("td", "", p.node), make("td", "", p.action),
+              make("td", "", step), make("td", "", p.finding), make("td", "", utc(p.updated_at) + " UTC"));
+    body.append(tr);
+  }
+  $("remediations").querySelector("tbody").replaceWith(body);
+}
+
 async function refresh() {
   const s = await api("/fleet/summary");
   for (const k of ["gpus", "healthy", "degraded", "unhealthy", "missing"]) text($("s-" + k), s[k]);
@@ -110,6 +127,8 @@ async function refresh() {
   drawGrid(gpus);
   const listed = await api("/alerts?state=unresolved&limit=50");
   drawAlerts(listed.alerts, listed.total);
+  const [remediator, plans] = await Promise.all([api("/remediator"), api("/remediations?state=all&limit=20")]);
+  drawRemediations(remediator.modes, plans.remediations);
   if (openGpu) await showGpu(openGpu);
   text($("s-updated"), "live · updated " + new Date().toISOString().slice(11, 19) + " UTC");
 }

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from services.api.answers.alerts import AlertRow
 from services.api.answers.gpus import Asset, LatestSample
+from services.api.answers.remediations import Control, PlanDetail
 from services.api.answers.workload import GpuProcesses
 from shared.config import DatabaseSettings
 from shared.db import connect
@@ -22,6 +23,8 @@ WHOLE_ROWS: dict[type[BaseModel], tuple[str, set[str]]] = {
     LatestSample: ("gpu_latest", set()),  # a GPU's detail
     AlertRow: ("gpu_alerts", set()),  # the alert list, a GPU's open alerts, an acknowledged alert
     GpuProcesses: ("gpu_process_latest", {"processes"}),  # a GPU's process listing
+    PlanDetail: ("remediations", {"events"}),  # one remediation plan
+    Control: ("remediation_control", set()),  # the remediator's pause and breaker
 }
 
 

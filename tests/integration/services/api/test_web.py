@@ -106,6 +106,11 @@ def test_an_sre_filters_opens_a_faulted_gpu_reads_its_evidence_and_acknowledges_
     # No timed refresh while the test reads the page (acknowledging still redraws it).
     browser.get(served_api + "/?refresh_s=0")
     wait.until(lambda d: "live" in d.find_element(By.ID, "s-updated").text)
+    # the remediator's state and its plans (none yet) are on the page too
+    assert browser.find_element(By.ID, "remediator").text == (
+        "live: running, breaker closed · dry run: running, breaker closed"
+    )
+    assert browser.find_element(By.CSS_SELECTOR, "#remediations tbody").text == "none"
     shot(browser, "fleet-page-1-live.png")
 
     def visible(d: WebDriver) -> list[Any]:

@@ -29,6 +29,7 @@ from services.api.parameters import (
     GpuListQuery,
     NoQuery,
     PageQuery,
+    PlansQuery,
     PredictionsQuery,
     QueryModel,
     SeriesQuery,
@@ -43,7 +44,7 @@ from shared.config import DatabaseSettings
 
 MODELS: list[type[QueryModel]] = [
     NoQuery, GpuListQuery, SeriesQuery, EventsQuery, AlertsQuery, PredictionsQuery, PageQuery,
-    VerificationsQuery, SystemsQuery, FleetProcessesQuery, WindowQuery,
+    VerificationsQuery, SystemsQuery, FleetProcessesQuery, WindowQuery, PlansQuery,
 ]  # fmt: skip
 # Each model's integer and float fields with their bounds: (field, lowest, highest).
 BOUNDS: dict[type[QueryModel], list[tuple[str, float, float]]] = {
@@ -54,6 +55,7 @@ BOUNDS: dict[type[QueryModel], list[tuple[str, float, float]]] = {
     PageQuery: [("limit", 1, 1000)],
     VerificationsQuery: [("limit", 1, 1000)],
     SystemsQuery: [("limit", 1, 10_000)],
+    PlansQuery: [("limit", 1, 1000)],
 }
 NAMES = st.text(st.characters(codec="utf-8"), min_size=0, max_size=30)
 
@@ -199,7 +201,11 @@ def client() -> TestClient:
 def query_names(client: TestClient) -> dict[str, list[str]]:
     """Each GET under /api/v1 (path values filled in) -> the query names its OpenAPI entry lists."""
     paths = client.app.openapi()["paths"]  # type: ignore[attr-defined]
-    filled = {"{gpu_uuid}": "GPU-11111111-2222-3333-4444-555555555555", "{hostname}": "node-0"}
+    filled = {
+        "{gpu_uuid}": "GPU-11111111-2222-3333-4444-555555555555",
+        "{hostname}": "node-0",
+        "{plan_id}": "1",
+    }
     return {
         re.sub(r"\{\w+\}", lambda m: filled[m.group(0)], path): sorted(
             p["name"] for p in ops["get"].get("parameters", []) if p["in"] == "query"

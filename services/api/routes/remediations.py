@@ -1,0 +1,104 @@
+"""The remediator: its plans (pending, running, failed), one plan's record, its pause and breaker, and an
+operator's pause, resume, breaker reset and approval (each needs X-API-Key)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Depends, HTTPException, Path, Query
+
+from shared.store import remediation_ledger as ledger
+
+from ..answers import problems
+from ..answers.remediations import Plan, PlanDetail, Plans, Remediator
+from ..deps import Db, require_key
+from ..paging import decode_cursor, page
+from ..parameters import LABEL, PLAN_STATES, NoQuery, PlansQuery
+
+router = APIRouter(tags=["remediations"])
+
+KEY_REFUSALS = {
+    401: "no X-API-Key, or not the configured one",
+    403: "no API key is configured: writes are disabled",
+}
+PlanId = Annotated[int, Path(ge=1, le=2**62)]
+By = Annotated[str, Body(embed=True, pattern=LABEL)]
+
+
+@router.get("/remediations")
+async def remediations(db: Db, query: Annotated[PlansQuery, Query()]) -> Plans:
+    """Remediation plans, newest first: pending (held for an operator), running, failed, escalated, done."""
+    (before,) = decode_cursor(query.cursor, [int]) if query.cursor else [None]
+    states = PLAN_STATES[query.state]
+    dry_run = {"live": False, "dry_run": True, "both": None}[query.mode]
+    async with db.reading() as conn:
+        found = await ledger.plans_page(
+            conn, states=states, dry_run=dry_run, limit=query.limit + 1, before=before
+        )
+        total = await ledger.plans_count(conn, states=states, dry_run=dry_run)
+    return Plans.model_validate(
+        page("remediations", found, total=total, limit=query.limit, key=lambda r: (r["id"],))
+    )
+
+
+@router.get("/remediations/{plan_id}", responses=problems({404: "no such plan"}))
+async def remediation(db: Db, plan_id: PlanId, query: Annotated[NoQuery, Query()]) -> PlanDetail:
+    """One plan and its record, in order: each decision, action, outcome and validation."""
+    async with db.reading() as conn:
+        found = await ledger.plan_with_events(conn, plan_id)
+    if found is None:
+        raise HTTPException(404, f"no remediation {plan_id}")
+    for record in found["events"]:
+        record["record_id"] = str(record["record_id"])
+    return PlanDetail.model_validate(found)
+
+
+@router.post(
+    "/remediations/{plan_id}/approve",
+    dependencies=[Depends(require_key)],
+    responses=problems({**KEY_REFUSALS, 404: "no such plan", 409: "the plan is not pending"}),
+)
+async def approve(db: Db, plan_id: PlanId, query: Annotated[NoQuery, Query()], by: By = "api") -> Plan:
+    """Approve a pending plan (needs X-API-Key): it runs from the step it waited at."""
+    async with db.acknowledging() as conn:
+        done = await ledger.approve(conn, plan_id, by)
+    async with db.reading() as conn:
+        if done is not None:
+            return Plan.model_validate(await ledger.plan_brief(conn, plan_id))
+        state = await ledger.plan_state(conn, plan_id)
+    if state is None:
+        raise HTTPException(404, f"no remediation {plan_id}")
+    raise HTTPException(409, f"remediation {plan_id} is {state}, not pending")
+
+
+@router.get("/remediator")
+async def remediator(db: Db, query: Annotated[NoQuery, Query()]) -> Remediator:
+    """Whether the remediator is paused and its circuit breaker open, for the live run and the dry run."""
+    async with db.reading() as conn:
+        return Remediator.model_validate({"modes": await ledger.controls(conn)})
+
+
+async def _operate(db: Db, what: str, by: str) -> Remediator:
+    async with db.acknowledging() as conn:
+        modes = await ledger.operate(conn, what, by)
+    return Remediator.model_validate({"modes": sorted(modes, key=lambda m: m["dry_run"])})
+
+
+@router.post("/remediator/pause", dependencies=[Depends(require_key)], responses=problems(KEY_REFUSALS))
+async def pause(db: Db, query: Annotated[NoQuery, Query()], by: By = "api") -> Remediator:
+    """Pause the remediator (needs X-API-Key): no plan moves on until it is resumed."""
+    return await _operate(db, "pause", by)
+
+
+@router.post("/remediator/resume", dependencies=[Depends(require_key)], responses=problems(KEY_REFUSALS))
+async def resume(db: Db, query: Annotated[NoQuery, Query()], by: By = "api") -> Remediator:
+    """Resume a paused remediator (needs X-API-Key)."""
+    return await _operate(db, "resume", by)
+
+
+@router.post(
+    "/remediator/reset-breaker", dependencies=[Depends(require_key)], responses=problems(KEY_REFUSALS)
+)
+async def reset_breaker(db: Db, query: Annotated[NoQuery, Query()], by: By = "api") -> Remediator:
+    """Close the circuit breaker (needs X-API-Key); the plans it held stay pending until each is approved."""
+    return await _operate(db, "reset", by)
