@@ -241,13 +241,16 @@ async def gpu_detail(conn: AsyncConn, gpu_uuid: str) -> GpuDetail | None:
 
 # --- synthetic fleets (the benches' scratch schemas) -------------------------------------------
 
+# Both benches' inventory: `n` H100s, eight a node, 64 a rack, `per_dc` a datacenter, first seen `seen_for` ago.
+_BENCH_INVENTORY = """
+    INSERT INTO gpu_assets (gpu_uuid, model, gpu_index, hostname, cluster, datacenter, rack, slowdown_temp_c,
+                            shutdown_temp_c, power_limit_w, fb_total_mib, first_seen, last_seen)
+    SELECT 'GPU-' || lpad(g::text, 8, '0') || '-0000-4000-8000-000000000000', 'NVIDIA H100 80GB HBM3', g %% 8,
+           'node-' || (g / 8), 'c1', 'dc' || (g / %(per_dc)s::int), 'rack-' || (g / 64), 87, 92, 700, 81559,
+           %(t)s - %(seen_for)s::interval, %(t)s
+    FROM generate_series(0, %(n)s - 1) g"""
 _API_BENCH_FLEET = (
-    """INSERT INTO gpu_assets (gpu_uuid, model, gpu_index, hostname, cluster, datacenter, rack, slowdown_temp_c,
-                              shutdown_temp_c, power_limit_w, fb_total_mib, first_seen, last_seen)
-       SELECT 'GPU-' || lpad(g::text, 8, '0') || '-0000-4000-8000-000000000000', 'NVIDIA H100 80GB HBM3', g %% 8,
-              'node-' || (g / 8), 'c1', 'dc' || (g / 2500), 'rack-' || (g / 64), 87, 92, 700, 81559,
-              %(t)s - interval '2 days', %(t)s
-       FROM generate_series(0, %(n)s - 1) g""",
+    _BENCH_INVENTORY,
     """INSERT INTO gpu_latest (time, gpu_uuid, hostname, cluster, datacenter, rack, source, collector_id,
                               gpu_temp_c, power_usage_w, gpu_util_pct)
        SELECT %(t)s, gpu_uuid, hostname, cluster, datacenter, rack, 'mock', 'bench', 55 + gpu_index, 400, 80
@@ -262,12 +265,7 @@ _API_BENCH_FLEET = (
        FROM gpu_assets a, generate_series(0, %(minutes)s - 1) m""",
 )
 _SCORER_BENCH_FLEET = (
-    """INSERT INTO gpu_assets (gpu_uuid, model, gpu_index, hostname, cluster, datacenter, rack, slowdown_temp_c,
-                            shutdown_temp_c, power_limit_w, fb_total_mib, first_seen, last_seen)
-    SELECT 'GPU-' || lpad(g::text, 8, '0') || '-0000-4000-8000-000000000000', 'NVIDIA H100 80GB HBM3', g %% 8,
-           'node-' || (g / 8), 'c1', 'dc' || (g / 2000), 'rack-' || (g / 64), 87, 92, 700, 81559,
-           %(t)s - interval '2 hours', %(t)s
-    FROM generate_series(0, %(n)s - 1) g""",
+    _BENCH_INVENTORY,
     """INSERT INTO gpu_latest (time, gpu_uuid, hostname, source, collector_id, gpu_temp_c, power_usage_w, gpu_util_pct,
                             fb_used_mib, fb_total_mib, ecc_dbe_volatile_total)
     SELECT %(t)s, gpu_uuid, hostname, 'mock', 'bench', 60, 500, 90, 40000, 81559,
@@ -293,10 +291,13 @@ def _fill(conn: SyncConn, statements: tuple[str, ...], params: dict[str, Any]) -
 
 def fill_api_bench_fleet(conn: SyncConn, *, as_of: datetime, gpus: int, rollup_minutes: int) -> None:
     """`gpus` GPUs' inventory, latest sample (as of `as_of`), status and `rollup_minutes` of rollup; committed."""
-    _fill(conn, _API_BENCH_FLEET, {"t": as_of, "n": gpus, "minutes": rollup_minutes})
+    _fill(
+        conn, _API_BENCH_FLEET,
+        {"t": as_of, "n": gpus, "per_dc": 2500, "seen_for": timedelta(days=2), "minutes": rollup_minutes},
+    )  # fmt: skip
 
 
 def fill_scorer_bench_fleet(conn: SyncConn, *, as_of: datetime, gpus: int) -> None:
     """`gpus` GPUs' inventory and latest sample (as of `as_of`), one hour of rollup (GPU index 1's SBE
     counter falling, one rack-7 GPU with a DBE); committed."""
-    _fill(conn, _SCORER_BENCH_FLEET, {"t": as_of, "n": gpus})
+    _fill(conn, _SCORER_BENCH_FLEET, {"t": as_of, "n": gpus, "per_dc": 2000, "seen_for": timedelta(hours=2)})
