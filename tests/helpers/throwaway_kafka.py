@@ -20,13 +20,8 @@ from pathlib import Path
 
 from shared.config import KafkaSettings
 from shared.kafka import wait_for_kafka
+from tests.helpers.ports import free_port
 from tests.paths import REPO
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _listening(port: int) -> bool:
@@ -42,7 +37,7 @@ class ThrowawayBroker:
         self.lib = cache / f"kafka-{os.environ.get('GPUHEALTH_KAFKA_VERSION', '4.3.1')}" / "lib"
         assert (self.lib / ".complete").exists(), f"no Kafka jars in {self.lib}: run `make services` once"
         self.folder = folder
-        self.port, self.controller_port = _free_port(), _free_port()
+        self.port, self.controller_port = free_port(), free_port()
         self.process: subprocess.Popen[bytes] | None = None
         (folder / "logs").mkdir(parents=True, exist_ok=True)
         self.properties = folder / "server.properties"

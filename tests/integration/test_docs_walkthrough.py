@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,32 +21,11 @@ import httpx
 import pytest
 
 from shared.config import DatabaseSettings, KafkaSettings
+from tests.helpers.ports import free_ports
+from tests.helpers.topics import isolated_topics, topics_env
 from tests.paths import REPO
 
 WALK = re.compile(r"^<!-- runnable against the pipeline -->\n```sh\n(.*?)^```", re.M | re.S)
-TOPICS = ("METRICS_RAW", "EVENTS", "HEALTH", "ALERTS", "DLQ", "PROCESSES", "LLM_SESSIONS", "VERIFICATIONS",
-          "SYSTEMS")  # fmt: skip
-
-
-def ports(n: int) -> list[int]:
-    """n consecutive free ports (the mock's nodes are base + i), and the rest after them."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = int(probe.getsockname()[1])
-        held = []
-        try:
-            for port in range(base, base + n):
-                s = socket.socket()
-                held.append(s)
-                s.bind(("127.0.0.1", port))
-            return list(range(base, base + n))
-        except OSError:
-            continue
-        finally:
-            for s in held:
-                s.close()
-    raise AssertionError("no run of free ports")
 
 
 def answers(url: str) -> bool:
@@ -65,7 +43,7 @@ def pipeline(
     tmp_path: Path,
 ) -> Iterator[dict[str, int]]:
     """Mock fleet (2 nodes × 4 GPUs), collector, sink, scorer and API, each its own process."""
-    node0, node1, admin, api, collector_metrics, sink_metrics, scorer_metrics = ports(7)
+    node0, node1, admin, api, collector_metrics, sink_metrics, scorer_metrics = free_ports(7)
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("GPUHEALTH_", "OTEL_"))}
     common = clean | {
         "PYTHONPATH": str(REPO),
@@ -74,7 +52,7 @@ def pipeline(
         "GPUHEALTH_DB__PORT": str(migrated.port),
         "GPUHEALTH_DB__SEARCH_PATH": migrated.search_path or "",
         "GPUHEALTH_SINK__GROUP_ID": tmp_path.name,
-        **{f"GPUHEALTH_TOPICS__{t}": topic_factory(prefix=t.lower().replace("_", "-")) for t in TOPICS},
+        **topics_env(isolated_topics(topic_factory)),  # every topic the registry has, the test's own
     }
     services = {
         "mock_dcgm": {"GPUHEALTH_MOCK__NODES": "2", "GPUHEALTH_MOCK__GPUS_PER_NODE": "4",

@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 from services.mock_dcgm.server import MockServer
 from shared.service import serve_metrics
 from tests.helpers.mock_fleet import make_fleet
+from tests.helpers.ports import free_ports
 from tests.paths import REPO
 
 
@@ -32,32 +33,9 @@ def test_metrics_port_in_use_names_the_port(taken: int) -> None:
         serve_metrics(CollectorRegistry(), taken, "127.0.0.1")
 
 
-def free_run(n: int) -> int:
-    """A first port of n consecutive free ones (other processes share this machine)."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = int(probe.getsockname()[1])
-        if base + n >= 65535:
-            continue
-        held = []
-        try:
-            for i in range(n):
-                s = socket.socket()
-                held.append(s)
-                s.bind(("127.0.0.1", base + i))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in held:
-                s.close()
-    raise AssertionError("no run of free ports")
-
-
 @pytest.mark.parametrize("node", [0, 2, 3])
 def test_mock_node_port_in_use_names_the_port_and_gives_the_others_back(node: int) -> None:
-    base = free_run(4)
+    base = free_ports(4)[0]
     with socket.socket() as blocker:
         blocker.bind(("127.0.0.1", base + node))
         blocker.listen()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ from evaluation.pipeline import wait_until
 from services.mock_dcgm.fleet import Fleet
 from services.mock_dcgm.server import MockServer
 from tests.helpers.mock_fleet import served_fleet
+from tests.helpers.ports import free_port
 from tests.paths import REPO
 
 
@@ -86,12 +86,6 @@ def test_hostile_admin_requests_get_clear_4xx(
     assert fleet.ground_truth()["faults"] == []
     assert httpx.get(f"{server.admin_url}/nope", timeout=10).status_code == 404
     assert httpx.delete(f"{server.admin_url}/faults/999", timeout=10).status_code == 404
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_the_service_starts_serves_and_exits_zero_on_sigterm() -> None:

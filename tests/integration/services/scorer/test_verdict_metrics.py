@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from shared.db import connect
 from shared.models import to_json
 from shared.models_health import parse_alert, parse_health_verdict
 from tests.helpers.kafka import consume_all
+from tests.helpers.ports import free_port
 from tests.helpers.topics import isolated_topics, topics_env
 from tests.paths import REPO
 
@@ -95,12 +95,6 @@ def test_verdicts_of_the_last_cycle_become_series_and_a_gpu_no_longer_scored_dro
     assert s["gpuhealth_verdicts_gpus"][()] == 1
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_the_scorer_process_exposes_the_verdicts_and_names_the_host_in_its_alerts(
     kafka_settings: KafkaSettings, migrated: DatabaseSettings, topic_factory: Callable[..., str]
 ) -> None:
@@ -111,7 +105,7 @@ def test_the_scorer_process_exposes_the_verdicts_and_names_the_host_in_its_alert
         p.run(1200)
         p.settle()
         sick, host = p.gpu(0, 0), p.fleet.nodes[0].hostname
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,

@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -47,6 +46,7 @@ from shared.models import to_json
 from shared.models_workload import GpuProcess, GpuProcesses, ProcessClass
 from shared.process_rules import ProcessRules
 from tests.helpers.kafka import consume_all, header_map
+from tests.helpers.ports import free_port
 from tests.helpers.topics import isolated_topics
 from tests.paths import DATA, REPO
 
@@ -282,12 +282,6 @@ def test_bad_workload_records_are_dead_lettered_and_the_good_ones_stored_once(
     assert not sink.failed  # the loop is still running: bad records stopped nothing
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _serve_vllm_metrics() -> ThreadingHTTPServer:
     """A stand-in vLLM whose /metrics alternates between two recorded scrapes."""
     data = DATA
@@ -314,7 +308,7 @@ def _serve_vllm_metrics() -> ThreadingHTTPServer:
 def test_the_monitor_and_mock_ollama_run_as_services_probe_serve_metrics_and_stop_cleanly(
     kafka_settings: KafkaSettings, topics: TopicSettings
 ) -> None:
-    ollama_port, proxy_port, metrics_port = _free_port(), _free_port(), _free_port()
+    ollama_port, proxy_port, metrics_port = free_port(), free_port(), free_port()
     vllm = _serve_vllm_metrics()
     vllm_url = f"http://127.0.0.1:{vllm.server_address[1]}"
     env = {
