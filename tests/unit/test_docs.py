@@ -1,5 +1,5 @@
-"""The docs hold together: a README a newcomer reads in minutes, links that land, and no file that points
-outside the repository."""
+"""The docs hold together: a README a newcomer reads in minutes, links that land, no file that points
+outside the repository, and the operators' topic table naming every topic the registry has."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from shared.topic_registry import ORIGINAL_KEY, TopicSettings
 from tests.paths import REPO
 
 DOCS = sorted([REPO / "README.md", *(REPO / "docs").rglob("*.md")])
@@ -82,3 +83,19 @@ def test_every_doc_is_reached_from_the_readme() -> None:
             elif landing.suffix == ".md" and landing.exists():
                 todo.append(landing)
     assert set(DOCS) - reached == set()
+
+
+# How the operators' topic table says each message field the registry keys a topic by.
+KEY_WORDS = {
+    "gpu_uuid": "GPU UUID", "hostname": "hostname", "server": "server name", ORIGINAL_KEY: "original key",
+}  # fmt: skip
+
+
+def test_the_operators_topic_table_lists_every_topic_of_the_registry_with_its_key() -> None:
+    text = (REPO / "docs" / "operating.md").read_text()
+    table = text[text.index("| topic | key | what |") :].split("\n\n")[0]
+    rows = dict(re.findall(r"^\| `([^`]+)` \| ([^|]+) \|", table, re.M))
+    registry = {entry.default: entry.topic.key for entry in TopicSettings.registry()}
+    assert set(rows) == set(registry), "docs/operating.md's topic table (## Kafka) and the registry differ"
+    wrong = {name: rows[name] for name, key in registry.items() if not rows[name].startswith(KEY_WORDS[key])}
+    assert not wrong, f"keys the registry does not give: {wrong}"
