@@ -119,8 +119,10 @@ def pattern_queries(rules: Rules) -> tuple[tuple[dict[str, Any], ...], tuple[str
         codes, cancel_codes = _codes(p.counts, rules.xid), _codes(p.cancelled_by, rules.xid)
         rows.append({
             "idx": idx, "kinds": counted, "codes": codes, "recovered": "recovered" in p.counts,
+            "remediated": "remediated" in p.counts,
             "reach_s": p.window_s + p.sticky_s, "burst_s": p.burst_s, "cancel_kinds": cancels,
             "cancel_codes": cancel_codes, "cancel_recovered": "recovered" in p.cancelled_by,
+            "cancel_remediated": "remediated" in p.cancelled_by,
         })  # fmt: skip
         kinds |= {*counted, *cancels, *(["xid"] if codes or cancel_codes else [])}
     reach = max((p.window_s + p.sticky_s for p in rules.patterns), default=0.0)

@@ -88,8 +88,11 @@ class Workflows(_Section):
 
 
 # What a pattern counts: XIDs of a code, XIDs of a catalogue class (its codes that are findings),
-# events of a kind, or a remediation that took (an unhealthy verdict that became healthy again).
-_SIGNAL = r"^(xid:[0-9]{1,6}|xid_class:(application|hardware|driver|unused)|event:[a-z_]{1,40}|recovered)$"
+# events of a kind, a remediation that took (`recovered`: an unhealthy verdict that became healthy again),
+# or one the remediator carried out (`remediated`: a live plan that started on the GPU's node for it).
+_SIGNAL = (
+    r"^(xid:[0-9]{1,6}|xid_class:(application|hardware|driver|unused)|event:[a-z_]{1,40}|recovered|remediated)$"
+)
 Signal = Annotated[str, Field(pattern=_SIGNAL)]
 
 

@@ -202,14 +202,3 @@ async def approve(conn: AsyncConn, plan_id: int, who: str) -> Row | None:
 async def plan_state(conn: AsyncConn, plan_id: int) -> str | None:
     found = await dict_rows_async(conn, "SELECT state FROM remediations WHERE id = %s", (plan_id,))
     return str(found[0]["state"]) if found else None
-
-
-def remediations_per_gpu(conn: SyncConn, since: datetime) -> dict[str, int]:
-    """Live plans that took each GPU's node out since `since`, per GPU (the repeated-repair rule's count)."""
-    found = tuple_rows(
-        conn,
-        "SELECT g, count(*) FROM remediations, unnest(gpu_uuids) g WHERE NOT dry_run AND created_at > %s"
-        " AND state <> 'held' GROUP BY g",
-        (since,),
-    )
-    return {str(g): int(n) for g, n in found}

@@ -37,8 +37,9 @@ class FeatureWindows:
     workflow_codes: tuple[int, ...] = ()
     workflow_s: int = 86400  # how far back their events are read
     events_per_code: int = 20  # at most this many of each code per GPU, newest first
-    # pattern rules: what each counts and cancels on ([{idx, kinds, codes, recovered, reach_s, burst_s,
-    # cancel_kinds, cancel_codes, cancel_recovered}]), the event kinds any reads, how far back any looks
+    # pattern rules: what each counts and cancels on ([{idx, kinds, codes, recovered, remediated, reach_s,
+    # burst_s, cancel_kinds, cancel_codes, cancel_recovered, cancel_remediated}]), the event kinds any
+    # reads, how far back any looks
     patterns: tuple[dict[str, Any], ...] = ()
     pattern_kinds: tuple[str, ...] = ()
     pattern_reach_s: float = 0.0
@@ -231,24 +232,29 @@ ORDER BY gpu_uuid, code, time DESC
 _PATTERNS = """
 WITH p AS (
     SELECT * FROM jsonb_to_recordset(%(patterns)s::jsonb) AS p(
-        idx int, kinds text[], codes int[], recovered boolean, reach_s float8, burst_s float8,
-        cancel_kinds text[], cancel_codes int[], cancel_recovered boolean)
+        idx int, kinds text[], codes int[], recovered boolean, remediated boolean, reach_s float8, burst_s float8,
+        cancel_kinds text[], cancel_codes int[], cancel_recovered boolean, cancel_remediated boolean)
 ), recovered AS (  -- a remediation that took: a subsystem's unhealthy verdict became healthy again
     SELECT gpu_uuid, time, 'recovered'::text AS kind, NULL::int AS code FROM (
         SELECT gpu_uuid, time, state, lag(state) OVER (PARTITION BY gpu_uuid, subsystem ORDER BY time) AS before
         FROM gpu_health WHERE time > %(t)s - 2 * %(pattern_reach)s AND time <= %(t)s
     ) h
     WHERE state = 'healthy' AND before = 'unhealthy' AND time > %(t)s - %(pattern_reach)s
+), remediated AS (  -- a live plan of the remediator's that started on the GPU's node for it (schema/0030)
+    SELECT g AS gpu_uuid, created_at AS time, 'remediated'::text AS kind, NULL::int AS code
+    FROM remediations, unnest(gpu_uuids) g
+    WHERE NOT dry_run AND held_for IS NULL AND created_at > %(t)s - %(pattern_reach)s AND created_at <= %(t)s
 ), ev AS (
     SELECT gpu_uuid, time, kind, CASE WHEN kind = 'xid' THEN (details->>'xid')::int END AS code
     FROM gpu_events
     WHERE time > %(t)s - %(pattern_reach)s AND time <= %(t)s AND kind = ANY(%(pattern_kinds)s::text[])
 ), signals AS (
-    SELECT * FROM ev UNION ALL SELECT * FROM recovered
+    SELECT * FROM ev UNION ALL SELECT * FROM recovered UNION ALL SELECT * FROM remediated
 ), hits AS (
     SELECT p.idx, p.burst_s, s.gpu_uuid, s.time FROM p JOIN signals s
       ON s.time > %(t)s - make_interval(secs => p.reach_s)
-     AND (s.kind = ANY(p.kinds) OR s.code = ANY(p.codes) OR (p.recovered AND s.kind = 'recovered'))
+     AND (s.kind = ANY(p.kinds) OR s.code = ANY(p.codes) OR (p.recovered AND s.kind = 'recovered')
+          OR (p.remediated AND s.kind = 'remediated'))
 ), marked AS (  -- a burst: signals each within burst_s of the one before
     SELECT idx, gpu_uuid, time,
            CASE WHEN time - lag(time) OVER w <= make_interval(secs => burst_s) THEN 0 ELSE 1 END AS starts
@@ -263,7 +269,8 @@ SELECT idx, gpu_uuid, false, first, last, lines FROM bursts WHERE n <= %(pattern
 UNION ALL
 SELECT p.idx, s.gpu_uuid, true, max(s.time), max(s.time), count(*) FROM p JOIN signals s
   ON s.time > %(t)s - make_interval(secs => p.reach_s)
- AND (s.kind = ANY(p.cancel_kinds) OR s.code = ANY(p.cancel_codes) OR (p.cancel_recovered AND s.kind = 'recovered'))
+ AND (s.kind = ANY(p.cancel_kinds) OR s.code = ANY(p.cancel_codes) OR (p.cancel_recovered AND s.kind = 'recovered')
+      OR (p.cancel_remediated AND s.kind = 'remediated'))
 GROUP BY p.idx, s.gpu_uuid
 """
 

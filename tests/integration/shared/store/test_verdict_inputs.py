@@ -139,12 +139,23 @@ def test_pattern_signals_fold_into_bursts_in_the_database(conn: psycopg.Connecti
             "INSERT INTO gpu_health (time, gpu_uuid, subsystem, state) VALUES (%s, %s, 'xid', %s)",
             (AS_OF - timedelta(seconds=t), gpu(0), state),
         )
+    # the remediator's plans: one live that started (counted), one dry-run and one held (not counted)
+    for seconds_ago, dry_run, held_for in [(800, False, None), (700, True, None), (600, False, "approval")]:
+        at = AS_OF - timedelta(seconds=seconds_ago)
+        conn.execute(
+            "INSERT INTO remediations (node, gpu_uuids, action, finding, steps, state, held_for, dry_run,"
+            " decision_key, created_at, updated_at, next_at) VALUES ('node-a', %s, 'reset_gpu', 'xid_79',"
+            " '{cordon}', %s, %s, %s, %s, %s, %s, %s)",
+            ([gpu(0)], "held" if held_for else "done", held_for, dry_run, f"k{seconds_ago}", at, at, at),
+        )
     conn.commit()
     patterns = (
         {"idx": 0, "kinds": [], "codes": [95], "recovered": False, "reach_s": 7200.0, "burst_s": 60.0,
          "cancel_kinds": ["gpu_back"], "cancel_codes": [], "cancel_recovered": False},
         {"idx": 1, "kinds": ["gpu_back"], "codes": [], "recovered": True, "reach_s": 7200.0, "burst_s": 0.0,
          "cancel_kinds": [], "cancel_codes": [], "cancel_recovered": False},
+        {"idx": 2, "kinds": [], "codes": [], "recovered": False, "remediated": True, "reach_s": 7200.0,
+         "burst_s": 0.0, "cancel_kinds": [], "cancel_codes": [], "cancel_recovered": False},
     )  # fmt: skip
     windows = replace(WINDOWS, patterns=patterns, pattern_kinds=("gpu_back", "xid"), pattern_reach_s=7200.0)
     rows = verdict_inputs.pattern_signals(conn, windows)
@@ -157,3 +168,5 @@ def test_pattern_signals_fold_into_bursts_in_the_database(conn: psycopg.Connecti
     assert cancel.last == AS_OF - timedelta(seconds=900)
     remediations = sorted(r.last for r in rows if r.idx == 1 and not r.cancel)
     assert remediations == [AS_OF - timedelta(seconds=1000), AS_OF - timedelta(seconds=900)]
+    carried_out = [(r.gpu_uuid, r.last) for r in rows if r.idx == 2]
+    assert carried_out == [(gpu(0), AS_OF - timedelta(seconds=800))]
