@@ -4,7 +4,6 @@ decides nothing."""
 
 from __future__ import annotations
 
-import socket
 import uuid
 from collections.abc import Callable
 
@@ -18,14 +17,9 @@ from shared.models import to_json
 from shared.models_health import AlertResolved
 from shared.models_remediation import parse_remediation
 from tests.helpers.kafka import consume_all
+from tests.helpers.ports import free_port
 from tests.helpers.remediation import T0, add_fleet, gpu_uuid, rows, verdict_finding
 from tests.helpers.service_process import service_process, sigterm
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def messages_read(port: int) -> float:
