@@ -27,6 +27,8 @@ Modules, one per table family:
 - `rollup`: the 1-minute rollup's noted minutes and their refresh (schema/0014).
 - `offsets`: kafka_offsets, every consumer group's position in the database.
 - `deadletters`: sink_dead_letters, recorded with their batch, leased, marked delivered.
-- `workload`: gpu_processes, gpu_process_polls, gpu_process_latest, llm_sessions, llm_server_status.
+- `workload`: gpu_processes, gpu_process_polls, gpu_process_latest, gpu_work_1min, llm_sessions,
+  llm_server_status.
+- `usage`: GPU-hours by job, pod, namespace, user, class or placement over the usage rollups (schema/0050).
 - `verifications`: gpu_verifications, gpu_systems, gpu_systems_latest.
 """

@@ -1,4 +1,4 @@
-"""gpu_processes, gpu_process_polls, gpu_process_latest, llm_sessions, llm_server_status: writes and reads.
+"""gpu_processes, gpu_process_polls, gpu_process_latest, gpu_work_1min, llm_sessions, llm_server_status.
 
 The sink stores each message once: every insert is ON CONFLICT DO NOTHING on
 the table's idempotency key, so a replay adds nothing, and a GPU's latest
@@ -40,7 +40,11 @@ SERVER_COLUMNS = (
     "requests_waiting", "kv_cache_usage_ratio", "ttft_ms", "tpot_ms", "prompt_tokens", "completion_tokens",
 )  # fmt: skip
 # Days kept per table: process listings are operational detail; LLM figures feed capacity planning.
-KEEP_DAYS = {"gpu_processes": 30, "gpu_process_polls": 30, "llm_sessions": 90, "llm_server_status": 90}
+# The usage rollups (schema/0050) are kept a year, as gpu_metrics_1min.
+KEEP_DAYS = {
+    "gpu_processes": 30, "gpu_process_polls": 30, "llm_sessions": 90, "llm_server_status": 90,
+    "gpu_work_1min": 365, "gpu_usage_1min": 365,
+}  # fmt: skip
 
 
 def _insert(table: str, columns: Sequence[str]) -> sql.Composed:
@@ -61,11 +65,22 @@ _UPSERT_LATEST = (
     " gpu_index = EXCLUDED.gpu_index, hostname = EXCLUDED.hostname, process_count = EXCLUDED.process_count"
     " WHERE EXCLUDED.time > gpu_process_latest.time"
 )
+# A new poll's shares of its minute (schema/0050): 1/n to each of its n processes' class and user,
+# 1 to class 'none' for a poll with no process.
+_ADD_WORK = (
+    "INSERT INTO gpu_work_1min (bucket, gpu_uuid, classification, username, polls)"
+    " SELECT public.time_bucket(interval '1 minute', %(t)s::timestamptz), %(g)s, w.c, w.u,"
+    " count(*)::float8 / %(n)s FROM unnest(%(c)s::text[], %(u)s::text[]) AS w(c, u) GROUP BY w.c, w.u"
+    " ON CONFLICT (gpu_uuid, bucket, classification, username)"
+    " DO UPDATE SET polls = gpu_work_1min.polls + EXCLUDED.polls"
+)
+_CLASS, _USER = PROCESS_COLUMNS.index("classification"), PROCESS_COLUMNS.index("username")
 
 
 def insert_process_poll(cur: Cursor, poll: tuple[Any, ...], processes: Sequence[tuple[Any, ...]]) -> int:
     """One GPU's process listing: the poll (POLL_COLUMNS), its GPU's latest, its processes
-    (PROCESS_COLUMNS each). 1 if the poll was new, 0 if stored before."""
+    (PROCESS_COLUMNS each) and, if the poll is new, its shares of the minute in gpu_work_1min.
+    1 if the poll was new, 0 if stored before."""
     with translated(cur.connection):
         cur.execute(_INSERT_POLL, poll)
         inserted = max(cur.rowcount, 0)
@@ -73,6 +88,10 @@ def insert_process_poll(cur: Cursor, poll: tuple[Any, ...], processes: Sequence[
         cur.execute(_UPSERT_LATEST, (gpu_uuid, time, gpu_index, hostname, count))
         if processes:
             cur.executemany(_INSERT_PROCESS, processes)
+        if inserted:
+            classes = [p[_CLASS] for p in processes] or ["none"]
+            users = [p[_USER] for p in processes] or [None]
+            cur.execute(_ADD_WORK, {"t": time, "g": gpu_uuid, "n": len(classes), "c": classes, "u": users})
     return inserted
 
 

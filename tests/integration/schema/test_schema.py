@@ -45,6 +45,8 @@ def test_gpu_metrics_has_every_contract_field_with_its_type(migrated: DatabaseSe
             "gpu_verifications",
             *workload,
             "remediation_events",  # 0030: the remediator's record
+            "gpu_usage_1min",  # 0050
+            "gpu_work_1min",
         }
 
 
