@@ -84,7 +84,7 @@ def test_the_library_installs_alone_with_what_it_declares(wheels: Wheels, tmp_pa
     run(python, "-m", "pip", "install", "--quiet", wheels.library, cwd=tmp_path)
     run(python, "-m", "pip", "check", cwd=tmp_path)
     check = """
-import importlib.util, json, sys
+import importlib.metadata, importlib.util, json, sys
 import gpuhealth.training as t
 from gpuhealth.training import AndonChecker, AndonThresholds, sparkline
 from gpuhealth.andon_rules import DEFAULT_RULES
@@ -95,6 +95,7 @@ print(json.dumps({
     "memory": AndonChecker().thresholds.memory_used_ratio,
     "line": sparkline([1, 2, None, 4], width=4),
     "kafka_loaded": "confluent_kafka" in sys.modules,
+    "readme": importlib.metadata.metadata("gpuhealth-training").json.get("description", ""),
 }))
 """
     seen = json.loads(run(python, "-c", check, cwd=tmp_path))
@@ -104,6 +105,7 @@ print(json.dumps({
     assert seen["memory"] == AndonThresholds.from_rules(RULES).memory_used_ratio
     assert len(seen["line"]) == 4
     assert seen["kafka_loaded"] is False
+    assert seen["readme"] == (REPO / "gpuhealth" / "README.md").read_text()  # its own, not the pipeline's
 
 
 def console_scripts() -> list[str]:

@@ -12,7 +12,7 @@ import pytest
 from shared.topic_registry import ORIGINAL_KEY, TopicSettings
 from tests.paths import REPO
 
-DOCS = sorted([REPO / "README.md", *(REPO / "docs").rglob("*.md")])
+DOCS = sorted([REPO / "README.md", REPO / "gpuhealth" / "README.md", *(REPO / "docs").rglob("*.md")])
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 # Names of what lies outside the repository, written so that this file does not name them itself.
 OUTSIDE = ("../" + "shared", "DESIGN" + ".md")
@@ -99,3 +99,14 @@ def test_the_operators_topic_table_lists_every_topic_of_the_registry_with_its_ke
     assert set(rows) == set(registry), "docs/operating.md's topic table (## Kafka) and the registry differ"
     wrong = {name: rows[name] for name, key in registry.items() if not rows[name].startswith(KEY_WORDS[key])}
     assert not wrong, f"keys the registry does not give: {wrong}"
+
+
+def test_the_contributors_layout_names_every_top_level_folder_and_every_service() -> None:
+    text = (REPO / "docs" / "contributing.md").read_text()
+    layout = text[text.index("## Layout") :].split("```")[1]
+    folders = {p.relative_to(REPO).parts[0] for p in tracked_files() if len(p.relative_to(REPO).parts) > 1}
+    unnamed = [f for f in sorted(folders) if not re.search(rf"^{re.escape(f)}/", layout, re.M)]
+    assert not unnamed, f"docs/contributing.md's Layout does not name {unnamed}"
+    services = [p.parent.name for p in (REPO / "services").glob("*/__main__.py")]
+    line = next(li for li in layout.splitlines() if li.startswith("services/"))
+    assert [s for s in services if s not in line] == [], "a service missing from the Layout's services/ line"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 from pathlib import Path
@@ -28,6 +29,7 @@ from shared.topic_registry import (
     write_json_schemas,
 )
 from shared.topics import project_topics
+from tests.paths import REPO
 
 
 class GpuFlight(BaseModel):
@@ -51,6 +53,15 @@ class WithFlights(TopicSettings):
 
 class FlightSettings(Settings):
     topics: WithFlights = Field(default_factory=WithFlights)
+
+
+def test_the_contributors_doc_shows_this_entry_as_the_whole_diff_of_a_topic() -> None:
+    doc = (REPO / "docs" / "contributing.md").read_text()
+    shown = doc.split("<!-- the topic entry of tests/unit/shared/test_topic_registry.py -->")[1]
+    diff = shown.split("```diff\n", 1)[1].split("```", 1)[0]
+    added = [line.strip().removeprefix("+").strip() for line in diff.splitlines()]
+    entry = [line.strip() for line in inspect.getsource(WithFlights).splitlines()[1:]]  # no class line
+    assert [line for line in added if line] == [line for line in entry if line]
 
 
 def test_an_added_topic_is_created_with_its_partitions_and_retention() -> None:
