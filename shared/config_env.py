@@ -181,20 +181,21 @@ OTHER_VARIABLES: tuple[OtherVariable, ...] = (
 )
 
 
-def _model_in(annotation: Any) -> type[BaseModel] | None:
+def model_in(annotation: Any) -> type[BaseModel] | None:
     """The model an annotation holds (`Section` or `Section | None`), else None."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        models = [m for a in typing.get_args(annotation) if (m := _model_in(a)) is not None]
+        models = [m for a in typing.get_args(annotation) if (m := model_in(a)) is not None]
         return models[0] if len(models) == 1 else None
     return None
 
 
-def _is_mapping(annotation: Any) -> bool:
+def is_mapping(annotation: Any) -> bool:
+    """Whether an annotation is a dict (or an optional one): a setting that takes any key."""
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
-        return any(_is_mapping(a) for a in typing.get_args(annotation))
+        return any(is_mapping(a) for a in typing.get_args(annotation))
     return annotation is dict or origin is dict
 
 
@@ -210,12 +211,12 @@ def accepted_names(model: type[BaseModel], prefix: str = PREFIX) -> tuple[frozen
     for name, field in model.model_fields.items():
         full = (prefix + (field.alias or name)).upper()
         exact.add(full)
-        nested = _model_in(field.annotation)
+        nested = model_in(field.annotation)
         if nested is not None:
             inner_exact, inner_open = accepted_names(nested, full + NESTED)
             exact |= inner_exact
             open_prefixes |= inner_open
-        elif _is_mapping(field.annotation):
+        elif is_mapping(field.annotation):
             open_prefixes.add(full + NESTED)
     return frozenset(exact), frozenset(open_prefixes)
 

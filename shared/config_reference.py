@@ -32,7 +32,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from shared.config import Settings
-from shared.config_env import NESTED, OTHER_VARIABLES, PREFIX, _is_mapping, _model_in, accepted_names
+from shared.config_env import NESTED, OTHER_VARIABLES, PREFIX, accepted_names, is_mapping, model_in
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "configuration.md"
@@ -154,13 +154,13 @@ def _default(field: FieldInfo) -> str:
 def rows(model: type[BaseModel], prefix: str) -> Iterator[Row]:
     for name, field in model.model_fields.items():
         variable = (prefix + (field.alias or name)).upper()
-        nested = _model_in(field.annotation)
+        nested = model_in(field.annotation)
         if nested is not None:
             yield from rows(nested, variable + NESTED)
             continue
         kind = ", ".join([_type_name(field.annotation), *_constraints(field)])
         description = _words(field.description)
-        if _is_mapping(field.annotation):
+        if is_mapping(field.annotation):
             description += f" One key each: `{variable}{NESTED}<key>`."
         yield Row(variable, kind, _default(field), description.strip())
 
@@ -171,7 +171,7 @@ def blocks() -> list[Block]:
     out = []
     for read_by, path in TREES:
         for name, field in load_tree(path).model_fields.items():
-            section = _model_in(field.annotation)
+            section = model_in(field.annotation)
             variable = (PREFIX + (field.alias or name)).upper()
             if section is None or variable in seen:
                 continue

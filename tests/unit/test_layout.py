@@ -1,8 +1,8 @@
 """House rules that a linter cannot say: each service is `python -m services.<name>` with a
 `main() -> int`, services import `shared`, never each other; the users' library (gpuhealth) imports
 no `services` or `shared` module, only what its own distribution installs; no module imports itself
-back through others; a test module imports helpers, never another test module; and no C or C++
-source is in the tree."""
+back through others or another's private names; a test module imports helpers, never another test
+module; and no C or C++ source is in the tree."""
 
 from __future__ import annotations
 
@@ -180,6 +180,18 @@ def test_no_module_imports_itself_back_through_others() -> None:
                 trail.append(following)
                 stack.append((following, iter(graph[following])))
     assert not circles, "import circles:\n" + "\n".join(circles)
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    """What a module keeps private (a leading `_`) stays in it: a name two modules share is public."""
+    modules = project_modules()
+    for name, path in sorted(modules.items()):
+        if name.startswith("tests."):
+            continue  # a test may reach into what it tests
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.level > 0 or (node.module or "") in modules):
+                private = [a.name for a in node.names if a.name[:1] == "_" and a.name[:2] != "__"]
+                assert not private, f"{path.relative_to(REPO)} imports {private} from {node.module}"
 
 
 def test_a_test_module_imports_helpers_never_another_test_module() -> None:
