@@ -52,7 +52,7 @@ case ${1:-status} in
     "$here/services.sh" status || true
     echo "  REST API:     http://127.0.0.1:$GPUHEALTH_API_PORT/api/v1/fleet/summary  (OpenAPI: http://127.0.0.1:$GPUHEALTH_API_PORT/docs)"
     echo "  mock fleet:   http://127.0.0.1:$GPUHEALTH_MOCK_BASE_PORT/metrics ... :$((GPUHEALTH_MOCK_BASE_PORT + 3)) (admin, faults, ground truth: :$GPUHEALTH_MOCK_ADMIN_PORT)"
-    echo "  metrics:      collector :$GPUHEALTH_COLLECTOR_METRICS_PORT, sink :$GPUHEALTH_SINK_METRICS_PORT, scorer :$GPUHEALTH_SCORER_METRICS_PORT, remediator :$GPUHEALTH_REMEDIATOR_METRICS_PORT (/metrics)"
+    echo "  metrics:      collector :$GPUHEALTH_COLLECTOR_METRICS_PORT, sink :$GPUHEALTH_SINK_METRICS_PORT, scorer :$GPUHEALTH_SCORER_METRICS_PORT, remediator :$GPUHEALTH_REMEDIATOR_METRICS_PORT, lifecycle :$GPUHEALTH_LIFECYCLE_METRICS_PORT (/metrics)"
     echo "  logs:         $logs/"
     echo "  watch Kafka:  make kafka-console-consumer TOPIC=gpu-metrics-raw"
     echo "  database:     make psql   (try: SELECT * FROM v_fleet_health_summary;)"

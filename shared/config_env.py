@@ -116,6 +116,12 @@ OTHER_VARIABLES: tuple[OtherVariable, ...] = (
     OtherVariable(
         "GPUHEALTH_REMEDIATOR_METRICS_PORT", "`9503`", _NATIVE, "The remediator's `/metrics` (`make up`)."
     ),
+    OtherVariable(
+        "GPUHEALTH_LIFECYCLE_METRICS_PORT",
+        "`9505`",
+        _NATIVE,
+        "The lifecycle decisions' `/metrics` (`make up`).",
+    ),
     OtherVariable("GPUHEALTH_API_PORT", "`8000`", f"{_NATIVE}, {_COMPOSE}", "The API's port on the host."),
     OtherVariable(
         "GPUHEALTH_MOCK_OLLAMA_PORT", "`11434`", _NATIVE, "The stand-in Ollama's port (`make up`)."

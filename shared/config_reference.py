@@ -50,6 +50,7 @@ TREES: tuple[tuple[str, str], ...] = (
     ("`python -m services.api`", "services.api.settings:ApiSettings"),
     ("`python -m services.llm_monitor`", "services.llm_monitor.__main__:LlmSettings"),
     ("`python -m services.mock_ollama`", "services.mock_ollama.__main__:MockOllamaSettings"),
+    ("`python -m services.lifecycle`", "services.lifecycle.settings:LifecycleSettings"),
 )
 
 MASK = "**********"

@@ -40,6 +40,7 @@ from gpuhealth.contract.training import TrainingAlert
 from shared.models import GpuEvent, GpuSample
 from shared.models_deadletter import DeadLetterHeaders
 from shared.models_health import AlertOpened, AlertResolved, HealthVerdict
+from shared.models_lifecycle import LifecycleDecision
 from shared.models_remediation import RemediationRecord
 from shared.models_verify import SystemIdentity, VerificationRecord
 from shared.models_workload import GpuProcesses, LlmServerStatus, LlmSession
@@ -208,6 +209,11 @@ class TopicSettings(BaseModel):
         ),
     ] = "gpu-systems"
     """Each node's hardware and driver identity, at collector start and on change."""
+    lifecycle: Annotated[
+        TopicName,
+        Topic(Message(LifecycleDecision, "gpu-lifecycle.v1.schema.json"), key="gpu_uuid", keep=Keep.AUDIT),
+    ] = "gpu-lifecycle"
+    """Each GPU's lifecycle decision at each run (keep, reset, RMA or repair, repurpose, retire), priced."""
     remediations: Annotated[
         TopicName,
         Topic(Message(RemediationRecord, "gpu-remediation.v1.schema.json"), key="gpu_uuid", keep=Keep.AUDIT),

@@ -1,4 +1,4 @@
-"""`gpuhealth`: the fleet, one GPU, the alerts, the action ladder and the remediator, in a terminal.
+"""`gpuhealth`: the fleet, one GPU, the alerts, the action ladder, the remediator and lifecycle decisions.
 
 A thin client of the REST API (--url or GPUHEALTH_URL, default
 http://127.0.0.1:8000; --key or GPUHEALTH_API_KEY for acknowledging and for
@@ -198,6 +198,41 @@ def approve(client: httpx.Client, plan_id: int, key: str | None, by: str) -> str
     return f"remediation #{done['id']} ({done['action']} on {done['node']}) approved by {done['approved_by']}"
 
 
+def lifecycle(client: httpx.Client, decision: str | None, host: str | None, limit: int) -> str:
+    filters = {k: v for k, v in {"decision": decision, "host": host}.items() if v}
+    body = get(client, "/api/v1/lifecycle", limit=limit, **filters)
+    run = body["run"]
+    if run is None:
+        return "no lifecycle decisions yet (is `python -m services.lifecycle` running?)"
+    money = run["currency"]
+    lines = [
+        f"decided {run['time'][:16].replace('T', ' ')} UTC over {run['horizon_days']:g} days, "
+        f"{run['gpus']} GPUs, inventory {run['inventory_rows']} rows ({run['inventory_problems']} refused)"
+    ]
+    lines += [f"  missing for the whole fleet: {m['input']}: {m['why']}" for m in run["missing_inputs"]]
+    lines += [f"  {line}" for line in body["totals"]["said"]] or ["  every GPU: keep"]
+    lines += ["", f"{'host':<16}{'gpu_uuid':<16}{'decision':<11}{'waiting/day':>12}{'cost':>10}{'p30':>6}"
+              f"  {'warranty':<11}why"]  # fmt: skip
+    for d in body["decisions"]:
+        p30 = "-" if d["p_fail_30d"] is None else f"{d['p_fail_30d']:.2f}"
+        cost = "-" if d["expected_cost"] is None else f"{d['expected_cost']:,.0f}"
+        lines.append(
+            f"{(d['hostname'] or '-')[:15]:<16}{d['gpu_uuid'][:15]:<16}{d['decision']:<11}"
+            f"{d['cost_of_waiting_per_day']:>12,.2f}{cost:>10}{p30:>6}  {d['warranty_end'] or '-':<11}"
+            f"{d['why']}"
+        )
+    more = f" ({body['total'] - len(body['decisions'])} more: --limit)" if body["next_cursor"] else ""
+    return "\n".join([*lines, f"amounts in {money}{more}"])
+
+
+def lifecycle_csv(client: httpx.Client, decision: str | None, host: str | None) -> bytes:
+    filters = {k: v for k, v in {"decision": decision, "host": host}.items() if v}
+    response = client.get("/api/v1/lifecycle/export.csv", params=filters)
+    if response.is_error:
+        raise RefusedError(response)
+    return response.content
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpuhealth", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
@@ -230,7 +265,22 @@ def main(argv: list[str] | None = None) -> int:
             "--key", default=os.environ.get("GPUHEALTH_API_KEY"), help="default: $GPUHEALTH_API_KEY"
         )
         sub.add_argument("--by", default=os.environ.get("USER", "cli"), help="who does it")
-    for sub in (p_fleet, p_gpu, p_alerts, p_ack, p_actions, p_plans, p_status, *writes):  # --url after it too
+    p_life = commands.add_parser("lifecycle", help="keep, reset, RMA or repair, repurpose, retire: priced")
+    p_life.add_argument("--decision", help="only this decision (keep, reset, rma, repair, repurpose, ...)")
+    p_life.add_argument("--host", help="only this host")
+    p_life.add_argument("--limit", type=int, default=50, help="how many GPUs, the dearest wait first")
+    p_life.add_argument("--csv", metavar="FILE", help="write the whole list as CSV to FILE (- for stdout)")
+    for sub in (
+        p_fleet,
+        p_gpu,
+        p_alerts,
+        p_ack,
+        p_actions,
+        p_plans,
+        p_status,
+        *writes,
+        p_life,
+    ):  # --url after
         sub.add_argument("--url", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:
@@ -251,6 +301,15 @@ def main(argv: list[str] | None = None) -> int:
                 print(operate(client, args.command, args.key, args.by))
             elif args.command == "approve":
                 print(approve(client, args.plan_id, args.key, args.by))
+            elif args.command == "lifecycle" and args.csv:
+                exported = lifecycle_csv(client, args.decision, args.host)
+                if args.csv == "-":
+                    sys.stdout.buffer.write(exported)
+                else:
+                    with open(args.csv, "wb") as f:
+                        f.write(exported)
+            elif args.command == "lifecycle":
+                print(lifecycle(client, args.decision, args.host, args.limit))
             else:
                 print(acknowledge(client, args.alert_id, args.key, args.by))
     except RefusedError as e:

@@ -20,6 +20,7 @@ from pydantic_core import PydanticCustomError
 
 from shared.models import GPU_UUID_PATTERN, EventKind
 from shared.models_health import ALERT_STATES, AlertSeverity, HealthState
+from shared.models_lifecycle import DECISIONS
 from shared.models_verify import Outcome, RecordKind
 from shared.store.fleet import SORTS
 
@@ -148,6 +149,20 @@ class PlansQuery(PageQuery):
 
 class FleetProcessesQuery(QueryModel):
     hostname: Label = None
+
+
+class LifecycleFilters(QueryModel):
+    """Which of the newest run's decisions: of one kind, on one host, whose waiting costs at least so much."""
+
+    decision: Literal[DECISIONS] | None = None  # type: ignore[valid-type]
+    host: Label = None
+    min_waiting: Annotated[
+        float, Field(ge=0, le=1e12, description="only GPUs whose waiting costs at least this much per day")
+    ] = 0.0
+
+
+class LifecycleQuery(LifecycleFilters, PageQuery):
+    pass
 
 
 def _utc(value: datetime) -> datetime:

@@ -26,10 +26,11 @@ from fastapi.staticfiles import StaticFiles
 from shared.models_health import ACTION_REASONS, LADDER
 
 from .deps import State
-from .parameters import AlertsQuery, GpuListQuery
+from .parameters import AlertsQuery, GpuListQuery, LifecycleQuery
 from .routes.alerts import alert_list
 from .routes.fleet import summary_json
 from .routes.gpus import gpu_list_json
+from .routes.lifecycle import lifecycle_decisions
 
 STATIC = Path(__file__).parent / "static"
 MARK = {"healthy": "✓", "degraded": "!", "unhealthy": "✕", None: "?"}
@@ -106,6 +107,25 @@ def alert_rows(alerts: list[dict[str, Any]]) -> str:
     )
 
 
+def lifecycle_said(body: dict[str, Any]) -> str:
+    """The lifecycle panel's summary: one line per decision that acts, or why there is none."""
+    if body["run"] is None:
+        return "no lifecycle decisions yet"
+    said = body["totals"]["said"] or ["every GPU: keep"]
+    return "<br>".join(escape(line) for line in said)
+
+
+def lifecycle_rows(body: dict[str, Any]) -> str:
+    currency = body["run"]["currency"] if body["run"] else ""
+    return "".join(
+        f'<tr data-uuid="{escape(d["gpu_uuid"])}"><td>{escape(d["hostname"] or "?")}</td>'
+        f"<td><b>{escape(d['decision'])}</b></td>"
+        f"<td>{d['cost_of_waiting_per_day']:,.2f} {escape(currency)}</td><td>{escape(d['why'])}</td></tr>"
+        for d in body["decisions"]
+        if d["decision"] != "keep"
+    )
+
+
 def ladder_items() -> str:
     """The action ladder (shared.models_health), one list item per rung; the script reads `data-why`."""
     why = {a: escape(ACTION_REASONS[a]) for a in LADDER}
@@ -123,6 +143,7 @@ async def render_page(state: State, template: str) -> str:
         if not listed["gpus"] or len(gpus) >= listed["total"]:
             break
     alerts = (await alert_list(state.db, AlertsQuery(limit=50))).model_dump(mode="json")
+    decided = (await lifecycle_decisions(state.db, LifecycleQuery(limit=10))).model_dump(mode="json")
     stats = {f"s-{k}": summary[k] for k in ("gpus", "healthy", "degraded", "unhealthy", "missing")}
     stats["s-power"] = "–" if summary["power_w"] is None else f"{summary['power_w']:,.0f}"
     page = template
@@ -130,6 +151,8 @@ async def render_page(state: State, template: str) -> str:
         page = page.replace(f'<b id="{key}">–</b>', f'<b id="{key}">{escape(str(value))}</b>')
     page = page.replace("<!--GRID-->", grid(gpus)).replace("<!--ALERTS-->", alert_rows(alerts["alerts"]))
     page = page.replace("<!--LADDER-->", ladder_items())
+    page = page.replace("<!--LIFECYCLE-SAID-->", lifecycle_said(decided))
+    page = page.replace("<!--LIFECYCLE-->", lifecycle_rows(decided))
     return page.replace("<!--ALERT-TOTAL-->", str(alerts["total"]))
 
 

@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from services.api.settings import ApiSettings
 from services.collector.__main__ import CollectorSettings
+from services.lifecycle.settings import LifecycleSettings
 from services.mock_dcgm.__main__ import MockDcgmSettings
 from services.remediator.settings import RemediatorSettings
 from services.scorer.__main__ import ScorerSettings
@@ -31,7 +32,7 @@ SERVICE_SETTINGS: dict[str, type[Settings]] = {
     "mock": MockDcgmSettings, "collector-0": CollectorSettings, "collector-1": CollectorSettings,
     "collector-2": CollectorSettings, "collector-3": CollectorSettings, "collector-gpu": CollectorSettings,
     "collector-nvml": CollectorSettings, "sink": SinkSettings, "scorer": ScorerSettings, "api": ApiSettings,
-    "remediator": RemediatorSettings,
+    "remediator": RemediatorSettings, "lifecycle": LifecycleSettings,
 }  # fmt: skip
 
 

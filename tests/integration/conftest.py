@@ -197,6 +197,30 @@ def api_schema(served_api: str) -> Any:
 
 
 @pytest.fixture
+def lifecycle_decided(
+    scored: dict[str, Any],
+    kafka_settings: KafkaSettings,
+    migrated: DatabaseSettings,
+    topic_factory: Callable[..., str],
+) -> dict[str, Any]:
+    """`scored`, then one run of the lifecycle service over it (no inventory file): its decisions by GPU."""
+    from prometheus_client import CollectorRegistry
+
+    from services.lifecycle.loop import LifecycleLoop
+    from services.lifecycle.settings import LifecycleSettings
+    from shared.kafka import JsonProducer, make_producer
+
+    settings = LifecycleSettings(kafka=kafka_settings, db=migrated, topics=isolated_topics(topic_factory))
+    loop = LifecycleLoop(
+        settings, producer=JsonProducer(make_producer(kafka_settings)), registry=CollectorRegistry()
+    )
+    result = loop.run_once("once")
+    assert result is not None
+    loop.producer.flush(30)
+    return {r["gpu_uuid"]: r for r in result.rows}
+
+
+@pytest.fixture
 def scored(
     kafka_settings: KafkaSettings, migrated: DatabaseSettings, topic_factory: Callable[..., str]
 ) -> dict[str, Any]:

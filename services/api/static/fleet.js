@@ -114,6 +114,22 @@ function drawRemediations(modes, plans) {
   $("remediations").querySelector("tbody").replaceWith(body);
 }
 
+function drawLifecycle(body) {
+  const said = body.run ? (body.totals.said.length ? body.totals.said : ["every GPU: keep"]) : ["no lifecycle decisions yet"];
+  $("lc-said").replaceChildren(...said.flatMap((line, i) => (i ? [make("br"), line] : [line])));
+  const money = body.run ? body.run.currency : "";
+  const rows = document.createElement("tbody");
+  for (const d of body.decisions.filter((x) => x.decision !== "keep")) {
+    const tr = make("tr"); tr.dataset.uuid = d.gpu_uuid;
+    const decision = make("td"); decision.append(make("b", "", d.decision));
+    tr.append(make("td", "", d.hostname || "?"), decision,
+              make("td", "", `${d.cost_of_waiting_per_day.toLocaleString("en", { minimumFractionDigits: 2, maximumFractionDigits: 2 })} ${money}`),
+              make("td", "", d.why));
+    rows.append(tr);
+  }
+  $("lc-table").querySelector("tbody").replaceWith(rows);
+}
+
 async function refresh() {
   const s = await api("/fleet/summary");
   for (const k of ["gpus", "healthy", "degraded", "unhealthy", "missing"]) text($("s-" + k), s[k]);
@@ -129,6 +145,7 @@ async function refresh() {
   drawAlerts(listed.alerts, listed.total);
   const [remediator, plans] = await Promise.all([api("/remediator"), api("/remediations?state=all&limit=20")]);
   drawRemediations(remediator.modes, plans.remediations);
+  drawLifecycle(await api("/lifecycle?limit=10"));
   if (openGpu) await showGpu(openGpu);
   text($("s-updated"), "live · updated " + new Date().toISOString().slice(11, 19) + " UTC");
 }
@@ -241,6 +258,9 @@ async function showGpu(uuid) {
     charts.append(box);
     drawChart(box, series.points, key, series.from, series.to);
   }
+  const decided = (await api(`/gpus/${enc}/lifecycle?limit=1`)).decisions[0];
+  text($("d-lifecycle"), decided ? `${decided.decision}: ${decided.why}` +
+       (decided.missing.length ? ` (missing: ${decided.missing.map((m) => m.input).join("; ")})` : "") : "no lifecycle decision yet");
   const hist = await api(`/gpus/${enc}/history?limit=50`);
   const hbody = document.createElement("tbody");
   if (!hist.history.length) hbody.append(make("tr", "", "no changes recorded"));
@@ -261,6 +281,7 @@ function opener(ev) {
 $("grid").addEventListener("click", opener);
 $("grid").addEventListener("keydown", opener);
 $("alerts").addEventListener("click", opener);
+$("lc-table").addEventListener("click", opener);
 $("filter").addEventListener("input", applyFilter);
 $("state-filter").addEventListener("change", applyFilter);
 $("api-key").value = sessionStorage.getItem("gpuhealth-key") || "";

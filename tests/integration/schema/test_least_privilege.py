@@ -23,6 +23,7 @@ READS = [
     "gpu_metrics", "gpu_latest", "gpu_events", "gpu_assets", "gpu_metrics_1min", "v_gpu_metrics_1min",
     "gpu_health", "gpu_health_current", "gpu_status", "gpu_alerts", "gpu_failure_predictions",
     "v_latest_gpu_metrics", "v_fleet_health_summary", "gpu_usage_1min", "gpu_work_1min",
+    "lifecycle_decisions", "lifecycle_runs", "lifecycle_inventory", "lifecycle_inventory_problems",
 ]  # fmt: skip
 
 # Every one is a write, or a way around the API key, that the reader once had or might try.

@@ -47,6 +47,7 @@ def test_gpu_metrics_has_every_contract_field_with_its_type(migrated: DatabaseSe
             "remediation_events",  # 0030: the remediator's record
             "gpu_usage_1min",  # 0050
             "gpu_work_1min",
+            "lifecycle_decisions",  # 0060: every GPU's lifecycle decision over time
         }
 
 

@@ -56,7 +56,7 @@ def test_project_topics_follow_configuration() -> None:
     specs = {s.name: s for s in project_topics(topics)}
     assert set(specs) == {
         "raw", "gpu-events", "gpu-health", "gpu-alerts", "gpu-dead-letters", "gpu-verifications",
-        "gpu-systems", "gpu-processes", "llm-sessions", "gpu-remediations",
+        "gpu-systems", "gpu-processes", "llm-sessions", "gpu-remediations", "gpu-lifecycle",
     }  # fmt: skip
     assert all(s.partitions == 12 for s in specs.values())
     assert specs["raw"].config["retention.ms"] == "86400000"

@@ -18,6 +18,7 @@ from gpuhealth.contract.wire_time import wire_time
 from shared import models
 from shared.models_deadletter import DeadLetterHeaders, dead_letter_headers, parse_dead_letter_headers
 from shared.models_health import parse_alert, parse_health_verdict
+from shared.models_lifecycle import parse_lifecycle_decision
 from shared.models_remediation import parse_remediation
 from shared.models_verify import HostIdentity, SystemIdentity, parse_system, parse_verification, record_json
 from shared.models_workload import parse_gpu_processes, parse_llm_message
@@ -88,6 +89,14 @@ EXAMPLES: dict[str, tuple[Callable[[bytes], BaseModel], dict[str, Any], list[tup
         "remediation_id": 1, "gpu_uuid": UUID, "node": "n1", "action": "reset_gpu", "step": "cordon",
         "driver": "kubernetes", "status": "ok", "dry_run": False, "reason": None, "seconds": 0.1,
         "answers": None, "response": {},
+    }, [("time",)]),
+    "lifecycle": (parse_lifecycle_decision, {
+        "schema_version": 1, "time": T, "gpu_uuid": UUID, "serial": None, "hostname": "n1", "model": None,
+        "decision": "rma", "expected_cost": 1440.13, "keep_cost": 2412.24, "cost_of_waiting_per_day": 32.4,
+        "p_fail_30d": 0.3, "warranty_end": "2026-12-01", "currency": "USD", "horizon_days": 30.0, "why": "w",
+        "options": [{"option": "rma", "expected_cost": 1440.13, "parts": {"downtime": 861.34}, "note": ""}],
+        "terms": [{"name": "p_fail_30d", "value": 0.3, "source": "predictor"}],
+        "missing": [{"input": "spares on hand", "assumed": False, "effect": "rma from False to True"}],
     }, [("time",)]),
 }  # fmt: skip
 

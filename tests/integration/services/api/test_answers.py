@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from services.api.answers.alerts import AlertRow
 from services.api.answers.gpus import Asset, LatestSample
+from services.api.answers.lifecycle import InventoryProblem, InventoryRow, LifecycleDecisionRow, LifecycleRun
 from services.api.answers.remediations import Control, PlanDetail
 from services.api.answers.workload import GpuProcesses
 from shared.config import DatabaseSettings
@@ -25,6 +26,10 @@ WHOLE_ROWS: dict[type[BaseModel], tuple[str, set[str]]] = {
     GpuProcesses: ("gpu_process_latest", {"processes"}),  # a GPU's process listing
     PlanDetail: ("remediations", {"events"}),  # one remediation plan
     Control: ("remediation_control", set()),  # the remediator's pause and breaker
+    LifecycleDecisionRow: ("lifecycle_decisions", set()),  # the lifecycle ranking, a GPU's decisions
+    LifecycleRun: ("lifecycle_runs", set()),  # the newest run
+    InventoryRow: ("lifecycle_inventory", set()),  # the inventory
+    InventoryProblem: ("lifecycle_inventory_problems", set()),
 }
 
 

@@ -171,3 +171,29 @@ def test_an_sre_filters_opens_a_faulted_gpu_reads_its_evidence_and_acknowledges_
     ).json()
     assert [(a["id"], a["acknowledged_by"]) for a in stored["alerts"]] == [(alert_id, "fleet-page")]
     assert len(browser.find_elements(By.CSS_SELECTOR, row)) == 1  # the XID alert is still open to acknowledge
+
+
+def test_the_lifecycle_panel_is_drawn_by_the_server_and_opens_the_gpu_it_names(
+    served_api: str, scored: dict[str, Any], browser: WebDriver, lifecycle_decided: dict[str, Any]
+) -> None:
+    html = httpx.get(served_api + "/", timeout=30).text
+    said = re.search(r'<p id="lc-said">(.*?)</p>', html, re.S)
+    assert said is not None
+    acting = {u: d for u, d in lifecycle_decided.items() if d["decision"] != "keep"}
+    assert scored["sick"] in acting, lifecycle_decided  # the GPU with a double-bit error is not kept
+    for uuid in acting:
+        assert f'<tr data-uuid="{uuid}">' in html
+    assert "GPU" in said.group(1)
+    assert 'href="/api/v1/lifecycle/export.csv"' in html
+
+    browser.get(served_api + "/?refresh_s=0")
+    wait = WebDriverWait(
+        browser, 30, ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)
+    )
+    wait.until(lambda d: "live" in d.find_element(By.ID, "s-updated").text)
+    browser.find_element(By.CSS_SELECTOR, f'#lc-table tr[data-uuid="{scored["sick"]}"]').click()
+    wait.until(lambda d: d.find_element(By.ID, "detail").get_attribute("data-loaded") == scored["sick"])
+    detail = browser.find_element(By.ID, "d-lifecycle").text
+    assert detail.startswith(f"{acting[scored['sick']]['decision']}: ")
+    assert "missing: " in detail  # no inventory file: the warranty, the price, ... are listed
+    shot(browser, "fleet-page-5-lifecycle.png")

@@ -27,6 +27,8 @@ from services.api.parameters import (
     EventsQuery,
     FleetProcessesQuery,
     GpuListQuery,
+    LifecycleFilters,
+    LifecycleQuery,
     NoQuery,
     PageQuery,
     PlansQuery,
@@ -44,7 +46,8 @@ from shared.config import DatabaseSettings
 
 MODELS: list[type[QueryModel]] = [
     NoQuery, GpuListQuery, SeriesQuery, EventsQuery, AlertsQuery, PredictionsQuery, PageQuery,
-    VerificationsQuery, SystemsQuery, FleetProcessesQuery, WindowQuery, PlansQuery,
+    VerificationsQuery, SystemsQuery, FleetProcessesQuery, WindowQuery, PlansQuery, LifecycleFilters,
+    LifecycleQuery,
 ]  # fmt: skip
 # Each model's integer and float fields with their bounds: (field, lowest, highest).
 BOUNDS: dict[type[QueryModel], list[tuple[str, float, float]]] = {
@@ -56,6 +59,8 @@ BOUNDS: dict[type[QueryModel], list[tuple[str, float, float]]] = {
     VerificationsQuery: [("limit", 1, 1000)],
     SystemsQuery: [("limit", 1, 10_000)],
     PlansQuery: [("limit", 1, 1000)],
+    LifecycleFilters: [("min_waiting", 0, 1e12)],
+    LifecycleQuery: [("limit", 1, 1000), ("min_waiting", 0, 1e12)],
 }
 NAMES = st.text(st.characters(codec="utf-8"), min_size=0, max_size=30)
 
