@@ -13,17 +13,9 @@ from __future__ import annotations
 from datetime import date
 from typing import Annotated, Literal, get_args
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
-from gpuhealth.contract.base import (
-    UNSTATED,
-    GpuUuid,
-    StrictModel,
-    UtcTime,
-    Version,
-    parse_message,
-    version_required,
-)
+from gpuhealth.contract.base import GpuUuid, StrictModel, TopicMessage, UtcTime, parse_message
 
 DecisionName = Literal["keep", "reset", "rma", "repair", "repurpose", "retire", "undecided"]
 DECISIONS: tuple[DecisionName, ...] = get_args(DecisionName)
@@ -52,12 +44,9 @@ class MissingInput(StrictModel):
     effect: Text
 
 
-class LifecycleDecision(StrictModel):
+class LifecycleDecision(TopicMessage):
     """One GPU's lifecycle decision at one run (gpu-lifecycle, keyed by GPU UUID)."""
 
-    model_config = ConfigDict(json_schema_extra=version_required)
-
-    schema_version: Version = UNSTATED
     time: UtcTime  # the run's
     gpu_uuid: GpuUuid
     serial: Text | None
