@@ -18,7 +18,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from shared.config import DatabaseSettings
-from shared.db import connect
 from shared.store import remediation as store
 from shared.store import remediation_ledger as ledger
 from shared.store.errors import translated
@@ -27,6 +26,7 @@ from shared.store.results import Row
 
 from .decide import open_plan
 from .drivers.base import DriverError
+from .held import HeldConnection
 from .policy import Policy
 from .record import event
 from .steps import StepContext, StepResult, Steps
@@ -54,11 +54,15 @@ class Executor:
         batch: int = 50,
     ) -> None:
         self.db, self.policy, self.steps, self.dry_run = db, policy, steps, dry_run
+        self.held = HeldConnection(db)
         self.retry_s, self.batch = retry_s, batch
+
+    def close(self) -> None:
+        self.held.close()
 
     def run_due(self) -> list[Advanced]:
         """One look at every plan that is due; what each did."""
-        with connect(self.db) as conn:
+        with self.held.session() as conn:
             if ledger.control(conn, self.dry_run)["paused"]:
                 return []
             due = store.due_plans(conn, dry_run=self.dry_run, now=datetime.now(UTC), limit=self.batch)

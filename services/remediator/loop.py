@@ -22,17 +22,16 @@ import confluent_kafka
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from shared.config import DatabaseSettings, TopicSettings
-from shared.db import connect
 from shared.errors import ContractError, DataRefusedError, GpuHealthError
 from shared.kafka import JsonProducer, close_consumer
 from shared.models_health import parse_alert, parse_health_verdict
 from shared.store import remediation_ledger as ledger
 from shared.store.errors import translated
-from shared.store.remediation import SyncConn
 
 from .decide import Decided, decide
 from .executor import Executor
 from .findings import Finding, NodeMap, from_alert, from_verdict
+from .held import HeldConnection
 from .policy import Policy
 from .record import Outbox
 
@@ -88,6 +87,7 @@ class RemediatorLoop:
         self.db, self.topics, self.policy, self.nodes, self.dry_run = db, topics, policy, nodes, dry_run
         self.consumer, self.producer, self.executor = consumer, producer, executor
         self.outbox = Outbox(db=db, producer=producer, topic=topics.remediations)
+        self.held = HeldConnection(db)
         self.metrics = RemediatorMetrics(registry)
         self.metrics.dry_run.set(1 if dry_run else 0)
         self.batch_size, self.poll_timeout_s, self.on_close = batch_size, poll_timeout_s, on_close
@@ -108,6 +108,9 @@ class RemediatorLoop:
                 log.warning("records left unpublished at stop (sent at the next start): %s", e)
             self.producer.close()
             close_consumer(self.consumer)
+            self.held.close()
+            self.outbox.held.close()
+            self.executor.close()
             self.on_close()
 
     def close_unstarted(self) -> None:
@@ -156,15 +159,14 @@ class RemediatorLoop:
         positions: dict[tuple[str, int], int] = {}  # the next offset to commit, per partition
         done = 0
         try:
-            with connect(self.db) as conn:
-                for message in messages:
-                    error = message.error()
-                    if error is None:
-                        self._decide_one(conn, message)
-                        positions[_where(message)] = int(message.offset() or 0) + 1
-                    elif error.code() != confluent_kafka.KafkaError._PARTITION_EOF:
-                        log.warning("kafka: %s", error.str())
-                    done += 1
+            for message in messages:
+                error = message.error()
+                if error is None:
+                    self._decide_one(message)
+                    positions[_where(message)] = int(message.offset() or 0) + 1
+                elif error.code() != confluent_kafka.KafkaError._PARTITION_EOF:
+                    log.warning("kafka: %s", error.str())
+                done += 1
         finally:
             self._commit(positions)
             rewind: dict[tuple[str, int], int] = {}  # what was fetched but not decided: read again, in order
@@ -174,25 +176,25 @@ class RemediatorLoop:
             for (topic, partition), offset in rewind.items():
                 self.consumer.seek(confluent_kafka.TopicPartition(topic, partition, offset))
 
-    def _decide_one(self, conn: SyncConn, message: confluent_kafka.Message) -> None:
+    def _decide_one(self, message: confluent_kafka.Message) -> None:
         finding = self.findings(message)
         if finding is None:
             return
+        if finding.action == "none":  # most verdicts: healthy again, or nothing to do; no database asked
+            self._count(str(message.topic()), Decided(""))
+            return
         for attempt in (1, 2):
             try:
-                decided = decide(
-                    conn,
-                    finding,
-                    policy=self.policy,
-                    nodes=self.nodes,
-                    dry_run=self.dry_run,
-                    now=datetime.now(UTC),
-                )
-                with translated(conn):
-                    conn.commit()
+                with self.held.session() as conn:
+                    now = datetime.now(UTC)
+                    decided = decide(
+                        conn, finding, policy=self.policy, nodes=self.nodes, dry_run=self.dry_run, now=now
+                    )
+                    with translated(conn):
+                        conn.commit()
                 break
             except DataRefusedError:
-                conn.rollback()  # another remediator opened the node's plan meanwhile: join it
+                # another remediator opened the node's plan meanwhile: decide again, joining it
                 if attempt == 2:
                     raise
         self._count(str(message.topic()), decided)
@@ -214,7 +216,7 @@ class RemediatorLoop:
     def step_plans(self) -> None:
         for advanced in self.executor.run_due():
             self.metrics.steps.labels(advanced.step or "end", advanced.next).inc()
-        with connect(self.db) as conn:
+        with self.held.session() as conn:
             control = ledger.control(conn, self.dry_run)
         self.metrics.breaker_open.set(1 if control["breaker"] == "open" else 0)
         self.metrics.paused.set(1 if control["paused"] else 0)

@@ -19,7 +19,6 @@ from typing import Any
 from pydantic import ValidationError
 
 from shared.config import DatabaseSettings
-from shared.db import connect
 from shared.errors import ContractError, GpuHealthError
 from shared.kafka import JsonProducer
 from shared.models import to_json
@@ -27,6 +26,8 @@ from shared.models_remediation import RemediationRecord, record_key
 from shared.store import remediation_ledger as ledger
 from shared.store.errors import translated
 from shared.store.results import Row
+
+from .held import HeldConnection
 
 log = logging.getLogger(__name__)
 
@@ -112,11 +113,12 @@ class Outbox:
 
     def __init__(self, *, db: DatabaseSettings, producer: JsonProducer, topic: str, batch: int = 500) -> None:
         self.db, self.producer, self.topic, self.batch = db, producer, topic, batch
+        self.held = HeldConnection(db)
         self.published = 0
 
     def publish(self, flush_timeout_s: float = 10.0) -> int:
         """Send one batch of what is unpublished; how many the broker acknowledged."""
-        with connect(self.db) as conn:
+        with self.held.session() as conn:
             rows = ledger.outbox(conn, self.batch)
             if not rows:
                 return 0

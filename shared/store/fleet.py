@@ -297,6 +297,17 @@ def fill_api_bench_fleet(conn: SyncConn, *, as_of: datetime, gpus: int, rollup_m
     )  # fmt: skip
 
 
+def inject_bench_dbe(conn: SyncConn, gpu_uuids: list[str]) -> None:
+    """A double-bit ECC error on each GPU, in its newest rollup minute (the remediator's bench); committed."""
+    with translated(conn):
+        conn.execute(
+            "UPDATE gpu_metrics_1min SET ecc_dbe_volatile_total_max = 1 WHERE gpu_uuid = ANY (%s)"
+            " AND bucket = (SELECT max(bucket) FROM gpu_metrics_1min)",
+            (gpu_uuids,),
+        )
+        conn.commit()
+
+
 def fill_scorer_bench_fleet(conn: SyncConn, *, as_of: datetime, gpus: int) -> None:
     """`gpus` GPUs' inventory and latest sample (as of `as_of`), one hour of rollup (GPU index 1's SBE
     counter falling, one rack-7 GPU with a DBE); committed."""

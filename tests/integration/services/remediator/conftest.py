@@ -32,6 +32,7 @@ def policy() -> Policy:
 def remediator_factory(migrated: DatabaseSettings, policy: Policy) -> Iterator[Callable[..., Remediator]]:
     """Builds executors over the test's schema: dry-run or live, with the given drivers and node commands."""
     built: list[SchedulerDriver] = []
+    executors: list[Executor] = []
 
     def build(
         *,
@@ -52,11 +53,14 @@ def remediator_factory(migrated: DatabaseSettings, policy: Policy) -> Iterator[C
             look_s=0.05,
         )
         executor = Executor(db=migrated, policy=chosen, steps=steps, dry_run=dry_run, retry_s=0.05)
+        executors.append(executor)
         return Remediator(migrated, chosen, executor, node_map)
 
     yield build
     for scheduler in built:
         scheduler.close()
+    for executor in executors:
+        executor.close()
 
 
 @pytest.fixture(scope="session")
