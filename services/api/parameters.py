@@ -23,6 +23,7 @@ from shared.models_health import ALERT_STATES, AlertSeverity, HealthState
 from shared.models_lifecycle import DECISIONS
 from shared.models_verify import Outcome, RecordKind
 from shared.store.fleet import SORTS
+from shared.store.usage import CLASSES, DIMENSIONS
 
 LABEL = r"^[A-Za-z0-9._:/@+-]{1,253}$"  # hostnames, clusters, racks, who acknowledged
 
@@ -163,6 +164,40 @@ class LifecycleFilters(QueryModel):
 
 class LifecycleQuery(LifecycleFilters, PageQuery):
     pass
+
+
+class UsageQuery(WindowQuery):
+    """A window (default: the last 7 days), the dimension to group by, and filters on any dimension."""
+
+    by: Literal[tuple(DIMENSIONS)] = "namespace"  # type: ignore[valid-type]
+    gpu: GpuUuid = None
+    hostname: Label = None
+    cluster: Label = None
+    namespace: Label = None
+    job: Label = None
+    pod: Label = None
+    user: Label = None
+    classification: Annotated[  # type: ignore[valid-type]
+        Literal[CLASSES] | None,
+        Field(alias="class", description="a process class; `none`: no process, `unknown`: never listed"),
+    ] = None
+
+    def filters(self) -> dict[str, str]:
+        """The filters given, by dimension name."""
+        given = {d: getattr(self, "classification" if d == "class" else d) for d in DIMENSIONS}
+        return {d: v for d, v in given.items() if v is not None}
+
+
+Step = Literal["1h", "6h", "1d"]
+
+
+class UsageTimelineQuery(UsageQuery):
+    step: Step = "1d"
+
+
+class UsageExportQuery(UsageQuery):
+    format: Literal["csv", "parquet"] = "csv"
+    step: Annotated[Step | None, Field(description="per period, as the timeline; omit for the window")] = None
 
 
 def _utc(value: datetime) -> datetime:

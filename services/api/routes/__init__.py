@@ -9,7 +9,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from ..answers import problems
-from . import alerts, fleet, gpus, history, lifecycle, reference, remediations, verification, workload
+from . import alerts, fleet, gpus, history, lifecycle, reference, remediations, usage, verification, workload
 
 # What any endpoint may answer besides its own: refusals of its parameters, and the database being down.
 REFUSALS = problems({
@@ -19,5 +19,6 @@ REFUSALS = problems({
 })  # fmt: skip
 
 router = APIRouter(prefix="/api/v1", responses=REFUSALS)
-for resource in (fleet, gpus, history, alerts, verification, workload, lifecycle, reference, remediations):
+RESOURCES = (fleet, gpus, history, alerts, verification, workload, usage, lifecycle, reference, remediations)
+for resource in RESOURCES:
     router.include_router(resource.router)

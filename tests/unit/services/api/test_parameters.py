@@ -36,6 +36,9 @@ from services.api.parameters import (
     QueryModel,
     SeriesQuery,
     SystemsQuery,
+    UsageExportQuery,
+    UsageQuery,
+    UsageTimelineQuery,
     VerificationsQuery,
     WindowQuery,
     time_range,
@@ -48,6 +51,7 @@ MODELS: list[type[QueryModel]] = [
     NoQuery, GpuListQuery, SeriesQuery, EventsQuery, AlertsQuery, PredictionsQuery, PageQuery,
     VerificationsQuery, SystemsQuery, FleetProcessesQuery, WindowQuery, PlansQuery, LifecycleFilters,
     LifecycleQuery,
+    UsageQuery, UsageTimelineQuery, UsageExportQuery,
 ]  # fmt: skip
 # Each model's integer and float fields with their bounds: (field, lowest, highest).
 BOUNDS: dict[type[QueryModel], list[tuple[str, float, float]]] = {
@@ -148,6 +152,16 @@ def test_sort_and_bucket_take_only_their_values(value: str) -> None:
         assert SeriesQuery.model_validate({"bucket": value}).bucket == value
     else:
         assert refusal(SeriesQuery, {"bucket": value})[0]["loc"] == ("bucket",)
+
+
+@given(by=st.sampled_from(["namespace", "user", "class"]), cls=st.sampled_from([None, "training", "none"]))
+def test_usage_takes_class_by_its_name_and_hands_on_only_the_filters_given(by: str, cls: str | None) -> None:
+    given = {"by": by, "namespace": "ml", **({"class": cls} if cls else {})}
+    assert UsageQuery.model_validate(given).filters() == {
+        "namespace": "ml",
+        **({"class": cls} if cls else {}),
+    }
+    assert refusal(UsageQuery, {"class": "mining"})[0]["loc"] == ("class",)
 
 
 TIMES = st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30), timezones=st.just(UTC))

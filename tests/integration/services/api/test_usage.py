@@ -1,0 +1,159 @@
+"""/api/v1/usage, its timeline and its CSV and Parquet export, against a fleet worked out by hand.
+
+Two GPUs polled every 10 s, on the minute, from T0:
+- A: namespace ml (job train, pod train-0), training by alice, 50 % busy at 300 W, for 1 h:
+  360 samples, 1 h; energy from its first reading to its last, 3,590 s x 300 W = 0.29916 kWh.
+- B: namespace web (pod web-0), an inference process of bob's, idle at 100 W for 30 min (idle while
+  allocated), then silent for 30 min, then without labels or processes, busy at 200 W for 30 min:
+  0.5 h + 0.5 h; 1,790 s x 100 W = 0.04972 kWh and 1,790 s x 200 W = 0.09944 kWh.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pyarrow.parquet as pq
+import pytest
+
+from shared.config import DatabaseSettings
+from shared.db import connect
+from tests.helpers.usage_fleet import T0, Gpu, Piece, Run, store, uuid_of
+
+HOUR = 3600.0
+WINDOW = {"from": T0.isoformat(), "to": (T0 + timedelta(hours=2)).isoformat()}
+FIGURES = ("gpus", "gpu_hours", "busy_hours", "busy_share", "idle_allocated_hours", "idle_allocated_share",
+           "avg_util_pct", "energy_kwh")  # fmt: skip
+BY_NAMESPACE = {
+    "ml": {"gpus": 1, "gpu_hours": 1.0, "busy_hours": 1.0, "busy_share": 1.0, "idle_allocated_hours": 0.0,
+           "idle_allocated_share": 0.0, "avg_util_pct": 50.0, "energy_kwh": 3590 * 300 / 3.6e6},
+    "web": {"gpus": 1, "gpu_hours": 0.5, "busy_hours": 0.0, "busy_share": 0.0, "idle_allocated_hours": 0.5,
+            "idle_allocated_share": 1.0, "avg_util_pct": 0.0, "energy_kwh": 1790 * 100 / 3.6e6},
+    None: {"gpus": 1, "gpu_hours": 0.5, "busy_hours": 0.5, "busy_share": 1.0, "idle_allocated_hours": 0.0,
+           "idle_allocated_share": 0.0, "avg_util_pct": 50.0, "energy_kwh": 1790 * 200 / 3.6e6},
+}  # fmt: skip
+TOTAL = {"gpus": 2, "gpu_hours": 2.0, "busy_hours": 1.5, "busy_share": 0.75, "idle_allocated_hours": 0.5,
+         "idle_allocated_share": 0.25, "avg_util_pct": 37.5,
+         "energy_kwh": (3590 * 300 + 1790 * 100 + 1790 * 200) / 3.6e6}  # fmt: skip
+
+
+def hand_fleet() -> list[Gpu]:
+    return [
+        Gpu(uuid_of(1), [Run("n1", 0, (Piece(HOUR, job="train", pod="train-0", namespace="ml", power_w=300,
+                                              processes=(("training", "alice"),)),), list_s=10)]),
+        Gpu(uuid_of(2), [
+            Run("n1", 0, (Piece(HOUR / 2, pod="web-0", namespace="web", busy=False, power_w=100,
+                                processes=(("inference", "bob"),)),), list_s=10),
+            Run("n1", HOUR, (Piece(HOUR / 2, power_w=200),), list_s=10),
+        ]),
+    ]  # fmt: skip
+
+
+@pytest.fixture
+def api(served_api: str, migrated: DatabaseSettings) -> Iterator[httpx.Client]:
+    with connect(migrated) as conn:
+        store(conn, hand_fleet())
+    with httpx.Client(base_url=served_api, timeout=30) as client:
+        yield client
+
+
+def close(got: dict[str, Any], want: dict[str, Any]) -> None:
+    for name, value in want.items():
+        assert got[name] == pytest.approx(value, rel=1e-9, abs=1e-9), name
+
+
+def test_usage_by_namespace_is_the_hand_worked_figures_with_their_total(api: httpx.Client) -> None:
+    body = api.get("/api/v1/usage", params={**WINDOW, "by": "namespace"}).json()
+    assert body["from"] == "2026-05-04T00:00:00.000000Z"
+    assert body["groups"][0]["key"] == "ml"  # the most GPU-hours first
+    assert {g["key"] for g in body["groups"]} == set(BY_NAMESPACE)
+    for g in body["groups"]:
+        close(g, BY_NAMESPACE[g["key"]])
+    close(body["total"], TOTAL)
+
+
+def test_filters_and_other_dimensions(api: httpx.Client) -> None:
+    by_class = api.get("/api/v1/usage", params={**WINDOW, "by": "class"}).json()
+    assert {g["key"]: g["gpu_hours"] for g in by_class["groups"]} == pytest.approx(
+        {"training": 1.0, "inference": 0.5, "none": 0.5}
+    )
+    bob = api.get("/api/v1/usage", params={**WINDOW, "by": "hostname", "user": "bob"}).json()
+    assert [(g["key"], g["gpu_hours"], g["idle_allocated_hours"]) for g in bob["groups"]] == [
+        ("n1", 0.5, 0.5)
+    ]
+    close(bob["total"], {"gpus": 1, "gpu_hours": 0.5, "idle_allocated_share": 1.0})
+    nobody = api.get("/api/v1/usage", params={**WINDOW, "namespace": "no-such"}).json()
+    assert nobody["groups"] == []
+    assert nobody["total"]["gpu_hours"] == 0.0
+    assert nobody["total"]["energy_kwh"] is None
+
+
+def test_the_timeline_gives_each_period_its_groups_and_total(api: httpx.Client) -> None:
+    body = api.get("/api/v1/usage/timeline", params={**WINDOW, "by": "namespace", "step": "1h"}).json()
+    assert [p["period"] for p in body["periods"]] == [
+        "2026-05-04T00:00:00.000000Z",
+        "2026-05-04T01:00:00.000000Z",
+    ]
+    first, second = body["periods"]
+    close(first["total"], {"gpus": 2, "gpu_hours": 1.5, "idle_allocated_hours": 0.5})
+    assert [g["key"] for g in first["groups"]] == ["ml", "web"]
+    close(second["total"], {"gpus": 1, "gpu_hours": 0.5, "busy_hours": 0.5})
+
+
+@pytest.mark.parametrize("step", [None, "1h"])
+def test_the_csv_and_parquet_exports_hold_the_apis_numbers(api: httpx.Client, step: str | None) -> None:
+    extra = {"step": step} if step else {}
+    answer = api.get("/api/v1/usage" + ("/timeline" if step else ""), params={**WINDOW, **extra}).json()
+    periods = answer["periods"] if step else [{"period": None, **answer}]
+    want = []
+    for p in periods:
+        want += [{"period": p["period"], "kind": "group", **g} for g in p["groups"]]
+        want.append({"period": p["period"], "kind": "total", "key": None, **p["total"]})
+
+    as_csv = api.get("/api/v1/usage/export", params={**WINDOW, **extra, "format": "csv"})
+    assert as_csv.headers["content-type"] == "text/csv; charset=utf-8"
+    assert (
+        'filename="gpu-usage-by-namespace-20260504T0000-20260504T0200.csv"'
+        in as_csv.headers["content-disposition"]
+    )
+    rows = list(csv.DictReader(io.StringIO(as_csv.text)))
+    assert [(r["period"] or None, r["kind"], r["key"] or None) for r in rows] == [
+        (w["period"] and w["period"].replace(".000000Z", "Z"), w["kind"], w["key"]) for w in want
+    ]
+    for r, w in zip(rows, want, strict=True):
+        assert r["from"] == "2026-05-04T00:00:00Z"
+        for name in FIGURES:
+            assert (float(r[name]) if r[name] else None) == w[name], name  # the same numbers, exactly
+
+    as_parquet = api.get("/api/v1/usage/export", params={**WINDOW, **extra, "format": "parquet"})
+    assert as_parquet.headers["content-type"] == "application/vnd.apache.parquet"
+    table = pq.read_table(io.BytesIO(as_parquet.content))
+    assert str(table.schema.field("gpu_hours").type) == "double"
+    assert str(table.schema.field("from").type) == "timestamp[us, tz=UTC]"
+    for r, w in zip(table.to_pylist(), want, strict=True):
+        assert (r["kind"], r["key"]) == (w["kind"], w["key"])
+        assert {name: r[name] for name in FIGURES} == {name: w[name] for name in FIGURES}
+
+
+@pytest.mark.parametrize(
+    ("params", "status", "said"),
+    [
+        ({"by": "colour"}, 422, "by"),
+        ({"team": "x"}, 422, "unknown query parameters ['team']"),
+        ({"class": "mining"}, 422, "class"),
+        ({"from": "2026-05-04T00:00:10Z", "to": "2026-05-04T00:00:50Z"}, 400, "no whole minute"),
+        ({"from": "2026-01-01T00:00:00Z", "to": "2026-05-01T00:00:00Z"}, 400, "at most 31 days"),
+        ({"format": "xlsx"}, 422, "format"),
+    ],
+)
+def test_a_question_it_cannot_answer_is_refused_saying_why(
+    served_api: str, params: dict[str, str], status: int, said: str
+) -> None:
+    path = "/api/v1/usage/export" if "format" in params else "/api/v1/usage"
+    response = httpx.get(served_api + path, params=params, timeout=30)
+    assert response.status_code == status
+    assert said in response.json()["detail"]
