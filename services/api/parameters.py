@@ -195,6 +195,12 @@ class UsageTimelineQuery(UsageQuery):
     step: Step = "1d"
 
 
+class GpuTimelineQuery(WindowQuery):
+    """A range (default: the last 24 hours) and how many rows each list may hold."""
+
+    limit: Annotated[int, Field(ge=1, le=5000, description="at most this many rows in each list")] = 1000
+
+
 class UsageExportQuery(UsageQuery):
     format: Literal["csv", "parquet"] = "csv"
     step: Annotated[Step | None, Field(description="per period, as the timeline; omit for the window")] = None

@@ -30,5 +30,6 @@ Modules, one per table family:
 - `workload`: gpu_processes, gpu_process_polls, gpu_process_latest, gpu_work_1min, llm_sessions,
   llm_server_status.
 - `usage`: GPU-hours by job, pod, namespace, user, class or placement over the usage rollups (schema/0050).
+- `gpu_timeline`: one GPU over a range: its jobs, classes, processes, verdicts, alerts and events.
 - `verifications`: gpu_verifications, gpu_systems, gpu_systems_latest.
 """

@@ -1,4 +1,5 @@
-"""Usage: GPU-hours by job, pod, namespace, user, class or placement, busy and idle shares, energy; as files.
+"""Usage: GPU-hours by job, pod, namespace, user, class or placement, busy and idle shares, energy; as files;
+and one GPU's timeline: what ran on it, its verdicts, alerts and events.
 
 The database computes every figure (shared.store.usage) from the 1-minute usage
 rollups, so a window is whole minutes: `from` and `to` are taken down to the
@@ -16,12 +17,19 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Response
 
-from shared.store import usage
+from shared.store import gpu_timeline, usage
 
-from ..answers.usage import Usage, UsageTimeline
-from ..deps import Db, State
+from ..answers.usage import GpuTimeline, Usage, UsageTimeline
+from ..deps import Db, Settings, State
 from ..export import MEDIA_TYPES, exported
-from ..parameters import BUCKET_SECONDS, UsageExportQuery, UsageQuery, UsageTimelineQuery
+from ..parameters import (
+    BUCKET_SECONDS,
+    GpuPath,
+    GpuTimelineQuery,
+    UsageExportQuery,
+    UsageQuery,
+    UsageTimelineQuery,
+)
 
 router = APIRouter(tags=["usage"])
 WEEK = timedelta(days=7)
@@ -101,4 +109,22 @@ async def usage_export(db: Db, state: State, query: Annotated[UsageExportQuery, 
         exported(answer, query.format),
         media_type=MEDIA_TYPES[query.format],
         headers={"Content-Disposition": f'attachment; filename="{name}"'},
+    )
+
+
+@router.get("/gpus/{gpu_uuid}/timeline")
+async def gpu_timeline_of(
+    db: Db, limits: Settings, gpu_uuid: GpuPath, query: Annotated[GpuTimelineQuery, Query()]
+) -> GpuTimeline:
+    """What was on one GPU over a range and what was said of it: the jobs (labels) and the process
+    classes and users it had, each process listed, the verdicts in force and their changes, the alerts
+    open at any moment of it, its events. "What was on this GPU when it failed" in one answer; an
+    unknown GPU has empty lists. Default range: the last 24 hours."""
+    start, end = query.span(default=timedelta(hours=24), max_days=limits.max_range_days)
+    async with db.reading() as conn:
+        found = await gpu_timeline.gpu_timeline(conn, gpu_uuid, start=start, end=end, limit=query.limit)
+    truncated = [name for name, rows in found.items() if len(rows) > query.limit]
+    lists = {name: rows[: query.limit] for name, rows in found.items()}
+    return GpuTimeline.model_validate(
+        {"gpu_uuid": gpu_uuid, "from": start, "to": end, **lists, "truncated": truncated}
     )

@@ -157,3 +157,66 @@ def test_a_question_it_cannot_answer_is_refused_saying_why(
     response = httpx.get(served_api + path, params=params, timeout=30)
     assert response.status_code == status
     assert said in response.json()["detail"]
+
+
+def test_what_was_on_a_gpu_when_it_failed_is_one_answer(
+    api: httpx.Client, migrated: DatabaseSettings
+) -> None:
+    gpu, other = uuid_of(1), uuid_of(2)
+    with connect(migrated) as conn:
+        for uuid, t, subsystem, state in [
+            (gpu, T0 - timedelta(days=1), "xid", "healthy"),  # in force when the range begins
+            (gpu, T0 + timedelta(minutes=41), "xid", "unhealthy"),
+            (gpu, T0 + timedelta(minutes=90), "xid", "healthy"),  # after it
+            (other, T0 + timedelta(minutes=41), "xid", "unhealthy"),
+        ]:
+            conn.execute(
+                "INSERT INTO gpu_health (time, gpu_uuid, subsystem, state, rule)"
+                " VALUES (%s, %s, %s, %s, 'r')",
+                (t, uuid, subsystem, state),
+            )
+        for uuid, opened, resolved, kind in [
+            (gpu, T0 + timedelta(minutes=41), T0 + timedelta(minutes=70), "xid"),
+            (gpu, T0 - timedelta(hours=3), T0 - timedelta(hours=2), "thermal"),  # over before the range
+            (other, T0 + timedelta(minutes=41), None, "xid"),
+        ]:
+            conn.execute(
+                "INSERT INTO gpu_alerts (gpu_uuid, kind, severity, state, summary, opened_at, updated_at,"
+                " resolved_at) VALUES (%s, %s, 'critical', %s, 'XID 79', %s, %s, %s)",
+                (uuid, kind, "resolved" if resolved else "open", opened, opened, resolved),
+            )
+        conn.execute(
+            "INSERT INTO gpu_events (time, gpu_uuid, kind, hostname, source, collector_id, details)"
+            " VALUES (%s, %s, 'xid', 'n1', 'mock', 'sim', '{\"xid\": 79}')",
+            (T0 + timedelta(minutes=40, seconds=30), gpu),
+        )
+        conn.commit()
+    window = {
+        "from": (T0 + timedelta(minutes=30)).isoformat(),
+        "to": (T0 + timedelta(minutes=50)).isoformat(),
+    }
+    body = api.get(f"/api/v1/gpus/{gpu}/timeline", params=window).json()
+    assert [(j["job"], j["pod"], j["namespace"], j["hostname"], j["minutes"]) for j in body["jobs"]] == [
+        ("train", "train-0", "ml", "n1", 20)
+    ]
+    assert body["jobs"][0]["busy_share"] == 1.0
+    assert [(c["classification"], c["user"], c["minutes"]) for c in body["classes"]] == [
+        ("training", "alice", 20)
+    ]
+    (proc,) = body["processes"]
+    assert (proc["pid"], proc["classification"], proc["user"], proc["polls"]) == (
+        100,
+        "training",
+        "alice",
+        120,
+    )
+    assert proc["first_seen"] == "2026-05-04T00:30:00.000000Z"
+    assert [(v["state"], v["before"]) for v in body["verdicts"]] == [("healthy", True), ("unhealthy", False)]
+    assert [(a["kind"], a["state"]) for a in body["alerts"]] == [("xid", "resolved")]
+    assert [(e["kind"], e["details"]) for e in body["events"]] == [("xid", {"xid": 79})]
+    assert body["truncated"] == []
+    cut = api.get(f"/api/v1/gpus/{gpu}/timeline", params={**window, "limit": 1}).json()
+    assert cut["truncated"] == ["verdicts"]
+    assert len(cut["verdicts"]) == 1
+    nothing = api.get(f"/api/v1/gpus/{uuid_of(9)}/timeline", params=window).json()
+    assert all(nothing[k] == [] for k in ("jobs", "classes", "processes", "verdicts", "alerts", "events"))

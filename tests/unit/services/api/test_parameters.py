@@ -27,6 +27,7 @@ from services.api.parameters import (
     EventsQuery,
     FleetProcessesQuery,
     GpuListQuery,
+    GpuTimelineQuery,
     LifecycleFilters,
     LifecycleQuery,
     NoQuery,
@@ -51,7 +52,7 @@ MODELS: list[type[QueryModel]] = [
     NoQuery, GpuListQuery, SeriesQuery, EventsQuery, AlertsQuery, PredictionsQuery, PageQuery,
     VerificationsQuery, SystemsQuery, FleetProcessesQuery, WindowQuery, PlansQuery, LifecycleFilters,
     LifecycleQuery,
-    UsageQuery, UsageTimelineQuery, UsageExportQuery,
+    UsageQuery, UsageTimelineQuery, UsageExportQuery, GpuTimelineQuery,
 ]  # fmt: skip
 # Each model's integer and float fields with their bounds: (field, lowest, highest).
 BOUNDS: dict[type[QueryModel], list[tuple[str, float, float]]] = {
@@ -62,6 +63,7 @@ BOUNDS: dict[type[QueryModel], list[tuple[str, float, float]]] = {
     PageQuery: [("limit", 1, 1000)],
     VerificationsQuery: [("limit", 1, 1000)],
     SystemsQuery: [("limit", 1, 10_000)],
+    GpuTimelineQuery: [("limit", 1, 5000)],
     PlansQuery: [("limit", 1, 1000)],
     LifecycleFilters: [("min_waiting", 0, 1e12)],
     LifecycleQuery: [("limit", 1, 1000), ("min_waiting", 0, 1e12)],
