@@ -6,11 +6,18 @@ proxy and the client each run in their own process, as deployed. The mock runs
 with time_scale=0 (no simulated generation time), which leaves only HTTP and
 the proxy's own work in the timings. Shapes: a streamed /api/generate of 16
 tokens (17 NDJSON chunks, each relayed and metered) and a GET /api/ps.
+
+`--against DIR` also runs the proxy of another checkout (the previous release,
+in a git worktree) in its own process beside this one, on the same mocks, and
+takes its requests in the same rounds: the two proxies' figures then differ
+only by their code.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import contextlib
 import os
 import socket
 import statistics
@@ -46,8 +53,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def spawn(args: list[str], url: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    process = subprocess.Popen([sys.executable, *args], env={**os.environ, **env}, cwd=ROOT)
+def spawn(args: list[str], url: str, env: dict[str, str], cwd: Path = ROOT) -> subprocess.Popen[bytes]:
+    process = subprocess.Popen([sys.executable, *args], env={**os.environ, **env}, cwd=cwd)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
@@ -72,36 +79,53 @@ def timed(
 
 
 def measure(
-    direct_url: str, proxy_url: str, shapes: list[tuple[str, str, dict[str, object] | None, str, int]]
+    direct_url: str,
+    proxies: dict[str, str],
+    shapes: list[tuple[str, str, dict[str, object] | None, str, int]],
 ) -> None:
-    with httpx.Client(base_url=direct_url) as direct, httpx.Client(base_url=proxy_url) as proxied:
+    """Each round asks the mock directly, then through each proxy in turn (by name: its URL)."""
+    with contextlib.ExitStack() as stack:
+        direct = stack.enter_context(httpx.Client(base_url=direct_url))
+        clients = {name: stack.enter_context(httpx.Client(base_url=url)) for name, url in proxies.items()}
         for method, path, body, label, rounds in shapes:
-            for client in (direct, proxied):  # warm: models loaded, connections open
+            for client in (direct, *clients.values()):  # warm: models loaded, connections open
                 for _ in range(10):
                     timed(client, method, path, body)
-            d, p = [], []
+            d: list[tuple[float, float]] = []
+            p: dict[str, list[tuple[float, float]]] = {name: [] for name in clients}
             for _ in range(rounds):
                 d.append(timed(direct, method, path, body))
-                p.append(timed(proxied, method, path, body))
-            for i, what in ((0, "latency"), (1, "time to first bytes")):
-                med_d = statistics.median(x[i] for x in d) * 1000
-                med_p = statistics.median(x[i] for x in p) * 1000
-                # bench._common.report's format; not imported: it pulls in the Kafka client
-                print(
-                    f"proxy, {label}: median {what}: {med_p:.3f} ms  |  direct to the mock: {med_d:.3f} ms"
-                    f"  |  ratio {med_p / med_d:.3g}  |  added {med_p - med_d:.3f} ms ({rounds} each)"
-                )
+                for name, client in clients.items():
+                    p[name].append(timed(client, method, path, body))
+            for name in clients:
+                for i, what in ((0, "latency"), (1, "time to first bytes")):
+                    med_d = statistics.median(x[i] for x in d) * 1000
+                    med_p = statistics.median(x[i] for x in p[name]) * 1000
+                    # bench._common.report's format; not imported: it pulls in the Kafka client
+                    print(
+                        f"{name}, {label}: median {what}: {med_p:.3f} ms"
+                        f"  |  direct to the mock: {med_d:.3f} ms"
+                        f"  |  ratio {med_p / med_d:.3g}  |  added {med_p - med_d:.3f} ms ({rounds} each)"
+                    )
 
 
 def main() -> int:
-    if sys.argv[1:2] == ["--serve-proxy"]:
+    if sys.argv[1:2] == ["--serve-proxy"]:  # how this file runs a proxy in a process of its own
         serve_proxy(sys.argv[2], int(sys.argv[3]))
         return 0
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--against", type=Path, metavar="DIR", help="also run the proxy of this checkout (a previous release)"
+    )
+    args = parser.parse_args()
+    against = args.against.resolve() if args.against is not None else None
     # Mocks, proxies and the client each in their own process: in one, they would share one GIL.
     # A burst mock (no generation time: every chunk at once, the proxy's worst case) and a
     # paced one (real-time token rate: chunks arrive as Ollama would send them).
     processes = []
-    urls = {}
+    urls: dict[str, tuple[str, dict[str, str]]] = {}
     for name, scale in (("burst", "0"), ("paced", "1")):
         mock_port, proxy_port = free_port(), free_port()
         mock_url, proxy_url = f"http://127.0.0.1:{mock_port}", f"http://127.0.0.1:{proxy_port}"
@@ -114,7 +138,14 @@ def main() -> int:
         }
         processes.append(spawn(["-m", "services.mock_ollama"], mock_url, env))
         processes.append(spawn([__file__, "--serve-proxy", mock_url, str(proxy_port)], proxy_url, env))
-        urls[name] = (mock_url, proxy_url)
+        proxies = {"proxy": proxy_url}
+        if against is not None:  # that checkout's bench serves that checkout's proxy
+            old_port = free_port()
+            old_url = f"http://127.0.0.1:{old_port}"
+            old = [str(against / "bench" / "bench_llm_proxy.py"), "--serve-proxy", mock_url, str(old_port)]
+            processes.append(spawn(old, old_url, {**env, "PYTHONPATH": str(against)}, cwd=against))
+            proxies[f"proxy of {against.name}"] = old_url
+        urls[name] = (mock_url, proxies)
     generate: dict[str, object] = {"model": "qwen2.5:0.5b", "prompt": "bench", "options": {"num_predict": 16}}
     try:
         measure(
