@@ -19,13 +19,24 @@ UUID = "GPU-11111111-2222-3333-4444-555555555555"
 
 
 def data_endpoints(openapi: dict[str, Any]) -> list[str]:
-    """Every GET under /api/v1 but the reference data (code, not database), its path parameters filled."""
+    """Every GET under /api/v1 but the reference data (code, not database), its path parameters filled
+    with a value of the type the document gives them."""
 
-    def filled(match: re.Match[str]) -> str:
-        return UUID if "uuid" in match.group(0) else "node-0"
+    def filled(path: str, get: dict[str, Any]) -> str:
+        types = {
+            p["name"]: p.get("schema", {}).get("type") for p in get.get("parameters", []) if p["in"] == "path"
+        }
+
+        def value(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if types.get(name) == "integer":
+                return "1"
+            return UUID if "uuid" in name else "node-0"
+
+        return re.sub(r"\{([^}]+)\}", value, path)
 
     paths: list[str] = [
-        re.sub(r"\{[^}]+\}", filled, path)
+        filled(str(path), ops["get"])
         for path, ops in openapi["paths"].items()
         if "get" in ops and str(path).startswith("/api/v1") and not str(path).startswith("/api/v1/reference")
     ]
