@@ -201,6 +201,14 @@ class GpuTimelineQuery(WindowQuery):
     limit: Annotated[int, Field(ge=1, le=5000, description="at most this many rows in each list")] = 1000
 
 
+class LlmTimelineQuery(WindowQuery):
+    """A window (default: the last 7 days), a step, and one model or server if wanted."""
+
+    step: Literal["1h", "1d"] = "1d"
+    model: Label = None
+    server: Label = None
+
+
 class UsageExportQuery(UsageQuery):
     format: Literal["csv", "parquet"] = "csv"
     step: Annotated[Step | None, Field(description="per period, as the timeline; omit for the window")] = None

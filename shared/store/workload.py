@@ -12,7 +12,7 @@ a window, computed in the database.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -208,6 +208,34 @@ async def llm_models(conn: AsyncConn, start: datetime, end: datetime) -> list[Ro
           FROM llm_sessions WHERE time >= %(s)s AND time < %(e)s
          GROUP BY model ORDER BY requests DESC, model""",
         {"s": start, "e": end},
+    )
+
+
+async def llm_timeline(
+    conn: AsyncConn, start: datetime, end: datetime, step: timedelta, *, model: str | None, server: str | None
+) -> list[Row]:
+    """Per period of `step` (UTC-aligned), model and server in [start, end): requests, errors, tokens in
+    and out, TTFT and TPOT p50/p95/p99, tokens/s p50 and p5 (the slow tail); oldest first."""
+    return await _fetch(
+        conn,
+        """
+        SELECT public.time_bucket(%(step)s, time) AS period, model, server,
+               count(*) AS requests, count(*) FILTER (WHERE NOT ok) AS errors,
+               coalesce(sum(prompt_tokens), 0) AS prompt_tokens,
+               coalesce(sum(completion_tokens), 0) AS completion_tokens,
+               percentile_cont(0.5) WITHIN GROUP (ORDER BY ttft_ms) AS ttft_p50_ms,
+               percentile_cont(0.95) WITHIN GROUP (ORDER BY ttft_ms) AS ttft_p95_ms,
+               percentile_cont(0.99) WITHIN GROUP (ORDER BY ttft_ms) AS ttft_p99_ms,
+               percentile_cont(0.5) WITHIN GROUP (ORDER BY tpot_ms) AS tpot_p50_ms,
+               percentile_cont(0.95) WITHIN GROUP (ORDER BY tpot_ms) AS tpot_p95_ms,
+               percentile_cont(0.99) WITHIN GROUP (ORDER BY tpot_ms) AS tpot_p99_ms,
+               percentile_cont(0.5) WITHIN GROUP (ORDER BY tokens_per_s) AS tps_p50,
+               percentile_cont(0.05) WITHIN GROUP (ORDER BY tokens_per_s) AS tps_p5
+          FROM llm_sessions
+         WHERE time >= %(s)s AND time < %(e)s
+           AND (%(m)s::text IS NULL OR model = %(m)s) AND (%(v)s::text IS NULL OR server = %(v)s)
+         GROUP BY period, model, server ORDER BY period, model, server""",
+        {"s": start, "e": end, "step": step, "m": model, "v": server},
     )
 
 

@@ -147,3 +147,32 @@ class GpuTimeline(Answer):
     alerts: list[AlertOnGpu] = Field(description="alerts open at any moment of the range")
     events: list[EventOnGpu]
     truncated: list[str] = Field(description="the lists cut at `limit`")
+
+
+class LlmPeriod(Answer):
+    """One model on one server over one period: its requests and how they were served."""
+
+    period: ApiTime = Field(description="the period's start (UTC-aligned)")
+    model: str
+    server: str
+    requests: int
+    errors: int = Field(description="requests that did not succeed (HTTP status or a broken stream)")
+    prompt_tokens: int = Field(description="tokens in")
+    completion_tokens: int = Field(description="tokens out")
+    ttft_p50_ms: float | None
+    ttft_p95_ms: float | None
+    ttft_p99_ms: float | None
+    tpot_p50_ms: float | None
+    tpot_p95_ms: float | None
+    tpot_p99_ms: float | None
+    tps_p50: float | None
+    tps_p5: float | None = Field(description="tokens/s that only the slowest 5 % of requests fell below")
+
+
+class LlmTimeline(Answer):
+    model_config = ConfigDict(populate_by_name=True)
+
+    start: ApiTime = Field(alias="from")
+    end: ApiTime = Field(alias="to")
+    step: str
+    periods: list[LlmPeriod] = Field(description="oldest first; a period without requests is left out")

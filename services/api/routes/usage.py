@@ -1,5 +1,5 @@
 """Usage: GPU-hours by job, pod, namespace, user, class or placement, busy and idle shares, energy; as files;
-and one GPU's timeline: what ran on it, its verdicts, alerts and events.
+one GPU's timeline: what ran on it, its verdicts, alerts and events; LLM serving per model, server and period.
 
 The database computes every figure (shared.store.usage) from the 1-minute usage
 rollups, so a window is whole minutes: `from` and `to` are taken down to the
@@ -17,15 +17,16 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Response
 
-from shared.store import gpu_timeline, usage
+from shared.store import gpu_timeline, usage, workload
 
-from ..answers.usage import GpuTimeline, Usage, UsageTimeline
+from ..answers.usage import GpuTimeline, LlmTimeline, Usage, UsageTimeline
 from ..deps import Db, Settings, State
 from ..export import MEDIA_TYPES, exported
 from ..parameters import (
     BUCKET_SECONDS,
     GpuPath,
     GpuTimelineQuery,
+    LlmTimelineQuery,
     UsageExportQuery,
     UsageQuery,
     UsageTimelineQuery,
@@ -128,3 +129,14 @@ async def gpu_timeline_of(
     return GpuTimeline.model_validate(
         {"gpu_uuid": gpu_uuid, "from": start, "to": end, **lists, "truncated": truncated}
     )
+
+
+@router.get("/llm/timeline")
+async def llm_timeline(db: Db, limits: Settings, query: Annotated[LlmTimelineQuery, Query()]) -> LlmTimeline:
+    """LLM serving per model and server by hour or day (UTC): requests, errors, tokens in and out,
+    TTFT and TPOT p50/p95/p99, tokens/s p50 and p5, from the sessions the monitor recorded."""
+    start, end = query.span(default=WEEK, max_days=limits.max_range_days)
+    step = timedelta(seconds=BUCKET_SECONDS[query.step])
+    async with db.reading() as conn:
+        periods = await workload.llm_timeline(conn, start, end, step, model=query.model, server=query.server)
+    return LlmTimeline.model_validate({"from": start, "to": end, "step": query.step, "periods": periods})

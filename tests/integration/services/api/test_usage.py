@@ -11,6 +11,7 @@ Two GPUs polled every 10 s, on the minute, from T0:
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 from collections.abc import Iterator
 from datetime import timedelta
@@ -22,6 +23,7 @@ import pytest
 
 from shared.config import DatabaseSettings
 from shared.db import connect
+from shared.store import workload
 from tests.helpers.usage_fleet import T0, Gpu, Piece, Run, store, uuid_of
 
 HOUR = 3600.0
@@ -220,3 +222,60 @@ def test_what_was_on_a_gpu_when_it_failed_is_one_answer(
     assert len(cut["verdicts"]) == 1
     nothing = api.get(f"/api/v1/gpus/{uuid_of(9)}/timeline", params=window).json()
     assert all(nothing[k] == [] for k in ("jobs", "classes", "processes", "verdicts", "alerts", "events"))
+
+
+def session(t: timedelta, i: int, *, model: str, server: str, ok: bool = True) -> tuple[Any, ...]:
+    """One request, in workload.SESSION_COLUMNS' order: TTFT, TPOT and tokens/s all `i`."""
+    request_id = hashlib.md5(f"{server}/{model}/{i}".encode()).hexdigest()  # an id, not a secret
+    figures = (10, 20, None, None, None, None, float(i), float(i), float(i), float(i))
+    failed = (500, False, "boom") if not ok else (200, True, None)
+    return (
+        T0 + t,
+        request_id,
+        "proxy",
+        "m1",
+        server,
+        "ollama",
+        "/api/generate",
+        model,
+        True,
+        *failed,
+        *figures,
+    )
+
+
+def test_llm_serving_per_model_server_and_hour(served_api: str, migrated: DatabaseSettings) -> None:
+    with connect(migrated) as conn, conn.cursor() as cur:
+        for i in range(1, 101):  # llama3 on s1 in the first hour: 100 requests, the last 3 failed
+            workload.insert_session(cur, session(timedelta(seconds=30 * i), i, model="llama3", server="s1",
+                                                 ok=i <= 97))  # fmt: skip
+        for i in range(1, 11):
+            workload.insert_session(cur, session(timedelta(hours=1, seconds=i), i, model="qwen", server="s2"))
+        workload.insert_session(cur, session(timedelta(hours=5), 1, model="qwen", server="s2"))  # outside
+        conn.commit()
+    window = {"from": T0.isoformat(), "to": (T0 + timedelta(hours=2)).isoformat()}
+    with httpx.Client(base_url=served_api, timeout=30) as api:
+        body = api.get("/api/v1/llm/timeline", params={**window, "step": "1h"}).json()
+        first, second = body["periods"]
+        assert (first["period"], first["model"], first["server"]) == (
+            "2026-05-04T00:00:00.000000Z",
+            "llama3",
+            "s1",
+        )
+        assert (first["requests"], first["errors"], first["prompt_tokens"], first["completion_tokens"]) == (
+            100, 3, 1000, 2000,
+        )  # fmt: skip
+        # percentile_cont over 1..100: p50 50.5, p95 95.05, p99 99.01, p5 5.95
+        close(first, {"ttft_p50_ms": 50.5, "ttft_p95_ms": 95.05, "ttft_p99_ms": 99.01, "tpot_p95_ms": 95.05,
+                      "tps_p50": 50.5, "tps_p5": 5.95})  # fmt: skip
+        assert (second["period"], second["model"], second["requests"]) == (
+            "2026-05-04T01:00:00.000000Z",
+            "qwen",
+            10,
+        )
+        by_day = api.get("/api/v1/llm/timeline", params={**window, "step": "1d", "model": "qwen"}).json()
+        assert [(p["period"], p["requests"]) for p in by_day["periods"]] == [
+            ("2026-05-04T00:00:00.000000Z", 10)
+        ]
+        refused = api.get("/api/v1/llm/timeline", params={**window, "step": "5m"})
+        assert refused.status_code == 422

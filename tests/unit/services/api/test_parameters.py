@@ -30,6 +30,7 @@ from services.api.parameters import (
     GpuTimelineQuery,
     LifecycleFilters,
     LifecycleQuery,
+    LlmTimelineQuery,
     NoQuery,
     PageQuery,
     PlansQuery,
@@ -52,7 +53,7 @@ MODELS: list[type[QueryModel]] = [
     NoQuery, GpuListQuery, SeriesQuery, EventsQuery, AlertsQuery, PredictionsQuery, PageQuery,
     VerificationsQuery, SystemsQuery, FleetProcessesQuery, WindowQuery, PlansQuery, LifecycleFilters,
     LifecycleQuery,
-    UsageQuery, UsageTimelineQuery, UsageExportQuery, GpuTimelineQuery,
+    UsageQuery, UsageTimelineQuery, UsageExportQuery, GpuTimelineQuery, LlmTimelineQuery,
 ]  # fmt: skip
 # Each model's integer and float fields with their bounds: (field, lowest, highest).
 BOUNDS: dict[type[QueryModel], list[tuple[str, float, float]]] = {
