@@ -91,7 +91,8 @@ class Workflows(_Section):
 # events of a kind, a remediation that took (`recovered`: an unhealthy verdict that became healthy again),
 # or one the remediator carried out (`remediated`: a live plan that started on the GPU's node for it).
 _SIGNAL = (
-    r"^(xid:[0-9]{1,6}|xid_class:(application|hardware|driver|unused)|event:[a-z_]{1,40}|recovered|remediated)$"
+    r"^(xid:[0-9]{1,6}|xid_class:(application|hardware|driver|unused)"
+    r"|event:[a-z_]{1,40}|recovered|remediated)$"
 )
 Signal = Annotated[str, Field(pattern=_SIGNAL)]
 
