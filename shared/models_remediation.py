@@ -17,16 +17,14 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, get_args
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from gpuhealth.contract.base import (
-    UNSTATED,
     GpuUuid,
     StrictModel,
+    TopicMessage,
     UtcTime,
-    Version,
     parse_message,
-    version_required,
 )
 from shared.models_health import Evidence, Hostname, Name, Text
 
@@ -75,12 +73,9 @@ class Answers(StrictModel):
     message: Evidence
 
 
-class RemediationRecord(StrictModel):
+class RemediationRecord(TopicMessage):
     """One decision, action, outcome, validation, breaker change or control (gpu-remediations)."""
 
-    model_config = ConfigDict(json_schema_extra=version_required)
-
-    schema_version: Version = UNSTATED
     time: UtcTime
     record_id: Annotated[
         str, Field(pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
