@@ -1,16 +1,26 @@
-"""One scoring cycle: features -> verdicts, status, alerts, predictions -> database and Kafka.
+"""Judging a set of GPUs: features -> verdicts, status, alerts, predictions -> database and Kafka.
 
-Written in one transaction: verdict *changes* (gpu_health history and
-gpu_health_current), every GPU's status line (gpu_status), alerts opened once,
-updated while they last and resolved when their evidence is gone (an operator's
-acknowledgement is kept), and predictions when they moved. Then the changes go
-to the gpu-health and gpu-alerts topics, after the commit, so a message never
-announces what the database does not hold.
+One function, :func:`judge`, serves both of the scorer's paths: its cycle (the
+GPUs it owns, every interval) and its event fast path (the GPU an event names, at
+once). It reads, then writes in one transaction: each GPU's status line
+(gpu_status), claimed against the revision read before the inputs, so a
+judgement that read older inputs than one committed since writes nothing for
+that GPU (schema/0040); then for the GPUs claimed, verdict *changes* (gpu_health
+history and gpu_health_current), alerts opened once (the database refuses a
+second open alert of a kind on a GPU, whoever opens it), updated while they last
+and resolved when their evidence is gone (an operator's acknowledgement is
+kept), and predictions when they moved. The changes go to the gpu-health and
+gpu-alerts topics after the commit, so a message never announces what the
+database does not hold, and only the writer that made a change announces it.
+
+:func:`assess` (the reads and the rules) and :func:`record` (the writes) are
+:func:`judge`'s two halves, apart so the tests can interleave two judgements.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -38,8 +48,11 @@ class DesiredAlert:
 
 @dataclass(slots=True)
 class CycleResult:
+    """What one judgement wrote: the GPUs it judged and skipped, and the messages it owes Kafka."""
+
     as_of: datetime
-    gpus: int = 0
+    gpus: int = 0  # GPUs judged and written
+    skipped: set[str] = field(default_factory=set)  # judged since this one read them: written by another
     states: dict[str, int] = field(default_factory=dict)
     verdict_changes: int = 0
     alerts_opened: int = 0
@@ -85,35 +98,88 @@ def desired_alerts(g: GpuFeatures, verdicts: dict[str, Verdict], rules: Rules) -
     return out
 
 
-def run_cycle(
-    conn: Conn, as_of: datetime, rules: Rules, predictions: dict[str, Prediction] | None
-) -> CycleResult:
-    """Score every GPU as of `as_of`; `predictions` None means compute them this cycle."""
-    result = CycleResult(as_of=as_of)
-    features = read_features(conn, as_of, rules)
-    fresh_predictions = predictions is None
-    if predictions is None:
-        predictions = predict_all(conn, as_of, rules)
-    result.predictions = predictions
-    current = health.current_states(conn)
-    open_alerts = alerts.unresolved(conn)
-    wanted: dict[tuple[str, str], DesiredAlert] = {}
-    status_rows: list[StatusRow] = []
-    history_rows: list[VerdictRow] = []
-    current_rows: list[VerdictRow] = []
+@dataclass(slots=True)
+class GpuJudgement:
+    """One GPU's verdicts, status line and wanted alerts, before anything is written."""
+
+    hostname: str
+    verdicts: dict[str, Verdict]
+    status: StatusRow
+    wanted: list[DesiredAlert]
+
+
+@dataclass(slots=True)
+class Assessment:
+    """What a judgement read and decided: each GPU's verdicts, and the revisions its writes are claimed against."""
+
+    as_of: datetime
+    revisions: dict[str, int]
+    gpus: dict[str, GpuJudgement]
+    predictions: dict[str, Prediction]
+    fresh_predictions: bool
+
+
+def _predictions_for(
+    conn: Conn, gpus: Collection[str], given: Mapping[str, Prediction]
+) -> dict[str, Prediction]:
+    """`given`, and for the GPUs it lacks, their newest prediction in the database (a scorer that has
+    just been handed a GPU, or the fast path, which keeps none of its own)."""
+    out = {uuid: given[uuid] for uuid in gpus if uuid in given}
+    missing = [uuid for uuid in gpus if uuid not in given]
+    if missing:
+        for row in health.latest_predictions(conn, missing):
+            out[row.gpu_uuid] = Prediction(row.gpu_uuid, row.p_fail_7d, row.p_fail_30d, row.reasons)
+    return out
+
+
+def assess(
+    conn: Conn,
+    as_of: datetime,
+    rules: Rules,
+    *,
+    gpus: Collection[str] | None = None,
+    predictions: Mapping[str, Prediction] | None = None,
+) -> Assessment:
+    """Judge `gpus` (None: every GPU) as of `as_of`; nothing written. `predictions` None: computed now."""
+    # The revisions first: whatever commits after this read is newer than these inputs.
+    revisions = health.revisions(conn, gpus)
+    features = read_features(conn, as_of, rules, gpus)
+    fresh = predictions is None
+    known = predict_all(conn, as_of, rules, gpus) if predictions is None else predictions
+    if not fresh:
+        known = _predictions_for(conn, features, known)
+    judged: dict[str, GpuJudgement] = {}
     for uuid, g in features.items():
         verdicts = evaluate(g, rules, as_of)
-        prediction = predictions.get(uuid) or Prediction(uuid, 0.0, 0.0)
+        prediction = known.get(uuid) or Prediction(uuid, 0.0, 0.0)
         state, action = overall(verdicts)
         points, grade = score(verdicts, prediction.p_fail_30d, rules)
-        result.states[state] = result.states.get(state, 0) + 1
         reasons = [
             {"subsystem": v.subsystem, "state": v.state, "rule": v.rule, "action": v.action}
             for v in verdicts.values() if v.state != "healthy"
         ]  # fmt: skip
-        status_rows.append(StatusRow(uuid, state, points, grade, action, reasons, as_of))
+        status = StatusRow(uuid, state, points, grade, action, reasons, as_of)
+        judged[uuid] = GpuJudgement(g.hostname, verdicts, status, desired_alerts(g, verdicts, rules))
+    return Assessment(as_of, revisions, judged, dict(known), fresh)
+
+
+def record(conn: Conn, assessment: Assessment) -> CycleResult:
+    """Write what `assessment` decided for the GPUs no other judgement wrote since it read them; commit."""
+    as_of = assessment.as_of
+    result = CycleResult(as_of=as_of, predictions=assessment.predictions)
+    claimed = health.claim_statuses(conn, [j.status for j in assessment.gpus.values()], assessment.revisions)
+    result.skipped = set(assessment.gpus) - claimed
+    # Read under the claim (the status rows are locked): no other judgement of these GPUs is between.
+    current = health.current_states(conn, claimed)
+    open_alerts = alerts.unresolved(conn, claimed)
+    wanted: dict[tuple[str, str], DesiredAlert] = {}
+    history_rows: list[VerdictRow] = []
+    current_rows: list[VerdictRow] = []
+    for uuid in sorted(claimed):
+        judged = assessment.gpus[uuid]
+        result.states[judged.status.state] = result.states.get(judged.status.state, 0) + 1
         for sub in SUBSYSTEMS:
-            v = verdicts[sub]
+            v = judged.verdicts[sub]
             before = current.get((uuid, sub))
             # A healthy verdict that stays healthy has nothing new to say: skip the write
             # (at 10,000 GPUs that is ~70,000 upserts a cycle). Non-healthy ones refresh
@@ -125,27 +191,48 @@ def run_cycle(
             if before != v.state and (before is not None or v.state != "healthy"):
                 history_rows.append(row)
                 if message := verdict_changed(
-                    as_of=as_of, gpu_uuid=uuid, hostname=g.hostname, subsystem=sub, state=v.state,
+                    as_of=as_of, gpu_uuid=uuid, hostname=judged.hostname, subsystem=sub, state=v.state,
                     previous=before, rule=v.rule, action=v.action, evidence=v.evidence,
                 ):  # fmt: skip
                     result.messages.append(message)
-        for alert in desired_alerts(g, verdicts, rules):
+        for alert in judged.wanted:
             wanted[(uuid, alert.kind)] = alert
-    result.gpus = len(features)
+    result.gpus = len(claimed)
     result.verdict_changes = len(history_rows)
     fresh = [
-        PredictionRow(p.gpu_uuid, p.p_fail_7d, p.p_fail_30d, p.reasons, as_of) for p in predictions.values()
-    ] if fresh_predictions else []  # fmt: skip
-    health.write_verdicts(
-        conn, statuses=status_rows, current=current_rows, changes=history_rows, predictions=fresh
-    )
+        PredictionRow(p.gpu_uuid, p.p_fail_7d, p.p_fail_30d, p.reasons, as_of)
+        for uuid, p in assessment.predictions.items() if uuid in claimed
+    ] if assessment.fresh_predictions else []  # fmt: skip
+    health.write_verdicts(conn, current=current_rows, changes=history_rows, predictions=fresh)
     result.predictions_written = len(fresh)
     _write_alerts(conn, as_of, wanted, open_alerts, result)
-    # Heard at the commit by the API's cache (services/api/cache.py): its answers end with this cycle.
+    # Heard at the commit by the API's cache (services/api/cache.py): its answers end with this judgement.
     notify.announce_scored(conn)
     with translated(conn):
         conn.commit()
     return result
+
+
+def judge(
+    conn: Conn,
+    as_of: datetime,
+    rules: Rules,
+    *,
+    gpus: Collection[str] | None = None,
+    predictions: Mapping[str, Prediction] | None = None,
+) -> CycleResult:
+    """Judge `gpus` (None: every GPU) as of `as_of`, write and commit; `predictions` None: computed now.
+
+    A GPU another judgement wrote after this one read it is left as that one wrote it
+    (`CycleResult.skipped`); the caller judges it again if its own news must count."""
+    return record(conn, assess(conn, as_of, rules, gpus=gpus, predictions=predictions))
+
+
+def run_cycle(
+    conn: Conn, as_of: datetime, rules: Rules, predictions: Mapping[str, Prediction] | None
+) -> CycleResult:
+    """Judge every GPU as of `as_of`; `predictions` None means compute them this cycle."""
+    return judge(conn, as_of, rules, predictions=predictions)
 
 
 def _write_alerts(
@@ -162,6 +249,8 @@ def _write_alerts(
             continue
         alert_id = alerts.open_alert(conn, uuid, kind, severity=alert.severity, summary=alert.summary,
                                      evidence=alert.evidence, as_of=as_of)  # fmt: skip
+        if alert_id is None:
+            continue  # opened by another writer since we read: it announced it
         result.alerts_opened += 1
         if message := alert_opened(
             as_of=as_of, alert_id=alert_id, gpu_uuid=uuid, kind=kind, severity=alert.severity,
@@ -169,9 +258,8 @@ def _write_alerts(
         ):  # fmt: skip
             result.messages.append(message)
     for (uuid, kind), alert_id in open_alerts.items():
-        if (uuid, kind) in wanted:
+        if (uuid, kind) in wanted or not alerts.resolve_alert(conn, alert_id, as_of):
             continue
-        alerts.resolve_alert(conn, alert_id, as_of)
         result.alerts_resolved += 1
         if message := alert_resolved(as_of=as_of, alert_id=alert_id, gpu_uuid=uuid, kind=kind):
             result.messages.append(message)

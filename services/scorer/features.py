@@ -5,12 +5,17 @@ per GPU (counter increments use lag(), so a counter reset by a GPU reset is
 not a negative rate); one reads XID events; one joins the inventory and the
 latest sample. Nothing pulls raw samples into Python: at 10,000 GPUs a cycle
 reads ~600k rollup rows inside PostgreSQL and returns 10,000. Only refreshed
-minutes are read: those before gpu_metrics_1min_settled() (schema/0014). The
-statements live in shared.store.verdict_inputs; this module folds their rows.
+minutes are read: those before gpu_metrics_1min_settled() (schema/0014); a
+memory event (DBE, failed row remap, pending retirement) newer than a GPU's
+newest settled minute counts at once, so a GPU judged on its event and judged
+by the cycle a moment later get the same verdict. Every read takes the set of
+GPUs judged (None: the fleet). The statements live in
+shared.store.verdict_inputs; this module folds their rows.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -98,8 +103,8 @@ def _int(value: Any) -> int:
     return int(value) if value is not None else 0
 
 
-def feature_windows(as_of: datetime, rules: Rules) -> FeatureWindows:
-    """The windows the rules look back over from `as_of`."""
+def feature_windows(as_of: datetime, rules: Rules, only: Collection[str] | None = None) -> FeatureWindows:
+    """The windows the rules look back over from `as_of`, over the GPUs `only` (None: every GPU)."""
     w = rules.windows
     patterns, kinds, reach = pattern_queries(rules)
     return FeatureWindows(
@@ -109,12 +114,15 @@ def feature_windows(as_of: datetime, rules: Rules) -> FeatureWindows:
         workflow_codes=tuple(sorted(code for code, entry in rules.xid.items() if entry.workflow)),
         workflow_s=max(w.xid_s, rules.xid_repeats.window_s, *(rules.xid_clear_s(c) for c in rules.xid)),
         events_per_code=rules.workflows.events_per_code, patterns=patterns, pattern_kinds=kinds,
-        pattern_reach_s=reach,
+        pattern_reach_s=reach, gpus=None if only is None else tuple(sorted(only)),
     )  # fmt: skip
 
 
-def read_features(conn: Conn, as_of: datetime, rules: Rules) -> dict[str, GpuFeatures]:
-    windows = feature_windows(as_of, rules)
+def read_features(
+    conn: Conn, as_of: datetime, rules: Rules, only: Collection[str] | None = None
+) -> dict[str, GpuFeatures]:
+    """The features of the GPUs `only` (None: every GPU in the inventory) as of `as_of`."""
+    windows = feature_windows(as_of, rules, only)
     gpus: dict[str, GpuFeatures] = {}
     for a in verdict_inputs.inventory(conn, windows):
         gpus[a.gpu_uuid] = GpuFeatures(
@@ -163,4 +171,9 @@ def read_features(conn: Conn, as_of: datetime, rules: Rules) -> dict[str, GpuFea
     for loss in verdict_inputs.losses(conn, windows):
         if loss.gpu_uuid in gpus:
             gpus[loss.gpu_uuid].lost_times = tuple(wire_time(t) for t in loss.times)
+    for m in verdict_inputs.event_state(conn, windows):
+        if (g := gpus.get(m.gpu_uuid)) is not None:
+            g.dbe_volatile = max(g.dbe_volatile, _int(m.dbe_volatile))
+            g.remap_failure = max(g.remap_failure, int(bool(m.remap_failure)))
+            g.retired_pending = max(g.retired_pending, _int(m.retired_pending))
     return gpus

@@ -27,6 +27,7 @@ assumes a constant hazard over the 30 days.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -67,14 +68,17 @@ def _rate(count: float, hours: float) -> float:
     return count / max(hours, _MIN_HOURS)
 
 
-def precursor_features(conn: Conn, as_of: datetime, rules: Rules) -> dict[str, dict[str, float]]:
-    """Every GPU's model inputs as of a time (raw values, before the log transform)."""
+def precursor_features(
+    conn: Conn, as_of: datetime, rules: Rules, gpus: Collection[str] | None = None
+) -> dict[str, dict[str, float]]:
+    """The model inputs of `gpus` (None: every GPU) as of a time (raw values, before the log transform)."""
     pr = rules.prediction
     cut = as_of.timestamp() - pr.recent_s
     out: dict[str, dict[str, float]] = {}
     found = verdict_inputs.precursors(
-        conn, as_of, recent_s=pr.recent_s, trend_s=pr.trend_s, hw_thermal_mask=int(Reason.HW_THERMAL_SLOWDOWN)
-    )
+        conn, as_of, recent_s=pr.recent_s, trend_s=pr.trend_s, hw_thermal_mask=int(Reason.HW_THERMAL_SLOWDOWN),
+        gpus=None if gpus is None else tuple(sorted(gpus)),
+    )  # fmt: skip
     for row in found:
         (uuid, first, last, sbe_r, sbe_e, pcie_r, pcie_e, rows, crc_r, heat_c, hw_frac) = row
         first, last = float(first), float(last)
@@ -121,8 +125,11 @@ def predict_one(uuid: str, raw: dict[str, float], model: PredictorWeights) -> Pr
     return Prediction(gpu_uuid=uuid, p_fail_7d=round(p7, 4), p_fail_30d=round(p30, 4), reasons=reasons)
 
 
-def predict_all(conn: Conn, as_of: datetime, rules: Rules) -> dict[str, Prediction]:
+def predict_all(
+    conn: Conn, as_of: datetime, rules: Rules, gpus: Collection[str] | None = None
+) -> dict[str, Prediction]:
+    """The predictions of `gpus` (None: every GPU) seen in the trend window."""
     return {
         uuid: predict_one(uuid, raw, rules.predictor)
-        for uuid, raw in precursor_features(conn, as_of, rules).items()
+        for uuid, raw in precursor_features(conn, as_of, rules, gpus).items()
     }

@@ -18,8 +18,8 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from shared.fastdecode import FastDecoder, as_builtins
-from shared.models import METRIC_FIELDS, GpuEvent, GpuSample, parse_sample, sane_time
-from shared.store.events import EVENT_COLUMNS, EVENT_TYPES
+from shared.models import METRIC_FIELDS, GpuSample, parse_sample, sane_time
+from shared.store.events import EVENT_COLUMNS, EVENT_TYPES, event_row
 from shared.store.samples import (
     ASSET_ONLY,
     GPU_UUID,
@@ -78,13 +78,6 @@ def stage_rows(raws: Sequence[bytes]) -> list[Row] | None:
     """Every message as a staging row by the msgspec decoder alone, or None if it declines any
     one of them (then each is taken on its own by stage_row, which names the reason)."""
     return FAST_SAMPLE.decode_many(raws)
-
-
-_event_plain = attrgetter(*EVENT_COLUMNS[:-1])
-
-
-def event_row(e: GpuEvent) -> tuple[Any, ...]:
-    return (*_event_plain(e), Jsonb(e.details))
 
 
 def newest_per_gpu(rows: Iterable[Row]) -> list[Row]:

@@ -3,11 +3,16 @@
 An alert is open until its evidence is gone; an operator's acknowledgement
 (the `acknowledge_alert` function, granted only to the acknowledging login)
 moves it to `acknowledged` and the scorer still resolves it. The scorer's
-writes run in its cycle's transaction (no commit here).
+writes run in its judgement's transaction (no commit here). One finding is one
+alert whoever sees it first, the event fast path or the cycle, in one scorer
+process or two: the database decides (the partial unique index
+gpu_alerts_one_open), and only the writer that opened or resolved an alert
+hears so, so only it announces it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -23,9 +28,15 @@ AsyncConn = psycopg.AsyncConnection[Any]
 ListedState = Literal["open", "acknowledged", "resolved", "unresolved"]  # unresolved: open or acknowledged
 
 
-def unresolved(conn: SyncConn) -> dict[tuple[str, str], int]:
-    """The alerts not yet resolved: (gpu_uuid, kind) -> id."""
-    found = tuple_rows(conn, "SELECT id, gpu_uuid, kind FROM gpu_alerts WHERE state <> 'resolved'")
+def unresolved(conn: SyncConn, gpus: Collection[str] | None = None) -> dict[tuple[str, str], int]:
+    """The alerts of `gpus` (None: every GPU) not yet resolved: (gpu_uuid, kind) -> id."""
+    found = tuple_rows(
+        conn,
+        "SELECT id, gpu_uuid, kind FROM gpu_alerts WHERE state <> 'resolved'"
+        " AND (%(gpus)s::text[] IS NULL OR gpu_uuid = ANY(%(gpus)s::text[]))",
+        {"gpus": None if gpus is None else sorted(gpus)},
+        prepare=False,
+    )
     return {(str(uuid), str(kind)): int(alert_id) for alert_id, uuid, kind in found}
 
 
@@ -38,15 +49,16 @@ def open_alert(
     summary: str,
     evidence: dict[str, Any],
     as_of: datetime,
-) -> int:
-    """Open a new alert as of a cycle; its id."""
-    ((alert_id,),) = tuple_rows(
+) -> int | None:
+    """Open a new alert as of a judgement; its id, or None where that GPU has one of that kind unresolved."""
+    opened = tuple_rows(
         conn,
         "INSERT INTO gpu_alerts (gpu_uuid, kind, severity, state, summary, evidence, opened_at, updated_at)"
-        " VALUES (%s, %s, %s, 'open', %s, %s, %s, %s) RETURNING id",
+        " VALUES (%s, %s, %s, 'open', %s, %s, %s, %s)"
+        " ON CONFLICT (gpu_uuid, kind) WHERE state <> 'resolved' DO NOTHING RETURNING id",
         (gpu_uuid, kind, severity, summary, Jsonb(evidence), as_of, as_of),
     )
-    return int(alert_id)
+    return int(opened[0][0]) if opened else None
 
 
 def refresh_alert(
@@ -60,13 +72,15 @@ def refresh_alert(
         )
 
 
-def resolve_alert(conn: SyncConn, alert_id: int, as_of: datetime) -> None:
-    """An alert whose evidence is gone, resolved as of a cycle."""
-    with translated(conn):
-        conn.execute(
-            "UPDATE gpu_alerts SET state = 'resolved', resolved_at = %s, updated_at = %s WHERE id = %s",
-            (as_of, as_of, alert_id),
-        )
+def resolve_alert(conn: SyncConn, alert_id: int, as_of: datetime) -> bool:
+    """An alert whose evidence is gone, resolved as of a judgement; False if it was resolved already."""
+    done = tuple_rows(
+        conn,
+        "UPDATE gpu_alerts SET state = 'resolved', resolved_at = %s, updated_at = %s"
+        " WHERE id = %s AND state <> 'resolved' RETURNING id",
+        (as_of, as_of, alert_id),
+    )
+    return bool(done)
 
 
 def open_counts(conn: SyncConn, as_of: datetime) -> list[tuple[str, str, int]]:

@@ -1,8 +1,21 @@
-"""gpu_events: the sink's staging table for a batch's events and the insert that stores them once."""
+"""gpu_events: the sink's staging table for a batch's events, and the inserts that store each event once.
+
+Two writers store events, and whichever comes first stores it: the sink (a
+batch, staged) and the scorer's event fast path (the events it is about to
+judge, so its judgement reads them from the database like every other input).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from operator import attrgetter
+from typing import Any
+
+import psycopg
 from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from shared.models import GpuEvent
 
 from .errors import translated
 from .samples import TEXT, Cursor, Stage, ident_list
@@ -14,6 +27,14 @@ EVENT_COLUMNS: tuple[str, ...] = (
 EVENT_TYPES: tuple[str, ...] = ("timestamptz", *([TEXT] * 8), "jsonb")
 EVENTS_STAGE = Stage("_stage_events", EVENT_COLUMNS, EVENT_TYPES)
 
+_event_plain = attrgetter(*EVENT_COLUMNS[:-1])
+
+
+def event_row(e: GpuEvent) -> tuple[Any, ...]:
+    """An event as a gpu_events row, in EVENT_COLUMNS' order."""
+    return (*_event_plain(e), Jsonb(e.details))
+
+
 _INSERT_STAGED = sql.SQL(
     "INSERT INTO gpu_events ({c}) SELECT {c} FROM _stage_events ON CONFLICT (gpu_uuid, time, kind) DO NOTHING"
 ).format(c=ident_list(EVENT_COLUMNS))
@@ -24,3 +45,14 @@ def insert_staged(cur: Cursor) -> int:
     with translated(cur.connection):
         cur.execute(_INSERT_STAGED)
         return cur.rowcount
+
+
+_INSERT = sql.SQL(
+    "INSERT INTO gpu_events ({c}) VALUES ({v}) ON CONFLICT (gpu_uuid, time, kind) DO NOTHING"
+).format(c=ident_list(EVENT_COLUMNS), v=sql.SQL(", ").join(sql.Placeholder() * len(EVENT_COLUMNS)))
+
+
+def insert_events(conn: psycopg.Connection[Any], found: Sequence[GpuEvent]) -> None:
+    """`found` into gpu_events, each one stored once whoever stores it first; no commit."""
+    with translated(conn), conn.cursor() as cur:
+        cur.executemany(_INSERT, [event_row(e) for e in found])

@@ -1,14 +1,17 @@
 """Verdicts: gpu_status, gpu_health_current, gpu_health (history) and gpu_failure_predictions.
 
-The scorer writes them once per cycle (`write_verdicts`, in the caller's
-transaction) and reads the cycle's verdicts back for its Prometheus series; the
-API reads one GPU's history and the fleet's ranked predictions; the evaluation
-reads what the scorer decided. jsonb values (reasons, evidence) go in as plain
-dicts and lists.
+The scorer writes them once per judgement of a set of GPUs (its cycle's, or its
+event fast path's), in the caller's transaction: first each GPU's status line,
+claimed against the revision it read before its inputs (`claim_statuses`,
+schema/0040), then the verdicts of the GPUs it claimed (`write_verdicts`). It
+reads its GPUs' verdicts back for its Prometheus series; the API reads one GPU's
+history and the fleet's ranked predictions; the evaluation reads what the
+scorer decided. jsonb values (reasons, evidence) go in as plain dicts and lists.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypedDict
@@ -59,12 +62,21 @@ class PredictionRow:
     as_of: datetime
 
 
-_UPSERT_STATUS = (
-    "INSERT INTO gpu_status (gpu_uuid, state, score, grade, action, reasons, as_of, updated_at)"
-    " VALUES (%s, %s, %s, %s, %s, %s, %s, now()) ON CONFLICT (gpu_uuid) DO UPDATE SET"
-    " state = EXCLUDED.state, score = EXCLUDED.score, grade = EXCLUDED.grade, action = EXCLUDED.action,"
-    " reasons = EXCLUDED.reasons, as_of = EXCLUDED.as_of, updated_at = now()"
-)
+# A status line is written only over the revision its judgement read before its inputs (0: none
+# yet); rows go in GPU order, so two judgements of overlapping sets take the row locks in one order.
+_CLAIM_STATUS = """
+INSERT INTO gpu_status AS s (gpu_uuid, state, score, grade, action, reasons, as_of, updated_at, revision)
+SELECT t.gpu_uuid, t.state, t.score, t.grade, t.action, t.reasons, t.as_of, now(), t.revision + 1
+FROM unnest(%(gpus)s::text[], %(states)s::text[], %(scores)s::float8[], %(grades)s::text[], %(actions)s::text[],
+            %(reasons)s::jsonb[], %(as_ofs)s::timestamptz[], %(revisions)s::bigint[])
+     AS t(gpu_uuid, state, score, grade, action, reasons, as_of, revision)
+ORDER BY t.gpu_uuid
+ON CONFLICT (gpu_uuid) DO UPDATE SET
+    state = EXCLUDED.state, score = EXCLUDED.score, grade = EXCLUDED.grade, action = EXCLUDED.action,
+    reasons = EXCLUDED.reasons, as_of = EXCLUDED.as_of, updated_at = now(), revision = s.revision + 1
+WHERE s.revision = EXCLUDED.revision - 1
+RETURNING s.gpu_uuid
+"""
 # `since` is kept while the state stays the same, so it says when the GPU entered it.
 _UPSERT_CURRENT = (
     "INSERT INTO gpu_health_current (gpu_uuid, subsystem, state, rule, evidence, since, updated_at)"
@@ -83,24 +95,68 @@ _INSERT_PREDICTION = (
 )
 
 
-def current_states(conn: SyncConn) -> dict[tuple[str, str], str]:
-    """Every GPU's current state per subsystem: (gpu_uuid, subsystem) -> state."""
-    found = tuple_rows(conn, "SELECT gpu_uuid, subsystem, state FROM gpu_health_current")
+def _gpus(gpus: Collection[str] | None) -> list[str] | None:
+    return None if gpus is None else sorted(gpus)
+
+
+def current_states(conn: SyncConn, gpus: Collection[str] | None = None) -> dict[tuple[str, str], str]:
+    """The current state per subsystem of `gpus` (None: every GPU): (gpu_uuid, subsystem) -> state."""
+    found = tuple_rows(
+        conn,
+        "SELECT gpu_uuid, subsystem, state FROM gpu_health_current"
+        " WHERE %(gpus)s::text[] IS NULL OR gpu_uuid = ANY(%(gpus)s::text[])",
+        {"gpus": _gpus(gpus)},
+        prepare=False,
+    )
     return {(str(uuid), str(sub)): str(state) for uuid, sub, state in found}
+
+
+def revisions(conn: SyncConn, gpus: Collection[str] | None = None) -> dict[str, int]:
+    """The status revision of `gpus` (None: every GPU) judged so far; a GPU never judged is absent (0)."""
+    found = tuple_rows(
+        conn,
+        "SELECT gpu_uuid, revision FROM gpu_status WHERE %(gpus)s::text[] IS NULL OR gpu_uuid = ANY(%(gpus)s::text[])",
+        {"gpus": _gpus(gpus)},
+        prepare=False,
+    )
+    return {str(uuid): int(revision) for uuid, revision in found}
+
+
+def claim_statuses(conn: SyncConn, statuses: Sequence[StatusRow], read: Mapping[str, int]) -> set[str]:
+    """Write the status lines of the GPUs whose revision is still the one in `read` (absent: never judged);
+    the GPUs written, whose status rows this transaction now holds. No commit."""
+    if not statuses:
+        return set()
+    found = tuple_rows(conn, _CLAIM_STATUS, {
+        "gpus": [s.gpu_uuid for s in statuses], "states": [s.state for s in statuses],
+        "scores": [s.score for s in statuses], "grades": [s.grade for s in statuses],
+        "actions": [s.action for s in statuses], "reasons": [Jsonb(s.reasons) for s in statuses],
+        "as_ofs": [s.as_of for s in statuses], "revisions": [read.get(s.gpu_uuid, 0) for s in statuses],
+    }, prepare=False)  # fmt: skip
+    return {str(uuid) for (uuid,) in found}
+
+
+def latest_predictions(conn: SyncConn, gpus: Collection[str]) -> list[PredictionRow]:
+    """The newest prediction of each of `gpus` that has one."""
+    found = tuple_rows(
+        conn,
+        "SELECT DISTINCT ON (gpu_uuid) gpu_uuid, p_fail_7d, p_fail_30d, reasons, time"
+        " FROM gpu_failure_predictions WHERE gpu_uuid = ANY(%(gpus)s::text[]) ORDER BY gpu_uuid, time DESC",
+        {"gpus": sorted(gpus)},
+        prepare=False,
+    )
+    return [PredictionRow(str(u), float(p7), float(p30), list(r), t) for u, p7, p30, r, t in found]
 
 
 def write_verdicts(
     conn: SyncConn,
     *,
-    statuses: list[StatusRow],
     current: list[VerdictRow],
     changes: list[VerdictRow],
     predictions: list[PredictionRow],
 ) -> None:
-    """A cycle's status lines, current verdicts, verdict changes (history) and predictions; no commit."""
+    """The current verdicts, verdict changes (history) and predictions of GPUs claimed; no commit."""
     with translated(conn), conn.cursor() as cur:
-        cur.executemany(_UPSERT_STATUS, [(s.gpu_uuid, s.state, s.score, s.grade, s.action, Jsonb(s.reasons),
-                                          s.as_of) for s in statuses])  # fmt: skip
         cur.executemany(_UPSERT_CURRENT, [(v.gpu_uuid, v.subsystem, v.state, v.rule, Jsonb(v.evidence), v.as_of,
                                            v.as_of) for v in current])  # fmt: skip
         if changes:

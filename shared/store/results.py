@@ -27,10 +27,13 @@ def dict_rows(conn: SyncConn, query: Query, params: Any = None) -> list[Row]:
         return cur.fetchall()
 
 
-def tuple_rows(conn: SyncConn, query: Query, params: Any = None) -> list[tuple[Any, ...]]:
-    """Every row of `query` as a tuple, on a sync connection; driver errors translated."""
+def tuple_rows(
+    conn: SyncConn, query: Query, params: Any = None, *, prepare: bool | None = None
+) -> list[tuple[Any, ...]]:
+    """Every row of `query` as a tuple, on a sync connection; driver errors translated.
+    `prepare`: psycopg's (None: prepared once run often; False: planned for its parameters each time)."""
     with translated(conn), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query, params)
+        cur.execute(query, params, prepare=prepare)
         return cur.fetchall()
 
 

@@ -1,7 +1,10 @@
-"""The scorer's inputs: feature and prediction windows over gpu_metrics_1min, XID and loss events, the inventory.
+"""The scorer's inputs: feature and prediction windows over gpu_metrics_1min, events, the inventory.
 
 Every read of the rollup stops at gpu_metrics_1min_settled() (schema/0014): a
-minute the sink has not refreshed yet is never judged. Rows are NamedTuples in
+minute the sink has not refreshed yet is never judged; what a GPU's memory
+events said since its newest settled minute is read beside it (`event_state`).
+Each statement reads every GPU or only the given ones (the event fast path
+judges one, a scorer process its partitions' share). Rows are NamedTuples in
 the statements' column order; the scorer folds them into its features.
 """
 
@@ -44,9 +47,11 @@ class FeatureWindows:
     pattern_kinds: tuple[str, ...] = ()
     pattern_reach_s: float = 0.0
     bursts_per_pattern: int = 200  # per GPU and pattern, the newest
+    gpus: tuple[str, ...] | None = None  # only these GPUs (None: every GPU)
 
     def params(self) -> dict[str, Any]:
         return {
+            "gpus": None if self.gpus is None else list(self.gpus),
             "t": self.as_of,
             "short": timedelta(seconds=self.short_s),
             "long": timedelta(seconds=self.long_s),
@@ -136,6 +141,15 @@ class LossRow(NamedTuple):
     losses: int
 
 
+class EventStateRow(NamedTuple):
+    """What a GPU's events say of its memory since the newest rollup minute the features read."""
+
+    gpu_uuid: str
+    dbe_volatile: int | None  # the volatile DBE total the newest ecc_dbe event reported
+    remap_failure: bool | None  # a row_remap_failure event
+    retired_pending: int | None  # the pages pending retirement the newest event reported
+
+
 class PrecursorRow(NamedTuple):
     gpu_uuid: str
     first_s: float  # epoch seconds of the trend window's first and newest minute
@@ -165,6 +179,7 @@ WITH win AS (
              - lag(coalesce(nvlink_replay_errors_total_max, 0) + coalesce(nvlink_recovery_errors_total_max, 0)) OVER w AS d_nvl
     FROM gpu_metrics_1min
     WHERE bucket > %(t)s - %(long)s AND bucket <= %(t)s AND bucket < (SELECT gpu_metrics_1min_settled())
+      AND (%(gpus)s::text[] IS NULL OR gpu_uuid = ANY(%(gpus)s::text[]))
     WINDOW w AS (PARTITION BY gpu_uuid ORDER BY bucket)
 )
 SELECT gpu_uuid,
@@ -197,7 +212,7 @@ SELECT a.gpu_uuid, a.hostname, a.model,
        a.power_limit_w, a.fb_total_mib, l.pod, l.fb_used_mib, l.row_remap_pending,
        l.gpu_recovery_action, a.driver_version
 FROM gpu_assets a LEFT JOIN gpu_latest l USING (gpu_uuid)
-WHERE a.first_seen <= %(t)s
+WHERE a.first_seen <= %(t)s AND (%(gpus)s::text[] IS NULL OR a.gpu_uuid = ANY(%(gpus)s::text[]))
 """
 
 
@@ -206,6 +221,7 @@ WITH e AS (
     SELECT gpu_uuid, (details->>'xid')::int AS code, time
     FROM gpu_events
     WHERE kind = 'xid' AND time > %(t)s - %(escalation)s AND time <= %(t)s AND details ? 'xid'
+      AND (%(gpus)s::text[] IS NULL OR gpu_uuid = ANY(%(gpus)s::text[]))
 )
 SELECT e.gpu_uuid, e.code,
        count(*) FILTER (WHERE e.time > %(t)s - make_interval(secs => coalesce(c.clear_s, %(xid_s)s))),
@@ -223,6 +239,7 @@ SELECT gpu_uuid, code, time, source, message FROM (
     FROM gpu_events
     WHERE kind = 'xid' AND time > %(t)s - %(workflow)s AND time <= %(t)s AND details ? 'xid'
       AND (details->>'xid')::int = ANY(%(workflow_codes)s::int[])
+      AND (%(gpus)s::text[] IS NULL OR gpu_uuid = ANY(%(gpus)s::text[]))
 ) e
 WHERE n <= %(per_code)s
 ORDER BY gpu_uuid, code, time DESC
@@ -238,16 +255,19 @@ WITH p AS (
     SELECT gpu_uuid, time, 'recovered'::text AS kind, NULL::int AS code FROM (
         SELECT gpu_uuid, time, state, lag(state) OVER (PARTITION BY gpu_uuid, subsystem ORDER BY time) AS before
         FROM gpu_health WHERE time > %(t)s - 2 * %(pattern_reach)s AND time <= %(t)s
+          AND (%(gpus)s::text[] IS NULL OR gpu_uuid = ANY(%(gpus)s::text[]))
     ) h
     WHERE state = 'healthy' AND before = 'unhealthy' AND time > %(t)s - %(pattern_reach)s
 ), remediated AS (  -- a live plan of the remediator's that started on the GPU's node for it (schema/0030)
     SELECT g AS gpu_uuid, created_at AS time, 'remediated'::text AS kind, NULL::int AS code
     FROM remediations, unnest(gpu_uuids) g
     WHERE NOT dry_run AND held_for IS NULL AND created_at > %(t)s - %(pattern_reach)s AND created_at <= %(t)s
+      AND (%(gpus)s::text[] IS NULL OR g = ANY(%(gpus)s::text[]))
 ), ev AS (
     SELECT gpu_uuid, time, kind, CASE WHEN kind = 'xid' THEN (details->>'xid')::int END AS code
     FROM gpu_events
     WHERE time > %(t)s - %(pattern_reach)s AND time <= %(t)s AND kind = ANY(%(pattern_kinds)s::text[])
+      AND (%(gpus)s::text[] IS NULL OR gpu_uuid = ANY(%(gpus)s::text[]))
 ), signals AS (
     SELECT * FROM ev UNION ALL SELECT * FROM recovered UNION ALL SELECT * FROM remediated
 ), hits AS (
@@ -279,7 +299,30 @@ _LOSSES = """
 SELECT gpu_uuid, (array_agg(time ORDER BY time DESC))[1:10], count(*)
 FROM gpu_events
 WHERE kind = 'gpu_lost' AND time > %(t)s - %(escalation)s AND time <= %(t)s
+  AND (%(gpus)s::text[] IS NULL OR gpu_uuid = ANY(%(gpus)s::text[]))
 GROUP BY gpu_uuid
+"""
+
+
+# Events are stored as they arrive; the rollup's minutes only once settled. An event newer than a
+# GPU's newest settled minute (or on a GPU with none in the long window) is the newest word on the
+# state its sample counters will carry: the event fast path judges a DBE by it at once, and the
+# cycle agrees with it until the minute that holds the sample settles.
+_EVENT_STATE = """
+SELECT e.gpu_uuid,
+       (array_agg((e.details->>'total')::bigint ORDER BY e.time DESC) FILTER (WHERE e.kind = 'ecc_dbe'))[1],
+       bool_or(e.kind = 'row_remap_failure'),
+       (array_agg((e.details->>'pending')::bigint ORDER BY e.time DESC)
+          FILTER (WHERE e.kind = 'retirement_pending'))[1]
+FROM gpu_events e
+WHERE e.kind IN ('ecc_dbe', 'row_remap_failure', 'retirement_pending')
+  AND e.time > %(t)s - %(long)s AND e.time <= %(t)s
+  AND (%(gpus)s::text[] IS NULL OR e.gpu_uuid = ANY(%(gpus)s::text[]))
+  AND e.time >= coalesce((
+      SELECT max(r.bucket) + interval '1 minute' FROM gpu_metrics_1min r
+      WHERE r.gpu_uuid = e.gpu_uuid AND r.bucket > %(t)s - %(long)s AND r.bucket <= %(t)s
+        AND r.bucket < (SELECT gpu_metrics_1min_settled())), '-infinity')
+GROUP BY e.gpu_uuid
 """
 
 
@@ -300,6 +343,7 @@ WITH r AS (
     FROM gpu_metrics_1min m
     WHERE m.bucket > %(t)s - %(trend)s AND m.bucket <= %(t)s
       AND m.bucket < (SELECT gpu_metrics_1min_settled())
+      AND (%(gpus)s::text[] IS NULL OR m.gpu_uuid = ANY(%(gpus)s::text[]))
     WINDOW w AS (PARTITION BY m.gpu_uuid ORDER BY m.bucket)
 ), fit AS (
     SELECT gpu_uuid,
@@ -328,7 +372,9 @@ GROUP BY r.gpu_uuid
 
 
 def _fetch(conn: SyncConn, query: str, params: dict[str, Any], row: type[_Row]) -> list[_Row]:
-    return [row(*values) for values in tuple_rows(conn, query, params)]
+    # Never prepared: each run is planned for its own GPUs (one GPU on the event path, a partition
+    # share or the fleet in a cycle), where a prepared statement's generic plan would fit none.
+    return [row(*values) for values in tuple_rows(conn, query, params, prepare=False)]
 
 
 def inventory(conn: SyncConn, windows: FeatureWindows) -> list[InventoryRow]:
@@ -365,10 +411,22 @@ def losses(conn: SyncConn, windows: FeatureWindows) -> list[LossRow]:
     return _fetch(conn, _LOSSES, windows.params(), LossRow)
 
 
+def event_state(conn: SyncConn, windows: FeatureWindows) -> list[EventStateRow]:
+    """Per GPU with memory events newer than its newest settled rollup minute: what they reported."""
+    return _fetch(conn, _EVENT_STATE, windows.params(), EventStateRow)
+
+
 def precursors(
-    conn: SyncConn, as_of: datetime, *, recent_s: int, trend_s: int, hw_thermal_mask: int
+    conn: SyncConn,
+    as_of: datetime,
+    *,
+    recent_s: int,
+    trend_s: int,
+    hw_thermal_mask: int,
+    gpus: tuple[str, ...] | None = None,
 ) -> list[PrecursorRow]:
-    """Per GPU seen in the trend window: the prediction's raw increments, heat residual and slowdown fraction."""
+    """Per GPU seen in the trend window (of `gpus`, None: every GPU): the prediction's raw increments,
+    heat residual and slowdown fraction."""
     params = {"t": as_of, "recent": timedelta(seconds=recent_s), "trend": timedelta(seconds=trend_s),
-              "hw_thermal": hw_thermal_mask}  # fmt: skip
+              "hw_thermal": hw_thermal_mask, "gpus": None if gpus is None else list(gpus)}  # fmt: skip
     return _fetch(conn, _PRECURSORS, params, PrecursorRow)

@@ -26,10 +26,19 @@ def test_open_refresh_resolve_and_count(conn: psycopg.Connection[Any]) -> None:
     other = alerts.open_alert(
         conn, gpu(0), "unhealthy_memory", severity="critical", summary="dbe", evidence={}, as_of=T0
     )
+    assert opened is not None
+    assert other is not None
     assert alerts.unresolved(conn) == {(gpu(0), "thermal"): opened, (gpu(0), "unhealthy_memory"): other}
+    assert alerts.unresolved(conn, [gpu(1)]) == {}
+    later = T0 + timedelta(seconds=1)
+    again = alerts.open_alert(
+        conn, gpu(0), "thermal", severity="warning", summary="hot", evidence={}, as_of=later
+    )
+    assert again is None  # one unresolved alert per GPU and kind: the second writer opens nothing
     alerts.refresh_alert(conn, opened, severity="critical", summary="hotter", evidence={"c": 95}, as_of=T0)
     assert sorted(alerts.open_counts(conn, T0)) == [(gpu(0), "critical", 2)]
-    alerts.resolve_alert(conn, other, T0 + timedelta(minutes=1))
+    assert alerts.resolve_alert(conn, other, T0 + timedelta(minutes=1))
+    assert not alerts.resolve_alert(conn, other, T0 + timedelta(minutes=2))  # resolved once
     conn.commit()
     assert alerts.unresolved(conn) == {(gpu(0), "thermal"): opened}
     row = conn.execute("SELECT summary, evidence, state FROM gpu_alerts WHERE id = %s", (opened,)).fetchone()

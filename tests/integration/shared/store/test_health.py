@@ -24,12 +24,13 @@ def cycle(conn: psycopg.Connection[Any], as_of: datetime, memory: str, *, p30: f
         VerdictRow(gpu(0), "memory", memory, rule, {"dbe": 1} if rule else {}, as_of),
         VerdictRow(gpu(1), "memory", "healthy", None, {}, as_of),
     ]
+    statuses = [
+        StatusRow(gpu(0), memory, 50.0, "C", "reset_gpu", [{"subsystem": "memory"}], as_of),
+        StatusRow(gpu(1), "healthy", 100.0, "A", "none", [], as_of),
+    ]
+    assert health.claim_statuses(conn, statuses, health.revisions(conn)) == {gpu(0), gpu(1)}
     health.write_verdicts(
         conn,
-        statuses=[
-            StatusRow(gpu(0), memory, 50.0, "C", "reset_gpu", [{"subsystem": "memory"}], as_of),
-            StatusRow(gpu(1), "healthy", 100.0, "A", "none", [], as_of),
-        ],
         current=verdicts,
         changes=verdicts[:1],
         predictions=[
@@ -55,6 +56,12 @@ def test_a_cycles_writes_read_back(migrated: DatabaseSettings, conn: psycopg.Con
         {"gpu_uuid": gpu(1), "hostname": "node-b", "state": "healthy", "score": 100.0},
     ]
     assert health.scored_gpus(conn, T0) == []  # the second cycle replaced the first one's status
+    assert health.revisions(conn) == {gpu(0): 2, gpu(1): 2}
+    assert health.revisions(conn, [gpu(1), "GPU-never-judged"]) == {gpu(1): 2}
+    assert health.current_states(conn, [gpu(1)]) == {(gpu(1), "memory"): "healthy"}
+    assert [(p.gpu_uuid, p.p_fail_30d) for p in health.latest_predictions(conn, [gpu(0), "GPU-x"])] == [
+        (gpu(0), 0.3)
+    ]
     assert sorted(health.scored_subsystems(conn, later)) == [
         (gpu(0), "memory", "unhealthy"),
         (gpu(1), "memory", "healthy"),
@@ -67,6 +74,22 @@ def test_a_cycles_writes_read_back(migrated: DatabaseSettings, conn: psycopg.Con
     assert [h["time"] for h in history] == [later, T0]
     ranked, n = on_async(migrated, lambda c: health.ranked_predictions(c, min_p30=0.2, limit=10, after=None))
     assert (n, [(r["gpu_uuid"], r["p_fail_30d"]) for r in ranked]) == (1, [(gpu(0), 0.3)])  # the newest only
+
+
+def test_a_status_is_written_only_over_the_revision_its_judgement_read(
+    migrated: DatabaseSettings, conn: psycopg.Connection[Any]
+) -> None:
+    add_gpu(conn, 0, host="node-a")
+    first = StatusRow(gpu(0), "healthy", 100.0, "A", "none", [], T0)
+    stale = health.revisions(conn)  # {}: never judged
+    assert health.claim_statuses(conn, [first], stale) == {gpu(0)}
+    conn.commit()
+    later = StatusRow(gpu(0), "unhealthy", 40.0, "D", "reset_gpu", [], T0 + timedelta(seconds=5))
+    assert health.claim_statuses(conn, [later], stale) == set()  # judged since `stale` was read
+    assert health.claim_statuses(conn, [later], health.revisions(conn)) == {gpu(0)}
+    conn.commit()
+    assert conn.execute("SELECT state, revision FROM gpu_status").fetchall() == [("unhealthy", 2)]
+    assert health.claim_statuses(conn, [], {}) == set()
 
 
 @pytest.fixture

@@ -1,0 +1,13 @@
+-- A GPU's judgements are written one at a time, in the order they read the database.
+--
+-- Two paths judge a GPU: the scorer's event fast path, at once on a gpu-events
+-- message, and its periodic cycle; during a rebalance, two scorer processes may
+-- also hold the same GPU for a moment. Each reads the GPU's revision before its
+-- inputs and writes its status only if the revision is still the one it read
+-- (INSERT ... ON CONFLICT DO UPDATE ... WHERE revision = read), which takes the
+-- status row's lock and bumps the revision. A judgement whose inputs were read
+-- before another one committed therefore writes nothing for that GPU: a cycle that
+-- read its features before an event was stored cannot put back the verdict the
+-- event just changed. The alert that a finding opens stays single by the partial
+-- unique index gpu_alerts_one_open (0004): whoever inserts second does nothing.
+ALTER TABLE gpu_status ADD COLUMN revision bigint NOT NULL DEFAULT 0;
