@@ -7,6 +7,7 @@ here needs confluent-kafka.
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
@@ -43,10 +44,24 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
     # Keep retrying a message for 10 minutes before reporting it lost, so a
     # broker restart or a short outage costs latency, not data.
     "message.timeout.ms": 600_000,
+    # Stated, not left to the default: key_partition() computes where a keyed record goes.
+    "partitioner": "consistent_random",
 }
 
 # Messages bigger than this are refused by the broker's default message.max.bytes.
 MAX_MESSAGE_BYTES = 1_000_000
+
+
+def key_partition(key: str | bytes, partitions: int) -> int:
+    """The partition the producers' partitioner (consistent_random, librdkafka's default: CRC-32 of the
+    key, modulo the topic's partitions) puts a record with this non-empty key in. The scorers share the
+    fleet by it (services/scorer/ownership.py); a test against the broker checks the two agree."""
+    if partitions < 1:
+        raise ValueError(f"a topic has at least one partition, not {partitions}")
+    raw = key.encode() if isinstance(key, str) else key
+    if not raw:
+        raise ValueError("an empty key is placed at random: it has no partition")
+    return zlib.crc32(raw) % partitions
 
 
 def client_config(settings: KafkaSettings) -> dict[str, Any]:

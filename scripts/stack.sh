@@ -18,10 +18,10 @@ running() {
 
 ready_urls() {
   (cd "$root" && PYTHONPATH=$root "$py" - "$spec" <<'PY'
-import sys, tomllib
-from shared.supervise import expand
-for p in tomllib.load(open(sys.argv[1], "rb"))["process"].values():
-    if "ready_url" in p: print(expand(p["ready_url"]))
+import sys
+from pathlib import Path
+from shared.supervise import ready_urls
+print(*ready_urls(Path(sys.argv[1])), sep="\n")
 PY
 )
 }

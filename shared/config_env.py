@@ -112,7 +112,18 @@ OTHER_VARIABLES: tuple[OtherVariable, ...] = (
         "GPUHEALTH_COLLECTOR_METRICS_PORT", "`9500`", _NATIVE, "The collector's `/metrics` (`make up`)."
     ),
     OtherVariable("GPUHEALTH_SINK_METRICS_PORT", "`9501`", _NATIVE, "The sink's `/metrics` (`make up`)."),
-    OtherVariable("GPUHEALTH_SCORER_METRICS_PORT", "`9502`", _NATIVE, "The scorer's `/metrics` (`make up`)."),
+    OtherVariable(
+        "GPUHEALTH_SCORER_METRICS_PORT",
+        "`9502`",
+        _NATIVE,
+        "The scorer's `/metrics` (`make up`); the i-th of several on this + 10 i.",
+    ),
+    OtherVariable(
+        "GPUHEALTH_SCORERS",
+        "`1`",
+        _NATIVE,
+        "Scorer processes `make up` runs (`make up SCORERS=3`); they share the fleet.",
+    ),
     OtherVariable(
         "GPUHEALTH_REMEDIATOR_METRICS_PORT", "`9503`", _NATIVE, "The remediator's `/metrics` (`make up`)."
     ),

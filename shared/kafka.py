@@ -6,6 +6,11 @@ which the training library's publisher uses too), read here with the rest.
 Consumers never auto-commit: the sink commits offsets itself, after its
 database transaction. Every librdkafka error that leaves this module is one of
 the project's :mod:`shared.errors` types.
+
+A keyed record's partition is part of the contract: the scorers share the fleet
+by the partitions of gpu-events their consumer group assigns them, so each must
+know which partition a GPU's records land in. Producers name their partitioner
+(`consistent_random`) and `key_partition` computes the same.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from gpuhealth.kafka import translate_error as translate_error
 from gpuhealth.kafka_settings import MAX_MESSAGE_BYTES as MAX_MESSAGE_BYTES
 from gpuhealth.kafka_settings import PRODUCER_DEFAULTS as PRODUCER_DEFAULTS
 from gpuhealth.kafka_settings import client_config as client_config
+from gpuhealth.kafka_settings import key_partition as key_partition
 from shared.config import KafkaSettings
 from shared.errors import ContractError, KafkaUnavailableError
 

@@ -7,6 +7,11 @@ file, and on SIGTERM stops its children with SIGTERM, waiting for them to
 flush and commit (the services exit 0 on it) before it exits itself.
 
     python -m shared.supervise deploy/local-stack.toml --logs DIR
+
+A process may run as several replicas (`replicas = "${GPUHEALTH_SCORERS}"`):
+each is its own child (`scorer-0`, `scorer-1`, ...), and its values may say
+`${NAME+REPLICA*STEP}`, NAME's number plus STEP per replica before it (each
+scorer's /metrics port, for one).
 """
 
 from __future__ import annotations
@@ -64,13 +69,47 @@ class Child:
         return code
 
 
-def expand(value: object, environ: Mapping[str, str] | None = None) -> str:
-    """`${NAME}` in a spec value, from the environment (scripts/env.sh exports the stack's ports).
+class _SpecTemplate(Template):
+    # `${NAME}`, and `${NAME+REPLICA*STEP}` (a number moved along for each replica)
+    braceidpattern = r"(?a:[_a-z][_a-z0-9]*(?:\+REPLICA\*[0-9]{1,6})?)"
+
+
+class _Values(dict[str, str]):
+    """The environment, plus REPLICA and `NAME+REPLICA*STEP` worked out for one replica."""
+
+    def __init__(self, environ: Mapping[str, str], replica: int) -> None:
+        super().__init__()
+        self.environ, self.replica = environ, replica
+
+    def __missing__(self, key: str) -> str:
+        if key == "REPLICA":
+            return str(self.replica)
+        name, moved, step = key.partition("+REPLICA*")
+        if not moved:
+            return self.environ[key]
+        try:
+            return str(int(self.environ[name]) + self.replica * int(step))
+        except ValueError:
+            raise ValueError(f"${{{key}}}: {name} is {self.environ[name]!r}, not a number") from None
+
+
+def expand(value: object, environ: Mapping[str, str] | None = None, replica: int = 0) -> str:
+    """`${NAME}` in a spec value, from the environment (scripts/env.sh exports the stack's ports), as
+    replica `replica` of its process sees it.
 
     A name that is not set is an error (KeyError), not an empty string: a stack
     must not start on a half-written address.
     """
-    return Template(str(value)).substitute(os.environ if environ is None else environ)
+    return _SpecTemplate(str(value)).substitute(_Values(os.environ if environ is None else environ, replica))
+
+
+def _replicas(name: str, process: dict[str, Any]) -> list[tuple[str, int]]:
+    """(child name, replica index) of each replica of a process (one, unless it says `replicas`)."""
+    text = expand(process.get("replicas", "1"))
+    if not text.isdigit() or not 1 <= int(text) <= 64:
+        raise ValueError(f"process {name}: replicas must be 1 to 64, not {text!r}")
+    count = int(text)
+    return [(name if count == 1 else f"{name}-{i}", i) for i in range(count)]
 
 
 def load(path: Path, logs: Path) -> list[Child]:
@@ -78,12 +117,24 @@ def load(path: Path, logs: Path) -> list[Child]:
     logs.mkdir(parents=True, exist_ok=True)
     return [
         Child(
-            name=name,
-            command=[expand(part) for part in p["command"]],
-            env={k: expand(v) for k, v in p.get("env", {}).items()},
-            log_path=logs / f"{name}.log",
+            name=child,
+            command=[expand(part, replica=i) for part in p["command"]],
+            env={k: expand(v, replica=i) for k, v in p.get("env", {}).items()},
+            log_path=logs / f"{child}.log",
         )
         for name, p in spec.get("process", {}).items()
+        for child, i in _replicas(name, p)
+    ]
+
+
+def ready_urls(path: Path) -> list[str]:
+    """The URL each child of the stack answers on once it is ready (scripts/stack.sh waits on them)."""
+    spec: dict[str, Any] = tomllib.loads(path.read_text())
+    return [
+        expand(p["ready_url"], replica=i)
+        for name, p in spec.get("process", {}).items()
+        if "ready_url" in p
+        for _, i in _replicas(name, p)
     ]
 
 

@@ -1,4 +1,7 @@
-"""`python -m services.scorer`: score the fleet every cycle until SIGTERM.
+"""`python -m services.scorer`: judge a GPU on each of its events, and the fleet every cycle, until SIGTERM.
+
+Run several: they share the fleet by the partitions of gpu-events their
+consumer group assigns (services/scorer/ownership.py).
 
 As-of time (GPUHEALTH_SCORER__AS_OF): `now` judges a live fleet against the
 wall clock; `latest` judges it as of its newest sample (a replayed fleet, or
@@ -17,7 +20,7 @@ from shared.errors import GpuHealthError
 from shared.lifecycle import Lifecycle
 from shared.service import start_service
 
-from .loop import ScorerSection, ScorerSettings, build_scorer
+from .loop import FLUSH_TIMEOUT_S, ScorerSection, ScorerSettings, build_scorer
 
 __all__ = ["ScorerSection", "ScorerSettings", "main"]  # the settings stay importable from here
 
@@ -41,7 +44,11 @@ def main() -> int:
         except (GpuHealthError, OSError) as e:
             log.error("scorer cannot start: %s", e)
             return 1
-        scorer.run(life.stop)  # its producer is flushed at the end of run, however it ends
+        if scorer.events is not None:
+            # Closed in reverse: the event thread is joined, then what it queued is flushed.
+            life.callback(scorer.cycle.producer.close, FLUSH_TIMEOUT_S)
+            life.start_thread(scorer.events, "scorer-events")
+        scorer.cycle.run(life.stop)  # its producer is flushed at the end of run, however it ends
     log.info("stopped")
     return 0
 

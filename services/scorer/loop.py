@@ -1,11 +1,18 @@
 """The scorer's loop: one scoring cycle every `interval_s` until stopped, publishing what changed.
 
-Each cycle opens a connection, judges the fleet as of `as_of` (see
-:func:`resolve_as_of`), refreshes the per-GPU verdict series on /metrics and
-queues the verdict changes and alerts on Kafka. Predictions are recomputed
-every `predict_every_s`; between them the last ones are reused. A cycle that
-fails is counted and logged; the next one tries again. Stopping (or an
-error) ends with a flush of what is queued, in a `finally`.
+Each cycle opens a connection, judges this process's share of the fleet
+(ownership.py: every GPU, or those keyed to the gpu-events partitions its
+consumer group gave it) as of `as_of` (see :func:`resolve_as_of`), refreshes
+the per-GPU verdict series on /metrics and queues the verdict changes and
+alerts on Kafka. When the share changes, the next cycle starts at once, so a
+GPU handed over by a rebalance waits for no interval. Predictions are
+recomputed every `predict_every_s`; between them the last ones are reused (a
+GPU just handed over starts from its newest prediction in the database). A
+cycle that fails is counted and logged; the next one tries again. Stopping (or
+an error) ends with a flush of what is queued, in a `finally`.
+
+Beside it, the event fast path (event_path.py) judges a GPU at once on its
+events; :func:`build_scorer` builds both.
 """
 
 from __future__ import annotations
@@ -13,6 +20,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -23,14 +32,16 @@ from shared.config import DatabaseSettings, Section, Settings, TopicSettings
 from shared.db import connect, statements_cancelled_on
 from shared.errors import GpuHealthError
 from shared.kafka import JsonProducer, make_producer
-from shared.models import to_json
+from shared.models import GpuEvent, to_json
 from shared.models_health import HEALTH_STATES
-from shared.store import fleet
+from shared.store import fleet, verdict_inputs
 from shared.store.errors import translated
 
 from .alert_hosts import with_hostnames
-from .cycle import CycleResult, run_cycle
+from .cycle import CycleResult, judge
+from .event_path import EventPath
 from .features import Conn
+from .ownership import Ownership
 from .predict import Prediction
 from .rules_config import DEFAULT_RULES, Rules, load_rules
 from .verdict_metrics import VerdictCollector
@@ -56,6 +67,16 @@ class ScorerSection(Section):
     """Port of the scorer's `/metrics`, verdicts included."""
     metrics_bind: str = "127.0.0.1"
     """Address of the scorer's `/metrics`."""
+    events: bool = True
+    """Judge a GPU at once on each of its gpu-events messages (the event fast path), as a member of `group`;
+    off, this process judges every GPU, and only every cycle."""
+    group: str = Field(default="gpuhealth-scorer", min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._-]+$")
+    """The scorers' consumer group on gpu-events: its members share the fleet by the topic's partitions."""
+    session_timeout_s: float = Field(default=10.0, ge=6, le=300)
+    """How long the group waits on a silent scorer before its GPUs move to the others. Kept under
+    `interval_s`, a scorer that dies leaves its GPUs unjudged for at most two intervals."""
+    event_batch: int = Field(default=500, ge=1, le=100_000)
+    """Most gpu-events messages judged in one transaction."""
 
     @field_validator("as_of")
     @classmethod
@@ -79,6 +100,16 @@ def resolve_as_of(conn: Conn, mode: str) -> datetime:
         return fleet.newest_sample_time(conn) or datetime.now(UTC)
     parsed = datetime.fromisoformat(mode)
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def event_as_of(mode: str) -> Callable[[Conn, Sequence[GpuEvent]], datetime]:
+    """The fast path's as-of time: the cycle's, or the newest of the events judged if that is later
+    (a collector's clock a little ahead), so the events are never in the judgement's future."""
+
+    def as_of(conn: Conn, found: Sequence[GpuEvent]) -> datetime:
+        return max(resolve_as_of(conn, mode), *(e.time for e in found))
+
+    return as_of
 
 
 class ScorerMetrics:
@@ -114,6 +145,7 @@ class ScorerLoop:
         topics: TopicSettings,
         producer: JsonProducer,
         registry: CollectorRegistry,
+        ownership: Ownership,
     ) -> None:
         self.cfg, self.rules, self.db, self.producer = cfg, rules, db, producer
         self.topic = {"health": topics.health, "alerts": topics.alerts}
@@ -121,6 +153,7 @@ class ScorerLoop:
         self.verdicts = VerdictCollector()
         registry.register(self.verdicts)
         self.once = cfg.as_of not in ("now", "latest")
+        self.ownership = ownership
         self.predictions: dict[str, Prediction] | None = None
         self.last_prediction = 0.0
         self._conn: Conn | None = None  # the cycle's, while it runs (cancelled at stop)
@@ -135,25 +168,39 @@ class ScorerLoop:
     def _run(self, stop: threading.Event, next_tick: float) -> None:
         try:
             while not stop.is_set():
-                self.score_once()
+                self.ownership.changed.clear()
+                if self.ownership.share.everything or self.ownership.share.partitions:
+                    self.score_once()
                 if self.once:
                     break
-                next_tick += self.cfg.interval_s
-                stop.wait(max(0.0, next_tick - time.monotonic()))
+                next_tick = self._wait(stop, next_tick + self.cfg.interval_s)
         finally:
             if remaining := self.producer.flush(FLUSH_TIMEOUT_S):
                 log.error("exiting with undelivered messages", extra={"undelivered": remaining})
 
+    def _wait(self, stop: threading.Event, tick: float) -> float:
+        """Until `tick`, or until the share changes (its new GPUs are judged at once); the tick to keep."""
+        while not stop.wait(min(0.2, max(0.0, tick - time.monotonic()))):
+            if self.ownership.changed.is_set():
+                return time.monotonic()
+            if time.monotonic() >= tick:
+                break
+        return tick
+
     def score_once(self) -> CycleResult | None:
-        """One cycle; None (counted and logged) when it failed."""
+        """One cycle over this process's share of the fleet; None (counted and logged) when it failed."""
         started = time.perf_counter()
         try:
             conn = self._conn = connect(self.db)
             try:  # the store translates its statements' errors; a bug here still raises as itself
                 as_of = resolve_as_of(conn, self.cfg.as_of)
+                share = self.ownership.share
+                gpus = share.select(verdict_inputs.inventory_gpus(conn))
                 due = time.monotonic() - self.last_prediction >= self.cfg.predict_every_s
-                result = run_cycle(conn, as_of, self.rules, None if due else self.predictions)
-                self.verdicts.refresh(conn, as_of)
+                known = None if due else self.predictions
+                judged = None if share.everything else gpus  # the whole fleet reads best unfiltered
+                result = judge(conn, as_of, self.rules, gpus=judged, predictions=known)
+                self.verdicts.refresh(conn, as_of, gpus)
                 with_hostnames(conn, result.messages)
                 with translated(conn):
                     conn.commit()
@@ -172,7 +219,8 @@ class ScorerLoop:
             return None
         self.metrics.record(result, time.perf_counter() - started)
         log.info(
-            "cycle", extra={"as_of": as_of.isoformat(), "gpus": result.gpus, "states": result.states,
+            "cycle", extra={"as_of": as_of.isoformat(), "gpus": result.gpus, "skipped": len(result.skipped),
+                            "partitions": sorted(self.ownership.share.partitions), "states": result.states,
                             "changes": result.verdict_changes, "alerts_opened": result.alerts_opened,
                             "alerts_resolved": result.alerts_resolved,
                             "predictions_written": result.predictions_written,
@@ -181,15 +229,35 @@ class ScorerLoop:
         return result
 
 
+@dataclass(slots=True)
+class Scorer:
+    """The cycle, and the event fast path beside it (None: off, or one fixed as-of time)."""
+
+    cycle: ScorerLoop
+    events: EventPath | None
+
+
 def build_scorer(
     settings: ScorerSettings, *, registry: CollectorRegistry, producer: JsonProducer | None = None
-) -> ScorerLoop:
+) -> Scorer:
     """The scorer `settings` describe; ConfigError when the rules file is invalid."""
-    return ScorerLoop(
-        cfg=settings.scorer,
-        rules=load_rules(settings.scorer.rules_file),
-        db=settings.db,
-        topics=settings.topics,
-        producer=JsonProducer(make_producer(settings.kafka)) if producer is None else producer,
+    cfg = settings.scorer
+    rules = load_rules(cfg.rules_file)
+    producer = JsonProducer(make_producer(settings.kafka)) if producer is None else producer
+    in_group = cfg.events and cfg.as_of in ("now", "latest")
+    ownership = Ownership(everything=not in_group)
+    cycle = ScorerLoop(cfg=cfg, rules=rules, db=settings.db, topics=settings.topics, producer=producer,
+                       registry=registry, ownership=ownership)  # fmt: skip
+    if not in_group:
+        return Scorer(cycle, None)
+    session_ms = int(cfg.session_timeout_s * 1000)
+    events = EventPath(
+        rules=rules, db=settings.db, kafka=settings.kafka, topic=settings.topics.events, group=cfg.group,
+        consumer_overrides={
+            "session.timeout.ms": session_ms, "heartbeat.interval.ms": max(1000, session_ms // 5),
+        },
+        batch=cfg.event_batch, producer=producer, publish_to=cycle.topic, ownership=ownership,
+        as_of=event_as_of(cfg.as_of), lookback_s=max(60.0, 2 * cfg.interval_s + cfg.session_timeout_s),
         registry=registry,
-    )
+    )  # fmt: skip
+    return Scorer(cycle, events)

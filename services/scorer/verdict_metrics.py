@@ -5,10 +5,12 @@ TimescaleDB (deploy/prometheus/rules/ holds the alerting rules over these series
 
 Cardinality is bounded by the fleet: labels are only `gpu_uuid`, `hostname`,
 `subsystem` (a fixed set) and `severity` (info/warning/critical). The series are
-rebuilt from the database after each cycle, for the GPUs that cycle scored, so a
-GPU that leaves the fleet (no longer scored) leaves the exposition with it,
-rather than its last verdict lingering as a stale series. A failed cycle keeps
-the previous snapshot; `gpuhealth_verdicts_as_of_seconds` tells how old it is.
+rebuilt from the database after each cycle, for the GPUs this scorer process
+judges (its share of the fleet: ownership.py), so a GPU that leaves the fleet,
+or moves to another scorer, leaves this process's exposition with it, rather
+than its last verdict lingering as a stale series; each GPU is exposed by the
+one scorer that holds it. A failed cycle keeps the previous snapshot;
+`gpuhealth_verdicts_as_of_seconds` tells how old it is.
 
 States are numbers so rules can compare them: 0 healthy, 1 degraded, 2 unhealthy.
 Acknowledged alerts are not counted as open: an operator's acknowledgement in the
@@ -17,7 +19,7 @@ API is what silences the Prometheus alert.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -47,18 +49,18 @@ class VerdictSnapshot:
     gpus: dict[str, GpuVerdicts] = field(default_factory=dict)
 
 
-def read_snapshot(conn: Any, as_of: datetime) -> VerdictSnapshot:
-    """The verdicts written by the cycle of `as_of` (call after that cycle committed)."""
+def read_snapshot(conn: Any, as_of: datetime, gpus: Collection[str]) -> VerdictSnapshot:
+    """The verdicts of `gpus` after the cycle of `as_of` (call after it committed)."""
     snap = VerdictSnapshot(as_of=as_of)
-    for scored in health.scored_gpus(conn, as_of):
+    for scored in health.scored_gpus(conn, gpus):
         snap.gpus[scored["gpu_uuid"]] = GpuVerdicts(
             hostname=scored["hostname"], state=scored["state"], score=scored["score"]
         )
-    for uuid, sub, state in health.scored_subsystems(conn, as_of):
+    for uuid, sub, state in health.scored_subsystems(conn, gpus):
         gpu = snap.gpus.get(uuid)
         if gpu is not None:
             gpu.subsystems[sub] = state
-    for uuid, severity, n in alerts.open_counts(conn, as_of):
+    for uuid, severity, n in alerts.open_counts(conn, gpus):
         gpu = snap.gpus.get(uuid)
         if gpu is not None:
             gpu.open_alerts[severity] = n
@@ -71,8 +73,8 @@ class VerdictCollector(Collector):
     def __init__(self) -> None:
         self._snapshot = VerdictSnapshot()
 
-    def refresh(self, conn: Any, as_of: datetime) -> None:
-        self._snapshot = read_snapshot(conn, as_of)
+    def refresh(self, conn: Any, as_of: datetime, gpus: Collection[str]) -> None:
+        self._snapshot = read_snapshot(conn, as_of, gpus)
 
     def replace(self, snapshot: VerdictSnapshot) -> None:
         self._snapshot = snapshot

@@ -83,13 +83,14 @@ def resolve_alert(conn: SyncConn, alert_id: int, as_of: datetime) -> bool:
     return bool(done)
 
 
-def open_counts(conn: SyncConn, as_of: datetime) -> list[tuple[str, str, int]]:
-    """(gpu_uuid, severity, open alerts) of the GPUs the cycle of `as_of` scored; acknowledged ones not counted."""
+def open_counts(conn: SyncConn, gpus: Collection[str]) -> list[tuple[str, str, int]]:
+    """(gpu_uuid, severity, open alerts) of `gpus`; acknowledged ones not counted."""
     found = tuple_rows(
         conn,
-        "SELECT g.gpu_uuid, g.severity, count(*) FROM gpu_alerts g JOIN gpu_status s USING (gpu_uuid)"
-        " WHERE s.as_of = %s AND g.state = 'open' GROUP BY g.gpu_uuid, g.severity",
-        (as_of,),
+        "SELECT gpu_uuid, severity, count(*) FROM gpu_alerts"
+        " WHERE gpu_uuid = ANY(%(gpus)s::text[]) AND state = 'open' GROUP BY gpu_uuid, severity",
+        {"gpus": sorted(gpus)},
+        prepare=False,
     )
     return [(str(uuid), str(severity), int(n)) for uuid, severity, n in found]
 

@@ -171,30 +171,33 @@ def write_verdicts(
 
 
 class ScoredGpu(TypedDict):
+    """A judged GPU's status line as the scorer's Prometheus series show it."""
+
     gpu_uuid: str
     hostname: str  # "" for a GPU the inventory no longer holds
     state: str
     score: float
 
 
-def scored_gpus(conn: SyncConn, as_of: datetime) -> list[ScoredGpu]:
-    """The GPUs the cycle of `as_of` scored (gpu_status carries that cycle's time)."""
+def scored_gpus(conn: SyncConn, gpus: Collection[str]) -> list[ScoredGpu]:
+    """The status lines of `gpus` that have been judged (a scorer's share of the fleet)."""
     found = tuple_rows(
         conn,
         "SELECT s.gpu_uuid, coalesce(a.hostname, ''), s.state, s.score"
-        " FROM gpu_status s LEFT JOIN gpu_assets a USING (gpu_uuid) WHERE s.as_of = %s",
-        (as_of,),
+        " FROM gpu_status s LEFT JOIN gpu_assets a USING (gpu_uuid) WHERE s.gpu_uuid = ANY(%(gpus)s::text[])",
+        {"gpus": sorted(gpus)},
+        prepare=False,
     )
     return [ScoredGpu(gpu_uuid=str(u), hostname=str(h), state=str(s), score=float(p)) for u, h, s, p in found]
 
 
-def scored_subsystems(conn: SyncConn, as_of: datetime) -> list[tuple[str, str, str]]:
-    """(gpu_uuid, subsystem, state) of every GPU the cycle of `as_of` scored."""
+def scored_subsystems(conn: SyncConn, gpus: Collection[str]) -> list[tuple[str, str, str]]:
+    """(gpu_uuid, subsystem, state) of every current verdict of `gpus`."""
     found = tuple_rows(
         conn,
-        "SELECT c.gpu_uuid, c.subsystem, c.state FROM gpu_health_current c JOIN gpu_status s USING (gpu_uuid)"
-        " WHERE s.as_of = %s",
-        (as_of,),
+        "SELECT gpu_uuid, subsystem, state FROM gpu_health_current WHERE gpu_uuid = ANY(%(gpus)s::text[])",
+        {"gpus": sorted(gpus)},
+        prepare=False,
     )
     return [(str(u), str(sub), str(state)) for u, sub, state in found]
 

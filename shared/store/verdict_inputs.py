@@ -201,12 +201,18 @@ FROM win GROUP BY gpu_uuid
 """
 
 
+# A GPU whose latest sample is newer than as_of (a replay; or, live, one stored between as_of and this
+# read) was last seen at its newest raw sample up to as_of; once raw samples are dropped, at the end of
+# its newest settled rollup minute. (The rollup alone put a GPU that reported a second after as_of a
+# settling delay behind, and so "not reporting".)
 _INVENTORY = """
 SELECT a.gpu_uuid, a.hostname, a.model,
-       CASE WHEN l.time <= %(t)s THEN l.time ELSE (
+       CASE WHEN l.time <= %(t)s THEN l.time ELSE coalesce((
+           SELECT max(m.time) FROM gpu_metrics m
+           WHERE m.gpu_uuid = a.gpu_uuid AND m.time <= %(t)s AND m.time > %(t)s - %(long)s), (
            SELECT max(bucket) + interval '59 seconds' FROM gpu_metrics_1min r
            WHERE r.gpu_uuid = a.gpu_uuid AND r.bucket <= %(t)s AND r.bucket > %(t)s - %(long)s
-             AND r.bucket < (SELECT gpu_metrics_1min_settled()))
+             AND r.bucket < (SELECT gpu_metrics_1min_settled())))
        END,
        coalesce(a.slowdown_temp_c, %(slowdown)s),
        a.power_limit_w, a.fb_total_mib, l.pod, l.fb_used_mib, l.row_remap_pending,
@@ -375,6 +381,11 @@ def _fetch(conn: SyncConn, query: str, params: dict[str, Any], row: type[_Row]) 
     # Never prepared: each run is planned for its own GPUs (one GPU on the event path, a partition
     # share or the fleet in a cycle), where a prepared statement's generic plan would fit none.
     return [row(*values) for values in tuple_rows(conn, query, params, prepare=False)]
+
+
+def inventory_gpus(conn: SyncConn) -> list[str]:
+    """Every GPU in the inventory, in order (a scorer takes its share of them)."""
+    return [str(uuid) for (uuid,) in tuple_rows(conn, "SELECT gpu_uuid FROM gpu_assets ORDER BY gpu_uuid")]
 
 
 def inventory(conn: SyncConn, windows: FeatureWindows) -> list[InventoryRow]:

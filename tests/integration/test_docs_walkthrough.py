@@ -52,6 +52,7 @@ def pipeline(
         "GPUHEALTH_DB__PORT": str(migrated.port),
         "GPUHEALTH_DB__SEARCH_PATH": migrated.search_path or "",
         "GPUHEALTH_SINK__GROUP_ID": tmp_path.name,
+        "GPUHEALTH_SCORER__GROUP": tmp_path.name,
         **topics_env(isolated_topics(topic_factory)),  # every topic the registry has, the test's own
     }
     services = {

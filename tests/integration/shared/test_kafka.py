@@ -5,11 +5,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 
+import confluent_kafka
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from shared.config import KafkaSettings
 from shared.errors import ContractError
-from shared.kafka import JsonProducer, decode_json, make_producer
+from shared.kafka import JsonProducer, decode_json, key_partition, make_producer
 from tests.helpers.kafka import consume_all
 
 
@@ -64,3 +67,42 @@ def test_invalid_values_are_refused_before_they_reach_the_broker(
     assert producer.flush(30) == 0
     received = consume_all(kafka_settings, topic, expected=1)
     assert [decode_json(m.value()) for m in received] == [{"ok": True}]
+
+
+PARTITION_COUNTS = (1, 6, 7, 12)
+
+
+@pytest.fixture
+def partitioned(topic_factory: Callable[..., str]) -> dict[str, int]:
+    """A topic per partition count: name -> partitions."""
+    return {topic_factory(partitions=n, prefix=f"p{n}"): n for n in PARTITION_COUNTS}
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    keys=st.lists(
+        st.uuids().map(lambda u: f"GPU-{u}") | st.text(min_size=1, max_size=60),
+        min_size=1,
+        max_size=40,
+        unique=True,
+    )
+)
+def test_the_partition_computed_for_a_key_is_where_the_broker_puts_it(
+    kafka_settings: KafkaSettings, partitioned: dict[str, int], keys: list[str]
+) -> None:
+    # The scorers share the fleet by computing each GPU's partition (shared.kafka.key_partition); the
+    # producers' partitioner is what actually places a record. Both must agree, record by record.
+    producer = make_producer(kafka_settings)
+    placed: list[tuple[str, bytes, int]] = []
+
+    def delivered(err: confluent_kafka.KafkaError | None, msg: confluent_kafka.Message) -> None:
+        assert err is None, err
+        placed.append((str(msg.topic()), msg.key() or b"", int(msg.partition() or 0)))
+
+    for topic in partitioned:
+        for key in keys:
+            producer.produce(topic, key=key.encode(), value=b"{}", on_delivery=delivered)
+    assert producer.flush(30) == 0
+    assert len(placed) == len(keys) * len(partitioned)
+    for topic, key, partition in placed:
+        assert partition == key_partition(key, partitioned[topic]), (topic, key)

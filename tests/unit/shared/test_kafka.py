@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import time
+import zlib
 from typing import Any
 
 import confluent_kafka
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from shared.config import KafkaSettings
 from shared.errors import ContractError, KafkaProduceError, KafkaUnavailableError
@@ -16,6 +19,7 @@ from shared.kafka import (
     client_config,
     decode_json,
     encode_json,
+    key_partition,
     translate_error,
     wait_for_kafka,
 )
@@ -110,3 +114,27 @@ def test_full_local_queue_is_a_retriable_produce_error() -> None:
     with pytest.raises(KafkaProduceError) as caught:
         producer.produce("t", "k", {"a": 1})
     assert caught.value.retriable
+
+
+def test_the_partitioner_is_stated_so_a_key_partition_can_be_computed() -> None:
+    assert PRODUCER_DEFAULTS["partitioner"] == "consistent_random"
+    assert client_config(KafkaSettings(extra={"partitioner": "murmur2"})) | PRODUCER_DEFAULTS == (
+        client_config(KafkaSettings()) | PRODUCER_DEFAULTS
+    )  # an extra cannot move the records away from where the scorers look for them
+
+
+@given(key=st.binary(min_size=1, max_size=200), partitions=st.integers(1, 10_000))
+def test_a_key_partition_is_crc32_of_the_key_within_the_topic(key: bytes, partitions: int) -> None:
+    assert key_partition(key, partitions) == zlib.crc32(key) % partitions
+    assert 0 <= key_partition(key, partitions) < partitions
+
+
+@given(text=st.text(min_size=1, max_size=60))
+def test_a_text_key_is_placed_by_its_utf8_bytes(text: str) -> None:
+    assert key_partition(text, 7) == key_partition(text.encode(), 7)
+
+
+@pytest.mark.parametrize(("key", "partitions"), [("", 6), (b"", 6), ("GPU-1", 0), ("GPU-1", -3)])
+def test_keys_without_a_partition_are_refused(key: str | bytes, partitions: int) -> None:
+    with pytest.raises(ValueError, match=r"empty key|at least one partition"):
+        key_partition(key, partitions)

@@ -11,7 +11,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.supervise import expand, load
+from shared.supervise import expand, load, ready_urls
 from tests.paths import REPO
 
 SPEC = REPO / "deploy" / "local-stack.toml"
@@ -39,8 +39,7 @@ def stack_text(environ: dict[str, str], tmp_path: Path, monkeypatch: pytest.Monk
     for key, value in environ.items():
         monkeypatch.setenv(key, value)
     children = load(SPEC, tmp_path)
-    ready = [expand(url, environ) for url in re.findall(r'ready_url = "([^"]+)"', SPEC.read_text())]
-    return " ".join([*ready, *(f"{c.command} {c.env}" for c in children)])
+    return " ".join([*ready_urls(SPEC), *(f"{c.command} {c.env}" for c in children)])
 
 
 def test_the_stack_uses_env_sh_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -86,6 +85,47 @@ def test_expand_substitutes_a_set_name(name: str, value: str, prefix: str) -> No
 def test_expand_refuses_a_name_that_is_not_set(name: str) -> None:
     with pytest.raises(KeyError):
         expand(f"http://127.0.0.1:${{{name}}}/", {})
+
+
+def test_n_scorers_are_n_children_each_on_its_own_metrics_port(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    environ = env_sh({"GPUHEALTH_SCORERS": "3"})
+    for key, value in environ.items():
+        monkeypatch.setenv(key, value)
+    children = load(SPEC, tmp_path)
+    scorers = {c.name: c.env["GPUHEALTH_SCORER__METRICS_PORT"] for c in children if "scorer" in c.name}
+    assert scorers == {"scorer-0": "9502", "scorer-1": "9512", "scorer-2": "9522"}
+    urls = ready_urls(SPEC)
+    assert {f"http://127.0.0.1:{port}/metrics" for port in (9502, 9512, 9522)} <= set(urls)
+    ports = {int(m) for u in urls for m in re.findall(r":(\d+)/", u)}
+    assert len(ports) == len(urls)  # no two children on one port
+    assert not ({9512, 9522} & NATIVE_PORTS)
+    monkeypatch.setenv("GPUHEALTH_SCORERS", "1")
+    assert [c.name for c in load(SPEC, tmp_path) if "scorer" in c.name] == ["scorer"]  # one keeps its name
+
+
+@given(
+    base=st.integers(1, 60000), step=st.integers(0, 100), replica=st.integers(0, 63),
+    prefix=st.text().filter(lambda t: "$" not in t),
+)  # fmt: skip
+def test_a_replica_moves_a_number_by_its_step(base: int, step: int, replica: int, prefix: str) -> None:
+    value = expand(f"{prefix}${{PORT+REPLICA*{step}}}", {"PORT": str(base)}, replica)
+    assert value == f"{prefix}{base + replica * step}"
+    assert expand("${REPLICA}", {}, replica) == str(replica)
+
+
+@pytest.mark.parametrize("replicas", ["0", "65", "two", "-1", ""])
+def test_a_replica_count_out_of_range_is_refused(tmp_path: Path, replicas: str) -> None:
+    spec = tmp_path / "stack.toml"
+    spec.write_text(f'[process.p]\ncommand = ["true"]\nreplicas = "{replicas}"\n')
+    with pytest.raises(ValueError, match="replicas must be 1 to 64"):
+        load(spec, tmp_path)
+
+
+def test_a_moved_number_that_is_no_number_is_refused() -> None:
+    with pytest.raises(ValueError, match="not a number"):
+        expand("${PORT+REPLICA*10}", {"PORT": "http"}, 1)
 
 
 def test_the_compose_test_publishes_no_native_port() -> None:

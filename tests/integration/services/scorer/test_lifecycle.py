@@ -35,7 +35,7 @@ def test_sigterm_after_a_cycle_ends_the_loop_with_its_last_flush(
         p.settle()
     settings = ScorerSettings(
         kafka=kafka_settings, db=migrated, topics=topics,
-        scorer=ScorerSection(as_of="latest", interval_s=1),
+        scorer=ScorerSection(as_of="latest", interval_s=1, events=False),
     )  # fmt: skip
     producer = JsonProducer(make_producer(kafka_settings, {"linger.ms": 300_000}))
     registry = CollectorRegistry()
@@ -53,7 +53,7 @@ def test_sigterm_after_a_cycle_ends_the_loop_with_its_last_flush(
 
     with Lifecycle("scorer") as life:
         threading.Thread(target=sigterm_after_a_cycle, daemon=True).start()
-        scorer.run(life.stop)
+        scorer.cycle.run(life.stop)
     assert at_signal == [0]  # queued, not sent, when the signal came
     assert len(producer) == 0  # the flush in the loop's finally sent it all
     verdicts = consume_all(kafka_settings, topics.health, expected=2)
@@ -72,6 +72,7 @@ def test_sigterm_while_a_cycle_waits_on_a_lock_cancels_it_and_the_process_exits_
         "GPUHEALTH_DB__HOST": migrated.host, "GPUHEALTH_DB__PORT": str(migrated.port),
         "GPUHEALTH_DB__SEARCH_PATH": str(migrated.search_path), **topics_env(topics),
         "GPUHEALTH_SCORER__METRICS_PORT": "0", "GPUHEALTH_SCORER__INTERVAL_S": "1",
+        "GPUHEALTH_SCORER__GROUP": f"scorer-{topics.events}",  # its own group: never the running stack's
     }  # fmt: skip
     with connect(migrated) as locker:
         locker.execute("LOCK TABLE gpu_latest IN ACCESS EXCLUSIVE MODE")

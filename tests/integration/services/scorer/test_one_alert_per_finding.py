@@ -26,6 +26,7 @@ import psycopg
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from gpuhealth.contract.wire_time import wire_time
 from services.scorer.cycle import Assessment, CycleResult, assess, judge, record
 from services.scorer.messages import Message
 from services.scorer.rules_config import load_rules
@@ -33,7 +34,6 @@ from shared.config import DatabaseSettings
 from shared.db import connect
 from shared.models import SCHEMA_VERSION, GpuEvent, parse_event
 from shared.store import events
-from shared.wire_time import wire_time
 
 RULES = load_rules()
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)

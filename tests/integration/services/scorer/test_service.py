@@ -144,6 +144,7 @@ def test_the_scorer_process_publishes_verdicts_and_exits_cleanly(
         "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
         "GPUHEALTH_DB__SEARCH_PATH": migrated.search_path or "",
         **topics_env(topics),
+        "GPUHEALTH_SCORER__GROUP": f"scorer-{topics.events}",  # its own group: never the running stack's
         "GPUHEALTH_SCORER__METRICS_PORT": "0", "GPUHEALTH_SCORER__AS_OF": as_of.isoformat(),
     }  # fmt: skip
     once = subprocess.run([sys.executable, "-m", "services.scorer"], cwd=REPO, env=env,

@@ -71,7 +71,7 @@ def test_verdicts_of_the_last_cycle_become_series_and_a_gpu_no_longer_scored_dro
                 " VALUES ('GPU-dbe', %s, %s, %s, 's', %s, %s)",
                 (f"kind{n}", severity, state, T0, T0))  # fmt: skip
         conn.commit()
-        c.refresh(conn, T0)
+        c.refresh(conn, T0, ["GPU-dbe", "GPU-ok"])
     s = _series(c)
     key = (("gpu_uuid", "GPU-dbe"), ("hostname", "node-7"))
     assert s["gpuhealth_gpu_state"][key] == 2
@@ -84,12 +84,12 @@ def test_verdicts_of_the_last_cycle_become_series_and_a_gpu_no_longer_scored_dro
     assert alerts[(("gpu_uuid", "GPU-ok"), ("hostname", "node-8"), ("severity", "critical"))] == 0
     assert s["gpuhealth_verdicts_as_of_seconds"][()] == T0.timestamp()
 
-    # Next cycle scores only GPU-ok: GPU-dbe left the fleet, its series go with it.
+    # Next cycle judges only GPU-ok: GPU-dbe left the fleet (or this scorer's share), its series go with it.
     t1 = T0 + timedelta(seconds=30)
     with connect(migrated) as conn:
         _scored(conn, "GPU-ok", "node-8", "healthy", 100.0, t1)
         conn.commit()
-        c.refresh(conn, t1)
+        c.refresh(conn, t1, ["GPU-ok"])
     s = _series(c)
     assert all("GPU-dbe" not in dict(k).values() for series in s.values() for k in series)
     assert s["gpuhealth_verdicts_gpus"][()] == 1
@@ -111,6 +111,7 @@ def test_the_scorer_process_exposes_the_verdicts_and_names_the_host_in_its_alert
         "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
         "GPUHEALTH_DB__SEARCH_PATH": migrated.search_path or "",
         **topics_env(topics),
+        "GPUHEALTH_SCORER__GROUP": f"scorer-{topics.events}",  # its own group: never the running stack's
         "GPUHEALTH_SCORER__METRICS_PORT": str(port), "GPUHEALTH_SCORER__AS_OF": "latest",
         "GPUHEALTH_SCORER__INTERVAL_S": "1",
     }  # fmt: skip

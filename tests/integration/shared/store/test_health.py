@@ -51,18 +51,18 @@ def test_a_cycles_writes_read_back(migrated: DatabaseSettings, conn: psycopg.Con
     since = conn.execute("SELECT since FROM gpu_health_current WHERE gpu_uuid = %s", (gpu(0),)).fetchone()
     assert since == (T0,)  # the state did not change: it is unhealthy since the first cycle
     later = T0 + timedelta(seconds=30)
-    assert sorted(health.scored_gpus(conn, later), key=lambda g: g["gpu_uuid"]) == [
+    assert sorted(health.scored_gpus(conn, [gpu(0), gpu(1), gpu(2)]), key=lambda g: g["gpu_uuid"]) == [
         {"gpu_uuid": gpu(0), "hostname": "node-a", "state": "unhealthy", "score": 50.0},
         {"gpu_uuid": gpu(1), "hostname": "node-b", "state": "healthy", "score": 100.0},
     ]
-    assert health.scored_gpus(conn, T0) == []  # the second cycle replaced the first one's status
+    assert health.scored_gpus(conn, [gpu(2)]) == []  # never judged
     assert health.revisions(conn) == {gpu(0): 2, gpu(1): 2}
     assert health.revisions(conn, [gpu(1), "GPU-never-judged"]) == {gpu(1): 2}
     assert health.current_states(conn, [gpu(1)]) == {(gpu(1), "memory"): "healthy"}
     assert [(p.gpu_uuid, p.p_fail_30d) for p in health.latest_predictions(conn, [gpu(0), "GPU-x"])] == [
         (gpu(0), 0.3)
     ]
-    assert sorted(health.scored_subsystems(conn, later)) == [
+    assert sorted(health.scored_subsystems(conn, [gpu(0), gpu(1)])) == [
         (gpu(0), "memory", "unhealthy"),
         (gpu(1), "memory", "healthy"),
     ]

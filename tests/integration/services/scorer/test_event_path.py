@@ -1,0 +1,131 @@
+"""The event fast path on the real broker and database: an event is an alert on gpu-alerts at once, once.
+
+The scorer (its cycle and its event path, as `python -m services.scorer` runs
+them) joins its own group on the test's gpu-events topic; an XID 79 and a DBE
+are produced for two GPUs as a collector would. Their alerts arrive on the
+test's gpu-alerts long before the cycle's interval, are in the database, and a
+cycle after them opens nothing more. A message the contract refuses is counted
+and skipped.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from evaluation.pipeline import wait_until
+from gpuhealth.contract.wire_time import wire_time
+from services.scorer.loop import Scorer, ScorerSection, ScorerSettings, build_scorer
+from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
+from shared.db import connect
+from shared.kafka import JsonProducer, make_producer
+from shared.lifecycle import running
+from shared.models import SCHEMA_VERSION
+from shared.models_health import parse_alert
+from tests.helpers.kafka import consume_all
+
+INTERVAL_S = 60.0  # far beyond what the fast path may take: its alerts cannot be the cycle's
+
+
+def fleet(db: DatabaseSettings, n: int) -> list[str]:
+    """`n` GPUs in the inventory, reporting now (so the cycle finds nothing wrong with them)."""
+    gpus = [f"GPU-{uuid.uuid4()}" for _ in range(n)]
+    now = datetime.now(UTC)
+    with connect(db) as conn:
+        for i, g in enumerate(gpus):
+            conn.execute(
+                "INSERT INTO gpu_assets (gpu_uuid, model, gpu_index, hostname, first_seen, last_seen)"
+                " VALUES (%s, 'NVIDIA H100 80GB HBM3', %s, 'node-0', %s, %s)",
+                (g, i % 8, now - timedelta(hours=1), now),
+            )
+            conn.execute(
+                "INSERT INTO gpu_latest (time, gpu_uuid, hostname, source, collector_id)"
+                " VALUES (now(), %s, 'node-0', 'mock', 'test')",
+                (g,),
+            )
+        conn.commit()
+    return gpus
+
+
+def event(gpu: str, kind: str, details: dict[str, Any]) -> dict[str, Any]:
+    """A gpu-events message as the collector writes it."""
+    return {
+        "schema_version": SCHEMA_VERSION, "time": wire_time(datetime.now(UTC)), "kind": kind, "gpu_uuid": gpu,
+        "hostname": "node-0", "source": "mock", "collector_id": "test", "details": details,
+    }  # fmt: skip
+
+
+@dataclass
+class Running:
+    scorer: Scorer
+    registry: CollectorRegistry
+    topics: TopicSettings
+
+    def sample(self, name: str) -> float:
+        return self.registry.get_sample_value(name) or 0.0
+
+
+@pytest.fixture
+def scorer(
+    kafka_settings: KafkaSettings, migrated: DatabaseSettings, topic_factory: Callable[..., str]
+) -> Iterator[Running]:
+    topics = TopicSettings(
+        events=topic_factory(partitions=6, prefix="events"),
+        health=topic_factory(prefix="health"),
+        alerts=topic_factory(prefix="alerts"),
+    )
+    settings = ScorerSettings(
+        kafka=kafka_settings, db=migrated, topics=topics,
+        scorer=ScorerSection(as_of="now", interval_s=INTERVAL_S, group=f"scorer-{uuid.uuid4().hex[:8]}"),
+    )  # fmt: skip
+    registry = CollectorRegistry()
+    built = build_scorer(settings, registry=registry)
+    assert built.events is not None
+    with running(built.events, name="events") as stop, running(built.cycle, name="cycle", stop=stop):
+        up = Running(built, registry, topics)
+        wait_until(lambda: built.cycle.ownership.share.partitions == set(range(6)), 60, "all partitions")
+        wait_until(lambda: up.sample("gpuhealth_scorer_cycles_total") >= 1, 60, "a cycle")
+        yield up
+
+
+def test_an_event_is_its_alert_at_once_and_once(
+    kafka_settings: KafkaSettings, migrated: DatabaseSettings, scorer: Running
+) -> None:
+    xid_gpu, dbe_gpu, *_ = fleet(migrated, 4)
+    scorer.scorer.cycle.score_once()  # the new GPUs judged healthy before their events
+    producer = JsonProducer(make_producer(kafka_settings, {"linger.ms": 0}))
+    sent = time.monotonic()
+    producer.produce(scorer.topics.events, xid_gpu, event(xid_gpu, "xid", {"xid": 79}))
+    producer.produce(scorer.topics.events, dbe_gpu, event(dbe_gpu, "ecc_dbe", {"increment": 1, "total": 1}))
+    producer.produce(scorer.topics.events, dbe_gpu, {"schema_version": SCHEMA_VERSION, "kind": "nonsense"})
+    assert producer.flush(10) == 0
+    opened = consume_all(kafka_settings, scorer.topics.alerts, expected=2, timeout_s=INTERVAL_S / 2)
+    took = time.monotonic() - sent
+    alerts = [parse_alert(m.value() or b"").model_dump() for m in opened]
+    assert {(a["gpu_uuid"], a["kind"], a["state"]) for a in alerts} == {
+        (xid_gpu, "unhealthy_xid", "open"),
+        (dbe_gpu, "unhealthy_memory", "open"),
+    }
+    assert took < INTERVAL_S / 2  # the fast path's, not the next cycle's (generous: a loaded CI machine)
+    wait_until(lambda: scorer.sample("gpuhealth_scorer_events_refused_total") == 1, 30, "the refusal")
+    assert scorer.sample("gpuhealth_scorer_events_total") == 2
+    assert scorer.sample("gpuhealth_scorer_event_to_verdict_seconds_count") == 2
+
+    # The cycle sees what the fast path saw: it agrees, and opens nothing more.
+    again = scorer.scorer.cycle.score_once()
+    assert again is not None
+    assert (again.alerts_opened, again.alerts_resolved) == (0, 0)
+    with connect(migrated) as conn:
+        rows = conn.execute("SELECT gpu_uuid, kind, state FROM gpu_alerts ORDER BY id").fetchall()
+        stored = conn.execute("SELECT count(*) FROM gpu_events").fetchone()
+    assert sorted(rows) == sorted([(xid_gpu, "unhealthy_xid", "open"), (dbe_gpu, "unhealthy_memory", "open")])
+    assert stored == (2,)  # the fast path stored the events it judged
+    later = consume_all(kafka_settings, scorer.topics.alerts, expected=3, timeout_s=3)
+    assert len(later) == 2  # no second `opened`
