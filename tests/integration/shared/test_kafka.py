@@ -104,5 +104,5 @@ def test_the_partition_computed_for_a_key_is_where_the_broker_puts_it(
             producer.produce(topic, key=key.encode(), value=b"{}", on_delivery=delivered)
     assert producer.flush(30) == 0
     assert len(placed) == len(keys) * len(partitioned)
-    for topic, key, partition in placed:
-        assert partition == key_partition(key, partitioned[topic]), (topic, key)
+    for topic, raw, partition in placed:
+        assert partition == key_partition(raw, partitioned[topic]), (topic, raw)
