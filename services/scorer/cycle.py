@@ -116,7 +116,7 @@ class Assessment:
     revisions: dict[str, int]
     gpus: dict[str, GpuJudgement]
     predictions: dict[str, Prediction]
-    fresh_predictions: bool
+    fresh: set[str]  # the GPUs whose predictions were computed now (written with their verdicts)
 
 
 def _predictions_for(
@@ -139,15 +139,20 @@ def assess(
     *,
     gpus: Collection[str] | None = None,
     predictions: Mapping[str, Prediction] | None = None,
+    predict: Collection[str] = (),
 ) -> Assessment:
-    """Judge `gpus` (None: every GPU) as of `as_of`; nothing written. `predictions` None: computed now."""
+    """Judge `gpus` (None: every GPU) as of `as_of`; nothing written. `predictions` None: computed now for
+    all; else those given are used, computed now for the GPUs in `predict`, read for the rest."""
     # The revisions first: whatever commits after this read is newer than these inputs.
     revisions = health.revisions(conn, gpus)
     features = read_features(conn, as_of, rules, gpus)
-    fresh = predictions is None
-    known = predict_all(conn, as_of, rules, gpus) if predictions is None else predictions
-    if not fresh:
-        known = _predictions_for(conn, features, known)
+    if predictions is None:
+        known = predict_all(conn, as_of, rules, gpus)
+        fresh = set(features)
+    else:
+        fresh = {uuid for uuid in predict if uuid in features}
+        computed = predict_all(conn, as_of, rules, fresh) if fresh else {}
+        known = _predictions_for(conn, features, {**predictions, **computed})
     judged: dict[str, GpuJudgement] = {}
     for uuid, g in features.items():
         verdicts = evaluate(g, rules, as_of)
@@ -201,8 +206,8 @@ def record(conn: Conn, assessment: Assessment) -> CycleResult:
     result.verdict_changes = len(history_rows)
     fresh = [
         PredictionRow(p.gpu_uuid, p.p_fail_7d, p.p_fail_30d, p.reasons, as_of)
-        for uuid, p in assessment.predictions.items() if uuid in claimed
-    ] if assessment.fresh_predictions else []  # fmt: skip
+        for uuid, p in assessment.predictions.items() if uuid in claimed and uuid in assessment.fresh
+    ]  # fmt: skip
     health.write_verdicts(conn, current=current_rows, changes=history_rows, predictions=fresh)
     result.predictions_written = len(fresh)
     _write_alerts(conn, as_of, wanted, open_alerts, result)
@@ -220,12 +225,14 @@ def judge(
     *,
     gpus: Collection[str] | None = None,
     predictions: Mapping[str, Prediction] | None = None,
+    predict: Collection[str] = (),
 ) -> CycleResult:
-    """Judge `gpus` (None: every GPU) as of `as_of`, write and commit; `predictions` None: computed now.
+    """Judge `gpus` (None: every GPU) as of `as_of`, write and commit; `predictions` and `predict` as
+    :func:`assess` takes them.
 
     A GPU another judgement wrote after this one read it is left as that one wrote it
     (`CycleResult.skipped`); the caller judges it again if its own news must count."""
-    return record(conn, assess(conn, as_of, rules, gpus=gpus, predictions=predictions))
+    return record(conn, assess(conn, as_of, rules, gpus=gpus, predictions=predictions, predict=predict))
 
 
 def run_cycle(

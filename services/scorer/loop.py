@@ -18,6 +18,7 @@ events; :func:`build_scorer` builds both.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -49,15 +50,21 @@ from .verdict_metrics import VerdictCollector
 log = logging.getLogger("services.scorer")
 
 FLUSH_TIMEOUT_S = 30.0
+# A cycle judges again a GPU with an event this far older than its last judgement: one stored late (a
+# sink catching up), where the event fast path is off or missed it.
+LATE_EVENT_S = 300.0
 
 
 class ScorerSection(Section):
     """GPUHEALTH_SCORER__*: how often the fleet is judged, as of when, by which rules."""
 
     interval_s: float = Field(default=30.0, ge=1, le=3600)
-    """How often every GPU is judged."""
+    """How often a cycle runs: it judges every GPU whose verdict can have changed (a finding, an alert, an
+    event, silence, or its own minute come round: `rejudge_every_s`)."""
+    rejudge_every_s: int = Field(default=60, ge=1, le=3600)
+    """A GPU with nothing new is judged again this often (the rollup's minute), each at its own phase."""
     predict_every_s: float = Field(default=300.0, ge=1)
-    """How often the failure predictions are recomputed."""
+    """How often each GPU's failure prediction is recomputed (at its next judgement after this long)."""
     as_of: str = "now"
     """The time judged: `now` (a live fleet), `latest` (the fleet's newest sample: a replay, or the mock
     on an accelerated clock) or an ISO-8601 time (one cycle, then exit)."""
@@ -123,11 +130,12 @@ class ScorerMetrics:
         self.changes = Counter(p + "verdict_changes", "Verdict changes written", registry=registry)
         self.alerts = Counter(p + "alerts", "Alerts opened and resolved", ["transition"], registry=registry)
 
-    def record(self, r: CycleResult, seconds: float) -> None:
+    def record(self, r: CycleResult, seconds: float, states: dict[str, int]) -> None:
+        """A cycle's result; `states`: the share's GPUs by overall state after it."""
         self.cycles.inc()
         self.seconds.observe(seconds)
         for state in HEALTH_STATES:
-            self.gpus.labels(state).set(r.states.get(state, 0))
+            self.gpus.labels(state).set(states.get(state, 0))
         self.changes.inc(r.verdict_changes)
         self.alerts.labels("opened").inc(r.alerts_opened)
         self.alerts.labels("resolved").inc(r.alerts_resolved)
@@ -154,8 +162,9 @@ class ScorerLoop:
         registry.register(self.verdicts)
         self.once = cfg.as_of not in ("now", "latest")
         self.ownership = ownership
-        self.predictions: dict[str, Prediction] | None = None
-        self.last_prediction = 0.0
+        self.predictions: dict[str, Prediction] = {}  # this share's, as last computed here
+        self.predicted_at: dict[str, float] = {}  # when (monotonic)
+        self.judged_all = False  # the first cycle judges the whole share: the rules may be new
         self._conn: Conn | None = None  # the cycle's, while it runs (cancelled at stop)
 
     def run(self, stop: threading.Event) -> None:
@@ -196,10 +205,7 @@ class ScorerLoop:
                 as_of = resolve_as_of(conn, self.cfg.as_of)
                 share = self.ownership.share
                 gpus = share.select(verdict_inputs.inventory_gpus(conn))
-                due = time.monotonic() - self.last_prediction >= self.cfg.predict_every_s
-                known = None if due else self.predictions
-                judged = None if share.everything else gpus  # the whole fleet reads best unfiltered
-                result = judge(conn, as_of, self.rules, gpus=judged, predictions=known)
+                result = self._judge(conn, as_of, gpus, None if share.everything else gpus)
                 self.verdicts.refresh(conn, as_of, gpus)
                 with_hostnames(conn, result.messages)
                 with translated(conn):
@@ -207,9 +213,6 @@ class ScorerLoop:
             finally:
                 self._conn = None
                 conn.close()
-            if due:
-                self.last_prediction = time.monotonic()
-                self.predictions = result.predictions
             for kind, key, value in result.messages:
                 self.producer.produce(self.topic[kind], key, to_json(value))
             self.producer.poll(0)
@@ -217,15 +220,37 @@ class ScorerLoop:
             self.metrics.failures.inc()
             log.error("scoring cycle failed: %s", e)
             return None
-        self.metrics.record(result, time.perf_counter() - started)
+        self.metrics.record(result, time.perf_counter() - started, self.verdicts.states())
         log.info(
-            "cycle", extra={"as_of": as_of.isoformat(), "gpus": result.gpus, "skipped": len(result.skipped),
-                            "partitions": sorted(self.ownership.share.partitions), "states": result.states,
-                            "changes": result.verdict_changes, "alerts_opened": result.alerts_opened,
-                            "alerts_resolved": result.alerts_resolved,
+            "cycle", extra={"as_of": as_of.isoformat(), "share": len(gpus), "gpus": result.gpus,
+                            "skipped": len(result.skipped), "partitions": sorted(share.partitions),
+                            "states": result.states, "changes": result.verdict_changes,
+                            "alerts_opened": result.alerts_opened, "alerts_resolved": result.alerts_resolved,
                             "predictions_written": result.predictions_written,
                             "seconds": round(time.perf_counter() - started, 3)},
         )  # fmt: skip
+        return result
+
+    def _judge(self, conn: Conn, as_of: datetime, gpus: list[str], scope: list[str] | None) -> CycleResult:
+        """Judge the share's GPUs that can have changed (all of them the first time), each prediction
+        recomputed at its GPU's first judgement `predict_every_s` after the last; `scope` None: the fleet."""
+        if self.judged_all:
+            judged: list[str] | None = verdict_inputs.needing_judgement(
+                conn, as_of, scope, missing_after_s=self.rules.availability.missing_after_s,
+                late_s=LATE_EVENT_S, every_s=self.cfg.rejudge_every_s,
+            )  # fmt: skip
+        else:
+            judged = scope  # the whole share; None reads the whole fleet unfiltered
+        now = time.monotonic()
+        due = [g for g in (gpus if judged is None else judged)
+               if now - self.predicted_at.get(g, -math.inf) >= self.cfg.predict_every_s]  # fmt: skip
+        result = judge(conn, as_of, self.rules, gpus=judged, predictions=self.predictions, predict=due)
+        self.judged_all = True
+        held = set(gpus)
+        for g in due:
+            self.predicted_at[g] = now
+        self.predictions = {g: p for g, p in {**self.predictions, **result.predictions}.items() if g in held}
+        self.predicted_at = {g: t for g, t in self.predicted_at.items() if g in held}
         return result
 
 

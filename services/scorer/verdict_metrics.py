@@ -76,6 +76,13 @@ class VerdictCollector(Collector):
     def refresh(self, conn: Any, as_of: datetime, gpus: Collection[str]) -> None:
         self._snapshot = read_snapshot(conn, as_of, gpus)
 
+    def states(self) -> dict[str, int]:
+        """The exposed GPUs by overall state."""
+        counts: dict[str, int] = {}
+        for gpu in self._snapshot.gpus.values():
+            counts[gpu.state] = counts.get(gpu.state, 0) + 1
+        return counts
+
     def replace(self, snapshot: VerdictSnapshot) -> None:
         self._snapshot = snapshot
 

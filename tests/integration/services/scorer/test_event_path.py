@@ -14,14 +14,12 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import UTC, datetime
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from evaluation.pipeline import wait_until
-from gpuhealth.contract.wire_time import wire_time
 from services.scorer.loop import Scorer, ScorerSection, ScorerSettings, build_scorer
 from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
 from shared.db import connect
@@ -30,6 +28,7 @@ from shared.lifecycle import running
 from shared.models import SCHEMA_VERSION
 from shared.models_health import parse_alert
 from tests.helpers.kafka import consume_all
+from tests.helpers.scorer_fleet import add_fleet, event_message
 
 INTERVAL_S = 60.0  # far beyond what the fast path may take: its alerts cannot be the cycle's
 
@@ -37,29 +36,9 @@ INTERVAL_S = 60.0  # far beyond what the fast path may take: its alerts cannot b
 def fleet(db: DatabaseSettings, n: int) -> list[str]:
     """`n` GPUs in the inventory, reporting now (so the cycle finds nothing wrong with them)."""
     gpus = [f"GPU-{uuid.uuid4()}" for _ in range(n)]
-    now = datetime.now(UTC)
     with connect(db) as conn:
-        for i, g in enumerate(gpus):
-            conn.execute(
-                "INSERT INTO gpu_assets (gpu_uuid, model, gpu_index, hostname, first_seen, last_seen)"
-                " VALUES (%s, 'NVIDIA H100 80GB HBM3', %s, 'node-0', %s, %s)",
-                (g, i % 8, now - timedelta(hours=1), now),
-            )
-            conn.execute(
-                "INSERT INTO gpu_latest (time, gpu_uuid, hostname, source, collector_id)"
-                " VALUES (now(), %s, 'node-0', 'mock', 'test')",
-                (g,),
-            )
-        conn.commit()
+        add_fleet(conn, gpus, datetime.now(UTC))
     return gpus
-
-
-def event(gpu: str, kind: str, details: dict[str, Any]) -> dict[str, Any]:
-    """A gpu-events message as the collector writes it."""
-    return {
-        "schema_version": SCHEMA_VERSION, "time": wire_time(datetime.now(UTC)), "kind": kind, "gpu_uuid": gpu,
-        "hostname": "node-0", "source": "mock", "collector_id": "test", "details": details,
-    }  # fmt: skip
 
 
 @dataclass
@@ -101,9 +80,10 @@ def test_an_event_is_its_alert_at_once_and_once(
     xid_gpu, dbe_gpu, *_ = fleet(migrated, 4)
     scorer.scorer.cycle.score_once()  # the new GPUs judged healthy before their events
     producer = JsonProducer(make_producer(kafka_settings, {"linger.ms": 0}))
-    sent = time.monotonic()
-    producer.produce(scorer.topics.events, xid_gpu, event(xid_gpu, "xid", {"xid": 79}))
-    producer.produce(scorer.topics.events, dbe_gpu, event(dbe_gpu, "ecc_dbe", {"increment": 1, "total": 1}))
+    sent, now = time.monotonic(), datetime.now(UTC)
+    producer.produce(scorer.topics.events, xid_gpu, event_message(xid_gpu, "xid", {"xid": 79}, now))
+    dbe = event_message(dbe_gpu, "ecc_dbe", {"increment": 1, "total": 1}, now)
+    producer.produce(scorer.topics.events, dbe_gpu, dbe)
     producer.produce(scorer.topics.events, dbe_gpu, {"schema_version": SCHEMA_VERSION, "kind": "nonsense"})
     assert producer.flush(10) == 0
     opened = consume_all(kafka_settings, scorer.topics.alerts, expected=2, timeout_s=INTERVAL_S / 2)

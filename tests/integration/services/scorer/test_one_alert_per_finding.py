@@ -15,7 +15,6 @@ A second test runs the two paths in threads at once on a few GPUs and counts.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
@@ -26,44 +25,18 @@ import psycopg
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from gpuhealth.contract.wire_time import wire_time
 from services.scorer.cycle import Assessment, CycleResult, assess, judge, record
 from services.scorer.messages import Message
 from services.scorer.rules_config import load_rules
 from shared.config import DatabaseSettings
 from shared.db import connect
-from shared.models import SCHEMA_VERSION, GpuEvent, parse_event
 from shared.store import events
+from tests.helpers.scorer_fleet import add_fleet, xid_event
 
 RULES = load_rules()
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 GPUS = [f"GPU-{i:08d}-0000-4000-8000-00000000abcd" for i in range(2)]
 CODES = (48, 95, 13)  # unhealthy, unhealthy, degraded (no alert): NVIDIA's catalogue, 24 h / 24 h / 1 h
-
-
-def _fleet(conn: psycopg.Connection[Any], gpus: list[str]) -> None:
-    for table in ("gpu_alerts", "gpu_status", "gpu_health_current", "gpu_health", "gpu_events", "gpu_latest",
-                  "gpu_assets", "gpu_failure_predictions"):  # fmt: skip
-        conn.execute(f"DELETE FROM {table}")
-    for i, uuid in enumerate(gpus):
-        conn.execute(
-            "INSERT INTO gpu_assets (gpu_uuid, model, gpu_index, hostname, first_seen, last_seen)"
-            " VALUES (%s, 'NVIDIA H100 80GB HBM3', %s, 'node-0', %s, %s)",
-            (uuid, i % 8, T0 - timedelta(days=1), T0),
-        )
-        conn.execute(
-            "INSERT INTO gpu_latest (time, gpu_uuid, hostname, source, collector_id)"
-            " VALUES (%s, %s, 'node-0', 'mock', 'test')",
-            (T0, uuid),
-        )
-    conn.commit()
-
-
-def _event(uuid: str, code: int, at: datetime) -> GpuEvent:
-    return parse_event(json.dumps({
-        "schema_version": SCHEMA_VERSION, "time": wire_time(at), "kind": "xid", "gpu_uuid": uuid,
-        "hostname": "node-0", "source": "mock", "collector_id": "test", "details": {"xid": code},
-    }))  # fmt: skip
 
 
 @dataclass
@@ -85,7 +58,7 @@ class World:
 
     def store(self, uuid: str, code: int) -> None:
         at = self.clock - timedelta(milliseconds=1 + sum(self.stored.values()))
-        events.insert_events(self.conn, [_event(uuid, code, at)])
+        events.insert_events(self.conn, [xid_event(uuid, code, at)])
         self.conn.commit()
         self.stored[uuid] += 1
 
@@ -184,7 +157,7 @@ def test_interleaved_fast_path_and_cycle_open_one_alert_per_finding(
     migrated: DatabaseSettings, plan: list[Step]
 ) -> None:
     with connect(migrated) as main, connect(migrated) as fast_conn, connect(migrated) as cycle_conn:
-        _fleet(main, GPUS)
+        add_fleet(main, GPUS, T0, fresh=True)
         world = World(main)
         judges = {"fast": Judge(fast_conn), "cycle": Judge(cycle_conn)}
         for step in plan:
@@ -212,7 +185,7 @@ def test_interleaved_fast_path_and_cycle_open_one_alert_per_finding(
 def test_both_paths_at_once_in_threads_open_one_alert_per_finding(migrated: DatabaseSettings) -> None:
     gpus = [f"GPU-{i:08d}-0000-4000-8000-00000000beef" for i in range(6)]
     with connect(migrated) as main:
-        _fleet(main, gpus)
+        add_fleet(main, gpus, T0, fresh=True)
     clock = T0 + timedelta(seconds=1)
     messages: list[Message] = []
     lock = threading.Lock()
@@ -224,7 +197,7 @@ def test_both_paths_at_once_in_threads_open_one_alert_per_finding(migrated: Data
                 for n in range(12):
                     uuid = gpus[(worker + n) % len(gpus)]
                     at = clock - timedelta(microseconds=n)
-                    events.insert_events(conn, [_event(uuid, CODES[n % 2], at)])
+                    events.insert_events(conn, [xid_event(uuid, CODES[n % 2], at)])
                     conn.commit()
                     done = judge(conn, clock, RULES, gpus=[uuid], predictions={})
                     while done.skipped:

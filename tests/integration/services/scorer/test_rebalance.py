@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +32,8 @@ from shared.db import connect
 from shared.kafka import JsonProducer, make_producer
 from shared.models_health import parse_alert
 from tests.helpers.kafka import consume_all
+from tests.helpers.scorer_fleet import add_fleet, event_message
 from tests.paths import REPO
-
-from .test_event_path import event
 
 INTERVAL_S = 10.0
 SESSION_S = 6.0  # the broker's least (group.min.session.timeout.ms)
@@ -44,23 +43,13 @@ FAULTS = 12
 
 def _fleet(db: DatabaseSettings) -> list[str]:
     gpus = [f"GPU-{uuid.uuid4()}" for _ in range(GPUS)]
-    now = datetime.now(UTC)
     with connect(db) as conn:
-        for i, g in enumerate(gpus):
-            conn.execute(
-                "INSERT INTO gpu_assets (gpu_uuid, model, gpu_index, hostname, first_seen, last_seen)"
-                " VALUES (%s, 'NVIDIA H100 80GB HBM3', %s, %s, %s, %s)",
-                (g, i % 8, f"node-{i // 8}", now - timedelta(hours=1), now),
-            )
-            conn.execute(
-                "INSERT INTO gpu_latest (time, gpu_uuid, hostname, source, collector_id)"
-                " VALUES (now(), %s, %s, 'mock', 'test')",
-                (g, f"node-{i // 8}"),
-            )
+        add_fleet(conn, gpus, datetime.now(UTC))
+        for g in gpus:  # a finding that keeps each GPU judged every cycle: an XID 13, degraded for an hour
             conn.execute(
                 "INSERT INTO gpu_events (time, gpu_uuid, kind, hostname, source, collector_id, details)"
-                " VALUES (now(), %s, 'xid', %s, 'mock', 'test', '{\"xid\": 13}')",
-                (g, f"node-{i // 8}"),
+                " VALUES (now(), %s, 'xid', 'node-0', 'mock', 'test', '{\"xid\": 13}')",
+                (g,),
             )
         report(conn)
         conn.commit()
@@ -147,7 +136,7 @@ def test_a_scorer_joining_and_one_killed_leave_no_gpu_unjudged_and_no_alert_twic
         plan += [("kill", "")] + [("fault", g) for g in faulted[8:]]
         for step, gpu in plan:
             if step == "fault":
-                producer.produce(events, gpu, event(gpu, "xid", {"xid": 79}))
+                producer.produce(events, gpu, event_message(gpu, "xid", {"xid": 79}, datetime.now(UTC)))
                 producer.poll(0)
                 time.sleep(1.5)
             elif step == "join":

@@ -1,0 +1,131 @@
+"""Cheaper cycles on the real database: a cycle judges only the GPUs whose verdict can have changed.
+
+A healthy GPU with nothing new is judged once per `rejudge_every_s`, at its own
+phase, so however the cycles fall every such GPU is judged exactly once per
+period and a cycle's share is the fleet's over the period's; a GPU with a
+finding, an open alert, an event since its judgement, or gone silent is judged
+in every cycle. What the cycles leave alone is what a full judgement would not
+change.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
+
+from services.scorer.cycle import judge
+from services.scorer.loop import ScorerSection, ScorerSettings, build_scorer
+from services.scorer.rules_config import load_rules
+from shared.config import DatabaseSettings, KafkaSettings
+from shared.db import connect
+from shared.store import verdict_inputs
+from tests.helpers.scorer_fleet import add_fleet
+from tests.helpers.topics import isolated_topics
+
+RULES = load_rules()
+MISSING_S = RULES.availability.missing_after_s
+T0 = datetime(2026, 5, 1, 12, 0, 7, tzinfo=UTC)
+GPUS = [f"GPU-{uuid.UUID(int=i)}" for i in range(40)]
+
+
+def _needing(conn: psycopg.Connection[tuple[object, ...]], at: datetime, every_s: int) -> list[str]:
+    return verdict_inputs.needing_judgement(
+        conn, at, None, missing_after_s=MISSING_S, late_s=300, every_s=every_s
+    )
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(every_s=st.integers(10, 120), step_s=st.integers(1, 10), start=st.integers(0, 10**6))
+def test_a_healthy_gpu_with_nothing_new_is_judged_once_a_period_at_its_own_phase(
+    migrated: DatabaseSettings, every_s: int, step_s: int, start: int
+) -> None:
+    t0 = T0 + timedelta(seconds=start)
+    with connect(migrated) as conn:
+        add_fleet(conn, GPUS, t0, fresh=True)
+        assert _needing(conn, t0, every_s) == sorted(GPUS)  # never judged: all of them
+        judge(conn, t0, RULES, predictions={})
+        judged: Counter[str] = Counter()
+        shares = []
+        t = t0
+        while t + timedelta(seconds=step_s) <= t0 + timedelta(seconds=every_s):
+            t += timedelta(seconds=step_s)
+            conn.execute("UPDATE gpu_latest SET time = %s", (t,))  # still reporting
+            due = _needing(conn, t, every_s)
+            shares.append(len(due))
+            judged.update(due)
+            judge(conn, t, RULES, gpus=due, predictions={})
+        covered = (t - t0).total_seconds() == every_s
+    # Over a whole period each GPU came due exactly once; over less, at most once.
+    assert set(judged.values()) <= {1}
+    if covered:
+        assert set(judged) == set(GPUS)
+    # The phases spread them: no cycle takes the whole fleet (40 GPUs over >= 2 cycles of a period).
+    if len(shares) >= 4:
+        assert max(shares) < len(GPUS)
+
+
+def test_findings_alerts_events_and_silence_are_judged_every_cycle_and_agree_with_a_full_judgement(
+    migrated: DatabaseSettings,
+) -> None:
+    degraded, warned, evented, silent, *quiet = GPUS[:12]
+    with connect(migrated) as conn:
+        add_fleet(conn, GPUS[:12], T0, fresh=True)
+        conn.execute(
+            "INSERT INTO gpu_events (time, gpu_uuid, kind, hostname, source, collector_id, details)"
+            " VALUES (%s, %s, 'xid', 'node-0', 'mock', 'test', '{\"xid\": 13}')",
+            (T0 - timedelta(seconds=30), degraded),
+        )
+        conn.execute("UPDATE gpu_latest SET fb_used_mib = 80000 WHERE gpu_uuid = %s", (warned,))
+        conn.execute("UPDATE gpu_assets SET fb_total_mib = 81559 WHERE gpu_uuid = %s", (warned,))
+        conn.commit()
+        first = judge(conn, T0, RULES, predictions={})
+        assert first.gpus == 12
+        assert first.alerts_opened == 1  # memory pressure on a healthy GPU
+        t = T0 + timedelta(seconds=1)
+        conn.execute("UPDATE gpu_latest SET time = %s WHERE gpu_uuid <> %s", (t, silent))
+        conn.execute(
+            "INSERT INTO gpu_events (time, gpu_uuid, kind, hostname, source, collector_id, details)"
+            " VALUES (%s, %s, 'throttle_start', 'node-0', 'mock', 'test',"
+            ' \'{"reasons": ["sw_power_cap"]}\')',
+            (t, evented),
+        )
+        conn.commit()
+        due = set(_needing(conn, t, 3600))  # a long period: no phase comes round in a second
+        assert due == {degraded, warned, evented}
+        later = T0 + timedelta(seconds=MISSING_S + 1)
+        conn.execute("UPDATE gpu_latest SET time = %s WHERE gpu_uuid <> %s", (later, silent))
+        conn.commit()
+        assert silent in _needing(conn, later, 3600)
+        judge(conn, later, RULES, gpus=_needing(conn, later, 3600), predictions={})
+        # What no cycle looked at is what a full judgement leaves as it is.
+        full = judge(conn, later, RULES, predictions={})
+        assert (full.verdict_changes, full.alerts_opened, full.alerts_resolved) == (0, 0, 0)
+        assert quiet
+
+
+def test_the_loop_judges_its_whole_share_first_then_only_what_is_due(
+    kafka_settings: KafkaSettings, migrated: DatabaseSettings, topic_factory: Callable[..., str]
+) -> None:
+    with connect(migrated) as conn:
+        add_fleet(conn, GPUS, T0, fresh=True)
+    cfg = ScorerSection(as_of=T0.isoformat(), events=False, rejudge_every_s=3600, predict_every_s=3600)
+    topics = isolated_topics(topic_factory)
+    built = build_scorer(ScorerSettings(kafka=kafka_settings, db=migrated, topics=topics, scorer=cfg),
+                         registry=CollectorRegistry())  # fmt: skip
+    loop = built.cycle
+    first = loop.score_once()
+    assert first is not None
+    assert first.gpus == len(GPUS)
+    assert set(loop.predicted_at) == set(GPUS)  # predicted with their first judgement
+    loop.cfg = cfg.model_copy(update={"as_of": (T0 + timedelta(seconds=5)).isoformat()})
+    second = loop.score_once()
+    assert second is not None
+    assert second.gpus < len(GPUS)  # only those whose (hour-long) period came round in 5 s
+    assert loop.verdicts.states() == {"healthy": len(GPUS)}  # the gauges count the whole share
