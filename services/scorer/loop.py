@@ -35,7 +35,7 @@ from shared.errors import GpuHealthError
 from shared.kafka import JsonProducer, make_producer
 from shared.models import GpuEvent, to_json
 from shared.models_health import HEALTH_STATES
-from shared.store import fleet, verdict_inputs
+from shared.store import fleet, judging
 from shared.store.errors import translated
 
 from .alert_hosts import with_hostnames
@@ -204,7 +204,7 @@ class ScorerLoop:
             try:  # the store translates its statements' errors; a bug here still raises as itself
                 as_of = resolve_as_of(conn, self.cfg.as_of)
                 share = self.ownership.share
-                gpus = share.select(verdict_inputs.inventory_gpus(conn))
+                gpus = share.select(judging.inventory_gpus(conn))
                 result = self._judge(conn, as_of, gpus, None if share.everything else gpus)
                 self.verdicts.refresh(conn, as_of, gpus)
                 with_hostnames(conn, result.messages)
@@ -235,7 +235,7 @@ class ScorerLoop:
         """Judge the share's GPUs that can have changed (all of them the first time), each prediction
         recomputed at its GPU's first judgement `predict_every_s` after the last; `scope` None: the fleet."""
         if self.judged_all:
-            judged: list[str] | None = verdict_inputs.needing_judgement(
+            judged: list[str] | None = judging.needing_judgement(
                 conn, as_of, scope, missing_after_s=self.rules.availability.missing_after_s,
                 late_s=LATE_EVENT_S, every_s=self.cfg.rejudge_every_s,
             )  # fmt: skip

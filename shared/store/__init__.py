@@ -20,10 +20,11 @@ Modules, one per table family:
 - `alerts`: gpu_alerts: the scorer opens, refreshes and resolves; the API lists and acknowledges.
 - `history`: a GPU's metric series (raw or rollup) and the event list, for the API.
 - `verdict_inputs`: the scorer's feature and prediction windows over the settled 1-minute rollup,
-  XID and loss events, the inventory.
+  XID, loss and memory events, the inventory; each over every GPU or the given ones.
+- `judging`: which GPUs a scorer judges: its share's inventory, and those whose verdict can have changed.
 - `notify`: the scorer's pg_notify at a cycle's commit; the API cache's LISTEN.
 - `samples`: gpu_metrics (the straight binary COPY, the staging tables, ON CONFLICT), gpu_latest, gpu_assets.
-- `events`: gpu_events.
+- `events`: gpu_events (the sink's batches, the scorer's event fast path).
 - `rollup`: the 1-minute rollup's noted minutes and their refresh (schema/0014).
 - `offsets`: kafka_offsets, every consumer group's position in the database.
 - `deadletters`: sink_dead_letters, recorded with their batch, leased, marked delivered.

@@ -308,6 +308,13 @@ def inject_bench_dbe(conn: SyncConn, gpu_uuids: list[str]) -> None:
         conn.commit()
 
 
+def touch_bench_fleet(conn: SyncConn, at: datetime) -> None:
+    """Every GPU's latest sample moved to `at` (a bench's fleet that keeps reporting); committed."""
+    with translated(conn):
+        conn.execute("UPDATE gpu_latest SET time = %s", (at,))
+        conn.commit()
+
+
 def fill_scorer_bench_fleet(conn: SyncConn, *, as_of: datetime, gpus: int) -> None:
     """`gpus` GPUs' inventory and latest sample (as of `as_of`), one hour of rollup (GPU index 1's SBE
     counter falling, one rack-7 GPU with a DBE); committed."""

@@ -48,11 +48,13 @@ def ollama_answers(url: str) -> bool:
 
 
 def waiting_on_a_lock(db: DatabaseSettings) -> bool:
-    """Whether a session of a service on `db` (by its application name) waits on a lock now."""
+    """Whether a session waits now on a lock on a table of `db`'s own schema (its search path): a service's
+    on this test's tables, not another test's anywhere on the shared server."""
     with connect(db.model_copy(update={"search_path": None})) as conn:
         row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-            " AND application_name = %s AND pid <> pg_backend_pid()",
-            (db.application_name,),
+            "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation"
+            " JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE NOT l.granted AND n.nspname = %s AND l.pid <> pg_backend_pid()",
+            (db.search_path,),
         ).fetchone()
     return bool(row and int(str(row[0])) > 0)

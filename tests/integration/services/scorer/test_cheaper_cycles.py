@@ -25,7 +25,7 @@ from services.scorer.loop import ScorerSection, ScorerSettings, build_scorer
 from services.scorer.rules_config import load_rules
 from shared.config import DatabaseSettings, KafkaSettings
 from shared.db import connect
-from shared.store import verdict_inputs
+from shared.store import judging
 from tests.helpers.scorer_fleet import add_fleet
 from tests.helpers.topics import isolated_topics
 
@@ -36,9 +36,7 @@ GPUS = [f"GPU-{uuid.UUID(int=i)}" for i in range(40)]
 
 
 def _needing(conn: psycopg.Connection[tuple[object, ...]], at: datetime, every_s: int) -> list[str]:
-    return verdict_inputs.needing_judgement(
-        conn, at, None, missing_after_s=MISSING_S, late_s=300, every_s=every_s
-    )
+    return judging.needing_judgement(conn, at, None, missing_after_s=MISSING_S, late_s=300, every_s=every_s)
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
