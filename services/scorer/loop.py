@@ -153,7 +153,7 @@ class ScorerLoop:
         topics: TopicSettings,
         producer: JsonProducer,
         registry: CollectorRegistry,
-        ownership: Ownership,
+        ownership: Ownership | None = None,
     ) -> None:
         self.cfg, self.rules, self.db, self.producer = cfg, rules, db, producer
         self.topic = {"health": topics.health, "alerts": topics.alerts}
@@ -161,7 +161,7 @@ class ScorerLoop:
         self.verdicts = VerdictCollector()
         registry.register(self.verdicts)
         self.once = cfg.as_of not in ("now", "latest")
-        self.ownership = ownership
+        self.ownership = Ownership(everything=True) if ownership is None else ownership  # None: in no group
         self.predictions: dict[str, Prediction] = {}  # this share's, as last computed here
         self.predicted_at: dict[str, float] = {}  # when (monotonic)
         self.judged_all = False  # the first cycle judges the whole share: the rules may be new
@@ -233,8 +233,9 @@ class ScorerLoop:
 
     def _judge(self, conn: Conn, as_of: datetime, gpus: list[str], scope: list[str] | None) -> CycleResult:
         """Judge the share's GPUs that can have changed (all of them the first time), each prediction
-        recomputed at its GPU's first judgement `predict_every_s` after the last; `scope` None: the fleet."""
-        if self.judged_all:
+        recomputed at its GPU's first judgement `predict_every_s` after the last; `scope` None: the fleet.
+        A fixed as-of time has no "since": each of its cycles judges the whole share."""
+        if self.judged_all and not self.once:
             judged: list[str] | None = judging.needing_judgement(
                 conn, as_of, scope, missing_after_s=self.rules.availability.missing_after_s,
                 late_s=LATE_EVENT_S, every_s=self.cfg.rejudge_every_s,

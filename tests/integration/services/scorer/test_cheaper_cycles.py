@@ -25,7 +25,7 @@ from services.scorer.loop import ScorerSection, ScorerSettings, build_scorer
 from services.scorer.rules_config import load_rules
 from shared.config import DatabaseSettings, KafkaSettings
 from shared.db import connect
-from shared.store import judging
+from shared.store import fleet, judging
 from tests.helpers.scorer_fleet import add_fleet
 from tests.helpers.topics import isolated_topics
 
@@ -113,7 +113,8 @@ def test_the_loop_judges_its_whole_share_first_then_only_what_is_due(
 ) -> None:
     with connect(migrated) as conn:
         add_fleet(conn, GPUS, T0, fresh=True)
-    cfg = ScorerSection(as_of=T0.isoformat(), events=False, rejudge_every_s=3600, predict_every_s=3600)
+    # `latest`: the fleet's newest sample is the time judged (the test moves it)
+    cfg = ScorerSection(as_of="latest", events=False, rejudge_every_s=60, predict_every_s=3600)
     topics = isolated_topics(topic_factory)
     built = build_scorer(ScorerSettings(kafka=kafka_settings, db=migrated, topics=topics, scorer=cfg),
                          registry=CollectorRegistry())  # fmt: skip
@@ -122,8 +123,17 @@ def test_the_loop_judges_its_whole_share_first_then_only_what_is_due(
     assert first is not None
     assert first.gpus == len(GPUS)
     assert set(loop.predicted_at) == set(GPUS)  # predicted with their first judgement
-    loop.cfg = cfg.model_copy(update={"as_of": (T0 + timedelta(seconds=5)).isoformat()})
-    second = loop.score_once()
-    assert second is not None
-    assert second.gpus < len(GPUS)  # only those whose (hour-long) period came round in 5 s
+    later = []
+    with connect(migrated) as conn:
+        for step in range(1, 5):
+            fleet.touch_bench_fleet(conn, T0 + timedelta(seconds=15 * step))
+            cycle = loop.score_once()
+            assert cycle is not None
+            later.append(cycle.gpus)
+    assert max(later) < len(GPUS)  # a cycle takes the GPUs whose minute came round, not the fleet
+    assert sum(later) == len(GPUS)  # and over the minute, each of them once
     assert loop.verdicts.states() == {"healthy": len(GPUS)}  # the gauges count the whole share
+
+    # A fixed as-of time has no "since": each of its cycles judges the whole share.
+    loop.cfg, loop.once = cfg.model_copy(update={"as_of": T0.isoformat()}), True
+    assert [c.gpus for c in (loop.score_once(), loop.score_once()) if c is not None] == [len(GPUS)] * 2
