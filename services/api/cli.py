@@ -17,11 +17,14 @@ import argparse
 import os
 import sys
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from shared.errors import GpuHealthError
+
+from .cli_usage import add_usage_parser, usage_command
 
 BARS = "▁▂▃▄▅▆▇█"
 STATE_MARK = {"healthy": "OK ", "degraded": "DEG", "unhealthy": "BAD", None: "-- "}
@@ -91,6 +94,13 @@ def get(client: httpx.Client, path: str, **params: Any) -> Any:
     if response.is_error:
         raise RefusedError(response)
     return response.json()
+
+
+def download(client: httpx.Client, path: str, **params: Any) -> bytes:
+    response = client.get(path, params=params)
+    if response.is_error:
+        raise RefusedError(response)
+    return response.content
 
 
 def fleet(client: httpx.Client, top: int) -> str:
@@ -270,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     p_life.add_argument("--host", help="only this host")
     p_life.add_argument("--limit", type=int, default=50, help="how many GPUs, the dearest wait first")
     p_life.add_argument("--csv", metavar="FILE", help="write the whole list as CSV to FILE (- for stdout)")
+    p_usage = add_usage_parser(commands)
     for sub in (
         p_fleet,
         p_gpu,
@@ -280,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         p_status,
         *writes,
         p_life,
+        p_usage,
     ):  # --url after
         sub.add_argument("--url", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -310,6 +322,14 @@ def main(argv: list[str] | None = None) -> int:
                         f.write(exported)
             elif args.command == "lifecycle":
                 print(lifecycle(client, args.decision, args.host, args.limit))
+            elif args.command == "usage":
+                said = usage_command(client, args, get, download)
+                if isinstance(said, str):
+                    print(said)
+                elif args.export == "-":
+                    sys.stdout.buffer.write(said)
+                else:
+                    Path(args.export).write_bytes(said)
             else:
                 print(acknowledge(client, args.alert_id, args.key, args.by))
     except RefusedError as e:

@@ -31,6 +31,7 @@ from .routes.alerts import alert_list
 from .routes.fleet import summary_json
 from .routes.gpus import gpu_list_json
 from .routes.lifecycle import lifecycle_decisions
+from .web_usage import usage_view
 
 STATIC = Path(__file__).parent / "static"
 MARK = {"healthy": "✓", "degraded": "!", "unhealthy": "✕", None: "?"}
@@ -153,6 +154,8 @@ async def render_page(state: State, template: str) -> str:
     page = page.replace("<!--LADDER-->", ladder_items())
     page = page.replace("<!--LIFECYCLE-SAID-->", lifecycle_said(decided))
     page = page.replace("<!--LIFECYCLE-->", lifecycle_rows(decided))
+    for marker, drawn in (await usage_view(state)).items():
+        page = page.replace(marker, drawn)
     return page.replace("<!--ALERT-TOTAL-->", str(alerts["total"]))
 
 

@@ -1,6 +1,7 @@
 """GPU-hours by job, pod, namespace, user, workload class or placement: computed by the database.
 
-The sums come from the 1-minute usage rollups (schema/0050): gpu_usage_1min
+The sums come from the 1-minute usage rollups (schema/0050) through one function,
+usage_facts (schema/0052), that the Grafana panels call as well: gpu_usage_1min
 (per GPU, minute and labels: samples, their first and last time, busy and idle
 samples, the energy counter's first, last and largest value) and gpu_work_1min
 (the process polls' shares of each GPU-minute by class and user).
@@ -63,8 +64,6 @@ DIMENSIONS: dict[str, str] = {
 # Dimensions stored in gpu_usage_1min: a filter on them first narrows the GPUs read.
 _LABELS = ("gpu", "hostname", "cluster", "namespace", "job", "pod")
 CLASSES = ("training", "inference", "llm_serving", "gaming", "compute", "none", "unknown")
-# Above any GPU's board power: the most a reset counter may have gained in a bridged gap.
-MAX_POWER_W = 2000.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,61 +91,9 @@ class UsageQuery:
             raise ValueError("a timeline's step is a minute or more")
 
 
-# The facts: one row per GPU, host, minute, label set and (class, user), with its seconds,
-# busy, idle and utilisation-seconds and energy. {gpus} narrows the GPUs read.
-_FACTS = """
-WITH rows AS (
-    SELECT * FROM gpu_usage_1min
-     WHERE bucket >= %(start)s AND bucket < %(end)s {gpus}
-), minutes AS (
-    SELECT gpu_uuid, hostname, bucket, sum(samples) AS samples,
-           min(first_time) AS first_time, max(last_time) AS last_time,
-           public.first(energy_first_mj, CASE WHEN energy_first_mj IS NOT NULL THEN first_time END)
-               AS e_first,
-           public.last(energy_last_mj, CASE WHEN energy_last_mj IS NOT NULL THEN last_time END) AS e_last,
-           max(energy_max_mj) AS e_max
-      FROM rows GROUP BY gpu_uuid, hostname, bucket
-), linked AS (
-    SELECT m.*, lag(hostname) OVER w AS prev_host, lag(e_last) OVER w AS prev_e_last,
-           max(last_time) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_last
-      FROM minutes m WINDOW w AS (PARTITION BY gpu_uuid ORDER BY first_time, hostname)
-), marked AS (
-    SELECT l.*, (prev_last IS NULL OR first_time - prev_last > %(gap)s OR hostname <> prev_host) AS starts
-      FROM linked l
-), runs AS (
-    SELECT k.*,
-           coalesce(lead(starts) OVER (PARTITION BY gpu_uuid ORDER BY first_time, hostname), true) AS ends
-      FROM marked k
-), timed AS (
-    SELECT r.gpu_uuid, r.hostname, r.bucket, r.samples,
-           (extract(epoch FROM r.last_time - CASE WHEN r.starts THEN r.first_time ELSE r.prev_last END)
-            + CASE WHEN NOT r.ends THEN 0
-                   WHEN r.samples > 1 THEN extract(epoch FROM r.last_time - r.first_time) / (r.samples - 1)
-                   WHEN NOT r.starts THEN extract(epoch FROM r.first_time - r.prev_last)
-                   ELSE %(single)s END) / r.samples AS interval_s,
-           CASE WHEN r.e_last >= r.e_max THEN r.e_last - r.e_first
-                ELSE r.e_max - r.e_first + r.e_last END
-           + CASE WHEN r.starts OR r.prev_e_last IS NULL OR r.e_first IS NULL THEN 0
-                  WHEN r.e_first >= r.prev_e_last THEN r.e_first - r.prev_e_last
-                  ELSE least(r.e_first, extract(epoch FROM r.first_time - r.prev_last) * %(max_mj_s)s)
-             END AS energy_mj
-      FROM runs r
-), work AS (
-    SELECT gpu_uuid, bucket, classification, username,
-           polls / sum(polls) OVER (PARTITION BY gpu_uuid, bucket) AS share
-      FROM gpu_work_1min WHERE bucket >= %(start)s AND bucket < %(end)s
-), facts AS (
-    SELECT u.gpu_uuid, u.hostname, u.cluster, u.job, u.pod, u.namespace, u.bucket,
-           coalesce(w.classification, 'unknown') AS classification, w.username,
-           coalesce(w.share, 1) * t.interval_s AS s,
-           (u.job IS NOT NULL OR u.pod IS NOT NULL OR u.namespace IS NOT NULL
-            OR coalesce(w.classification, 'unknown') NOT IN ('none', 'unknown')) AS allocated,
-           u.samples AS n, u.busy_samples AS busy_n, u.idle_samples AS idle_n,
-           u.gpu_util_pct_sum AS util_sum,
-           coalesce(w.share, 1) * t.energy_mj * u.samples / t.samples AS energy_mj
-      FROM rows u JOIN timed t USING (gpu_uuid, hostname, bucket)
-      LEFT JOIN work w USING (gpu_uuid, bucket)
-)"""
+# The facts (schema/0052's usage_facts: one row per GPU, host, minute, label set and (class, user), with
+# the seconds a sample stands for, busy, idle and utilisation, energy). {gpus}: the GPUs to read, NULL all.
+_FACTS = "WITH facts AS (SELECT * FROM usage_facts(%(start)s, %(end)s, %(gap)s, %(single)s, {gpus}))"
 
 _FIGURES = """
        count(DISTINCT gpu_uuid) AS gpus,
@@ -161,17 +108,16 @@ _FIGURES = """
 
 def _statement(q: UsageQuery) -> tuple[sql.Composed, dict[str, Any]]:
     params: dict[str, Any] = {
-        "start": q.start, "end": q.end, "gap": q.max_gap, "single": q.single_sample_s,
-        "max_mj_s": MAX_POWER_W * 1000.0, "step": q.step,
+        "start": q.start, "end": q.end, "gap": q.max_gap, "single": q.single_sample_s, "step": q.step,
     }  # fmt: skip
     label_filters = [
         sql.SQL("{} = {}").format(sql.Identifier(DIMENSIONS[d]), sql.Placeholder(f"f_{d}"))
         for d in sorted(q.filters) if d in _LABELS
     ]  # fmt: skip
-    gpus: sql.Composable = sql.SQL("")
+    gpus: sql.Composable = sql.SQL("NULL")
     if label_filters:
         gpus = sql.SQL(
-            "AND gpu_uuid IN (SELECT gpu_uuid FROM gpu_usage_1min"
+            "(SELECT coalesce(array_agg(DISTINCT gpu_uuid), '{{}}') FROM gpu_usage_1min"
             " WHERE bucket >= %(start)s AND bucket < %(end)s AND {})"
         ).format(sql.SQL(" AND ").join(label_filters))
     where = [

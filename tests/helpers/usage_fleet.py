@@ -82,7 +82,7 @@ def uuid_of(i: int, salt: int = 0) -> str:
     return f"GPU-{salt:08x}-{i:04x}-4000-8000-{i:012x}"
 
 
-def samples(g: Gpu) -> Iterator[Sample]:
+def samples(g: Gpu, t0: datetime = T0) -> Iterator[Sample]:
     """The GPU's samples in time order, with its energy counter as the driver would report it."""
     counter, at = g.counter_mj, 0.0
     rng = random.Random(g.uuid)
@@ -101,7 +101,7 @@ def samples(g: Gpu) -> Iterator[Sample]:
             listed = offset >= next_list
             if listed:
                 next_list = (offset // run.list_s + 1) * run.list_s
-            yield Sample(T0 + timedelta(seconds=t), g.uuid, run, piece, int(counter), listed)
+            yield Sample(t0 + timedelta(seconds=t), g.uuid, run, piece, int(counter), listed)
             k += 1
         counter += _energy_between(run, at - run.start_s, run.end_s - run.start_s)
         at = run.end_s
@@ -118,12 +118,13 @@ def _energy_between(run: Run, a: float, b: float) -> float:
     return total
 
 
-def store(conn: psycopg.Connection[Any], fleet: list[Gpu]) -> int:
-    """Write the fleet's samples and polls as the sink does, refresh the rollups, commit; samples written."""
+def store(conn: psycopg.Connection[Any], fleet: list[Gpu], t0: datetime = T0) -> int:
+    """Write the fleet's samples and polls (from `t0`) as the sink does, refresh the rollups, commit;
+    samples written."""
     rows = []
     polls = []
     for g in fleet:
-        for s in samples(g):
+        for s in samples(g, t0):
             p = s.piece
             rows.append((s.time, g.uuid, s.run.host, s.run.cluster, p.job, p.pod, p.namespace, "mock", "sim",
                          50.0 if p.busy else 0.0, p.power_w, s.energy_mj))  # fmt: skip
@@ -200,3 +201,24 @@ def truth(fleet: list[Gpu], by: str, start_s: float, end_s: float) -> Truth:
                     t.runs[key] += 1
                     t.poll_s[key] = max(t.poll_s[key], run.poll_s, run.list_s)
     return t
+
+
+def hand_fleet() -> list[Gpu]:
+    """Two GPUs polled every 10 s, on the minute, whose figures are easily worked by hand:
+
+    - 1: namespace ml (job train, pod train-0), training by alice, 50 % busy at 300 W, for 1 h:
+      360 samples, 1 h; energy from its first reading to its last, 3,590 s x 300 W = 0.29916 kWh.
+    - 2: namespace web (pod web-0), an inference process of bob's, idle at 100 W for 30 min (idle
+      while allocated), then silent for 30 min, then without labels or processes, busy at 200 W for
+      30 min: 0.5 h + 0.5 h; 1,790 s x 100 W = 0.04972 kWh and 1,790 s x 200 W = 0.09944 kWh.
+    """
+    hour = 3600.0
+    return [
+        Gpu(uuid_of(1), [Run("n1", 0, (Piece(hour, job="train", pod="train-0", namespace="ml", power_w=300,
+                                              processes=(("training", "alice"),)),), list_s=10)]),
+        Gpu(uuid_of(2), [
+            Run("n1", 0, (Piece(hour / 2, pod="web-0", namespace="web", busy=False, power_w=100,
+                                processes=(("inference", "bob"),)),), list_s=10),
+            Run("n1", hour, (Piece(hour / 2, power_w=200),), list_s=10),
+        ]),
+    ]  # fmt: skip

@@ -1,11 +1,6 @@
 """/api/v1/usage, its timeline and its CSV and Parquet export, against a fleet worked out by hand.
 
-Two GPUs polled every 10 s, on the minute, from T0:
-- A: namespace ml (job train, pod train-0), training by alice, 50 % busy at 300 W, for 1 h:
-  360 samples, 1 h; energy from its first reading to its last, 3,590 s x 300 W = 0.29916 kWh.
-- B: namespace web (pod web-0), an inference process of bob's, idle at 100 W for 30 min (idle while
-  allocated), then silent for 30 min, then without labels or processes, busy at 200 W for 30 min:
-  0.5 h + 0.5 h; 1,790 s x 100 W = 0.04972 kWh and 1,790 s x 200 W = 0.09944 kWh.
+The fleet is tests/helpers/usage_fleet.py's hand_fleet (its docstring works out each figure).
 """
 
 from __future__ import annotations
@@ -24,7 +19,7 @@ import pytest
 from shared.config import DatabaseSettings
 from shared.db import connect
 from shared.store import workload
-from tests.helpers.usage_fleet import T0, Gpu, Piece, Run, store, uuid_of
+from tests.helpers.usage_fleet import T0, hand_fleet, store, uuid_of
 
 HOUR = 3600.0
 WINDOW = {"from": T0.isoformat(), "to": (T0 + timedelta(hours=2)).isoformat()}
@@ -41,18 +36,6 @@ BY_NAMESPACE = {
 TOTAL = {"gpus": 2, "gpu_hours": 2.0, "busy_hours": 1.5, "busy_share": 0.75, "idle_allocated_hours": 0.5,
          "idle_allocated_share": 0.25, "avg_util_pct": 37.5,
          "energy_kwh": (3590 * 300 + 1790 * 100 + 1790 * 200) / 3.6e6}  # fmt: skip
-
-
-def hand_fleet() -> list[Gpu]:
-    return [
-        Gpu(uuid_of(1), [Run("n1", 0, (Piece(HOUR, job="train", pod="train-0", namespace="ml", power_w=300,
-                                              processes=(("training", "alice"),)),), list_s=10)]),
-        Gpu(uuid_of(2), [
-            Run("n1", 0, (Piece(HOUR / 2, pod="web-0", namespace="web", busy=False, power_w=100,
-                                processes=(("inference", "bob"),)),), list_s=10),
-            Run("n1", HOUR, (Piece(HOUR / 2, power_w=200),), list_s=10),
-        ]),
-    ]  # fmt: skip
 
 
 @pytest.fixture

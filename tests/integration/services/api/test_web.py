@@ -8,32 +8,14 @@ from typing import Any
 
 import httpx
 import pytest
-from selenium import webdriver
 from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
-from selenium.webdriver.chrome.service import Service as ChromeService
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from tests.paths import REPO
+from tests.helpers.browser import chromium, shot
 
-ARTIFACTS = REPO / "test-artifacts"
 KEY = "test-key-123"  # the served_api fixture's key
-
-
-def chromium(*, javascript: bool = True) -> WebDriver:
-    options = webdriver.ChromeOptions()
-    options.binary_location = "/usr/bin/chromium"
-    # As root, headless, and with the background networking off: this machine's network is closed.
-    flags = "--headless=new --no-sandbox --disable-gpu --disable-dev-shm-usage --disable-quic --no-first-run"
-    flags += (
-        " --disable-background-networking --disable-component-update --disable-sync --window-size=1400,1800"
-    )
-    if not javascript:
-        flags += " --blink-settings=scriptEnabled=false"
-    for flag in flags.split():
-        options.add_argument(flag)
-    return webdriver.Chrome(options=options, service=ChromeService("/usr/bin/chromedriver"))
 
 
 @pytest.fixture
@@ -43,11 +25,6 @@ def browser() -> Iterator[WebDriver]:
         yield driver
     finally:
         driver.quit()
-
-
-def shot(driver: WebDriver, name: str) -> None:
-    ARTIFACTS.mkdir(exist_ok=True)
-    assert driver.save_screenshot(str(ARTIFACTS / name))
 
 
 def test_the_first_paint_is_html_from_the_server_with_states_readable_without_colour(
