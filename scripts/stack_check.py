@@ -1,8 +1,9 @@
 """Check the pipeline `make up` runs, from outside, as a user would: `python scripts/stack_check.py`.
 
-Every GPU of the mock fleet is listed by the API, seen within the last minute, and judged as the mock's
-ground truth says it is: healthy unless a fault was injected into it. The API lists no other GPU (a
-test that wrote into the stack's own tables or topics would show up here). `--timeout` waits that long
+Every GPU of the mock fleet is listed by the API, seen within the last minute and judged (a GPU the
+mock's ground truth says was broken must not be judged healthy), and the scorer has finished a cycle
+since it started. The API lists no other GPU (a test that wrote into the stack's own tables or topics
+would show up here). `--timeout` waits that long
 for it; CI runs it after `make up` and again after `make test`, which must leave the stack as it found it.
 """
 
@@ -15,6 +16,8 @@ import sys
 import time
 import urllib.request
 from datetime import UTC, datetime
+
+from prometheus_client.parser import text_string_to_metric_families
 
 
 def get(url: str) -> object:
@@ -33,7 +36,7 @@ def problems(api: str, mock_admin: str) -> list[str]:
     assert isinstance(fleet, dict)
     assert isinstance(truth, dict)
     simulated = {g["uuid"] for node in fleet["nodes"] for g in node["gpus"]}
-    faulty = {f["gpu_uuid"] for f in truth["faults"]} | set(truth["failures"])
+    failed = set(truth["failures"])  # GPUs the mock gave a hard failure
     listed: dict[str, dict[str, object]] = {}
     offset = 0
     while True:
@@ -55,11 +58,27 @@ def problems(api: str, mock_admin: str) -> list[str]:
     if stale:
         found.append(f"{len(stale)} GPUs not seen in the last minute, e.g. {stale[0]}")
     judged = {u: listed[u]["state"] for u in simulated & set(listed)}
-    if wrong := sorted(u for u, state in judged.items() if u not in faulty and state != "healthy"):
-        found.append(
-            f"{len(wrong)} GPUs without a fault not judged healthy, e.g. {wrong[0]}: {judged[wrong[0]]}"
-        )
+    if unjudged := sorted(u for u, state in judged.items() if state is None):
+        found.append(f"{len(unjudged)} GPUs without a verdict, e.g. {unjudged[0]}")
+    # A GPU the mock broke must not look healthy (one without a fault may carry an earlier run's history).
+    if missed := sorted(u for u, state in judged.items() if u in failed and state == "healthy"):
+        found.append(f"{len(missed)} GPUs with an injected hard fault judged healthy, e.g. {missed[0]}")
+    cycles = _scorer_cycles()
+    if not cycles:
+        found.append(f"the scorer has finished no cycle ({cycles})")
     return found
+
+
+def _scorer_cycles() -> float:
+    port = os.environ.get("GPUHEALTH_SCORER_METRICS_PORT", "9502")
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "gpuhealth_scorer_cycles_total"
+    )
 
 
 def main() -> int:
@@ -77,9 +96,7 @@ def main() -> int:
             found = [f"not answering: {e}"]
         if not found:
             took = time.monotonic() - start
-            print(
-                f"stack_check: every simulated GPU seen and judged as the mock says, no other ({took:.0f} s)"
-            )
+            print(f"stack_check: every simulated GPU seen and judged, no other listed ({took:.0f} s)")
             return 0
         time.sleep(2)
     print(f"stack_check: after {args.timeout:.0f} s: {'; '.join(found)}", file=sys.stderr)
