@@ -21,19 +21,10 @@ def describe(settings: KafkaSettings, name: str) -> tuple[int, str]:
 
 def test_project_topics_are_created_once_then_left_alone(kafka_settings: KafkaSettings) -> None:
     suffix = uuid.uuid4().hex[:8]
-    topics = TopicSettings(
-        metrics_raw=f"raw-{suffix}",
-        events=f"events-{suffix}",
-        health=f"health-{suffix}",
-        alerts=f"alerts-{suffix}",
-        dead_letters=f"dlq-{suffix}",
-        processes=f"processes-{suffix}",
-        llm_sessions=f"llm-{suffix}",
-        verifications=f"verifications-{suffix}",
-        systems=f"systems-{suffix}",
-        partitions=4,
-        retention_ms=3_600_000,
-    )
+    # Every topic of the registry under a name of this test's own: one left at its default would be the
+    # running pipeline's (`make up`), found to exist, and deleted at the end.
+    names = {r.setting: f"{r.setting.replace('_', '-')}-{suffix}" for r in TopicSettings.registry()}
+    topics = TopicSettings(**names, partitions=4, retention_ms=3_600_000)
     specs = project_topics(topics)
     admin = make_admin(kafka_settings)
     try:
@@ -41,9 +32,9 @@ def test_project_topics_are_created_once_then_left_alone(kafka_settings: KafkaSe
         assert first == {s.name: "created" for s in specs}
         second = ensure_topics(admin, specs)
         assert second == {s.name: "exists" for s in specs}
-        assert describe(kafka_settings, f"raw-{suffix}") == (4, "3600000")
-        assert describe(kafka_settings, f"events-{suffix}") == (4, str(topics.audit_retention_ms))
-        assert describe(kafka_settings, f"verifications-{suffix}") == (4, "-1")  # an audit log: kept
+        assert describe(kafka_settings, topics.metrics_raw) == (4, "3600000")
+        assert describe(kafka_settings, topics.events) == (4, str(topics.audit_retention_ms))
+        assert describe(kafka_settings, topics.verifications) == (4, "-1")  # an audit log: kept
     finally:
         for future in admin.delete_topics([s.name for s in specs]).values():
             future.result()

@@ -29,6 +29,7 @@ from shared.models import SCHEMA_VERSION
 from shared.models_health import parse_alert
 from tests.helpers.kafka import consume_all
 from tests.helpers.scorer_fleet import add_fleet, event_message
+from tests.helpers.topics import isolated_topics
 
 INTERVAL_S = 60.0  # far beyond what the fast path may take: its alerts cannot be the cycle's
 
@@ -55,11 +56,7 @@ class Running:
 def scorer(
     kafka_settings: KafkaSettings, migrated: DatabaseSettings, topic_factory: Callable[..., str]
 ) -> Iterator[Running]:
-    topics = TopicSettings(
-        events=topic_factory(partitions=6, prefix="events"),
-        health=topic_factory(prefix="health"),
-        alerts=topic_factory(prefix="alerts"),
-    )
+    topics = isolated_topics(topic_factory, events=6)
     settings = ScorerSettings(
         kafka=kafka_settings, db=migrated, topics=topics,
         scorer=ScorerSection(as_of="now", interval_s=INTERVAL_S, group=f"scorer-{uuid.uuid4().hex[:8]}"),
