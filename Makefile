@@ -87,8 +87,9 @@ docs: venv ## write the generated docs: the configuration reference (from the se
 	@$(PY) -m services.api.openapi
 
 SCENARIO ?=
-evaluate: services venv ## score simulated fleets against their ground truth (SCENARIO=file.json, else the default suite)
+evaluate: services venv ## score simulated fleets against their ground truth (SCENARIO=file.json, else the default suite), then a year of lifecycle decisions
 	@GPUHEALTH_LOG__LEVEL=WARNING $(PY) -m evaluation $(if $(SCENARIO),--scenario $(SCENARIO)) $(ARGS)
+	@$(if $(SCENARIO),true,$(PY) -m evaluation.lifecycle)
 
 train-predictor: services venv ## fit the failure predictor on simulated fleets (training seeds only) -> config/predictor-weights.toml
 	@GPUHEALTH_LOG__LEVEL=WARNING $(PY) -m evaluation.train $(ARGS)

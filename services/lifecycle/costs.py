@@ -27,7 +27,8 @@ The options:
   (the predictor's baseline), else as it was;
 - rma (warranty running) or repair (out of it): a drain, shipping and a visit,
   the turnaround x m, and what the vendor charges: with q the chance it finds a
-  fault (1 for a failed GPU, else p), (1 - q) x the no-fault-found fee, and for
+  fault (1 for a failed GPU, else p; p also for one failed for what a reset or
+  reseat addresses), (1 - q) x the no-fault-found fee, and for
   a repair q x the repair; back, the GPU is a healthy one for the rest;
 - repurpose (training to inference): the drop in value per hour over H, a
   drain, and the failures of an inference GPU;
@@ -182,7 +183,9 @@ def send_back_cost(s: Situation, e: EconomicsSection, baseline_p30: float, hours
     left of the horizon."""
     x = _Prices.of(s, e)
     under = s.warranty_days_left > 0
-    q = 1.0 if s.failed else horizon_probability(s.p30, hours / 24)
+    # A GPU failed for a reason a reset or a reseat addresses may well have nothing wrong with it: the vendor
+    # finds a fault with the chance it has a defect, as for one that serves
+    q = 1.0 if s.failed and s.finding not in RESET_FINDINGS else horizon_probability(s.p30, hours / 24)
     down_h = x.down_in_h if under else x.down_out_h
     parts = {
         "drain": 0.0 if s.failed else x.drain,
@@ -213,7 +216,10 @@ def price_options(s: Situation, e: EconomicsSection, baseline_p30: float) -> lis
     )
 
     if s.finding in RESET_FINDINGS:
-        fix = e.reset_fix_probability if s.resets_30d == 0 else e.reset_fix_probability_after_reset
+        # A reseat is another remedy than the resets before it (the ladder climbed past them): it gets the
+        # first try's chance; a reset after resets that did not hold, less (repeats escalate in the scorer)
+        fresh = s.resets_30d == 0 or s.finding in RESEAT_FINDINGS
+        fix = e.reset_fix_probability if fresh else e.reset_fix_probability_after_reset
         rest = max(x.hours - e.reset_downtime_h, 0.0)
         # not cleared, the next decision keeps it or sends it back, whichever is cheaper then
         then = min(keep_cost(s, e, rest)[0], send_back_cost(s, e, baseline_p30, rest).expected_cost or 0.0)

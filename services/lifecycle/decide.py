@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import date
 from typing import Any
 
-from .costs import Option, OptionCost, Situation, WorkClass, cheapest, price_options
+from .costs import RESET_FINDINGS, Option, OptionCost, Situation, WorkClass, cheapest, price_options
 from .inventory import InventoryEntry
 from .settings import EconomicsSection
 
@@ -101,7 +101,7 @@ class _Unknown:
 
 
 def resolve(
-    facts: GpuFacts, e: EconomicsSection, today: date
+    facts: GpuFacts, e: EconomicsSection, today: date, baseline_p30: float
 ) -> tuple[Situation, list[Term], list[_Unknown]]:
     """The situation to price, the terms (inputs and where they came from) and what was missing."""
     inv = facts.inventory
@@ -123,6 +123,13 @@ def resolve(
     p30 = facts.p_fail_30d
     if p30 is not None:
         known("p_fail_30d", p30, "predictor")
+    elif facts.failed and facts.finding in RESET_FINDINGS:
+        # whether the vendor would find a fault in it: priced at the predictor's own baseline, and said
+        terms.append(Term("p_fail_30d", baseline_p30, "assumption"))
+        unknown.append(
+            _Unknown("p30", "the failure prediction (would the vendor find a fault?)", baseline_p30, 0.0, 1.0)
+        )
+        p30 = baseline_p30
     known("failed", facts.failed, "scorer")
     known("finding", facts.finding, "scorer")
     util = have(
@@ -226,7 +233,7 @@ def assumptions(e: EconomicsSection, baseline_p30: float) -> list[Term]:
 
 def decide(facts: GpuFacts, e: EconomicsSection, *, baseline_p30: float, today: date) -> Decision:
     """The cheapest option for one GPU, with its terms, every option's cost, and what was missing."""
-    s, terms, unknown = resolve(facts, e, today)
+    s, terms, unknown = resolve(facts, e, today, baseline_p30)
     if facts.p_fail_30d is None and not facts.failed:
         return _open(facts, s, e, baseline_p30, terms, unknown)
     options = price_options(s, e, baseline_p30)

@@ -48,7 +48,8 @@ class EconomicsSection(Section):
     """The chance a reset or reseat clears a finding the action ladder says a reset or reseat addresses,
     on a GPU not reset in the last 30 days."""
     reset_fix_probability_after_reset: float = Field(default=0.15, ge=0, le=1)
-    """The same chance where the GPU was already reset in the last 30 days (the remediation history)."""
+    """The same chance for a reset where the GPU was already reset in the last 30 days (the remediation
+    history); a reseat, another remedy, keeps the first try's chance."""
     rma_shipping_cost: float = Field(default=150.0, ge=0, le=1_000_000)
     """Shipping and handling of one GPU to the vendor and back."""
     no_fault_found_cost: float = Field(default=300.0, ge=0, le=1_000_000)
