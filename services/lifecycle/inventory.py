@@ -27,17 +27,9 @@ from pathlib import Path
 
 from shared.errors import GpuHealthError
 from shared.models import GPU_UUID_PATTERN
+from shared.store.lifecycle import INVENTORY_COLUMNS
 
-COLUMNS = (
-    "serial",
-    "gpu_uuid",
-    "purchase_date",
-    "purchase_price",
-    "warranty_end",
-    "rma_turnaround_days",
-    "spares_on_hand",
-    "note",
-)
+COLUMNS = INVENTORY_COLUMNS[1:-1]  # the file's columns: the table's, less the line and the load's time
 MAX_FILE_BYTES = 64 * 1024 * 1024
 MAX_ROWS = 1_000_000
 MAX_CELL = 500  # characters: a note, a serial
@@ -245,24 +237,17 @@ def _date(row: dict[str, str], column: str, why: list[str]) -> date | None:
         return None
 
 
+_PLAIN_NUMBER = r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?"
+
+
 def _number(row: dict[str, str], column: str, why: list[str], most: float) -> float | None:
     cell = row.get(column, "")
     if not cell:
         return None
-    try:
-        if not re.fullmatch(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?", cell):
-            raise ValueError
-        value = float(cell)
-    except ValueError:
+    if not re.fullmatch(_PLAIN_NUMBER, cell):
         why.append(f"{column} {cell!r}: a plain number such as 30000.00 (no currency sign or separators)")
         return None
-    if value < 0:
-        why.append(f"{column} {cell}: negative")
-    elif not math.isfinite(value) or value > most:
-        why.append(f"{column} {cell}: more than {most:g}")
-    else:
-        return value
-    return None
+    return _within(float(cell), column, cell, why, most)
 
 
 def _count(row: dict[str, str], column: str, why: list[str], most: int) -> int | None:
@@ -272,11 +257,16 @@ def _count(row: dict[str, str], column: str, why: list[str], most: int) -> int |
     if not re.fullmatch(r"[+-]?\d{1,12}", cell):
         why.append(f"{column} {cell!r}: a whole number")
         return None
-    value = int(cell)
+    found = _within(int(cell), column, cell, why, most)
+    return None if found is None else int(found)
+
+
+def _within(value: float, column: str, cell: str, why: list[str], most: float) -> float | None:
+    """`value` where it lies in 0..most, else None and why."""
     if value < 0:
         why.append(f"{column} {cell}: negative")
-    elif value > most:
-        why.append(f"{column} {cell}: more than {most}")
+    elif not math.isfinite(value) or value > most:
+        why.append(f"{column} {cell}: more than {most:g}")
     else:
         return value
     return None
