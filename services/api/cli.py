@@ -161,6 +161,29 @@ def alerts(client: httpx.Client, limit: int) -> str:
     return "\n".join(lines)
 
 
+def mark_repaired(
+    client: httpx.Client, uuid: str, key: str | None, *, by: str, returned: bool, note: str
+) -> str:
+    headers = {"X-API-Key": key} if key else {}
+    body = {"by": by, "kind": "returned" if returned else "repaired", "note": note}
+    response = client.post(f"/api/v1/gpus/{uuid}/repairs", headers=headers, json=body)
+    if response.is_error:
+        raise RefusedError(response)
+    done = response.json()
+    return (f"{uuid} marked {done['kind']} by {done['marked_by']} at {done['time']}: its findings resolve "
+            "and its counts start again from the next scoring cycle")  # fmt: skip
+
+
+def repairs(client: httpx.Client, uuid: str) -> str:
+    marks = get(client, f"/api/v1/gpus/{uuid}/repairs")["repairs"]
+    if not marks:
+        return f"{uuid}: never marked repaired"
+    lines = [f"{m['time']}  {m['kind']:<9} by {m['marked_by']}" for m in marks]
+    return "\n".join(
+        line + (f": {m['note']}" if m["note"] else "") for line, m in zip(lines, marks, strict=True)
+    )
+
+
 def acknowledge(client: httpx.Client, alert_id: int, key: str | None, by: str) -> str:
     done = post(client, f"/api/v1/alerts/{alert_id}/acknowledge", key, by)
     return f"alert #{done['id']} on {done['hostname']} acknowledged by {done['acknowledged_by']}"
@@ -275,6 +298,20 @@ def main(argv: list[str] | None = None) -> int:
             "--key", default=os.environ.get("GPUHEALTH_API_KEY"), help="default: $GPUHEALTH_API_KEY"
         )
         sub.add_argument("--by", default=os.environ.get("USER", "cli"), help="who does it")
+    p_fixed = commands.add_parser(
+        "repaired", help="mark a GPU repaired (needs the API key): its counts restart"
+    )
+    p_fixed.add_argument("uuid")
+    p_fixed.add_argument(
+        "--returned", action="store_true", help="back from repair (default: repaired in place)"
+    )
+    p_fixed.add_argument("--note", default="", help="what was done")
+    p_fixed.add_argument(
+        "--key", default=os.environ.get("GPUHEALTH_API_KEY"), help="default: $GPUHEALTH_API_KEY"
+    )
+    p_fixed.add_argument("--by", default=os.environ.get("USER", "cli"), help="who marks it")
+    p_marks = commands.add_parser("repairs", help="a GPU's repair marks, newest first (the audit trail)")
+    p_marks.add_argument("uuid")
     p_life = commands.add_parser("lifecycle", help="keep, reset, RMA or repair, repurpose, retire: priced")
     p_life.add_argument("--decision", help="only this decision (keep, reset, rma, repair, repurpose, ...)")
     p_life.add_argument("--host", help="only this host")
@@ -292,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
         *writes,
         p_life,
         p_usage,
+        p_fixed,
+        p_marks,
     ):  # --url after
         sub.add_argument("--url", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -305,6 +344,14 @@ def main(argv: list[str] | None = None) -> int:
                 print(alerts(client, args.limit))
             elif args.command == "actions":
                 print(actions(client))
+            elif args.command == "repaired":
+                print(
+                    mark_repaired(
+                        client, args.uuid, args.key, by=args.by, returned=args.returned, note=args.note
+                    )
+                )
+            elif args.command == "repairs":
+                print(repairs(client, args.uuid))
             elif args.command == "remediations":
                 print(remediations(client, args.state, args.limit))
             elif args.command == "remediator":

@@ -107,7 +107,14 @@ def _codes(signals: list[str], catalogue: dict[int, XidEntry]) -> list[int]:
 
 
 def _kinds(signals: list[str]) -> list[str]:
-    return sorted({s.partition(":")[2] for s in signals if s.startswith("event:")})
+    """Event kinds (event:<kind>), and the verdict signals by their names (changed, recovered)."""
+    return sorted(
+        {
+            s.partition(":")[2] if s.startswith("event:") else s
+            for s in signals
+            if ":" not in s or s.startswith("event:")
+        }
+    )
 
 
 def pattern_queries(rules: Rules) -> tuple[tuple[dict[str, Any], ...], tuple[str, ...], float]:
@@ -118,11 +125,8 @@ def pattern_queries(rules: Rules) -> tuple[tuple[dict[str, Any], ...], tuple[str
         counted, cancels = _kinds(p.counts), _kinds(p.cancelled_by)
         codes, cancel_codes = _codes(p.counts, rules.xid), _codes(p.cancelled_by, rules.xid)
         rows.append({
-            "idx": idx, "kinds": counted, "codes": codes, "recovered": "recovered" in p.counts,
-            "remediated": "remediated" in p.counts,
-            "reach_s": p.window_s + p.sticky_s, "burst_s": p.burst_s, "cancel_kinds": cancels,
-            "cancel_codes": cancel_codes, "cancel_recovered": "recovered" in p.cancelled_by,
-            "cancel_remediated": "remediated" in p.cancelled_by,
+            "idx": idx, "kinds": counted, "codes": codes, "reach_s": p.window_s + p.sticky_s,
+            "burst_s": p.burst_s, "cancel_kinds": cancels, "cancel_codes": cancel_codes,
         })  # fmt: skip
         kinds |= {*counted, *cancels, *(["xid"] if codes or cancel_codes else [])}
     reach = max((p.window_s + p.sticky_s for p in rules.patterns), default=0.0)

@@ -88,11 +88,12 @@ class Workflows(_Section):
 
 
 # What a pattern counts: XIDs of a code, XIDs of a catalogue class (its codes that are findings),
-# events of a kind, a remediation that took (`recovered`: an unhealthy verdict that became healthy again),
-# or one the remediator carried out (`remediated`: a live plan that started on the GPU's node for it).
+# events of a kind, a remediation that took (`recovered`: an unhealthy verdict that became healthy
+# again), one the remediator carried out (`remediated`: a live plan that started on the GPU's node
+# for it), or any change of a verdict's state (`changed`).
 _SIGNAL = (
-    r"^(xid:[0-9]{1,6}|xid_class:(application|hardware|driver|unused)"
-    r"|event:[a-z_]{1,40}|recovered|remediated)$"
+    r"^(xid:[0-9]{1,6}|xid_class:(application|hardware|driver|unused)|event:[a-z_]{1,40}"
+    r"|recovered|remediated|changed)$"
 )
 Signal = Annotated[str, Field(pattern=_SIGNAL)]
 

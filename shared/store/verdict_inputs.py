@@ -40,9 +40,9 @@ class FeatureWindows:
     workflow_codes: tuple[int, ...] = ()
     workflow_s: int = 86400  # how far back their events are read
     events_per_code: int = 20  # at most this many of each code per GPU, newest first
-    # pattern rules: what each counts and cancels on ([{idx, kinds, codes, recovered, remediated, reach_s,
-    # burst_s, cancel_kinds, cancel_codes, cancel_recovered, cancel_remediated}]), the event kinds any
-    # reads, how far back any looks
+    # pattern rules: what each counts and cancels on ([{idx, kinds, codes, reach_s, burst_s, cancel_kinds,
+    # cancel_codes}]; kinds: event kinds, "changed", "recovered", "remediated"), the event kinds any
+    # reads, the reach
     patterns: tuple[dict[str, Any], ...] = ()
     pattern_kinds: tuple[str, ...] = ()
     pattern_reach_s: float = 0.0
@@ -164,8 +164,14 @@ class PrecursorRow(NamedTuple):
     hw_thermal_fraction: float | None
 
 
-_ROLLUP = """
-WITH win AS (
+# The newest operator mark of each GPU (gpu_repairs, schema/0031): the scorer counts nothing before it.
+_REPAIRED = (
+    "repaired AS (SELECT gpu_uuid, max(time) AS since FROM gpu_repairs WHERE time <= %(t)s GROUP BY gpu_uuid)"
+)
+_SINCE = "coalesce(since, '-infinity')"
+
+_ROLLUP = f"""
+WITH {_REPAIRED}, win AS (
     SELECT gpu_uuid, bucket, gpu_temp_c_max, power_usage_w_sum, power_usage_w_n,
            gpu_util_pct_sum, gpu_util_pct_n, clocks_event_reasons_any, fb_used_mib_max,
            ecc_dbe_volatile_total_max, retired_pages_sbe_max, retired_pages_dbe_max,
@@ -177,9 +183,9 @@ WITH win AS (
              - lag(coalesce(nvlink_crc_flit_errors_total_max, 0) + coalesce(nvlink_crc_data_errors_total_max, 0)) OVER w AS d_crc,
            (coalesce(nvlink_replay_errors_total_max, 0) + coalesce(nvlink_recovery_errors_total_max, 0))
              - lag(coalesce(nvlink_replay_errors_total_max, 0) + coalesce(nvlink_recovery_errors_total_max, 0)) OVER w AS d_nvl
-    FROM gpu_metrics_1min
+    FROM gpu_metrics_1min LEFT JOIN repaired USING (gpu_uuid)
     WHERE bucket > %(t)s - %(long)s AND bucket <= %(t)s AND bucket < (SELECT gpu_metrics_1min_settled())
-      AND (%(gpus)s::text[] IS NULL OR gpu_uuid = ANY(%(gpus)s::text[]))
+      AND (%(gpus)s::text[] IS NULL OR gpu_uuid = ANY(%(gpus)s::text[])) AND bucket > {_SINCE}
     WINDOW w AS (PARTITION BY gpu_uuid ORDER BY bucket)
 )
 SELECT gpu_uuid,
@@ -222,12 +228,12 @@ WHERE a.first_seen <= %(t)s AND (%(gpus)s::text[] IS NULL OR a.gpu_uuid = ANY(%(
 """
 
 
-_XIDS = """
-WITH e AS (
+_XIDS = f"""
+WITH {_REPAIRED}, e AS (
     SELECT gpu_uuid, (details->>'xid')::int AS code, time
-    FROM gpu_events
+    FROM gpu_events LEFT JOIN repaired USING (gpu_uuid)
     WHERE kind = 'xid' AND time > %(t)s - %(escalation)s AND time <= %(t)s AND details ? 'xid'
-      AND (%(gpus)s::text[] IS NULL OR gpu_uuid = ANY(%(gpus)s::text[]))
+      AND (%(gpus)s::text[] IS NULL OR gpu_uuid = ANY(%(gpus)s::text[])) AND time > {_SINCE}
 )
 SELECT e.gpu_uuid, e.code,
        count(*) FILTER (WHERE e.time > %(t)s - make_interval(secs => coalesce(c.clear_s, %(xid_s)s))),
@@ -238,13 +244,14 @@ GROUP BY e.gpu_uuid, e.code
 """
 
 
-_XID_EVENTS = """
+_XID_EVENTS = f"""
+WITH {_REPAIRED}
 SELECT gpu_uuid, code, time, source, message FROM (
     SELECT gpu_uuid, (details->>'xid')::int AS code, time, source, details->>'kernel_message' AS message,
            row_number() OVER (PARTITION BY gpu_uuid, details->>'xid' ORDER BY time DESC) AS n
-    FROM gpu_events
+    FROM gpu_events LEFT JOIN repaired USING (gpu_uuid)
     WHERE kind = 'xid' AND time > %(t)s - %(workflow)s AND time <= %(t)s AND details ? 'xid'
-      AND (details->>'xid')::int = ANY(%(workflow_codes)s::int[])
+      AND (details->>'xid')::int = ANY(%(workflow_codes)s::int[]) AND time > {_SINCE}
       AND (%(gpus)s::text[] IS NULL OR gpu_uuid = ANY(%(gpus)s::text[]))
 ) e
 WHERE n <= %(per_code)s
@@ -252,35 +259,35 @@ ORDER BY gpu_uuid, code, time DESC
 """
 
 
-_PATTERNS = """
-WITH p AS (
-    SELECT * FROM jsonb_to_recordset(%(patterns)s::jsonb) AS p(
-        idx int, kinds text[], codes int[], recovered boolean, remediated boolean, reach_s float8, burst_s float8,
-        cancel_kinds text[], cancel_codes int[], cancel_recovered boolean, cancel_remediated boolean)
-), recovered AS (  -- a remediation that took: a subsystem's unhealthy verdict became healthy again
-    SELECT gpu_uuid, time, 'recovered'::text AS kind, NULL::int AS code FROM (
-        SELECT gpu_uuid, time, state, lag(state) OVER (PARTITION BY gpu_uuid, subsystem ORDER BY time) AS before
-        FROM gpu_health WHERE time > %(t)s - 2 * %(pattern_reach)s AND time <= %(t)s
-          AND (%(gpus)s::text[] IS NULL OR gpu_uuid = ANY(%(gpus)s::text[]))
-    ) h
-    WHERE state = 'healthy' AND before = 'unhealthy' AND time > %(t)s - %(pattern_reach)s
-), remediated AS (  -- a live plan of the remediator's that started on the GPU's node for it (schema/0030)
-    SELECT g AS gpu_uuid, created_at AS time, 'remediated'::text AS kind, NULL::int AS code
-    FROM remediations, unnest(gpu_uuids) g
-    WHERE NOT dry_run AND held_for IS NULL AND created_at > %(t)s - %(pattern_reach)s AND created_at <= %(t)s
-      AND (%(gpus)s::text[] IS NULL OR g = ANY(%(gpus)s::text[]))
-), ev AS (
-    SELECT gpu_uuid, time, kind, CASE WHEN kind = 'xid' THEN (details->>'xid')::int END AS code
-    FROM gpu_events
-    WHERE time > %(t)s - %(pattern_reach)s AND time <= %(t)s AND kind = ANY(%(pattern_kinds)s::text[])
+_PATTERNS = f"""
+WITH {_REPAIRED}, p AS (
+    SELECT * FROM jsonb_to_recordset(%(patterns)s::jsonb)
+      AS p(idx int, kinds text[], codes int[], reach_s float8, burst_s float8, cancel_kinds text[], cancel_codes int[])
+), verdicts AS (  -- changes of a subsystem's verdict; the history subsystem is the patterns' own
+    SELECT gpu_uuid, time, state, lag(state) OVER (PARTITION BY gpu_uuid, subsystem ORDER BY time) AS before
+    FROM gpu_health
+    WHERE time > %(t)s - 2 * %(pattern_reach)s AND time <= %(t)s AND subsystem <> 'history'
       AND (%(gpus)s::text[] IS NULL OR gpu_uuid = ANY(%(gpus)s::text[]))
 ), signals AS (
-    SELECT * FROM ev UNION ALL SELECT * FROM recovered UNION ALL SELECT * FROM remediated
+    SELECT s.gpu_uuid, s.time, s.kind, s.code FROM (
+        SELECT gpu_uuid, time, kind, CASE WHEN kind = 'xid' THEN (details->>'xid')::int END AS code
+        FROM gpu_events
+        WHERE time > %(t)s - %(pattern_reach)s AND time <= %(t)s AND kind = ANY(%(pattern_kinds)s::text[])
+          AND (%(gpus)s::text[] IS NULL OR gpu_uuid = ANY(%(gpus)s::text[]))
+        UNION ALL  -- any change of state; and a remediation that took: unhealthy became healthy again
+        SELECT gpu_uuid, time, 'changed', NULL FROM verdicts WHERE time > %(t)s - %(pattern_reach)s
+        UNION ALL
+        SELECT gpu_uuid, time, 'recovered', NULL FROM verdicts
+        WHERE state = 'healthy' AND before = 'unhealthy' AND time > %(t)s - %(pattern_reach)s
+        UNION ALL  -- a live plan of the remediator's that started on the GPU's node for it (schema/0030)
+        SELECT g, created_at, 'remediated', NULL FROM remediations, unnest(gpu_uuids) g
+        WHERE NOT dry_run AND held_for IS NULL AND created_at > %(t)s - %(pattern_reach)s AND created_at <= %(t)s
+          AND (%(gpus)s::text[] IS NULL OR g = ANY(%(gpus)s::text[]))
+    ) s LEFT JOIN repaired USING (gpu_uuid)
+    WHERE s.time > {_SINCE}  -- a repair mark restarts every count
 ), hits AS (
     SELECT p.idx, p.burst_s, s.gpu_uuid, s.time FROM p JOIN signals s
-      ON s.time > %(t)s - make_interval(secs => p.reach_s)
-     AND (s.kind = ANY(p.kinds) OR s.code = ANY(p.codes) OR (p.recovered AND s.kind = 'recovered')
-          OR (p.remediated AND s.kind = 'remediated'))
+      ON s.time > %(t)s - make_interval(secs => p.reach_s) AND (s.kind = ANY(p.kinds) OR s.code = ANY(p.codes))
 ), marked AS (  -- a burst: signals each within burst_s of the one before
     SELECT idx, gpu_uuid, time,
            CASE WHEN time - lag(time) OVER w <= make_interval(secs => burst_s) THEN 0 ELSE 1 END AS starts
@@ -294,17 +301,16 @@ WITH p AS (
 SELECT idx, gpu_uuid, false, first, last, lines FROM bursts WHERE n <= %(pattern_bursts)s
 UNION ALL
 SELECT p.idx, s.gpu_uuid, true, max(s.time), max(s.time), count(*) FROM p JOIN signals s
-  ON s.time > %(t)s - make_interval(secs => p.reach_s)
- AND (s.kind = ANY(p.cancel_kinds) OR s.code = ANY(p.cancel_codes) OR (p.cancel_recovered AND s.kind = 'recovered')
-      OR (p.cancel_remediated AND s.kind = 'remediated'))
+  ON s.time > %(t)s - make_interval(secs => p.reach_s) AND (s.kind = ANY(p.cancel_kinds) OR s.code = ANY(p.cancel_codes))
 GROUP BY p.idx, s.gpu_uuid
 """
 
 
-_LOSSES = """
+_LOSSES = f"""
+WITH {_REPAIRED}
 SELECT gpu_uuid, (array_agg(time ORDER BY time DESC))[1:10], count(*)
-FROM gpu_events
-WHERE kind = 'gpu_lost' AND time > %(t)s - %(escalation)s AND time <= %(t)s
+FROM gpu_events LEFT JOIN repaired USING (gpu_uuid)
+WHERE kind = 'gpu_lost' AND time > %(t)s - %(escalation)s AND time <= %(t)s AND time > {_SINCE}
   AND (%(gpus)s::text[] IS NULL OR gpu_uuid = ANY(%(gpus)s::text[]))
 GROUP BY gpu_uuid
 """
@@ -324,6 +330,8 @@ FROM gpu_events e
 WHERE e.kind IN ('ecc_dbe', 'row_remap_failure', 'retirement_pending')
   AND e.time > %(t)s - %(long)s AND e.time <= %(t)s
   AND (%(gpus)s::text[] IS NULL OR e.gpu_uuid = ANY(%(gpus)s::text[]))
+  AND e.time > coalesce((SELECT max(g.time) FROM gpu_repairs g WHERE g.gpu_uuid = e.gpu_uuid AND g.time <= %(t)s),
+                        '-infinity')  -- nothing before an operator's repair mark (schema/0031)
   AND e.time >= coalesce((
       SELECT max(r.bucket) + interval '1 minute' FROM gpu_metrics_1min r
       WHERE r.gpu_uuid = e.gpu_uuid AND r.bucket > %(t)s - %(long)s AND r.bucket <= %(t)s

@@ -9,7 +9,19 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from ..answers import problems
-from . import alerts, fleet, gpus, history, lifecycle, reference, remediations, usage, verification, workload
+from . import (
+    alerts,
+    fleet,
+    gpus,
+    history,
+    lifecycle,
+    reference,
+    remediations,
+    repairs,
+    usage,
+    verification,
+    workload,
+)  # fmt: skip
 
 # What any endpoint may answer besides its own: refusals of its parameters, and the database being down.
 REFUSALS = problems({
@@ -19,6 +31,8 @@ REFUSALS = problems({
 })  # fmt: skip
 
 router = APIRouter(prefix="/api/v1", responses=REFUSALS)
-RESOURCES = (fleet, gpus, history, alerts, verification, workload, usage, lifecycle, reference, remediations)
+RESOURCES = (
+    fleet, gpus, history, alerts, repairs, verification, workload, usage, lifecycle, reference, remediations,
+)  # fmt: skip
 for resource in RESOURCES:
     router.include_router(resource.router)

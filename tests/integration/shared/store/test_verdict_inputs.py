@@ -150,12 +150,14 @@ def test_pattern_signals_fold_into_bursts_in_the_database(conn: psycopg.Connecti
         )
     conn.commit()
     patterns = (
-        {"idx": 0, "kinds": [], "codes": [95], "recovered": False, "reach_s": 7200.0, "burst_s": 60.0,
-         "cancel_kinds": ["gpu_back"], "cancel_codes": [], "cancel_recovered": False},
-        {"idx": 1, "kinds": ["gpu_back"], "codes": [], "recovered": True, "reach_s": 7200.0, "burst_s": 0.0,
-         "cancel_kinds": [], "cancel_codes": [], "cancel_recovered": False},
-        {"idx": 2, "kinds": [], "codes": [], "recovered": False, "remediated": True, "reach_s": 7200.0,
-         "burst_s": 0.0, "cancel_kinds": [], "cancel_codes": [], "cancel_recovered": False},
+        {"idx": 0, "kinds": [], "codes": [95], "reach_s": 7200.0, "burst_s": 60.0,
+         "cancel_kinds": ["gpu_back"], "cancel_codes": []},
+        {"idx": 1, "kinds": ["gpu_back", "recovered"], "codes": [], "reach_s": 7200.0, "burst_s": 0.0,
+         "cancel_kinds": [], "cancel_codes": []},
+        {"idx": 2, "kinds": ["changed"], "codes": [], "reach_s": 7200.0, "burst_s": 0.0,
+         "cancel_kinds": [], "cancel_codes": []},
+        {"idx": 3, "kinds": ["remediated"], "codes": [], "reach_s": 7200.0, "burst_s": 0.0,
+         "cancel_kinds": [], "cancel_codes": []},
     )  # fmt: skip
     windows = replace(WINDOWS, patterns=patterns, pattern_kinds=("gpu_back", "xid"), pattern_reach_s=7200.0)
     rows = verdict_inputs.pattern_signals(conn, windows)
@@ -168,5 +170,23 @@ def test_pattern_signals_fold_into_bursts_in_the_database(conn: psycopg.Connecti
     assert cancel.last == AS_OF - timedelta(seconds=900)
     remediations = sorted(r.last for r in rows if r.idx == 1 and not r.cancel)
     assert remediations == [AS_OF - timedelta(seconds=1000), AS_OF - timedelta(seconds=900)]
-    carried_out = [(r.gpu_uuid, r.last) for r in rows if r.idx == 2]
+    changes = sorted(r.last for r in rows if r.idx == 2 and not r.cancel)
+    assert changes == [AS_OF - timedelta(seconds=t) for t in (1500, 1000, 400)]
+    carried_out = [(r.gpu_uuid, r.last) for r in rows if r.idx == 3]
     assert carried_out == [(gpu(0), AS_OF - timedelta(seconds=800))]
+    # an operator marks the GPU repaired: nothing before the mark counts any more
+    conn.execute(
+        "INSERT INTO gpu_repairs (gpu_uuid, time, kind, marked_by) VALUES (%s, %s, 'repaired', 'oncall')",
+        (gpu(0), AS_OF - timedelta(seconds=950)),
+    )
+    conn.commit()
+    after = verdict_inputs.pattern_signals(conn, windows)
+    assert sorted((r.idx, r.cancel, r.last) for r in after) == [
+        (0, False, AS_OF - timedelta(seconds=100)),
+        (0, True, AS_OF - timedelta(seconds=900)),
+        (1, False, AS_OF - timedelta(seconds=900)),
+        (2, False, AS_OF - timedelta(seconds=400)),
+        (3, False, AS_OF - timedelta(seconds=800)),
+    ]
+    # the XID 48 fifty minutes ago and the XID 95 an hour ago no longer count; the 79 and the flood do
+    assert {x.code: x.total for x in verdict_inputs.xid_counts(conn, WINDOWS)} == {79: 1, 95: 2000}

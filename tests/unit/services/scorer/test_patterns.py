@@ -88,14 +88,13 @@ def test_the_rules_file_patterns_are_findings_of_the_gpus_history() -> None:
 def test_what_the_database_is_asked_for() -> None:
     rows, kinds, reach = pattern_queries(RULES)
     by_name = {p.name: row for p, row in zip(RULES.patterns, rows, strict=True)}
-    assert by_name["remediated_too_often"]["recovered"] is True
-    assert by_name["remediated_too_often"]["remediated"] is False
-    assert by_name["remediated_too_often"]["kinds"] == ["gpu_back"]
+    assert by_name["remediated_too_often"]["kinds"] == ["gpu_back", "recovered"]
+    assert by_name["flapping"]["kinds"] == ["changed"]
     hardware = by_name["hardware_xids_recurring"]["codes"]
     assert 79 in hardware  # a class counts its codes that are findings
     assert 63 not in hardware
     assert 13 not in hardware
-    assert {"xid", "ecc_dbe", "gpu_back"} <= set(kinds)
+    assert {"xid", "ecc_dbe", "gpu_back", "recovered", "changed"} <= set(kinds)
     assert reach == max(p.window_s + p.sticky_s for p in RULES.patterns)
 
 
@@ -103,8 +102,12 @@ def test_a_rule_may_count_the_remediators_own_plans() -> None:
     """`remediated`: a live plan of the remediator's (services/remediator) that took the GPU's node out."""
     fields = RULES.patterns[0].model_dump() | {"counts": ["remediated"], "cancelled_by": ["remediated"]}
     counting = type(RULES.patterns[0]).model_validate(fields)  # the rules file's own check
-    rows, _, _ = pattern_queries(RULES.model_copy(update={"patterns": [counting]}))
-    assert (rows[0]["remediated"], rows[0]["cancel_remediated"], rows[0]["kinds"]) == (True, True, [])
+    rows, kinds, _ = pattern_queries(RULES.model_copy(update={"patterns": [counting]}))
+    assert (rows[0]["kinds"], rows[0]["cancel_kinds"], kinds) == (
+        ["remediated"],
+        ["remediated"],
+        ("remediated",),
+    )
 
 
 @pytest.mark.parametrize(

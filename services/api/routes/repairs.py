@@ -1,0 +1,55 @@
+"""A way back to healthy: an operator marks a GPU repaired or returned (with the key); its marks, listed."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Depends, HTTPException, Query
+
+from shared.store import repairs
+from shared.store.repairs import RepairKind
+
+from ..answers import problems
+from ..answers.repairs import Repair, Repairs
+from ..deps import Db, require_key
+from ..parameters import LABEL, GpuPath, NoQuery
+
+router = APIRouter(tags=["gpus"])
+Note = Annotated[str, Body(max_length=500, pattern=r"^[^\x00-\x1f\x7f]*$")]
+MARKS_LISTED = 1000  # a GPU's marks are few: the newest this many, no paging
+
+
+@router.post(
+    "/gpus/{gpu_uuid}/repairs",
+    status_code=201,
+    dependencies=[Depends(require_key)],
+    responses=problems({
+        401: "no X-API-Key, or not the configured one",
+        403: "no API key is configured: marking is disabled",
+        404: "no such GPU in the inventory",
+    }),
+)  # fmt: skip
+async def mark_repaired(
+    db: Db,
+    gpu_uuid: GpuPath,
+    query: Annotated[NoQuery, Query()],
+    by: Annotated[str, Body(pattern=LABEL)] = "api",
+    kind: Annotated[RepairKind, Body()] = "repaired",
+    note: Note = "",
+) -> Repair:
+    """Mark a GPU repaired (in place) or returned (from repair), needs X-API-Key. From the next
+    scoring cycle its findings resolve and its counts (XIDs, losses, error rates, pattern rules)
+    start again; its verdict history stays as it was."""
+    async with db.acknowledging() as conn:
+        done = await repairs.mark(conn, gpu_uuid, kind=kind, by=by, note=note)
+    if done is None:
+        raise HTTPException(404, f"no GPU {gpu_uuid}")
+    return Repair.model_validate(done)
+
+
+@router.get("/gpus/{gpu_uuid}/repairs")
+async def repair_marks(db: Db, gpu_uuid: GpuPath, query: Annotated[NoQuery, Query()]) -> Repairs:
+    """A GPU's repair marks, newest first (at most 1000): who marked it, when, what, why (the audit trail)."""
+    async with db.reading() as conn:
+        found = await repairs.listed(conn, gpu_uuid, limit=MARKS_LISTED)
+    return Repairs.model_validate({"gpu_uuid": gpu_uuid, "repairs": found})
