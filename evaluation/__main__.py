@@ -79,6 +79,16 @@ def render(summaries: list[Summary], total: dict[str, Any], rules: Rules) -> str
     for k, delays in sorted(kinds.items()):
         found = [d for d in delays if d is not None]
         lines.append(f"  {k:<20}{len(found):>3}/{len(delays):<3}{_med(found, 60, ' min'):>12}")
+    lines.append(
+        "\nthe remediator (dry-run, the committed policy, approvals after 30 min): plans, held by breaker,"
+        " healthy GPUs cordoned, hard faults acted on / cordoned, median fault to cordon / drain"
+    )
+    for x in summaries:
+        lines.append(
+            f"  {x.scenario:<18}{x.seed:>5}{x.plans:>6}{x.plans_held_by_breaker:>6}{x.healthy_cordoned:>6}"
+            f"{f'{x.hard_acted}/{x.hard_faults}':>8}{f'{x.hard_cordoned}/{x.hard_faults}':>8}"
+            f"{_med(x.cordon_delays_s, 60, ' min'):>10}{_med(x.drain_delays_s, 60, ' min'):>10}"
+        )
     cal = total["calibration"]
     lines.append(f"\ncalibration of p(fail 30 d) over {cal['n']} predictions before a failure: "
                  f"Brier {cal['brier'] if cal['brier'] is None else round(cal['brier'], 4)}")  # fmt: skip

@@ -8,6 +8,10 @@
   ever judged unhealthy, or degraded;
 - clearing: faults that ended must leave their subsystem healthy once their
   evidence has aged out (the window of the rule, or the XID's time-to-clear);
+- remediation (the remediator in dry-run, evaluation/remediation.py): healthy GPUs
+  whose node it would have cordoned (the goal is none), hard faults it acted on (a
+  plan for the GPU opened after the fault: running, or held for an operator or by
+  the breaker) and cordoned, and the time from the fault to the cordon and to the drain;
 - escalation: a second and third fall off the bus must recommend inspect or more; a
   single application XID (the catalogue's application class) must never go past restart_workload;
 - prediction: a GPU counts as predicted when p(fail 30 d) >= threshold at a
@@ -65,6 +69,13 @@ class Summary:
     long_leads_h: list[float] = field(default_factory=list)
     healthy_p30_max: float = 0.0
     calibration: list[tuple[float, int]] = field(default_factory=list)  # (p30, label)
+    plans: int = 0
+    plans_held_by_breaker: int = 0
+    healthy_cordoned: int = 0  # healthy GPUs (hot ones included) whose node the remediator took out
+    hard_acted: int = 0
+    hard_cordoned: int = 0
+    cordon_delays_s: list[float] = field(default_factory=list)
+    drain_delays_s: list[float] = field(default_factory=list)
     misses: list[str] = field(default_factory=list)  # what went wrong, in words, for the report
 
 
@@ -169,7 +180,31 @@ def summarise(rec: Record, rules: Rules) -> Summary:
             s.hot_unhealthy += "unhealthy" in worst
             s.hot_degraded += bool(worst)
     _prediction(s, rec, rules, failures, healthy)
+    _remediation(s, rec, faults, set(healthy))
     return s
+
+
+def _remediation(s: Summary, rec: Record, faults: list[dict[str, Any]], healthy: set[str]) -> None:
+    s.plans = len(rec.remediations)
+    s.plans_held_by_breaker = sum(p["held_for"] == "breaker" for p in rec.remediations)
+    taken_out = {g for p in rec.remediations if p["cordoned_ms"] is not None for g in p["gpus"]}
+    s.healthy_cordoned = len(taken_out & healthy)
+    for g in sorted(taken_out & healthy):
+        s.misses.append(f"healthy {g}: its node cordoned by the remediator")
+    for f in faults:
+        if not f["hard_failure"]:
+            continue
+        # a plan for the GPU opened after the fault, or one open when it came (the GPU joined it)
+        plans = [p for p in rec.remediations if f["gpu_uuid"] in p["gpus"]
+                 and (p["decided_ms"] >= f["start_ms"] or p["state"] in ("held", "running"))]  # fmt: skip
+        s.hard_acted += bool(plans)
+        cordoned = [p for p in plans if p["cordoned_ms"] is not None]
+        if cordoned:
+            s.hard_cordoned += 1
+            first = min(cordoned, key=lambda p: p["cordoned_ms"])
+            s.cordon_delays_s.append(max(first["cordoned_ms"] - f["start_ms"], 0) / 1000)
+            if first["drained_ms"] is not None:
+                s.drain_delays_s.append(max(first["drained_ms"] - f["start_ms"], 0) / 1000)
 
 
 def _prediction(
@@ -212,6 +247,10 @@ def _prediction(
             if long_lead:
                 s.long_lead_predicted += 1
                 s.long_leads_h.append(lead)
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
 
 
 def _ratio(a: int, b: int) -> float | None:
@@ -258,6 +297,13 @@ def totals(summaries: list[Summary]) -> dict[str, Any]:
         "recall_long_lead": _ratio(add("long_lead_predicted"), add("long_lead")),
         "median_lead_h_long": statistics.median(long_leads) if long_leads else None,
         "calibration": calibration([c for x in summaries for c in x.calibration]),
+        "remediation_plans": add("plans"),
+        "remediation_plans_held_by_breaker": add("plans_held_by_breaker"),
+        "healthy_gpus_cordoned": add("healthy_cordoned"),
+        "hard_faults_acted_on": _ratio(add("hard_acted"), add("hard_faults")),
+        "hard_faults_cordoned": _ratio(add("hard_cordoned"), add("hard_faults")),
+        "median_fault_to_cordon_s": _median([d for x in summaries for d in x.cordon_delays_s]),
+        "median_fault_to_drain_s": _median([d for x in summaries for d in x.drain_delays_s]),
     }
 
     def at_least(value: float | None, bound: float) -> bool | None:
@@ -273,5 +319,6 @@ def totals(summaries: list[Summary]) -> dict[str, Any]:
         "median lead >= 24 h (precursor >= 48 h ahead)": at_least(out["median_lead_h_long"], 24),
         "fall-off repeats escalate to inspect or more": at_least(out["fall_off_repeats_inspect"], 1.0),
         "a single application XID stays at restart_workload": out["single_app_xid_past_restart"] == 0,
+        "the remediator takes out no healthy GPU": out["healthy_gpus_cordoned"] == 0,
     }
     return out

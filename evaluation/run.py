@@ -16,6 +16,7 @@ from shared.migrate import migrated_schema
 from shared.store import health
 
 from .feed import SimFeed, sim_feed
+from .remediation import ShadowRemediator
 from .scenario import Scenario
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,8 @@ class Record:
     features: list[tuple[int, dict[str, dict[str, float]]]] = field(default_factory=list)
     # per GPU: its highest p_fail_30d, when, and the reasons then (to explain false alarms)
     peaks: dict[str, tuple[float, int, list[dict[str, Any]]]] = field(default_factory=dict)
+    # the remediator's dry-run plans (evaluation/remediation.py): GPUs, action, when decided/cordoned/drained
+    remediations: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _snapshot(feed: SimFeed) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
@@ -75,6 +78,7 @@ def run_scenario(
         migrated_schema(db, "eval") as scoped,
         sim_feed(scoped, spec, hours=scenario.hours, rules=rules) as feed,
     ):
+        shadow = ShadowRemediator(scoped) if score else None
         inject_all(feed, scenario.faults)
         gpus = [g.uuid for n in feed.fleet.nodes for g in n.gpus]
         step = scenario.score_every_s if score else scenario.predict_every_s
@@ -90,6 +94,8 @@ def run_scenario(
             if score:
                 result = feed.score(predict=predict)
                 rec.cycles.append((now_ms, *_snapshot(feed)))
+                if shadow is not None:
+                    shadow.after_cycle(result.messages, now_ms)
                 if predict:
                     rec.predictions.append((now_ms, {u: p.p_fail_30d for u, p in result.predictions.items()}))
                     for u, p in result.predictions.items():
@@ -105,5 +111,8 @@ def run_scenario(
                     rec.features.append((now_ms, raw))
         rec.end_ms = int(feed.now_s * 1000)
         rec.truth = feed.fleet.ground_truth()
+        if shadow is not None:
+            rec.remediations = shadow.timeline()
+            shadow.close()
     log.info("ran %s seed %d", scenario.name, seed)
     return rec

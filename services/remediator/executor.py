@@ -13,6 +13,7 @@ remediators share the plans safely: each plan is locked while one looks at it
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -52,8 +53,10 @@ class Executor:
         dry_run: bool,
         retry_s: float,
         batch: int = 50,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
-        self.db, self.policy, self.steps, self.dry_run = db, policy, steps, dry_run
+        """`clock`: what time it is for the plans (a simulation's clock in the evaluation)."""
+        self.db, self.policy, self.steps, self.dry_run, self.clock = db, policy, steps, dry_run, clock
         self.held = HeldConnection(db)
         self.retry_s, self.batch = retry_s, batch
 
@@ -65,7 +68,7 @@ class Executor:
         with self.held.session() as conn:
             if ledger.control(conn, self.dry_run)["paused"]:
                 return []
-            due = store.due_plans(conn, dry_run=self.dry_run, now=datetime.now(UTC), limit=self.batch)
+            due = store.due_plans(conn, dry_run=self.dry_run, now=self.clock(), limit=self.batch)
             conn.rollback()
             done = []
             for plan_id in due:
@@ -75,7 +78,7 @@ class Executor:
 
     def advance(self, conn: SyncConn, plan_id: int) -> Advanced | None:
         """One look at one plan's step, committed with its record; None when it was not due after all."""
-        now = datetime.now(UTC)
+        now = self.clock()
         plan = store.lock_due(conn, plan_id, now)
         if plan is None:
             conn.rollback()

@@ -236,3 +236,16 @@ def statuses(conn: SyncConn, gpu_uuids: Sequence[str]) -> list[tuple[str, str, d
         (list(gpu_uuids),),
     )
     return [(str(u), str(s), a) for u, s, a in found]
+
+
+def approve_waiting(conn: SyncConn, *, dry_run: bool, decided_before: datetime, at: datetime, by: str) -> int:
+    """Approve, as of `at`, the plans held for approval since before `decided_before` (the evaluation's
+    simulated operator; the API approves one plan at a time through remediation_approve)."""
+    found = tuple_rows(
+        conn,
+        "UPDATE remediations SET state = 'running', held_for = NULL, approved_by = %s, approved_at = %s,"
+        " next_at = %s, updated_at = %s WHERE state = 'held' AND held_for = 'approval' AND dry_run = %s"
+        " AND created_at <= %s RETURNING id",
+        (by, at, at, at, dry_run, decided_before),
+    )
+    return len(found)

@@ -202,3 +202,17 @@ async def approve(conn: AsyncConn, plan_id: int, who: str) -> Row | None:
 async def plan_state(conn: AsyncConn, plan_id: int) -> str | None:
     found = await dict_rows_async(conn, "SELECT state FROM remediations WHERE id = %s", (plan_id,))
     return str(found[0]["state"]) if found else None
+
+
+def plan_timeline(conn: SyncConn, dry_run: bool) -> list[Row]:
+    """Every plan of a mode with when it was decided, cordoned and drained (the evaluation's record)."""
+    return dict_rows(
+        conn,
+        "SELECT r.id, r.node, r.gpu_uuids, r.action, r.state, r.held_for, r.created_at,"
+        " min(e.time) FILTER (WHERE e.step = 'cordon') AS cordoned_at,"
+        " min(e.time) FILTER (WHERE e.step = 'drain') AS drained_at"
+        " FROM remediations r LEFT JOIN remediation_events e ON e.remediation_id = r.id AND e.kind = 'action'"
+        " AND e.status IN ('ok', 'dry_run', 'not_owned')"
+        " WHERE r.dry_run = %s GROUP BY r.id ORDER BY r.id",
+        (dry_run,),
+    )

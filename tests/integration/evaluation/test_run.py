@@ -38,6 +38,10 @@ def test_a_small_evaluation_meets_the_targets(db_settings: DatabaseSettings) -> 
     assert figures["targets"] == dict.fromkeys(figures["targets"], True), figures
     assert figures["cleared"] == 1.0
     assert figures["app_xid_bursts_escalated"] == 1.0
+    # the remediator in dry-run beside it: it took out no healthy GPU (a target) and acted on the faults
+    assert summary.hard_acted >= summary.hard_faults // 2
+    assert summary.hard_cordoned >= 1
+    assert summary.cordon_delays_s
 
 
 @pytest.mark.parametrize("poll_s", [30, 60, 120, 300])

@@ -154,3 +154,29 @@ def test_the_committed_scenario_file_loads_with_every_model_and_its_failures() -
     assert s.hours >= 48
     assert len(s.seeds) >= 2
     assert {f["node"] % len(s.models) for f in s.faults} == set(range(len(s.models)))
+
+
+def plan(gpus: list[str], decided_h: float, cordoned_h: float | None, state: str = "done") -> dict[str, Any]:
+    def ms(h: float | None) -> int | None:
+        return None if h is None else int(h * H)
+
+    times = {"decided_ms": ms(decided_h), "cordoned_ms": ms(cordoned_h), "drained_ms": ms(cordoned_h)}
+    return {"gpus": gpus, "node": "n", "action": "reset_gpu", "state": state, "held_for": None, **times}
+
+
+def test_the_remediators_plans_are_scored_against_the_truth() -> None:
+    rec = record([], detect_h=60.03)
+    rec.remediations = [
+        plan([FAILING], 60.03, 60.05),  # the DBE acted on, cordoned 0.03 h after it came
+        plan([HOT], 5.0, 5.0),  # a hot but healthy GPU's node taken out: a false cordon
+        plan([BLIP], 10.02, None, state="held"),  # held: decided, not cordoned
+    ]
+    s = summarise(rec, RULES)
+    assert (s.plans, s.healthy_cordoned, s.hard_acted, s.hard_cordoned) == (3, 1, 1, 1)
+    assert s.cordon_delays_s == pytest.approx([0.03 * 3600], abs=1)
+    assert any("GPU-hot: its node cordoned" in m for m in s.misses)
+    total = totals([s])
+    assert total["healthy_gpus_cordoned"] == 1
+    assert total["targets"]["the remediator takes out no healthy GPU"] is False
+    rec.remediations = [plan([FAILING], 59.0, None, state="done")]  # a plan over before the fault
+    assert summarise(rec, RULES).hard_acted == 0

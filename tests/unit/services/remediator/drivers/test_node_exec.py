@@ -65,3 +65,37 @@ def test_a_command_is_argv_or_url() -> None:
     with pytest.raises(ValidationError):
         Command(url="file:///etc/passwd")
     assert NodeExec({"reboot": Command(url="http://janitor/reboot")}).driver_of("reboot") == "webhook"
+
+
+def test_a_webhook_is_posted_the_operation_and_its_answer_decides() -> None:
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    received: list[dict[str, str]] = []
+
+    class Janitor(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(202 if received[-1]["node"] == "n1" else 503)
+            self.end_headers()
+            self.wfile.write(b"queued")
+
+        def log_message(self, *args: object) -> None:
+            return None
+
+    server = HTTPServer(("127.0.0.1", 0), Janitor)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/reboot"
+        janitor = NodeExec({"reboot": Command(url=url, per_gpu=False)})
+        done = janitor.run("reboot", node="n1", gpus=GPUS, plan_id=7)
+        assert done.status == "ok"
+        gpus = {"gpu_uuid": ",".join(sorted(GPUS)), "gpu_index": "0,1"}
+        assert received == [{"operation": "reboot", "node": "n1", "plan_id": "7", **gpus}]
+        refused = janitor.run("reboot", node="n2", gpus=GPUS, plan_id=8)
+        assert (refused.status, refused.response["runs"][0]["status"]) == ("failed", 503)
+    finally:
+        server.shutdown()
+    unreachable = NodeExec({"reboot": Command(url=url, per_gpu=False, timeout_s=1)})
+    assert unreachable.run("reboot", node="n1", gpus=GPUS, plan_id=9).status == "failed"
