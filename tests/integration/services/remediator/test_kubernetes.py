@@ -45,6 +45,15 @@ def fleet_of(r: Remediator, names: list[str]) -> None:
     add_fleet(r.db, 40, names=lambda i: names[i] if i < len(names) else f"spare-{i}")
 
 
+def acting(r: Remediator, names: list[str], *findings: Finding) -> Remediator:
+    """`r` with the nodes in its inventory, the findings (by default: the first node's) decided live, and
+    its plans stepped as far as they go."""
+    fleet_of(r, names)
+    decide_all(r, list(findings) or [finding_on(names)], dry_run=False)
+    r.run_until_settled()
+    return r
+
+
 def test_the_role_can_do_what_the_manifest_grants_and_nothing_else(
     kube: KubeAdmin, kube_remediator: Path, kube_nodes: Callable[[int], list[str]]
 ) -> None:
@@ -110,14 +119,15 @@ def test_a_node_is_cordoned_tainted_drained_validated_and_uncordoned(
     kube.pod(namespace, "trainer", node)
     kube.pod(namespace, "agent", node, daemonset=True)
     kube.pod(system, "dns", node)
-    r = remediator_factory(
-        dry_run=False,
-        schedulers=[kube_driver(grace_period_s=0, namespaces={system: "skip"})],
-        commands={"reset_gpu": TRUE, "compute_check": TRUE},
+    r = acting(
+        remediator_factory(
+            dry_run=False,
+            schedulers=[kube_driver(grace_period_s=0, namespaces={system: "skip"})],
+            commands={"reset_gpu": TRUE, "compute_check": TRUE},
+        ),
+        names,
+        finding_on(names, rule="xid_79"),
     )
-    fleet_of(r, names)
-    decide_all(r, [finding_on(names, rule="xid_79")], dry_run=False)
-    r.run_until_settled()
     out = kube.node(node)
     assert out["spec"]["unschedulable"] is True
     assert our_taint(out) == [{"key": TAINT_KEY, "value": "xid_79", "effect": "NoSchedule"}]
@@ -145,14 +155,14 @@ def test_a_node_someone_else_cordoned_stays_cordoned(
 ) -> None:
     names = kube_nodes(1)
     kube.cordon(names[0])  # an operator, or another system, took it out first
-    r = remediator_factory(
-        dry_run=False,
-        schedulers=[kube_driver(grace_period_s=0)],
-        commands={"reset_gpu": TRUE, "compute_check": TRUE},
+    r = acting(
+        remediator_factory(
+            dry_run=False,
+            schedulers=[kube_driver(grace_period_s=0)],
+            commands={"reset_gpu": TRUE, "compute_check": TRUE},
+        ),
+        names,
     )
-    fleet_of(r, names)
-    decide_all(r, [finding_on(names)], dry_run=False)
-    r.run_until_settled()
     returned(r, names[0])
     assert rows(r.db, "SELECT state FROM remediations") == [("done",)]
     node = kube.node(names[0])
@@ -177,15 +187,17 @@ def test_a_budget_blocks_the_drain_until_its_deadline_and_the_node_stays_out(
         kube.pod(namespace, "db-0", node, app="db")
         kube.budget(namespace, "db", allowed=0)
     drain = {"grace_period_s": 0, "deadline_s": 1, "namespaces": {lenient: "force"}}
-    r = remediator_factory(
-        dry_run=False,
-        schedulers=[kube_driver(**drain)],
-        commands={"reset_gpu": TRUE},
-        policy_changes={"drain": policy.drain.model_copy(update=drain)},
+    r = acting(
+        remediator_factory(
+            dry_run=False,
+            schedulers=[kube_driver(**drain)],
+            commands={"reset_gpu": TRUE},
+            policy_changes={"drain": policy.drain.model_copy(update=drain)},
+        ),
+        names,
+        finding_on(names, 0),
+        finding_on(names, 1),
     )
-    fleet_of(r, names)
-    decide_all(r, [finding_on(names, 0), finding_on(names, 1)], dry_run=False)
-    r.run_until_settled()
     blocked = rows(
         r.db, "SELECT response FROM remediation_events WHERE step = 'drain' AND status = 'in_progress'"
     )
@@ -215,10 +227,7 @@ def test_a_restart_in_the_middle_of_a_drain_goes_on_where_it_was(
     kube.pod(namespace, "db-0", names[0], app="db")
     kube.pod(namespace, "web-0", names[0], app="web")
     kube.budget(namespace, "db", allowed=0)
-    first = remediator_factory(dry_run=False, schedulers=[kube_driver(grace_period_s=0)])
-    fleet_of(first, names)
-    decide_all(first, [finding_on(names)], dry_run=False)
-    first.run_until_settled()
+    first = acting(remediator_factory(dry_run=False, schedulers=[kube_driver(grace_period_s=0)]), names)
     (started,) = rows(first.db, "SELECT step_started_at FROM remediations")[0]
     assert kube.pods_on(names[0]) == [f"{namespace}/db-0"]  # web evicted, db held by its budget
     first.executor.steps.schedulers[0].close()  # the process dies mid-drain
@@ -245,14 +254,14 @@ def test_a_failed_validation_keeps_the_node_cordoned_and_escalates(
     kube_driver: Callable[..., KubernetesDriver],
 ) -> None:
     names = kube_nodes(1)
-    r = remediator_factory(
-        dry_run=False,
-        schedulers=[kube_driver(grace_period_s=0)],
-        commands={"reset_gpu": TRUE, "compute_check": FALSE},
+    r = acting(
+        remediator_factory(
+            dry_run=False,
+            schedulers=[kube_driver(grace_period_s=0)],
+            commands={"reset_gpu": TRUE, "compute_check": FALSE},
+        ),
+        names,
     )
-    fleet_of(r, names)
-    decide_all(r, [finding_on(names)], dry_run=False)
-    r.run_until_settled()
     returned(r, names[0])
     assert rows(r.db, "SELECT action, state, held_for FROM remediations ORDER BY id") == [
         ("reset_gpu", "escalated", None),
