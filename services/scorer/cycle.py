@@ -29,6 +29,7 @@ from shared.store import alerts, health, notify
 from shared.store.errors import translated
 from shared.store.health import PredictionRow, StatusRow, VerdictRow
 
+from .correlation import correlated_alerts
 from .features import Conn, GpuFeatures, read_features
 from .messages import Message, alert_opened, alert_resolved, verdict_changed
 from .predict import Prediction, predict_all
@@ -68,6 +69,10 @@ def desired_alerts(g: GpuFeatures, verdicts: dict[str, Verdict], rules: Rules) -
         DesiredAlert(f"unhealthy_{v.subsystem}", "critical", f"{v.subsystem}: {v.rule}", v.evidence)
         for v in verdicts.values()
         if v.state == "unhealthy"
+    ]
+    out += [
+        DesiredAlert(kind, severity, summary, evidence)
+        for kind, severity, summary, evidence in correlated_alerts(g)
     ]
     if verdicts["thermal"].state == "degraded":
         out.append(

@@ -23,7 +23,8 @@ from typing import Any, NamedTuple
 import psycopg
 
 from gpuhealth.contract.wire_time import wire_time
-from shared.store import verdict_inputs
+from shared.store import correlated_inputs, verdict_inputs
+from shared.store.correlated_inputs import Episode
 from shared.store.verdict_inputs import FeatureWindows
 
 from .patterns import Burst, pattern_queries
@@ -97,6 +98,8 @@ class GpuFeatures:
     # pattern rules, by name: the bursts of what each counts (newest first), its newest cancelling signal
     pattern_bursts: dict[str, tuple[Burst, ...]] = field(default_factory=dict)
     pattern_cancelled: dict[str, datetime] = field(default_factory=dict)
+    # what this GPU showed together with others: a job's crash, a fault of its host or rack
+    episodes: list[Episode] = field(default_factory=list)
 
 
 def _int(value: Any) -> int:
@@ -168,6 +171,7 @@ def read_features(
                     *g.pattern_bursts.get(name, ()),
                     Burst(row.first, row.last, row.lines),
                 )
+    _correlate(conn, as_of, rules, gpus, only)
     for loss in verdict_inputs.losses(conn, windows):
         if loss.gpu_uuid in gpus:
             gpus[loss.gpu_uuid].lost_times = tuple(wire_time(t) for t in loss.times)
@@ -177,3 +181,21 @@ def read_features(
             g.remap_failure = max(g.remap_failure, int(bool(m.remap_failure)))
             g.retired_pending = max(g.retired_pending, _int(m.retired_pending))
     return gpus
+
+
+def _correlate(
+    conn: Conn, as_of: datetime, rules: Rules, gpus: dict[str, GpuFeatures], only: Collection[str] | None
+) -> None:
+    """Each GPU's part in what several GPUs showed together (shared.store.correlated_inputs)."""
+    c = rules.correlation
+    app = [code for code, e in rules.xid.items() if e.xid_class == "application"]
+    hardware = [code for code, e in rules.xid.items() if e.xid_class == "hardware" and e.severity != "info"]
+    app_reach = max((rules.xid_clear_s(code) for code in app), default=rules.windows.xid_s)
+    found = correlated_inputs.job_crashes(conn, as_of, reach_s=app_reach, window_s=c.job_window_s,
+                                          min_gpus=c.job_min_gpus, codes=app, gpus=only)  # fmt: skip
+    found += correlated_inputs.place_faults(conn, as_of, reach_s=rules.windows.xid_s, window_s=c.place_window_s,
+                                            min_gpus=c.place_min_gpus, codes=hardware, gpus=only)  # fmt: skip
+    for episode in found:
+        for uuid in episode.gpus:
+            if uuid in gpus:
+                gpus[uuid].episodes.append(episode)

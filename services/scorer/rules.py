@@ -19,6 +19,7 @@ from shared.models_health import LADDER, SUBSYSTEMS, Action
 from shared.xid_catalog import XidEntry
 
 from . import workflows
+from .correlation import job_owns
 from .escalation import FELL_OFF_THE_BUS, escalate, fall_off_action, xid_action, xid_counts
 from .features import GpuFeatures
 from .patterns import judge_pattern
@@ -175,6 +176,12 @@ def evaluate(gpu: GpuFeatures, rules: Rules, as_of: datetime) -> dict[str, Verdi
             "count_30d": counts.total,
         }
         entry = rules.xid.get(code)
+        if (
+            entry is not None
+            and entry.xid_class == "application"
+            and job_owns(gpu, code, counts, as_of, rules)
+        ):
+            continue  # the job's crash across its GPUs, not this GPU's fault: one finding for the job
         if entry is None:
             unknown = f"XID {code} is not in NVIDIA's catalogue: a person looks it up"
             verdicts["xid"].worse("degraded", f"xid_{code}", "inspect", xid=code, in_catalogue=False,
@@ -192,6 +199,16 @@ def evaluate(gpu: GpuFeatures, rules: Rules, as_of: datetime) -> dict[str, Verdi
             state, f"xid_{code}", action, **_catalogue_evidence(entry, gpu.model), **seen, **evidence
         )
     driver_recovery_action(gpu, verdicts["xid"])
+    for (
+        episode
+    ) in gpu.episodes:  # a fault of the host or rack: the GPU's findings say whom they share it with
+        if episode.scope != "job" and verdicts["xid"].state != "healthy":
+            verdicts["xid"].evidence["shared_with"] = {
+                "scope": episode.scope,
+                "key": episode.key,
+                "gpus": len(episode.gpus),
+                "hosts": len(episode.hosts),
+            }
     # pattern rules: what the GPU's record over the windows of the rules file's [[patterns]] says
     for pattern in rules.patterns:
         found = judge_pattern(

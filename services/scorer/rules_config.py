@@ -117,6 +117,15 @@ class Pattern(_Section):
     why: str = Field(min_length=1, max_length=300)
 
 
+class Correlation(_Section):
+    """Signals several GPUs show together: a job's crash, a fault of a host or a rack."""
+
+    job_window_s: float = Field(gt=0, le=3600)  # application XIDs of one job's GPUs this close: one crash
+    job_min_gpus: int = Field(ge=2, le=100_000)
+    place_window_s: float = Field(gt=0, le=86400)  # hardware XIDs or losses on one host or rack this close
+    place_min_gpus: int = Field(ge=2, le=100_000)
+
+
 class Score(_Section):
     unhealthy_penalty: float = Field(ge=0)
     degraded_penalty: float = Field(ge=0)
@@ -154,6 +163,7 @@ class Rules(AndonRules):
     nvlink5: tuple[Nvlink5Row, ...]  # NVIDIA's decode of XIDs 144-150 (config/nvlink5-decode.csv)
     workflows: Workflows
     patterns: list[Pattern] = Field(default_factory=list, max_length=100)
+    correlation: Correlation
     xid_repeats: XidRepeats
     score: Score
     prediction: PredictionRules
