@@ -21,10 +21,11 @@ import statistics
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from services.scorer.rules_config import DEFAULT_RULES, Rules, load_rules
 from shared.config import Settings
+from shared.xid_catalog import AgreementKind, agreement_table
 
 from .metrics import Summary, summarise, totals
 from .run import run_scenario
@@ -52,6 +53,17 @@ def _pct(x: float | None) -> str:
 
 def _med(xs: list[float], scale: float = 1.0, unit: str = "") -> str:
     return f"{statistics.median(xs) / scale:.1f}{unit}" if xs else "-"
+
+
+def agreement_lines(rules: Rules) -> list[str]:
+    """The XID catalogue's actions against NVIDIA's immediate actions (mapped onto ours), per class."""
+    table = agreement_table(rules.xid.values(), rules.xid_catalog.mapping())
+    kinds: tuple[AgreementKind, ...] = get_args(AgreementKind)
+    lines = ["XID catalogue against NVIDIA's immediate actions, per class (codes):",
+             f"  {'class':<13}" + "".join(f"{k:>18}" for k in kinds) + f"{'total':>8}"]  # fmt: skip
+    for cls, row in table.items():
+        lines.append(f"  {cls:<13}" + "".join(f"{row[k]:>18}" for k in kinds) + f"{sum(row.values()):>8}")
+    return lines
 
 
 def render(summaries: list[Summary], total: dict[str, Any], rules: Rules) -> str:
@@ -95,6 +107,7 @@ def render(summaries: list[Summary], total: dict[str, Any], rules: Rules) -> str
     lines.append(f"  {'p30 bin':<10}{'n':>7}{'mean p':>9}{'observed':>10}")
     for row in cal["table"]:
         lines.append(f"  {row['bin']:<10}{row['n']:>7}{row['mean_p']:>9.3f}{row['observed']:>10.3f}")
+    lines += ["", *agreement_lines(rules)]
     threshold = rules.prediction.threshold
     lines.append(f"\nsuite (threshold p30 >= {threshold:g}): precision {_pct(total['precision'])}, "
                  f"recall before failure {_pct(total['recall_before_failure'])} (precursor >= 48 h ahead: "
