@@ -62,6 +62,15 @@ class GpuProcess(StrictModel):
     qos_class: Literal["guaranteed", "burstable", "besteffort"] | None = None
     classification: ProcessClass
     rule: Label
+    # A launched worker's job (services/collector/launcher.py): its launcher, the job key the GPUs
+    # of one job share (elastic run id, else master address and port), its ranks; launch_note says
+    # why it is not known where /proc refused the environment or the variables were malformed.
+    launcher: Literal["torchrun", "deepspeed", "accelerate"] | None = None
+    job_key: Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[\x21-\x7e]+$")] | None = None
+    rank: Annotated[int, Field(ge=0, le=999_999)] | None = None
+    local_rank: Annotated[int, Field(ge=0, le=65535)] | None = None
+    world_size: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+    launch_note: Annotated[str, Field(max_length=500, pattern=r"^[^\x00]*$")] | None = None
 
 
 class GpuProcesses(TopicMessage):

@@ -30,7 +30,9 @@ _KEYS = {
     "max_memory_mib",
     "min_sm_util_pct",
     "max_sm_util_pct",
+    "launcher",
 }
+LAUNCHERS = frozenset({"torchrun", "deepspeed", "accelerate"})
 _TYPES = {"compute", "graphics", "compute+graphics"}
 
 
@@ -43,6 +45,7 @@ class ProcessFacts:
     type: str = "compute"
     used_memory_mib: int | None = None
     sm_util_pct: float | None = None
+    launcher: str | None = None  # the launcher that started it (services/collector/launcher.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,9 +76,12 @@ class Rule:
     max_memory_mib: float | None = None
     min_sm_util_pct: float | None = None
     max_sm_util_pct: float | None = None
+    launcher: frozenset[str] = frozenset()
 
     def matches(self, facts: ProcessFacts) -> bool:
         if self.type is not None and facts.type != self.type:
+            return False
+        if self.launcher and facts.launcher not in self.launcher:
             return False
         if not _within(facts.used_memory_mib, self.min_memory_mib, self.max_memory_mib):
             return False
@@ -125,8 +131,12 @@ def _rule(entry: Any) -> Rule:
     kind = entry.get("type")
     if kind is not None and kind not in _TYPES:
         raise ConfigError(f"process rule {name!r}: type must be one of {sorted(_TYPES)}")
+    launcher = entry.get("launcher", [])
+    if not isinstance(launcher, list) or not all(isinstance(v, str) and v in LAUNCHERS for v in launcher):
+        raise ConfigError(f"process rule {name!r}: launcher must be a list of {sorted(LAUNCHERS)}")
     rule = Rule(
         name=name,
+        launcher=frozenset(launcher),
         process_class=process_class,
         executable=_patterns(name, "executable", entry.get("executable", [])),
         command=_patterns(name, "command", entry.get("command", [])),

@@ -1,4 +1,4 @@
-"""What /proc says of a process: executable, command line, user, start time, container and pod.
+"""What /proc says of a process: executable, command line, user, start time, container, pod and launch.
 
 The container and the Kubernetes pod come from the process's cgroup path,
 which names them in every common layout: cgroup v1 (`/docker/<id>`,
@@ -6,7 +6,10 @@ which names them in every common layout: cgroup v1 (`/docker/<id>`,
 (`kubepods-besteffort-pod<uid>.slice/cri-containerd-<id>.scope`, `crio-<id>`,
 `docker-<id>.scope`, `libpod-<id>`). A process that has gone, or that this
 collector may not read (another PID namespace, no permission), gives what
-could be read and None for the rest: it never fails the poll.
+could be read and None for the rest: it never fails the poll. The launch (a
+torchrun, deepspeed or accelerate worker's ranks and job key, launcher.py) comes
+from the environment and the parents; where /proc refuses them the reason is
+kept in `launch_note`.
 """
 
 from __future__ import annotations
@@ -14,9 +17,12 @@ from __future__ import annotations
 import os
 import pwd
 import re
+import socket
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+
+from .launcher import ENVIRON_MAX, Launch, LaunchError, Stat, launch_from, parents, parse_environ, parse_stat
 
 MAX_TEXT = 4096
 _CONTAINER = re.compile(
@@ -79,6 +85,8 @@ class ProcInfo:
     user: str | None = None
     start_time: datetime | None = None
     cgroup: CgroupInfo = CgroupInfo()
+    launch: Launch | None = None
+    launch_note: str | None = None  # why the launch is not known: environ unreadable, variables malformed
 
 
 def _read(path: Path) -> bytes | None:
@@ -86,6 +94,20 @@ def _read(path: Path) -> bytes | None:
         return path.read_bytes()[: MAX_TEXT * 4]
     except OSError:
         return None
+
+
+def _read_environ(path: Path) -> bytes:
+    """The head of an environ file; OSError (permission, a process gone) to the caller."""
+    with path.open("rb") as handle:
+        return handle.read(ENVIRON_MAX + 1)
+
+
+def _why(e: OSError) -> str:
+    if isinstance(e, PermissionError):
+        return "environ not readable: permission denied (another user's process)"
+    if isinstance(e, FileNotFoundError | ProcessLookupError):
+        return "environ not readable: the process has gone"
+    return f"environ not readable: {e.strerror or type(e).__name__}"
 
 
 def _clean(text: str) -> str | None:
@@ -123,8 +145,9 @@ def _user(status: bytes | None) -> str | None:
 class ProcReader:
     """Reads processes from a /proc tree (a recorded one in tests)."""
 
-    def __init__(self, root: Path = Path("/proc")) -> None:
+    def __init__(self, root: Path = Path("/proc"), hostname: str | None = None) -> None:
         self.root = root
+        self.hostname = hostname or socket.gethostname()
         self.btime = boot_time(root)
         self.ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -145,10 +168,32 @@ class ProcReader:
         if stat and self.btime is not None:
             started = start_time_from_stat(stat.decode(errors="replace"), self.btime, self.ticks)
         cgroup = _read(base / "cgroup")
+        launch, note = self.launch(pid)
         return ProcInfo(
             executable=_clean(exe.removesuffix(" (deleted)")) if exe else None,
             command_line=command,
             user=_user(_read(base / "status")),
             start_time=started,
             cgroup=parse_cgroup(cgroup.decode(errors="replace")) if cgroup else CgroupInfo(),
+            launch=launch,
+            launch_note=note,
         )
+
+    def stat(self, pid: int) -> Stat | None:
+        raw = _read(self.root / str(pid) / "stat")
+        return parse_stat(raw.decode(errors="replace")) if raw else None
+
+    def launch(self, pid: int) -> tuple[Launch | None, str | None]:
+        """(launch, why it is not known), from the process's environment and its parents' command lines."""
+        try:
+            env = parse_environ(_read_environ(self.root / str(pid) / "environ"))
+        except OSError as e:
+            return None, _why(e)
+        commands = []
+        for parent in parents(pid, self.stat):
+            raw = _read(self.root / str(parent) / "cmdline")
+            commands.append(raw.replace(b"\0", b" ").decode(errors="replace") if raw else "")
+        try:
+            return launch_from(env, commands, self.hostname), None
+        except LaunchError as e:
+            return None, f"launcher variables malformed: {e}"[:MAX_TEXT]

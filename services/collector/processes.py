@@ -61,6 +61,7 @@ def classify_process(rules: ProcessRules, p: ObservedProcess) -> GpuProcess:
         type=p.type,
         used_memory_mib=p.used_memory_mib,
         sm_util_pct=p.sm_util_pct,
+        launcher=launch.launcher if (launch := p.info.launch) else None,
     )
     verdict = rules.classify(facts)
     return GpuProcess(
@@ -78,6 +79,12 @@ def classify_process(rules: ProcessRules, p: ObservedProcess) -> GpuProcess:
         qos_class=p.info.cgroup.qos_class,  # type: ignore[arg-type]
         classification=verdict.process_class,
         rule=verdict.rule,
+        launcher=launch.launcher if launch else None,  # type: ignore[arg-type]
+        job_key=launch.job_key if launch else None,
+        rank=launch.rank if launch else None,
+        local_rank=launch.local_rank if launch else None,
+        world_size=launch.world_size if launch else None,
+        launch_note=(p.info.launch_note or "")[:500] or None,
     )
 
 

@@ -113,6 +113,12 @@ def process_rows(m: GpuProcesses) -> list[tuple[Any, ...]]:
             p.qos_class,
             p.classification.value,
             p.rule,
+            p.launcher,
+            p.job_key,
+            p.rank,
+            p.local_rank,
+            p.world_size,
+            p.launch_note,
         )
         for p in m.processes
     ]

@@ -3,7 +3,9 @@
 - A job crash: application XIDs (the catalogue's application class) on GPUs that ran one
   job, each within `window` of the one before. A GPU's job is the one its newest sample at
   or before the XID names: the `job` label, else the pod with its worker index taken off
-  (`train-3f2a-worker-5` -> `train-3f2a`), in its namespace.
+  (`train-3f2a-worker-5` -> `train-3f2a`), in its namespace; with neither, the job key of
+  the launched worker (torchrun, deepspeed, accelerate) its newest process listing at or
+  before the XID shows (`launch/elastic:<run id>`, `launch/master:<addr>:<port>`).
 - A node or rack fault: hardware XIDs (the codes the caller gives) and lost GPUs on
   several GPUs of one host, or of one rack across hosts, each within `window` of the one
   before.
@@ -43,14 +45,21 @@ WITH app AS (
     WHERE e.kind = 'xid' AND e.time > %(t)s - %(reach)s AND e.time <= %(t)s AND e.details ? 'xid'
       AND (e.details->>'xid')::int = ANY(%(codes)s::int[])
 ), labelled AS (
-    SELECT a.*, coalesce(m.namespace, '') || '/' || coalesce(
-               nullif(m.job, ''), regexp_replace(m.pod, '-(worker-|rank-|node-)?[0-9]+$', '')) AS job
-    FROM app a CROSS JOIN LATERAL (
+    SELECT a.*, CASE WHEN coalesce(nullif(m.job, ''), nullif(m.pod, '')) IS NOT NULL
+               THEN coalesce(m.namespace, '') || '/' || coalesce(
+                   nullif(m.job, ''), regexp_replace(m.pod, '-(worker-|rank-|node-)?[0-9]+$', ''))
+               ELSE 'launch/' || p.job_key END AS job
+    FROM app a LEFT JOIN LATERAL (
         SELECT g.namespace, g.job, g.pod FROM gpu_metrics g
         WHERE g.gpu_uuid = a.gpu_uuid AND g.time <= a.time AND g.time > a.time - interval '15 minutes'
         ORDER BY g.time DESC LIMIT 1
-    ) m
-    WHERE coalesce(nullif(m.job, ''), nullif(m.pod, '')) IS NOT NULL
+    ) m ON true LEFT JOIN LATERAL (
+        SELECT min(q.job_key) AS job_key FROM gpu_processes q
+        WHERE q.gpu_uuid = a.gpu_uuid AND q.time = (
+            SELECT max(pp.time) FROM gpu_process_polls pp
+            WHERE pp.gpu_uuid = a.gpu_uuid AND pp.time <= a.time AND pp.time > a.time - interval '15 minutes')
+    ) p ON true
+    WHERE coalesce(nullif(m.job, ''), nullif(m.pod, ''), p.job_key) IS NOT NULL
 ), marked AS (
     SELECT *, CASE WHEN time - lag(time) OVER w <= %(window)s THEN 0 ELSE 1 END AS starts
     FROM labelled WINDOW w AS (PARTITION BY job ORDER BY time)

@@ -27,7 +27,7 @@ AsyncConn = psycopg.AsyncConnection[Any]
 PROCESS_COLUMNS = (
     "time", "gpu_uuid", "pid", "hostname", "type", "used_memory_mib", "sm_util_pct", "mem_util_pct",
     "executable", "command_line", "username", "start_time", "container_id", "pod_uid", "qos_class",
-    "classification", "rule",
+    "classification", "rule", "launcher", "job_key", "rank", "local_rank", "world_size", "launch_note",
 )  # fmt: skip
 POLL_COLUMNS = ("time", "gpu_uuid", "gpu_index", "hostname", "collector_id", "source", "process_count")
 SESSION_COLUMNS = (
@@ -126,7 +126,8 @@ def drop_old_chunks(conn: psycopg.Connection[Any], keep_days: Mapping[str, int])
 # ---------------------------------------------------------------- the API's reads
 _PROCESS_FIELDS = (
     "p.pid, p.type, p.used_memory_mib, p.sm_util_pct, p.mem_util_pct, p.executable, p.command_line,"
-    " p.username AS user, p.start_time, p.container_id, p.pod_uid, p.qos_class, p.classification, p.rule"
+    " p.username AS user, p.start_time, p.container_id, p.pod_uid, p.qos_class, p.classification, p.rule,"
+    " p.launcher, p.job_key, p.rank, p.local_rank, p.world_size, p.launch_note"
 )
 _HOST = "WHERE (%(h)s::text IS NULL OR l.hostname = %(h)s)"
 _CURRENT = (

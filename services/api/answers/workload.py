@@ -26,6 +26,12 @@ class GpuProcess(Answer):
     qos_class: str | None
     classification: ProcessClass
     rule: str
+    launcher: str | None = None  # torchrun, deepspeed, accelerate: the launcher that started it
+    job_key: str | None = None  # what the GPUs of its job share: elastic:<run id>, master:<addr>:<port>
+    rank: int | None = None
+    local_rank: int | None = None
+    world_size: int | None = None
+    launch_note: str | None = None  # why the launch is not known (environ unreadable, malformed)
 
 
 class GpuProcesses(Answer):

@@ -9,11 +9,14 @@ from typing import Any
 from services.scorer.cycle import run_cycle
 from services.scorer.rules_config import load_rules
 from services.sink.rows import stage_row
+from services.sink.workload_rows import poll_row, process_rows
 from services.sink.writer import Batch, BatchWriter
 from shared.config import DatabaseSettings
 from shared.db import connect
 from shared.fakes.samples import T0, gpu_uuid, sample
 from shared.models import GpuEvent, parse_event
+from shared.models_workload import GpuProcess, GpuProcesses, ProcessClass
+from shared.store.workload import insert_process_poll
 
 GPUS = 16  # node-00: GPUs 0-7, node-01: GPUs 8-15
 
@@ -74,3 +77,46 @@ def test_a_job_crash_is_the_jobs_and_a_host_fault_the_hosts(migrated: DatabaseSe
     assert hosts[0][3]["gpu_count"] == 3
     assert [a for a in alerts if a[1] == "rack_fault"] == []  # one host is no rack fault
     assert all(actions[gpu_uuid(i)] == "reboot_node" for i in (8, 9, 10))  # the GPUs' own verdicts stay
+
+
+def listing(i: int, seconds: float, job_key: str) -> GpuProcesses:
+    process = GpuProcess(pid=1000 + i, type="compute", executable="/usr/bin/python3",
+                         command_line="python3 -c import w; w.main()", classification=ProcessClass.TRAINING,
+                         rule="launched-worker", launcher="torchrun", job_key=job_key, rank=i % 4,
+                         local_rank=i % 2, world_size=4)  # fmt: skip
+    return GpuProcesses(time=T0 + timedelta(seconds=seconds), source="nvml", collector_id="itest",
+                        hostname=f"node-{i // 8:02d}", gpu_uuid=gpu_uuid(i), gpu_index=i % 8,
+                        processes=[process])  # fmt: skip
+
+
+def test_without_pod_labels_the_launchers_job_key_groups_the_gpus(migrated: DatabaseSettings) -> None:
+    """Bare-metal torchrun across two hosts: no pod or job label, only the workers' elastic run id."""
+    job = (0, 1, 8, 9)  # two GPUs on each of node-00 and node-01
+    rows = [stage_row(json.dumps(sample(k, gpus=GPUS))) for k in range(GPUS * 60)]
+    crash = [event(i, "xid", 500 + 0.5 * n, {"xid": 13}) for n, i in enumerate(job)]
+    other = [event(4, "xid", 502, {"xid": 13})]  # a worker of another run, alone: its GPU's finding
+    writer = BatchWriter(migrated, group="itest-32-launch", connections=1)
+    try:
+        writer.write(Batch(rows=rows, events=crash + other, next_offsets={("t", 0): len(rows) + 5}))
+    finally:
+        writer.close()
+    with connect(migrated) as conn:
+        with conn.cursor() as cur:
+            for seconds in (300, 490):
+                for i in (*job, 4):
+                    m = listing(i, seconds, "elastic:run-9" if i in job else "elastic:run-other")
+                    insert_process_poll(cur, poll_row(m), process_rows(m))
+        conn.commit()
+        run_cycle(conn, T0 + timedelta(seconds=595), load_rules(), predictions={})
+        alerts: list[Any] = conn.execute(
+            "SELECT gpu_uuid, evidence FROM gpu_alerts WHERE kind = 'job_crash'"
+        ).fetchall()
+        actions = {
+            str(u): str(a) for u, a in conn.execute("SELECT gpu_uuid, action FROM gpu_status").fetchall()
+        }
+    assert len(alerts) == 1
+    assert alerts[0][1]["job"] == "launch/elastic:run-9"
+    assert sorted(alerts[0][1]["gpus"]) == sorted(gpu_uuid(i) for i in job)
+    assert sorted(alerts[0][1]["hosts"]) == ["node-00", "node-01"]
+    assert all(actions[gpu_uuid(i)] == "none" for i in job)
+    assert actions[gpu_uuid(4)] == "restart_workload"
