@@ -112,6 +112,7 @@ class Fault:
     params: dict[str, float] = field(default_factory=dict)
     id: int = field(default_factory=lambda: next(_ids))
     cleared_at_s: float | None = None
+    job_crash: int | None = None  # the job crash (services/mock_dcgm/jobs.py) this XID is part of
 
     @property
     def end_s(self) -> float | None:

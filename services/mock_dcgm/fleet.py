@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
@@ -16,6 +17,8 @@ from gpuhealth.contract.wire_time import wire_time
 
 from .exposition import render_node
 from .faults import SUBSYSTEM, Fault, FaultError, make_fault
+from .jobs import KIND as JOB_CRASH
+from .jobs import JobCrash, inject_job_crash
 from .profiles import MODELS
 from .simulation import GpuSim, build_node
 
@@ -118,6 +121,7 @@ class Fleet:
             for i in range(spec.nodes)
         ]
         self._faults: list[Fault] = []
+        self._job_crashes: list[JobCrash] = []
         self._lock = threading.Lock()
 
     # ---------------------------------------------------------------- rendering
@@ -178,6 +182,8 @@ class Fleet:
         params = request.get("params") or {}
         if not isinstance(params, dict):
             raise FaultError("params must be an object")
+        if request.get("kind") == JOB_CRASH:  # several GPUs at once: the first one's fault is returned
+            return self._inject_job_crash(request, target, start)
         fault = make_fault(
             kind=str(request.get("kind")),
             node=target.node,
@@ -192,6 +198,18 @@ class Fleet:
             target.faults.append(fault)
             self._faults.append(fault)
         return fault
+
+    def _inject_job_crash(self, request: dict[str, Any], first: GpuSim, start: float) -> Fault:
+        with contextlib.ExitStack() as held:  # the crash's GPUs span nodes: every node's lock, in order
+            for node in self.nodes:
+                held.enter_context(node.lock)
+            held.enter_context(self._lock)
+            crash = inject_job_crash(self, request, node=first.node, gpu=first.index, start_s=start)
+            for fault in crash.faults:
+                self.nodes[fault.node].gpus[fault.gpu].faults.append(fault)
+            self._faults.extend(crash.faults)
+            self._job_crashes.append(crash)
+        return crash.faults[0]
 
     def clear(self, fault_id: int) -> Fault:
         """End a fault now (a GPU back on the bus, a fan fixed); its counters keep their values."""
@@ -223,12 +241,13 @@ class Fleet:
     def ground_truth(self) -> dict[str, Any]:
         now = self.clock.now()
         with self._lock:
-            faults = list(self._faults)
+            faults, crashes = list(self._faults), list(self._job_crashes)
         return {
             "sim_time": iso(now),
             "sim_time_ms": int(now * 1000),
             "speed": self.clock.speed,
             "faults": [self.describe(f, now) for f in faults],
+            "job_crashes": [self.describe_job_crash(c) for c in crashes],
             "failures": failure_times(faults, lambda f: self.nodes[f.node].gpus[f.gpu].uuid),
         }
 
@@ -253,7 +272,16 @@ class Fleet:
             "hard_failure": fault.hard_failure,
             "precursor": fault.precursor,
             "params": fault.params,
+            "job_crash": fault.job_crash,
         }
+
+    def describe_job_crash(self, crash: JobCrash) -> dict[str, Any]:
+        gpus = [self.nodes[f.node].gpus[f.gpu] for f in crash.faults]
+        return {
+            "id": crash.id, "job": crash.job, "code": crash.code, "start_ms": int(crash.start_s * 1000),
+            "last_ms": int(max(f.start_s for f in crash.faults) * 1000), "gpus": [g.uuid for g in gpus],
+            "hosts": sorted({self.nodes[g.node].hostname for g in gpus}),
+        }  # fmt: skip
 
     def inventory(self, url_for: Callable[[int], str]) -> list[dict[str, Any]]:
         return [

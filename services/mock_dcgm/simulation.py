@@ -52,7 +52,9 @@ class GpuSim:
     phase: str = IDLE
     phase_start: float = 0.0
     phase_end: float = 0.0
-    job: Job | None = None
+    own_job: Job | None = None  # the job of the GPU's own cycle
+    # jobs that span several GPUs (a scenario's multi-GPU job, services/mock_dcgm/jobs.py): (from, until, job)
+    shared_jobs: list[tuple[float, float, Job]] = field(default_factory=list)
     load: float = 0.0
     temp_c: float = AMBIENT_C + 8
     power_w: float = 0.0
@@ -80,12 +82,23 @@ class GpuSim:
     background: dict[str, float] = field(default_factory=dict)
 
     # ---------------------------------------------------------------- workload
+    def job_at(self, t: float) -> Job | None:
+        """The job the GPU runs at t: a job it shares with other GPUs, else its own cycle's."""
+        for start, end, job in self.shared_jobs:
+            if start <= t < end:
+                return job
+        return self.own_job
+
+    @property
+    def job(self) -> Job | None:
+        return self.job_at(self.t)
+
     def _next_phase(self) -> None:
         r = self.rng
         start = self.phase_end
         if self.phase == IDLE:
             self.phase, duration = RAMP, r.uniform(60, 180)
-            self.job = Job(
+            self.own_job = Job(
                 pod=f"train-{r.randrange(16**6):06x}-worker-{self.index}",
                 namespace=r.choice(_NAMESPACES),
                 container="trainer",
@@ -98,19 +111,22 @@ class GpuSim:
             self.phase, duration = RAMP_DOWN, r.uniform(30, 120)
         else:
             self.phase, duration = IDLE, r.uniform(5 * 60, 30 * 60)
-            self.job = None
+            self.own_job = None
         self.phase_start, self.phase_end = start, start + duration
 
     def _load_at(self, t: float) -> float:
-        if self.job is None:
+        job = self.job_at(t)
+        if job is None:
             return 0.0
+        if job is not self.own_job:
+            return job.level  # a shared job runs flat out from its start to its end
         span = max(self.phase_end - self.phase_start, 1e-9)
         frac = min(max((t - self.phase_start) / span, 0.0), 1.0)
         if self.phase == RAMP:
-            return self.job.level * frac
+            return job.level * frac
         if self.phase == RAMP_DOWN:
-            return self.job.level * (1 - frac)
-        return self.job.level
+            return job.level * (1 - frac)
+        return job.level
 
     # ---------------------------------------------------------------- faults
     def _apply_faults(self, t: float) -> float:
