@@ -29,6 +29,8 @@ TimeText = Annotated[
         pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$",
     ),
 ]
+# The most lines one folded XID event can count (a fold closes at its window, long before this).
+MAX_FOLDED = 2**31 - 1
 Increment = Annotated[int, Field(ge=1, lt=INT64_BLANK)]
 Total = Annotated[int, Field(ge=0, lt=INT64_BLANK)]
 _CLOSED = ConfigDict(extra="forbid", strict=True)
@@ -36,9 +38,15 @@ _CLOSED = ConfigDict(extra="forbid", strict=True)
 
 @with_config(_CLOSED)
 class XidDetails(TypedDict):
-    """An XID; one read from the kernel log also says where and what the kernel wrote."""
+    """An XID; one read from the kernel log also says where and what the kernel wrote.
+
+    A flood of one XID on one GPU travels folded (services/collector/xid_fold.py): `count` lines
+    from the event's time to `last`, the kernel message being the first line's. Absent: one line.
+    """
 
     xid: Annotated[int, Field(ge=1, le=100_000)]
+    count: NotRequired[Annotated[int, Field(ge=1, le=MAX_FOLDED)]]
+    last: NotRequired[TimeText]
     origin: NotRequired[Literal["kmsg", "journal"]]
     pci_bus_id: NotRequired[Annotated[str, Field(pattern=r"^[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$")]]
     kernel_message: NotRequired[Annotated[str, Field(max_length=500, pattern=r"^[^\x00-\x1f\x7f]*$")]]

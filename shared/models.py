@@ -13,6 +13,7 @@ can dead-letter them with a reason instead of storing nonsense.
 
 from __future__ import annotations
 
+from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -214,6 +215,9 @@ class GpuEvent(TopicMessage):
             checked = _DETAILS_CHECK[self.kind].validate_python(self.details, strict=True)
         except ValidationError as e:
             raise ValueError(f"details of a {self.kind.value} event: {error_reason(e)}") from None
+        last = checked.get("last") if self.kind is EventKind.XID else None
+        if isinstance(last, str) and datetime.fromisoformat(last) < self.time:
+            raise ValueError(f"details of an xid event: last ({last}) is before the event's time (its first)")
         if checked != self.details or any(type(checked[k]) is not type(v) for k, v in self.details.items()):
             self.__dict__["details"] = checked  # e.g. a whole number of seconds as the float it is
         return self

@@ -73,6 +73,10 @@ class CollectorSection(Section):
     """Address of the collector's own `/metrics`."""
     kernel_log: Literal["off", "auto", "kmsg", "journal"] = "off"
     """Also read XIDs from this host's kernel log (`/dev/kmsg` or `journalctl`), beside any source."""
+    xid_fold_s: float = Field(default=10.0, ge=0, le=3600)
+    """Repeats of one XID on one GPU within this many seconds of its first line are one event, published
+    at once and again when the window ends with the exact count and the last line's time (0: every line
+    its own event)."""
     systems_interval_s: float = Field(default=300.0, ge=0, le=86_400)
     """NVML and nvidia-smi nodes: how often identity is re-read for `gpu-systems` (0: only at start)."""
     shutdown_flush_s: float = Field(default=5.0, ge=0, le=600)
@@ -171,7 +175,9 @@ def build_collector(
         # Feeds read from cfg are this host's kernel log: their XIDs go to this host's GPUs only.
         # Feeds handed in (recorded logs) are matched to any host's GPUs.
         detector=EventDetector(
-            collector_id=cfg.collector_id, local_hostname=hostname if xid_feeds is None else None
+            collector_id=cfg.collector_id,
+            local_hostname=hostname if xid_feeds is None else None,
+            fold_s=cfg.xid_fold_s,
         ),
         publisher=publisher,
         topics=topics,

@@ -5,7 +5,8 @@
   list is an event, repeats included; otherwise (a bare dcgm-exporter) the
   last-XID value changing to a non-zero code is one. XIDs from the kernel log
   (``kernel_xids``) join them; the same XID seen by both is one event
-  (xid_ledger);
+  (xid_ledger); with `fold_s`, repeats of one XID on one GPU within that
+  window are one event with their count and first and last time (xid_fold);
   a GPU that comes back after being lost was re-initialised, so a non-zero
   last XID on its first sample back is a new XID even if it equals the one
   before the loss (a second fall off the bus logs XID 79 again);
@@ -35,6 +36,7 @@ from gpuhealth.gpu.driver_codes import ClockEventReason as Reason
 from shared.models import Details, EventKind, GpuEvent, GpuSample, Source
 
 from .kernel_log import KernelXid, normalize_pci
+from .xid_fold import XidFolder
 from .xid_ledger import XidLedger
 
 log = logging.getLogger(__name__)
@@ -68,6 +70,13 @@ class EventDetector:
     _by_pci: dict[str, str] = field(default_factory=dict)  # PCI bus id -> GPU UUID
     _pending: list[tuple[str, KernelXid]] = field(default_factory=list)  # (feed, XID)
     xids: XidLedger = field(default_factory=XidLedger)
+    # Repeats of one XID on one GPU within this many seconds are one event (xid_fold.py); 0: each its own.
+    fold_s: float = 0.0
+    folds: XidFolder | None = None
+
+    def __post_init__(self) -> None:
+        if self.fold_s > 0 and self.folds is None:
+            self.folds = XidFolder(window_s=self.fold_s)
 
     def observe(
         self,
@@ -126,11 +135,25 @@ class EventDetector:
                 log.warning("XID %d at %s: no GPU with that PCI address", xid.xid, xid.pci_bus_id)
         return events
 
+    def flush(self, now: datetime) -> list[GpuEvent]:
+        """The folded XIDs whose window ended by `now` (call it every poll)."""
+        return self.folds.due(now) if self.folds is not None else []
+
+    def flush_all(self) -> list[GpuEvent]:
+        """Every folded XID, its window over or not (the collector is stopping)."""
+        return self.folds.close_all() if self.folds is not None else []
+
     def _xid(self, sample: GpuSample, code: int, origin: str, at: datetime, extra: Details) -> list[GpuEvent]:
-        when = self.xids.admit(sample.gpu_uuid, code, origin, at)
-        if when is None:
-            return []  # the same XID, already an event through another origin
-        return [self._event(sample, EventKind.XID, when, {"xid": code, **extra})]
+        if not self.xids.admit(sample.gpu_uuid, code, origin, at):
+            return []  # the same XID, already counted through another origin
+
+        def first() -> GpuEvent:
+            when = self.xids.stamp(sample.gpu_uuid, at)
+            return self._event(sample, EventKind.XID, when, {"xid": code, **extra})
+
+        if self.folds is None:
+            return [first()]
+        return self.folds.add(sample.gpu_uuid, code, at, first)
 
     def _compare(
         self, now: GpuSample, *, xids_listed: bool = False, returned: bool = False

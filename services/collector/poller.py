@@ -58,12 +58,13 @@ class Collector:
         self.close()
 
     def close(self) -> None:
-        """Give the broker `shutdown_flush_s` for what is queued (the rest is spooled), then close
-        the sources and feeds. Safe to call twice."""
+        """Publish the folded XIDs still open, give the broker `shutdown_flush_s` for what is queued
+        (the rest is spooled), then close the sources and feeds. Safe to call twice."""
         if self._closed:
             return
         self._closed = True
         try:
+            self._publish(self.detector.flush_all())  # a flood's count is never lost at shutdown
             self.publisher.close(self.shutdown_flush_s)
         finally:
             for source in self.sources:
@@ -103,6 +104,7 @@ class Collector:
                 log.warning("kernel log read failed: %s", e, extra={"target": feed.name})
                 continue
             events_queued += self._publish(self.detector.kernel_xids(feed.name, found, datetime.now(UTC)))
+        events_queued += self._publish(self.detector.flush(datetime.now(UTC)))  # floods whose window ended
         self.publisher.serve()
         return samples_queued, events_queued
 

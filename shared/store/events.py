@@ -35,24 +35,45 @@ def event_row(e: GpuEvent) -> tuple[Any, ...]:
     return (*_event_plain(e), Jsonb(e.details))
 
 
-_INSERT_STAGED = sql.SQL(
-    "INSERT INTO gpu_events ({c}) SELECT {c} FROM _stage_events ON CONFLICT (gpu_uuid, time, kind) DO NOTHING"
-).format(c=ident_list(EVENT_COLUMNS))
+# A folded XID (services/collector/xid_fold.py) arrives first as its first line, then again with the
+# flood's count: the revision with the higher count wins, so a replay, or revisions out of order,
+# never lower a stored count. Anything else stored is never changed.
+LINES = "coalesce((details->>'count')::bigint, 1)"  # the kernel-log lines a stored XID event stands for
+LAST = "coalesce((details->>'last')::timestamptz, time)"  # the time of its last line
+_REVISE = sql.SQL(
+    " ON CONFLICT (gpu_uuid, time, kind) DO UPDATE SET details = excluded.details"
+    " WHERE gpu_events.kind = 'xid' AND {new} > {old}"
+).format(
+    new=sql.SQL(LINES.replace("details", "excluded.details")),
+    old=sql.SQL(LINES.replace("details", "gpu_events.details")),
+)
+# One statement may touch a row once: of a batch's revisions of one event, the highest count goes.
+_INSERT_STAGED = (
+    sql.SQL(
+        "INSERT INTO gpu_events ({c}) SELECT DISTINCT ON (gpu_uuid, time, kind) {c} FROM _stage_events"
+        " ORDER BY gpu_uuid, time, kind, {lines} DESC"
+    ).format(c=ident_list(EVENT_COLUMNS), lines=sql.SQL(LINES))
+    + _REVISE
+)
 
 
 def insert_staged(cur: Cursor) -> int:
-    """The staged events into gpu_events, a replayed one adding nothing; the rows inserted."""
+    """The staged events into gpu_events, a replayed one adding nothing; the rows inserted or revised."""
     with translated(cur.connection):
         cur.execute(_INSERT_STAGED)
         return cur.rowcount
 
 
-_INSERT = sql.SQL(
-    "INSERT INTO gpu_events ({c}) VALUES ({v}) ON CONFLICT (gpu_uuid, time, kind) DO NOTHING"
-).format(c=ident_list(EVENT_COLUMNS), v=sql.SQL(", ").join(sql.Placeholder() * len(EVENT_COLUMNS)))
+_INSERT = (
+    sql.SQL("INSERT INTO gpu_events ({c}) VALUES ({v})").format(
+        c=ident_list(EVENT_COLUMNS), v=sql.SQL(", ").join(sql.Placeholder() * len(EVENT_COLUMNS))
+    )
+    + _REVISE
+)
 
 
 def insert_events(conn: psycopg.Connection[Any], found: Sequence[GpuEvent]) -> None:
-    """`found` into gpu_events, each one stored once whoever stores it first; no commit."""
+    """`found` into gpu_events, each one stored once whoever stores it first (a folded XID's higher
+    count revising it); no commit."""
     with translated(conn), conn.cursor() as cur:
         cur.executemany(_INSERT, [event_row(e) for e in found])

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import psycopg
 
+from .events import LAST, LINES
 from .results import tuple_rows
 
 SyncConn = psycopg.Connection[Any]
@@ -230,14 +231,14 @@ WHERE a.first_seen <= %(t)s AND (%(gpus)s::text[] IS NULL OR a.gpu_uuid = ANY(%(
 
 _XIDS = f"""
 WITH {_REPAIRED}, e AS (
-    SELECT gpu_uuid, (details->>'xid')::int AS code, time
+    SELECT gpu_uuid, (details->>'xid')::int AS code, time, {LINES} AS lines
     FROM gpu_events LEFT JOIN repaired USING (gpu_uuid)
     WHERE kind = 'xid' AND time > %(t)s - %(escalation)s AND time <= %(t)s AND details ? 'xid'
       AND (%(gpus)s::text[] IS NULL OR gpu_uuid = ANY(%(gpus)s::text[])) AND time > {_SINCE}
 )
 SELECT e.gpu_uuid, e.code,
-       count(*) FILTER (WHERE e.time > %(t)s - make_interval(secs => coalesce(c.clear_s, %(xid_s)s))),
-       count(*), count(*) FILTER (WHERE e.time > %(t)s - %(repeat)s),
+       coalesce(sum(e.lines) FILTER (WHERE e.time > %(t)s - make_interval(secs => coalesce(c.clear_s, %(xid_s)s))), 0),
+       sum(e.lines), coalesce(sum(e.lines) FILTER (WHERE e.time > %(t)s - %(repeat)s), 0),
        (array_agg(e.time ORDER BY e.time DESC))[1:10]
 FROM e LEFT JOIN unnest(%(codes)s::int[], %(clears)s::int[]) AS c(code, clear_s) ON c.code = e.code
 GROUP BY e.gpu_uuid, e.code
@@ -268,39 +269,42 @@ WITH {_REPAIRED}, p AS (
     FROM gpu_health
     WHERE time > %(t)s - 2 * %(pattern_reach)s AND time <= %(t)s AND subsystem <> 'history'
       AND (%(gpus)s::text[] IS NULL OR gpu_uuid = ANY(%(gpus)s::text[]))
-), signals AS (
-    SELECT s.gpu_uuid, s.time, s.kind, s.code FROM (
-        SELECT gpu_uuid, time, kind, CASE WHEN kind = 'xid' THEN (details->>'xid')::int END AS code
+), signals AS (  -- a folded XID is `lines` signals from its time to `last`
+    SELECT s.gpu_uuid, s.time, s.last, s.lines, s.kind, s.code FROM (
+        SELECT gpu_uuid, time, CASE WHEN kind = 'xid' THEN {LAST} ELSE time END AS last,
+               CASE WHEN kind = 'xid' THEN {LINES} ELSE 1 END AS lines, kind,
+               CASE WHEN kind = 'xid' THEN (details->>'xid')::int END AS code
         FROM gpu_events
         WHERE time > %(t)s - %(pattern_reach)s AND time <= %(t)s AND kind = ANY(%(pattern_kinds)s::text[])
           AND (%(gpus)s::text[] IS NULL OR gpu_uuid = ANY(%(gpus)s::text[]))
         UNION ALL  -- any change of state; and a remediation that took: unhealthy became healthy again
-        SELECT gpu_uuid, time, 'changed', NULL FROM verdicts WHERE time > %(t)s - %(pattern_reach)s
+        SELECT gpu_uuid, time, time, 1, 'changed', NULL FROM verdicts WHERE time > %(t)s - %(pattern_reach)s
         UNION ALL
-        SELECT gpu_uuid, time, 'recovered', NULL FROM verdicts
+        SELECT gpu_uuid, time, time, 1, 'recovered', NULL FROM verdicts
         WHERE state = 'healthy' AND before = 'unhealthy' AND time > %(t)s - %(pattern_reach)s
         UNION ALL  -- a live plan of the remediator's that started on the GPU's node for it (schema/0030)
-        SELECT g, created_at, 'remediated', NULL FROM remediations, unnest(gpu_uuids) g
+        SELECT g, created_at, created_at, 1, 'remediated', NULL FROM remediations, unnest(gpu_uuids) g
         WHERE NOT dry_run AND held_for IS NULL AND created_at > %(t)s - %(pattern_reach)s AND created_at <= %(t)s
           AND (%(gpus)s::text[] IS NULL OR g = ANY(%(gpus)s::text[]))
     ) s LEFT JOIN repaired USING (gpu_uuid)
     WHERE s.time > {_SINCE}  -- a repair mark restarts every count
 ), hits AS (
-    SELECT p.idx, p.burst_s, s.gpu_uuid, s.time FROM p JOIN signals s
+    SELECT p.idx, p.burst_s, s.gpu_uuid, s.time, least(s.last, %(t)s) AS last, s.lines FROM p JOIN signals s
       ON s.time > %(t)s - make_interval(secs => p.reach_s) AND (s.kind = ANY(p.kinds) OR s.code = ANY(p.codes))
 ), marked AS (  -- a burst: signals each within burst_s of the one before
-    SELECT idx, gpu_uuid, time,
-           CASE WHEN time - lag(time) OVER w <= make_interval(secs => burst_s) THEN 0 ELSE 1 END AS starts
-    FROM hits WINDOW w AS (PARTITION BY idx, gpu_uuid ORDER BY time)
+    SELECT idx, gpu_uuid, time, last, lines,
+           CASE WHEN time - max(last) OVER w <= make_interval(secs => burst_s) THEN 0 ELSE 1 END AS starts
+    FROM hits
+    WINDOW w AS (PARTITION BY idx, gpu_uuid ORDER BY time, last ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
 ), bursts AS (
-    SELECT idx, gpu_uuid, min(time) AS first, max(time) AS last, count(*) AS lines,
+    SELECT idx, gpu_uuid, min(time) AS first, max(last) AS last, sum(lines)::bigint AS lines,
            row_number() OVER (PARTITION BY idx, gpu_uuid ORDER BY max(time) DESC) AS n
     FROM (SELECT *, sum(starts) OVER (PARTITION BY idx, gpu_uuid ORDER BY time) AS burst FROM marked) m
     GROUP BY idx, gpu_uuid, burst
 )
 SELECT idx, gpu_uuid, false, first, last, lines FROM bursts WHERE n <= %(pattern_bursts)s
 UNION ALL
-SELECT p.idx, s.gpu_uuid, true, max(s.time), max(s.time), count(*) FROM p JOIN signals s
+SELECT p.idx, s.gpu_uuid, true, max(s.time), max(s.time), sum(s.lines)::bigint FROM p JOIN signals s
   ON s.time > %(t)s - make_interval(secs => p.reach_s) AND (s.kind = ANY(p.cancel_kinds) OR s.code = ANY(p.cancel_codes))
 GROUP BY p.idx, s.gpu_uuid
 """

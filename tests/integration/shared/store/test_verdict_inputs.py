@@ -190,3 +190,50 @@ def test_pattern_signals_fold_into_bursts_in_the_database(conn: psycopg.Connecti
     ]
     # the XID 48 fifty minutes ago and the XID 95 an hour ago no longer count; the 79 and the flood do
     assert {x.code: x.total for x in verdict_inputs.xid_counts(conn, WINDOWS)} == {79: 1, 95: 2000}
+
+
+def test_a_folded_flood_is_stored_once_and_counts_as_its_lines(conn: psycopg.Connection[Any]) -> None:
+    """The collector's folds (services/collector/xid_fold.py): the first line, then its count; the sink
+    keeps the highest count whichever path, order or replay brings it; the scorer counts the lines."""
+    from gpuhealth.contract.wire_time import wire_time
+    from shared.models import EventKind, GpuEvent, Source
+    from shared.store import events
+    from shared.store.events import EVENTS_STAGE, event_row
+
+    def xid(seconds_ago: float, count: int = 1, last_ago: float | None = None) -> GpuEvent:
+        details: dict[str, Any] = {"xid": 95}
+        if count > 1:
+            details |= {"count": count, "last": wire_time(AS_OF - timedelta(seconds=last_ago or seconds_ago))}
+        at = AS_OF - timedelta(seconds=seconds_ago)
+        return GpuEvent(time=at, kind=EventKind.XID, gpu_uuid=gpu(0), hostname="node-a",
+                        source=Source.MOCK, collector_id="test", details=details)  # fmt: skip
+
+    # the scorer's fast path: a fold's first line, its count, then the first line replayed
+    events.insert_events(conn, [xid(130), xid(130, 1500, 121)])
+    events.insert_events(conn, [xid(130)])
+    # the sink's batch: the next fold's first line and its count together, and an older revision after
+    with conn.cursor() as cur:
+        cur.execute(EVENTS_STAGE.create())
+        EVENTS_STAGE.copy_rows(cur, map(event_row, [xid(120), xid(120, 500, 110), xid(120, 300, 115)]))
+        assert events.insert_staged(cur) == 1
+        EVENTS_STAGE.copy_rows(cur, map(event_row, [xid(130, 1400, 122)]))  # a stale revision: no change
+        assert events.insert_staged(cur) == 0
+    conn.commit()
+    stored = conn.execute(
+        "SELECT time, details->>'count', details->>'last' FROM gpu_events WHERE details->>'xid' = '95'"
+        " ORDER BY time"
+    ).fetchall()
+    assert [(AS_OF - t).total_seconds() for t, _, _ in stored] == [130, 120]
+    assert [n for _, n, _ in stored] == ["1500", "500"]
+    assert {x.code: (x.recent, x.total) for x in verdict_inputs.xid_counts(conn, WINDOWS)}[95] == (2000, 2000)
+    patterns = (
+        {"idx": 0, "kinds": [], "codes": [95], "reach_s": 7200.0, "burst_s": 60.0,
+         "cancel_kinds": [], "cancel_codes": []},
+        {"idx": 1, "kinds": [], "codes": [95], "reach_s": 7200.0, "burst_s": 0.5,
+         "cancel_kinds": [], "cancel_codes": []},
+    )  # fmt: skip
+    windows = replace(WINDOWS, patterns=patterns, pattern_kinds=("xid",), pattern_reach_s=7200.0)
+    rows = sorted((r.idx, r.first, r.last, r.lines) for r in verdict_inputs.pattern_signals(conn, windows))
+    # 60 s bursts: both folds (1 s apart) are one burst of 2,000 lines; 0.5 s bursts: two, as their lines
+    ago = [AS_OF - timedelta(seconds=s) for s in (130, 121, 120, 110)]
+    assert rows == [(0, ago[0], ago[3], 2000), (1, ago[0], ago[1], 1500), (1, ago[2], ago[3], 500)]
