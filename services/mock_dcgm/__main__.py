@@ -15,7 +15,7 @@ from shared.lifecycle import Lifecycle
 from shared.service import start_service
 
 from .faults import FaultError
-from .fleet import DEFAULT_MODELS, Fleet, FleetSpec, SimClock, iso, parse_sim_start
+from .fleet import DEFAULT_MODELS, ComputeCheck, Fleet, FleetSpec, SimClock, iso, parse_sim_start
 from .profiles import MODELS
 from .server import MockServer
 
@@ -52,6 +52,10 @@ class MockSettings(Section):
     sim_start: str = "now"
     """Where the simulated clock starts: `now`, a time before now (`-24h`, `-90m`: `-<n>[smhd]`) or an
     ISO-8601 time."""
+    compute_check: ComputeCheck = "hard_failure"
+    """What fails `POST /compute-check` on a GPU (the remediator's validation): an active `hard_failure`
+    (a DBE, a failed remap, a fall off the bus, a critical XID), `any_fault` active but a heavy workload,
+    or `nothing`. A fault stays until it ends or is cleared, whatever the remediator resets."""
     scenario: Path | None = None
     """A JSON file of scheduled faults:
     `{"faults": [{"kind": ..., "node": ..., "gpu": ..., "after_s": ...}]}`."""
@@ -86,6 +90,7 @@ def build(settings: MockSettings) -> tuple[Fleet, MockServer]:
         base_port=settings.base_port,
         admin_port=settings.admin_port,
         timestamps=settings.speed != 1.0,
+        compute_check=settings.compute_check,
     )
     return fleet, server
 

@@ -11,16 +11,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from gpuhealth.contract.wire_time import wire_time
 
 from .exposition import render_node
-from .faults import SUBSYSTEM, Fault, FaultError, make_fault
+from .faults import SUBSYSTEM, Fault, FaultError, FaultKind, make_fault
 from .jobs import KIND as JOB_CRASH
 from .jobs import JobCrash, inject_job_crash
 from .profiles import MODELS
 from .simulation import GpuSim, build_node
+
+# What fails the mock's compute check (the remediator's validation, #34): an active fault that is a
+# failure in itself (a DBE, a failed remap, a fall off the bus, a critical XID), any active fault but a
+# healthy condition, or nothing (the check always passes).
+ComputeCheck = Literal["hard_failure", "any_fault", "nothing"]
 
 _RELATIVE = re.compile(r"^-(\d+(?:\.\d+)?)([smhd])$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -55,6 +60,12 @@ class SimClock:
 
     def now(self) -> float:
         return self.start_s + (self._monotonic() - self._real0) * self.speed
+
+
+def _fails(fault: Fault, fails_on: ComputeCheck) -> bool:
+    if fails_on == "hard_failure":
+        return fault.hard_failure
+    return fails_on == "any_fault" and fault.kind is not FaultKind.HEAVY_WORKLOAD
 
 
 def _is_bool(*values: Any) -> bool:
@@ -236,6 +247,32 @@ class Fleet:
             except FaultError as e:
                 raise FaultError(f"scenario {path}, fault #{i}: {e}") from e
         return injected
+
+    # ---------------------------------------------------------------- compute check
+    def compute_check(self, gpu_uuids: list[str], fails_on: ComputeCheck) -> dict[str, Any]:
+        """The compute check on each GPU, as the remediator's exec driver asks a node for it: a GPU fails
+        while a fault `fails_on` counts is active on it (nothing the remediator does clears one: an
+        operator ends it with DELETE /faults/<id>). FaultError for a GPU not in this fleet."""
+        gpus = [self.find(uuid) for uuid in gpu_uuids]
+        now = self.clock.now()
+        with self._lock:
+            faults = list(self._faults)
+        results = []
+        for gpu in gpus:
+            failing = [
+                f
+                for f in faults
+                if (f.node, f.gpu) == (gpu.node, gpu.index) and f.active(now) and _fails(f, fails_on)
+            ]
+            results.append(
+                {
+                    "gpu_uuid": gpu.uuid,
+                    "hostname": self.nodes[gpu.node].hostname,
+                    "passed": not failing,
+                    "faults": [{"id": f.id, "kind": f.kind.value} for f in failing],
+                }
+            )
+        return {"passed": all(r["passed"] for r in results), "fails_on": fails_on, "gpus": results}
 
     # ---------------------------------------------------------------- truth
     def ground_truth(self) -> dict[str, Any]:

@@ -9,6 +9,8 @@ serves:
 - ``GET  /ground-truth``   every injected fault with its start time and subsystem
 - ``POST /faults``         inject a fault (JSON body, see README)
 - ``DELETE /faults/<id>``  end a fault now
+- ``POST /compute-check``  the remediator's compute check on a GPU (its exec driver's webhook): 200
+  when it passes, 409 while a fault the mock's `compute_check` setting counts is active on it
 - ``GET  /metrics``        the mock's own Prometheus metrics
 - ``GET  /healthz``
 """
@@ -28,7 +30,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from shared.lifecycle import serve_until
 
 from .faults import FaultError
-from .fleet import Fleet
+from .fleet import ComputeCheck, Fleet
 from .processes import MockProcesses
 
 log = logging.getLogger(__name__)
@@ -99,7 +101,13 @@ def node_handler(fleet: Fleet, index: int, metrics: MockMetrics, *, timestamps: 
     return NodeHandler
 
 
-def admin_handler(fleet: Fleet, metrics: MockMetrics, registry: CollectorRegistry, node_url: Any) -> type:
+def admin_handler(
+    fleet: Fleet,
+    metrics: MockMetrics,
+    registry: CollectorRegistry,
+    node_url: Any,
+    compute_check: ComputeCheck = "hard_failure",
+) -> type:
     class AdminHandler(_Handler):
         def fail(self, status: int, message: str) -> None:
             metrics.admin_errors.inc()
@@ -118,30 +126,54 @@ def admin_handler(fleet: Fleet, metrics: MockMetrics, registry: CollectorRegistr
             else:
                 self.fail(HTTPStatus.NOT_FOUND, f"no such endpoint {path!r}")
 
-        def do_POST(self) -> None:
-            if self.path != "/faults":
-                self.fail(HTTPStatus.NOT_FOUND, "POST goes to /faults")
-                return
+        def read_json(self) -> tuple[bool, Any]:
+            """(True, the body's JSON), or (False, None) once the refusal is sent."""
             try:
                 length = int(self.headers.get("Content-Length", ""))
             except ValueError:
                 self.fail(HTTPStatus.LENGTH_REQUIRED, "Content-Length is required")
-                return
+                return False, None
             if not 0 < length <= MAX_BODY_BYTES:
                 self.fail(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body must be 1..{MAX_BODY_BYTES} bytes")
-                return
+                return False, None
             try:
-                request = json.loads(self.rfile.read(length))
-                fault = fleet.inject(request)
+                return True, json.loads(self.rfile.read(length))
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
                 self.fail(HTTPStatus.BAD_REQUEST, f"body is not JSON: {e}")
+                return False, None
+
+        def do_POST(self) -> None:
+            if self.path not in ("/faults", "/compute-check"):
+                self.fail(HTTPStatus.NOT_FOUND, "POST goes to /faults or /compute-check")
                 return
+            read, request = self.read_json()
+            if not read:
+                return
+            if self.path == "/compute-check":
+                self.compute_check(request)
+                return
+            try:
+                fault = fleet.inject(request)
             except FaultError as e:
                 self.fail(HTTPStatus.BAD_REQUEST, str(e))
                 return
             metrics.faults.labels(fault.kind.value).inc()
             log.info("fault injected", extra={"fault_id": fault.id, "kind": fault.kind.value})
             self.reply_json(HTTPStatus.CREATED, fleet.describe(fault))
+
+        def compute_check(self, request: Any) -> None:
+            """The remediator's exec driver's webhook (`{"gpu_uuid": ...}`, several comma-separated when
+            it asks once per node): 200 when every GPU passes, 409 when one fails, naming its faults."""
+            uuids = request.get("gpu_uuid") if isinstance(request, dict) else None
+            if not isinstance(uuids, str) or not uuids:
+                self.fail(HTTPStatus.BAD_REQUEST, "the compute check needs gpu_uuid (comma-separated)")
+                return
+            try:
+                answer = fleet.compute_check(uuids.split(","), compute_check)
+            except FaultError as e:
+                self.fail(HTTPStatus.NOT_FOUND, str(e))
+                return
+            self.reply_json(HTTPStatus.OK if answer["passed"] else HTTPStatus.CONFLICT, answer)
 
         def do_DELETE(self) -> None:
             prefix = "/faults/"
@@ -170,6 +202,7 @@ class MockServer:
         admin_port: int,
         timestamps: bool,
         registry: CollectorRegistry | None = None,
+        compute_check: ComputeCheck = "hard_failure",
     ) -> None:
         self.registry = registry or CollectorRegistry()
         metrics = MockMetrics(self.registry, fleet)
@@ -186,7 +219,10 @@ class MockServer:
 
         self.node_url = node_url
         self.admin = self._listen(
-            bind, admin_port, admin_handler(fleet, metrics, self.registry, node_url), "the admin API"
+            bind,
+            admin_port,
+            admin_handler(fleet, metrics, self.registry, node_url, compute_check),
+            "the admin API",
         )
         self.servers.append(self.admin)
         for server in self.servers:

@@ -33,24 +33,30 @@ def add_fleet(
     db: DatabaseSettings, nodes: int, gpus: int = 2, *, names: Callable[[int], str] = node_name
 ) -> None:
     """`nodes` nodes of `gpus` GPUs in the inventory, each with a sample and a healthy status."""
+    add_nodes(db, {names(n): [gpu_uuid(n, g) for g in range(gpus)] for n in range(nodes)})
+
+
+def add_nodes(db: DatabaseSettings, nodes: dict[str, list[str]]) -> None:
+    """Each host's GPUs (by index) in the inventory, each with a sample and a healthy status."""
+    hosts = [h for h, uuids in nodes.items() for _ in uuids]
+    uuids = [u for found in nodes.values() for u in found]
+    indexes = [i for found in nodes.values() for i in range(len(found))]
     with connect(db) as conn:
         conn.execute(
             """INSERT INTO gpu_assets (gpu_uuid, model, gpu_index, hostname, first_seen, last_seen)
-               SELECT 'GPU-' || lpad(n::text, 8, '0') || '-' || lpad(g::text, 4, '0')
-                      || '-4000-8000-000000000000', 'NVIDIA H100 80GB HBM3', g, h, %(t)s, %(t)s
-               FROM generate_series(0, %(n)s - 1) n, generate_series(0, %(g)s - 1) g,
-                    LATERAL (SELECT (%(names)s::text[])[n + 1] AS h) name""",
-            {"t": T0, "n": nodes, "g": gpus, "names": [names(i) for i in range(nodes)]},
+               SELECT u, 'NVIDIA H100 80GB HBM3', i, h, %(t)s, %(t)s
+               FROM unnest(%(uuids)s::text[], %(indexes)s::int[], %(hosts)s::text[]) AS gpu(u, i, h)""",
+            {"t": T0, "uuids": uuids, "indexes": indexes, "hosts": hosts},
         )
         conn.execute(
             """INSERT INTO gpu_latest (time, gpu_uuid, hostname, source, collector_id)
-               SELECT %s, gpu_uuid, hostname, 'mock', 'test' FROM gpu_assets""",
-            (T0,),
+               SELECT %s, gpu_uuid, hostname, 'mock', 'test' FROM gpu_assets WHERE gpu_uuid = ANY(%s)""",
+            (T0, uuids),
         )
         conn.execute(
             "INSERT INTO gpu_status (gpu_uuid, state, score, grade, action, as_of)"
-            " SELECT gpu_uuid, 'healthy', 100, 'A', 'none', %s FROM gpu_assets",
-            (T0,),
+            " SELECT gpu_uuid, 'healthy', 100, 'A', 'none', %s FROM gpu_assets WHERE gpu_uuid = ANY(%s)",
+            (T0, uuids),
         )
         conn.commit()
 
@@ -89,10 +95,11 @@ def verdict_finding(
     at: datetime = T0,
     hostname: str | None = None,
     rule: str = "xid_79",
+    uuid: str | None = None,
 ) -> Finding:
     verdict = HealthVerdict(
         time=at,
-        gpu_uuid=gpu_uuid(node, index),
+        gpu_uuid=gpu_uuid(node, index) if uuid is None else uuid,
         hostname=node_name(node) if hostname is None else hostname,
         subsystem="xid",
         state="unhealthy",

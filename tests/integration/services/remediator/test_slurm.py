@@ -1,6 +1,7 @@
 """The remediator against the real slurmctld and slurmd: a drain whose reason names the finding, waited for
-while a job runs (draining, then drained), a resume once the node is validated; a drain someone else made
-is left as it was, reason and all."""
+while a job runs (draining, then drained), a resume once the node is validated; a drain someone else made,
+or made again over the remediator's, is left as it was, reason and all; a GPU the mock fleet's compute
+check still finds broken keeps its node drained."""
 
 from __future__ import annotations
 
@@ -12,8 +13,19 @@ from pathlib import Path
 
 import pytest
 
+from services.remediator.drivers.node_exec import Command
 from services.remediator.drivers.slurm import SlurmDriver
-from tests.helpers.remediation import TRUE, Remediator, add_fleet, decide_all, returned, rows, verdict_finding
+from tests.helpers.mock_fleet import served_fleet
+from tests.helpers.remediation import (
+    TRUE,
+    Remediator,
+    add_fleet,
+    add_nodes,
+    decide_all,
+    returned,
+    rows,
+    verdict_finding,
+)
 
 
 def slurm(conf: Path, *args: str) -> str:
@@ -62,13 +74,16 @@ def idle_node(slurm_conf: Path) -> Iterator[Callable[[str], str]]:
         wait_for(lambda node=node: state(slurm_conf, node)[0] == "idle", f"{node} idle again")  # type: ignore[misc]
 
 
-def slurm_remediator(factory: Callable[..., Remediator], conf: Path) -> Remediator:
+def slurm_remediator(
+    factory: Callable[..., Remediator], conf: Path, compute_check: Command = TRUE, *, fleet: bool = True
+) -> Remediator:
     r = factory(
         dry_run=False,
         schedulers=[SlurmDriver(slurm_conf=conf)],
-        commands={"reset_gpu": TRUE, "compute_check": TRUE},
+        commands={"reset_gpu": TRUE, "compute_check": compute_check},
     )
-    add_fleet(r.db, 40, names=lambda i: f"gpu-node-{i:02d}")  # 4 of them are Slurm's
+    if fleet:
+        add_fleet(r.db, 40, names=lambda i: f"gpu-node-{i:02d}")  # 4 of them are Slurm's
     return r
 
 
@@ -116,3 +131,59 @@ def test_a_drain_someone_else_made_is_left_as_it_was(
     statuses = rows(r.db, "SELECT step, status FROM remediation_events WHERE kind = 'action' ORDER BY time")
     assert ("cordon", "not_owned") in statuses
     assert ("return", "not_owned") in statuses
+
+
+def test_a_drain_an_operator_makes_over_the_remediators_is_theirs_and_never_resumed(
+    remediator_factory: Callable[..., Remediator], slurm_conf: Path, idle_node: Callable[[str], str]
+) -> None:
+    node = idle_node("gpu-node-01")
+    r = slurm_remediator(remediator_factory, slurm_conf)
+    decide_all(r, [verdict_finding(1)], dry_run=False)
+    r.run_until_settled()
+    assert state(slurm_conf, node) == ("drained", "gpu-health: xid_79 (remediation 1)")
+    # the operator takes the node over while it is validated: their reason, their node
+    slurm(slurm_conf, "scontrol", "update", f"nodename={node}", "state=drain", "reason=rma: ticket 4711")
+    returned(r, node)
+    assert state(slurm_conf, node) == ("drained", "rma: ticket 4711")
+    assert ("return", "not_owned") in rows(
+        r.db, "SELECT step, status FROM remediation_events WHERE kind = 'action' ORDER BY time"
+    )
+
+
+def test_a_gpu_the_mock_fleets_compute_check_finds_still_broken_keeps_its_node_drained(
+    remediator_factory: Callable[..., Remediator], slurm_conf: Path, idle_node: Callable[[str], str]
+) -> None:
+    """The check `make up` and compose configure (GPUHEALTH_REMEDIATOR__EXEC__COMPUTE_CHECK): the mock's
+    POST /compute-check, which fails a GPU while a hard failure is active on it. The reset the remediator
+    asked for cleared nothing, so the broken GPU's node stays drained; the healthy GPU's node returns."""
+    broken_node, healthy_node = idle_node("gpu-node-00"), idle_node("gpu-node-01")
+    with served_fleet(nodes=2, gpus=2, seed=5) as (fleet, mock):
+        assert [n.hostname for n in fleet.nodes] == [broken_node, healthy_node]  # Slurm's nodes
+        broken, healthy = fleet.nodes[0].gpus[1].uuid, fleet.nodes[1].gpus[0].uuid
+        dbe = fleet.inject({"kind": "dbe", "gpu_uuid": broken})
+        check = Command(url=f"{mock.admin_url}/compute-check")
+        r = slurm_remediator(remediator_factory, slurm_conf, check, fleet=False)
+        add_nodes(r.db, {n.hostname: [g.uuid for g in n.gpus] for n in fleet.nodes})
+        add_fleet(r.db, 38, names=lambda i: f"spare-{i:02d}")  # the breaker's 10 %: 4 nodes may go out
+        findings = [verdict_finding(0, uuid=broken, hostname=broken_node, rule="dbe")]
+        decide_all(r, [*findings, verdict_finding(1, uuid=healthy, hostname=healthy_node)], dry_run=False)
+        r.run_until_settled()
+        returned(r, broken_node)
+        returned(r, healthy_node)
+    assert rows(r.db, "SELECT id, node, action, state, held_for FROM remediations ORDER BY id") == [
+        (1, broken_node, "reset_gpu", "escalated", None),
+        (2, healthy_node, "reset_gpu", "done", None),
+        (3, broken_node, "reboot_node", "held", "approval"),
+    ]
+    assert state(slurm_conf, broken_node) == ("drained", "gpu-health: dbe (remediation 1)")
+    assert state(slurm_conf, healthy_node) == ("idle", "none")
+    ((reason, response),) = rows(
+        r.db,
+        "SELECT reason, response FROM remediation_events"
+        " WHERE remediation_id = 1 AND step = 'validate' AND kind = 'action'",
+    )
+    assert reason.startswith("compute_check failed")
+    said = response["runs"][-1]  # the mock's answer: the GPU, and the fault that failed it
+    assert (said["status"], said["ok"]) == (409, False)
+    for named in (broken, f'"id": {dbe.id}', '"kind": "dbe"'):
+        assert named in said["said"]
