@@ -131,6 +131,11 @@ def test_only_the_acknowledger_acknowledges_and_it_can_do_nothing_else(migrated:
             "CREATE TEMP TABLE scratch (x int)",
             "SELECT lo_from_bytea(0, 'x')",
             "UPDATE gpu_alerts SET state = 'open'",
+            # the remediator's controls only through their functions, each recorded (schema/0030)
+            "UPDATE remediation_control SET paused = false, breaker = 'closed'",
+            "UPDATE remediations SET state = 'running', held_for = NULL",
+            "SELECT remediation_control_event('resumed', 'nobody', NULL, 'unrecorded')",
+            "DELETE FROM remediation_events",
         ):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(statement)

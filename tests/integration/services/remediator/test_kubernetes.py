@@ -14,12 +14,13 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from services.remediator.drivers.kubeconfig import load_kubeconfig
 from services.remediator.drivers.kubernetes import MARK, OWNER, TAINT_KEY, KubernetesDriver
 from services.remediator.findings import Finding
 from services.remediator.policy import Policy
-from tests.helpers.kube import KubeAdmin
+from tests.helpers.kube import RBAC, KubeAdmin
 from tests.helpers.remediation import (
     FALSE,
     TRUE,
@@ -105,6 +106,54 @@ def test_the_role_can_do_what_the_manifest_grants_and_nothing_else(
             client.put(f"/api/v1/nodes/{node}", json=kube.node(node)),  # patch only, never replace
         ]
         assert [r.status_code for r in refused] == [403] * len(refused)
+
+
+def triples(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    """(API group, resource, verb) of every combination the rules allow."""
+    return {
+        (group, resource, verb)
+        for rule in rules
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+# What RBAC's defaults let any authenticated user do (system:basic-user, system:discovery,
+# system:public-info-viewer): ask who it is and what it may do, and read the API's discovery.
+EVERY_USER = {
+    ("authorization.k8s.io", "selfsubjectaccessreviews", "create"),
+    ("authorization.k8s.io", "selfsubjectrulesreviews", "create"),
+    ("authentication.k8s.io", "selfsubjectreviews", "create"),
+}
+
+
+def test_the_api_server_says_the_role_allows_exactly_the_manifests_rules(
+    kube: KubeAdmin, kube_remediator: Path
+) -> None:
+    """Not a sample of refusals: the API server's own account of everything the login may do in a
+    namespace and cluster-wide (a SelfSubjectRulesReview) is the manifest's three rules and no more."""
+    (role,) = [d for d in yaml.safe_load_all(RBAC.read_text()) if d["kind"] == "ClusterRole"]
+    granted = triples(role["rules"])
+    assert granted == {  # the rights the issue names, and nothing else
+        ("", "nodes", "get"), ("", "nodes", "list"), ("", "nodes", "patch"),
+        ("", "pods", "list"), ("", "pods/eviction", "create"),
+    }  # fmt: skip
+    access = load_kubeconfig(kube_remediator)
+    with httpx.Client(base_url=access.server, verify=access.ssl_context, headers=access.headers) as client:
+        review = client.post(
+            "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
+            json={
+                "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SelfSubjectRulesReview",
+                "spec": {"namespace": kube.namespace()},
+            },
+        )
+    assert review.status_code == 201, review.text
+    status = review.json()["status"]
+    assert status["incomplete"] is False  # RBAC answers for all of it: no other authoriser
+    assert triples(status["resourceRules"]) == granted | EVERY_USER
+    assert {v for rule in status["nonResourceRules"] for v in rule["verbs"]} == {"get"}
 
 
 def test_a_node_is_cordoned_tainted_drained_validated_and_uncordoned(
