@@ -161,3 +161,19 @@ def returned(r: Remediator, node: str) -> None:
         time.sleep(0.06)
         score(r.db, node, now + timedelta(seconds=cycle))
         r.run_until_settled(pause_s=0.06)
+
+
+def plans_in_every_state(db: DatabaseSettings, policy: Policy) -> None:
+    """Live plans an operator must see, and the live breaker open: #1 a GPU reset that runs, #2 a reboot
+    pending approval, #3 a GPU reset failed (as a drain past its deadline leaves it: the node stays out)."""
+    add_fleet(db, 40)
+    with connect(db) as conn:
+        for finding in (verdict_finding(0), verdict_finding(1, action="reboot_node"), verdict_finding(2)):
+            decide(conn, finding, policy=policy, nodes=NodeMap(), dry_run=False, now=datetime.now(UTC))
+            conn.commit()
+        conn.execute("UPDATE remediations SET state = 'failed', step = 1 WHERE id = 3")
+        conn.execute(
+            "UPDATE remediation_control SET breaker = 'open', tripped_at = now(),"
+            " trip_reason = '4 nodes taken out within 900 s (at most 4)' WHERE NOT dry_run"
+        )
+        conn.commit()

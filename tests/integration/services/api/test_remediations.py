@@ -14,7 +14,7 @@ from services.remediator.findings import NodeMap
 from services.remediator.policy import load_policy
 from shared.config import DatabaseSettings
 from shared.db import connect
-from tests.helpers.remediation import add_fleet, rows, verdict_finding
+from tests.helpers.remediation import add_fleet, plans_in_every_state, rows, verdict_finding
 
 KEY = {"X-API-Key": "test-key-123"}
 
@@ -116,3 +116,25 @@ def test_the_cli_lists_approves_and_operates_with_the_key(
     ]
     assert cli.main(["--url", served_api, "resume", "--key", "test-key-123"]) == 0
     assert "paused" not in capsys.readouterr().out
+
+
+def test_pending_running_and_failed_plans_and_an_open_breaker_show_in_the_api_and_the_cli(
+    served_api: str, migrated: DatabaseSettings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plans_in_every_state(migrated, load_policy())
+    for state, expected in (("pending", [2]), ("running", [1]), ("failed", [3]), ("all", [3, 2, 1])):
+        listed = httpx.get(f"{served_api}/api/v1/remediations", params={"state": state}).json()
+        assert [p["id"] for p in listed["remediations"]] == expected, state
+    modes = httpx.get(f"{served_api}/api/v1/remediator").json()["modes"]
+    assert [(m["dry_run"], m["breaker"], m["trip_reason"]) for m in modes] == [
+        (False, "open", "4 nodes taken out within 900 s (at most 4)"), (True, "closed", None),
+    ]  # fmt: skip
+    assert cli.main(["--url", served_api, "remediations", "--state", "failed"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert listed[0] == "1 failed remediation(s)"
+    assert listed[1].split()[:4] == ["#3", "failed", "gpu-node-02", "reset_gpu"]
+    assert cli.main(["--url", served_api, "remediator"]) == 0
+    live, dry = capsys.readouterr().out.splitlines()
+    assert live.startswith("live ") and "breaker OPEN since " in live
+    assert live.endswith(": 4 nodes taken out within 900 s (at most 4)")
+    assert dry.endswith("breaker closed")

@@ -13,7 +13,10 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
+from services.remediator.policy import load_policy
+from shared.config import DatabaseSettings
 from tests.helpers.browser import chromium, shot
+from tests.helpers.remediation import plans_in_every_state
 
 KEY = "test-key-123"  # the served_api fixture's key
 
@@ -174,3 +177,25 @@ def test_the_lifecycle_panel_is_drawn_by_the_server_and_opens_the_gpu_it_names(
     assert detail.startswith(f"{acting[scored['sick']]['decision']}: ")
     assert "missing: " in detail  # no inventory file: the warranty, the price, ... are listed
     shot(browser, "fleet-page-5-lifecycle.png")
+
+
+def test_the_page_shows_pending_running_and_failed_plans_and_the_open_breaker(
+    served_api: str, migrated: DatabaseSettings, browser: WebDriver
+) -> None:
+    plans_in_every_state(migrated, load_policy())
+    browser.get(served_api + "/?refresh_s=0")
+    WebDriverWait(browser, 30).until(lambda d: "live" in d.find_element(By.ID, "s-updated").text)
+    assert browser.find_element(By.ID, "remediator").text == (
+        "live: running, breaker open (4 nodes taken out within 900 s (at most 4))"
+        " · dry run: running, breaker closed"
+    )
+    plans = {
+        tr.get_attribute("data-plan"): [td.text for td in tr.find_elements(By.TAG_NAME, "td")][:5]
+        for tr in browser.find_elements(By.CSS_SELECTOR, "#remediations tbody tr")
+    }
+    assert plans == {
+        "1": ["1", "running", "gpu-node-00", "reset_gpu", "cordon"],
+        "2": ["2", "held (approval)", "gpu-node-01", "reboot_node", "cordon"],
+        "3": ["3", "failed", "gpu-node-02", "reset_gpu", "drain"],
+    }
+    shot(browser, "fleet-page-remediations.png")
