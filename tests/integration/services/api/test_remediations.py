@@ -135,6 +135,7 @@ def test_pending_running_and_failed_plans_and_an_open_breaker_show_in_the_api_an
     assert listed[1].split()[:4] == ["#3", "failed", "gpu-node-02", "reset_gpu"]
     assert cli.main(["--url", served_api, "remediator"]) == 0
     live, dry = capsys.readouterr().out.splitlines()
-    assert live.startswith("live ") and "breaker OPEN since " in live
+    assert live.startswith("live ")
+    assert "breaker OPEN since " in live
     assert live.endswith(": 4 nodes taken out within 900 s (at most 4)")
     assert dry.endswith("breaker closed")
