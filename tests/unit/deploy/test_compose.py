@@ -15,6 +15,7 @@ import yaml
 
 from services.scorer.__main__ import ScorerSettings
 from shared.config import Settings
+from shared.config_env import accepted_names, unknown_variables
 from shared.dcgm import FIELDS
 from shared.dcgm_counters import COUNTERS_CSV, render
 from tests.helpers.image_files import SERVICE_SETTINGS, app_image_misses, image_files
@@ -122,15 +123,9 @@ def test_mounted_files_exist_in_the_repository(compose: dict[str, Any]) -> None:
 
 def test_app_environment_names_real_settings(compose: dict[str, Any]) -> None:
     for name, service in compose["services"].items():
-        sections = SETTINGS.get(name, Settings).model_fields
-        for var in service.get("environment", {}):
-            if not var.startswith("GPUHEALTH_"):
-                continue
-            section, _, field = var.removeprefix("GPUHEALTH_").lower().partition("__")
-            assert section in sections, f"{name}: {var} names no settings section"
-            model = sections[section].annotation
-            assert model is not None
-            assert field in model.model_fields, f"{name}: {var} names no setting"
+        exact, open_prefixes = accepted_names(SETTINGS.get(name, Settings))
+        names = [var for var in service.get("environment", {}) if var.startswith("GPUHEALTH_")]
+        assert unknown_variables(names, exact, open_prefixes) == {}, f"{name}: names no setting"
 
 
 def test_the_database_keeps_the_image_init_scripts_and_is_checked_over_tcp(compose: dict[str, Any]) -> None:
