@@ -30,7 +30,7 @@ from shared.models import GpuSample, Source
 from .dcgm_source import DcgmSource
 from .enrich import Enricher, Placement, load_inventory
 from .events import EventDetector
-from .kernel_log import XidFeed, open_kernel_log
+from .kernel_log import JournalFeed, XidFeed, mock_journal, open_kernel_log
 from .metrics import CollectorMetrics
 from .poller import Collector
 from .processes import ProcessSection
@@ -71,8 +71,9 @@ class CollectorSection(Section):
     """Port of the collector's own `/metrics`."""
     metrics_bind: str = "127.0.0.1"
     """Address of the collector's own `/metrics`."""
-    kernel_log: Literal["off", "auto", "kmsg", "journal"] = "off"
-    """Also read XIDs from this host's kernel log (`/dev/kmsg` or `journalctl`), beside any source."""
+    kernel_log: Literal["off", "auto", "kmsg", "journal", "mock"] = "off"
+    """Also read XIDs from this host's kernel log (`/dev/kmsg` or `journalctl`), beside any source; `mock`:
+    each mock fleet node's (`/journal` beside each of `dcgm_urls`)."""
     xid_fold_s: float = Field(default=10.0, ge=0, le=3600)
     """Repeats of one XID on one GPU within this many seconds of its first line are one event, published
     at once and again when the window ends with the exact count and the last line's time (0: every line
@@ -131,6 +132,15 @@ def make_sources(cfg: CollectorSection) -> list[GpuSource]:
 def make_xid_feeds(cfg: CollectorSection) -> list[XidFeed]:
     if cfg.kernel_log == "off":
         return []
+    if cfg.kernel_log == "mock":
+        feeds: list[XidFeed] = []
+        for url in cfg.dcgm_urls:
+            try:
+                feeds.append(JournalFeed(mock_journal(url, timeout_s=cfg.scrape_timeout_s), hosts=True,
+                                         from_start=True))  # fmt: skip
+            except SourceError as e:
+                log.warning("kernel log XIDs of %s off: %s", url, e)
+        return feeds
     try:
         feed = open_kernel_log(cfg.kernel_log)
     except SourceError as e:

@@ -68,6 +68,8 @@ class EventDetector:
     _present: dict[str, set[str]] = field(default_factory=dict)  # source target -> UUIDs
     _lost: dict[str, GpuSample] = field(default_factory=dict)
     _by_pci: dict[str, str] = field(default_factory=dict)  # PCI bus id -> GPU UUID
+    # (hostname, PCI bus id) -> GPU UUID: for XIDs that name their host (a mock fleet node's journal)
+    _by_host_pci: dict[tuple[str, str], str] = field(default_factory=dict)
     _pending: list[tuple[str, KernelXid]] = field(default_factory=list)  # (feed, XID)
     xids: XidLedger = field(default_factory=XidLedger)
     # Repeats of one XID on one GPU within this many seconds are one event (xid_fold.py); 0: each its own.
@@ -95,8 +97,11 @@ class EventDetector:
             if returned:
                 del self._lost[sample.gpu_uuid]
                 events.append(self._event(sample, EventKind.GPU_BACK, sample.time, {}))
-            if sample.pci_bus_id and self.local_hostname in (None, sample.hostname):
-                self._by_pci[normalize_pci(sample.pci_bus_id) or sample.pci_bus_id] = sample.gpu_uuid
+            if sample.pci_bus_id:
+                pci = normalize_pci(sample.pci_bus_id) or sample.pci_bus_id
+                self._by_host_pci[(sample.hostname, pci)] = sample.gpu_uuid
+                if self.local_hostname in (None, sample.hostname):
+                    self._by_pci[pci] = sample.gpu_uuid
             codes = listed.get(sample.gpu_uuid)
             for code in codes or ():
                 events += self._xid(sample, code, sample.source.value, sample.time, {})
@@ -122,7 +127,11 @@ class EventDetector:
         events: list[GpuEvent] = []
         waiting, self._pending = [*self._pending, *((feed, x) for x in found)], []
         for origin, xid in waiting:
-            last = self._last.get(self._by_pci.get(xid.pci_bus_id, ""))
+            if xid.hostname is not None:
+                uuid = self._by_host_pci.get((xid.hostname, xid.pci_bus_id), "")
+            else:
+                uuid = self._by_pci.get(xid.pci_bus_id, "")
+            last = self._last.get(uuid)
             if last is not None:
                 details: Details = {
                     "origin": origin, "pci_bus_id": xid.pci_bus_id, "kernel_message": xid.message,

@@ -25,9 +25,11 @@ import re
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Literal, Protocol
+
+import httpx
 
 from gpuhealth.gpu.readings import SourceError
 
@@ -58,6 +60,7 @@ class KernelXid:
     message: str = ""
     gpu_instance: int | None = None
     compute_instance: int | None = None
+    hostname: str | None = None  # the host whose log it is, where the feed reads several (the mock fleet's)
 
 
 class XidFeed(Protocol):
@@ -176,18 +179,33 @@ def _journal_message(entry: dict[str, object]) -> str:
 
 
 class JournalFeed:
-    """Reads kernel messages from the systemd journal, each poll after the last cursor seen."""
+    """Reads kernel messages from the systemd journal, each poll after the last cursor seen.
+
+    With `hosts`, each XID names the host its entry does (`_HOSTNAME`): a journal of another host
+    (a mock fleet node's, `mock_journal`) is matched to that host's GPUs. A journal whose clock
+    is not this host's (the mock's simulated one) is read from its start, not from now
+    (`from_start`): what it held when the feed opened is passed over all the same.
+    """
 
     name = "journal"
 
-    def __init__(self, runner: Runner = run_journalctl) -> None:
+    def __init__(
+        self, runner: Runner = run_journalctl, *, hosts: bool = False, from_start: bool = False
+    ) -> None:
         self.run = runner
+        self.hosts = hosts
         self.cursor: str | None = None
-        self._since = f"@{int(time.time())}"  # systemd's form of a UNIX time
+        self._since = None if from_start else f"@{int(time.time())}"  # systemd's form of a UNIX time
         self.drain()  # fails now, not at the first poll, where the journal cannot be read
 
     def drain(self) -> list[KernelXid]:
-        where = [f"--after-cursor={self.cursor}"] if self.cursor else [f"--since={self._since}"]
+        where = (
+            [f"--after-cursor={self.cursor}"]
+            if self.cursor
+            else [f"--since={self._since}"]
+            if self._since
+            else []
+        )
         output = self.run(["-k", "-o", "json", "--no-pager", *where])
         found: list[KernelXid] = []
         for line in output.splitlines():
@@ -205,12 +223,36 @@ class JournalFeed:
             except (ValueError, OverflowError, OSError):
                 at = datetime.now(UTC)
             xid = parse_xid_line(_journal_message(entry), at)
+            host = entry.get("_HOSTNAME") if self.hosts else None
             if xid is not None:
-                found.append(xid)
+                found.append(replace(xid, hostname=host) if isinstance(host, str) and host else xid)
         return found
 
     def close(self) -> None:
         return None
+
+
+def mock_journal(metrics_url: str, *, timeout_s: float = 5.0) -> Runner:
+    """`journalctl -k -o json` of a mock fleet node: its `/journal` beside its `/metrics`
+    (services/mock_dcgm/kernel_log.py), asked from the cursor or time journalctl would be."""
+    url = metrics_url.rsplit("/metrics", 1)[0] + "/journal"
+
+    def run(args: list[str]) -> str:
+        query = dict(
+            a.removeprefix("--").split("=", 1) for a in args if a.startswith(("--after-cursor=", "--since="))
+        )
+        try:
+            reply = httpx.get(url, params=query, timeout=timeout_s)
+        except httpx.HTTPError as e:
+            raise SourceError(f"the mock journal at {url} did not answer: {e}") from e
+        if reply.status_code != 200:
+            raise SourceError(f"the mock journal at {url} refused: {reply.status_code} {reply.text[:200]}")
+        lost = reply.headers.get("X-Journal-Lost", "0")
+        if lost != "0":
+            log.warning("kernel log records lost before they were read", extra={"url": url, "lost": lost})
+        return reply.text
+
+    return run
 
 
 def open_kernel_log(kind: Literal["kmsg", "journal", "auto"]) -> XidFeed:

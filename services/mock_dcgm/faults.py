@@ -89,7 +89,8 @@ DEFAULT_PARAMS: dict[FaultKind, dict[str, float]] = {
     FaultKind.RETIRED_PAGES: {"pages_per_hour": 30.0, "growth_per_hour": 0.0},
     FaultKind.PENDING_RETIREMENT: {"pages": 1.0},
     FaultKind.ROW_REMAP_FAILURE: {},
-    FaultKind.XID: {"code": 13.0},
+    # lines/over_s: a flood in the kernel log; row: an NVLink XID's decode row (kernel_log.py)
+    FaultKind.XID: {"code": 13.0, "lines": 1.0, "over_s": 0.0, "row": 0.0},
     FaultKind.THERMAL_RUNAWAY: {"c_per_minute": 2.0, "max_c": 40.0},
     FaultKind.POWER_BRAKE: {},
     FaultKind.PCIE_REPLAY_STORM: {"replays_per_minute": 100.0, "growth_per_hour": 0.0},

@@ -19,6 +19,7 @@ from .exposition import render_node
 from .faults import SUBSYSTEM, Fault, FaultError, FaultKind, make_fault
 from .jobs import KIND as JOB_CRASH
 from .jobs import JobCrash, inject_job_crash
+from .kernel_log import NodeLog, check_xid_params
 from .profiles import MODELS
 from .simulation import GpuSim, build_node
 
@@ -131,6 +132,7 @@ class Fleet:
             )
             for i in range(spec.nodes)
         ]
+        self.kernel_logs = [NodeLog(node.hostname) for node in self.nodes]
         self._faults: list[Fault] = []
         self._job_crashes: list[JobCrash] = []
         self._lock = threading.Lock()
@@ -149,6 +151,15 @@ class Fleet:
                 timestamp_ms=int(t * 1000) if timestamps else None,
             )
         return text, delay
+
+    def journal(self, node_index: int, *, after_cursor: str | None, since: str | None) -> tuple[bytes, int]:
+        """The node's kernel log as `journalctl -k -o json` prints it (kernel_log.py), and the records
+        the reader lost to the ring; FaultError for a cursor or time it cannot read."""
+        node, log = self.nodes[node_index], self.kernel_logs[node_index]
+        with node.lock:
+            log.catch_up(node.gpus, self.clock.now(), self.spec.driver_version)
+            records, lost = log.read(after_cursor=after_cursor, since=since)
+        return log.journal(records), lost
 
     # ---------------------------------------------------------------- faults
     def gpu(self, node: int, gpu: int) -> GpuSim:
@@ -204,6 +215,8 @@ class Fleet:
             duration_s=None if duration is None else float(duration),
             params=params,
         )
+        if fault.kind is FaultKind.XID:
+            check_xid_params(fault.params)
         node_sim = self.nodes[target.node]
         with node_sim.lock, self._lock:
             target.faults.append(fault)

@@ -2,7 +2,8 @@
 
 Node *i* answers ``GET /metrics`` on ``base_port + i`` (9400, 9401, ...), where a
 collector would find dcgm-exporter on that node, and ``GET /processes`` with the
-processes its GPUs run (JSON, see processes.py). The admin port (default 9399)
+processes its GPUs run (JSON, see processes.py), and ``GET /journal`` with its kernel log as
+``journalctl -k -o json`` prints it (kernel_log.py). The admin port (default 9399)
 serves:
 
 - ``GET  /fleet``          nodes, their metrics URLs and GPUs
@@ -24,6 +25,7 @@ import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -88,6 +90,9 @@ def node_handler(fleet: Fleet, index: int, metrics: MockMetrics, *, timestamps: 
             if self.path.split("?", 1)[0] == "/processes":  # the node's simulated GPU processes (#19)
                 self.reply_json(HTTPStatus.OK, processes.node(index))
                 return
+            if self.path.split("?", 1)[0] == "/journal":  # the node's kernel log (kernel_log.py)
+                self.journal()
+                return
             if self.path.split("?", 1)[0] != "/metrics":
                 self.reply(HTTPStatus.NOT_FOUND, b"only /metrics here\n", "text/plain")
                 return
@@ -97,6 +102,28 @@ def node_handler(fleet: Fleet, index: int, metrics: MockMetrics, *, timestamps: 
                 time.sleep(delay)  # a GPU off the bus makes the driver's queries time out
             metrics.scrapes.labels(str(index)).inc()
             self.reply(HTTPStatus.OK, text.encode(), PROM_CONTENT_TYPE)
+
+        def journal(self) -> None:
+            query = parse_qs(urlsplit(self.path).query, keep_blank_values=True, max_num_fields=4)
+            if set(query) - {"after-cursor", "since"} or any(len(v) > 1 for v in query.values()):
+                self.reply(HTTPStatus.BAD_REQUEST, b"the journal takes one after-cursor or one since\n",
+                           "text/plain")  # fmt: skip
+                return
+            try:
+                body, lost = fleet.journal(
+                    index,
+                    after_cursor=query.get("after-cursor", [None])[0],
+                    since=query.get("since", [None])[0],
+                )
+            except FaultError as e:
+                self.reply(HTTPStatus.BAD_REQUEST, f"{e}\n".encode(), "text/plain")
+                return
+            self.send_response(HTTPStatus.OK)
+            self.send_header("Content-Type", "application/x-ndjson")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("X-Journal-Lost", str(lost))  # records the ring overwrote before this read
+            self.end_headers()
+            self.wfile.write(body)
 
     return NodeHandler
 
