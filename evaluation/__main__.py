@@ -4,7 +4,9 @@ Without a scenario file it runs the default suite: the generated scenario of
 each evaluation seed (evaluation/scenario.py: 72 simulated hours of a 32-GPU
 fleet of every model, precursors then failures, sudden failures, repeats,
 transients, hot-but-healthy GPUs), none of whose seeds the predictor was fitted
-on. Each run feeds the simulated fleet through the collector's parser and
+on, and each seed's job scenario (24 h of job crashes across GPUs and hosts, a
+node fault and a rack fault: evaluation/shared_faults.py says what is
+scored). Each run feeds the simulated fleet through the collector's parser and
 event detector and the sink's writer into a throwaway schema, scores it every
 few simulated minutes with the real scorer, and compares with the mock's
 ground truth (evaluation/metrics.py says what is measured and how).
@@ -29,7 +31,8 @@ from shared.xid_catalog import AgreementKind, agreement_table
 
 from .metrics import Summary, summarise, totals
 from .run import run_scenario
-from .scenario import Scenario, generated_scenario, load_scenario
+from .scenario import Scenario, generated_scenario, job_scenario, load_scenario
+from .shared_faults import SHARED_CLASSES
 
 EVAL_SEEDS = (101, 102, 103)
 
@@ -37,7 +40,9 @@ EVAL_SEEDS = (101, 102, 103)
 def suite(
     seeds: tuple[int, ...] = EVAL_SEEDS, hours: float = 72.0, **shape: Any
 ) -> list[tuple[Scenario, int]]:
-    return [(generated_scenario(seed, hours=hours, **shape), seed) for seed in seeds]
+    """Each seed's generated scenario, then each seed's job scenario (24 h of shared faults)."""
+    generated = [(generated_scenario(seed, hours=hours, **shape), seed) for seed in seeds]
+    return generated + [(job_scenario(seed), seed) for seed in seeds]
 
 
 def evaluate(
@@ -64,6 +69,25 @@ def agreement_lines(rules: Rules) -> list[str]:
     for cls, row in table.items():
         lines.append(f"  {cls:<13}" + "".join(f"{row[k]:>18}" for k in kinds) + f"{sum(row.values()):>8}")
     return lines
+
+
+def shared_lines(total: dict[str, Any]) -> list[str]:
+    """Job-level attribution and false escalations per class of what several GPUs show together."""
+    lines = [
+        "what several GPUs show together, per class: faults, seen as one finding, GPUs, GPUs judged",
+        "(no fault of their own meanwhile), blamed (degraded or worse on xid for a job's crash), escalated",
+        "(job: past restart_workload; node, rack: past what the signal gets on one GPU alone)",
+        f"  {'class':<7}{'faults':>8}{'one finding':>13}{'GPUs':>7}{'judged':>8}{'blamed':>8}"
+        f"{'escalated':>11}",
+    ]
+    for cls in SHARED_CLASSES:
+        x = total["shared"][cls]
+        blamed = str(x.blamed) if cls == "job" else "-"
+        lines.append(
+            f"  {cls:<7}{x.faults:>8}{f'{x.one_finding}/{x.faults}':>13}{x.gpus:>7}{x.judged:>8}"
+            f"{blamed:>8}{x.escalated:>11}"
+        )
+    return lines  # fmt: skip
 
 
 def render(summaries: list[Summary], total: dict[str, Any], rules: Rules) -> str:
@@ -107,6 +131,7 @@ def render(summaries: list[Summary], total: dict[str, Any], rules: Rules) -> str
     lines.append(f"  {'p30 bin':<10}{'n':>7}{'mean p':>9}{'observed':>10}")
     for row in cal["table"]:
         lines.append(f"  {row['bin']:<10}{row['n']:>7}{row['mean_p']:>9.3f}{row['observed']:>10.3f}")
+    lines += ["", *shared_lines(total)]
     lines += ["", *agreement_lines(rules)]
     threshold = rules.prediction.threshold
     lines.append(f"\nsuite (threshold p30 >= {threshold:g}): precision {_pct(total['precision'])}, "
@@ -151,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         figures = {"runs": [{k: v for k, v in asdict(x).items() if k != "calibration"} for x in summaries],
                    "totals": total}  # fmt: skip
-        args.json.write_text(json.dumps(figures, indent=1))
+        args.json.write_text(json.dumps(figures, indent=1, default=asdict))
     return 0
 
 

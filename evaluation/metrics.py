@@ -14,6 +14,10 @@
   the breaker) and cordoned, and the time from the fault to the cordon and to the drain;
 - escalation: a second and third fall off the bus must recommend inspect or more; a
   single application XID (the catalogue's application class) must never go past restart_workload;
+- what several GPUs show together (evaluation/shared_faults.py): a job's crash must be one job
+  finding and escalate none of its GPUs past restart_workload; a node or rack fault must be one
+  finding for the place, not its GPUs escalated past what the signal gets on one GPU alone
+  (counted N times). A GPU whose only faults are job crashes counts as healthy here;
 - prediction: a GPU counts as predicted when p(fail 30 d) >= threshold at a
   prediction made BEFORE its ground-truth failure time; precision over all
   predicted GPUs, recall over GPUs with a precursor, lead time from the first
@@ -32,6 +36,7 @@ from services.scorer.rules_config import Rules
 from shared.models_health import LADDER
 
 from .run import Record
+from .shared_faults import SHARED_CLASSES, SharedFigures, shared_figures
 
 HOUR_MS = 3_600_000
 _BINS = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0000001)
@@ -76,6 +81,8 @@ class Summary:
     hard_cordoned: int = 0
     cordon_delays_s: list[float] = field(default_factory=list)
     drain_delays_s: list[float] = field(default_factory=list)
+    # per class of shared fault (job, node, rack): faults, seen as one finding, GPUs, blamed, escalated
+    shared: dict[str, SharedFigures] = field(default_factory=dict)
     misses: list[str] = field(default_factory=list)  # what went wrong, in words, for the report
 
 
@@ -128,6 +135,8 @@ def summarise(rec: Record, rules: Rules) -> Summary:
 
     for f in faults:
         gpu, sub, start = f["gpu_uuid"], f["subsystem"], f["start_ms"]
+        if f.get("job_crash") is not None:
+            continue  # judged as the job's crash (shared_faults.py), not as the GPU's XID
         if f["hard_failure"]:
             s.hard_faults += 1
             seen = _first(rec, gpu, sub, start, ("unhealthy",))
@@ -151,6 +160,9 @@ def summarise(rec: Record, rules: Rules) -> Summary:
                 s.cleared += got[1] == "healthy"
 
     for gpu, fs in by_gpu.items():
+        fs = [f for f in fs if f.get("job_crash") is None]
+        if not fs:
+            continue
         kinds = {f["kind"] for f in fs}
         offs = sorted((f for f in fs if f["kind"] == "fall_off_bus"), key=lambda f: f["start_ms"])
         for f in offs[1:]:
@@ -169,8 +181,12 @@ def summarise(rec: Record, rules: Rules) -> Summary:
                 rank = LADDER.index(_max_action(rec, gpu, 0, rec.end_ms))
                 s.app_xid_bursts_escalated += rank > LADDER.index("restart_workload")
 
-    healthy = [g for g in rec.gpus if all(f["kind"] == "heavy_workload" for f in by_gpu.get(g, []))]
-    hot = {g for g in healthy if g in by_gpu}
+    healthy = [
+        g
+        for g in rec.gpus
+        if all(f["kind"] == "heavy_workload" or f.get("job_crash") is not None for f in by_gpu.get(g, []))
+    ]
+    hot = {g for g in healthy if any(f["kind"] == "heavy_workload" for f in by_gpu.get(g, []))}  # fmt: skip
     s.healthy_gpus, s.hot_gpus = len(healthy), len(hot)
     for g in healthy:
         worst = {st for _, states, _ in rec.cycles for st in states.get(g, {}).values()}
@@ -179,6 +195,7 @@ def summarise(rec: Record, rules: Rules) -> Summary:
         if g in hot:
             s.hot_unhealthy += "unhealthy" in worst
             s.hot_degraded += bool(worst)
+    s.shared = shared_figures(rec, rules, s.misses)
     _prediction(s, rec, rules, failures, healthy)
     _remediation(s, rec, faults, set(healthy))
     return s
@@ -305,6 +322,11 @@ def totals(summaries: list[Summary]) -> dict[str, Any]:
         "median_fault_to_cordon_s": _median([d for x in summaries for d in x.cordon_delays_s]),
         "median_fault_to_drain_s": _median([d for x in summaries for d in x.drain_delays_s]),
     }
+    out["shared"] = {
+        cls: SharedFigures.sum(x.shared.get(cls, SharedFigures()) for x in summaries)
+        for cls in SHARED_CLASSES
+    }
+    jobs = out["shared"]["job"]
 
     def at_least(value: float | None, bound: float) -> bool | None:
         return None if value is None else value >= bound
@@ -320,5 +342,7 @@ def totals(summaries: list[Summary]) -> dict[str, Any]:
         "fall-off repeats escalate to inspect or more": at_least(out["fall_off_repeats_inspect"], 1.0),
         "a single application XID stays at restart_workload": out["single_app_xid_past_restart"] == 0,
         "the remediator takes out no healthy GPU": out["healthy_gpus_cordoned"] == 0,
+        "0 GPUs escalated for a job's crash": None if not jobs.faults else jobs.escalated == 0,
+        "every job crash is one job finding": None if not jobs.faults else jobs.one_finding == jobs.faults,
     }
     return out

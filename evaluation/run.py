@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
+from services.collector.enrich import Placement
 from services.mock_dcgm.fleet import FleetSpec
 from services.scorer.predict import precursor_features, predict_one
 from services.scorer.rules_config import Rules
@@ -43,15 +44,33 @@ class Record:
     peaks: dict[str, tuple[float, int, list[dict[str, Any]]]] = field(default_factory=dict)
     # the remediator's dry-run plans (evaluation/remediation.py): GPUs, action, when decided/cordoned/drained
     remediations: list[dict[str, Any]] = field(default_factory=list)
+    # per scoring cycle: the open findings of several GPUs (job_crash, node_fault, rack_fault alerts):
+    # (time ms, [(kind, job/host/rack, first XID's time, GPU count, GPUs)])
+    findings: list[tuple[int, list[tuple[str, str, str, int, tuple[str, ...]]]]] = field(default_factory=list)
+    racks: dict[str, str] = field(default_factory=dict)  # hostname -> rack, where the scenario has racks
 
 
-def _snapshot(feed: SimFeed) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+_SHARED = {"job_crash": "job", "node_fault": "node", "rack_fault": "rack"}  # alert kind -> evidence key
+
+
+def _snapshot(
+    feed: SimFeed,
+) -> tuple[dict[str, dict[str, str]], dict[str, str], list[tuple[str, str, str, int, tuple[str, ...]]]]:
     states: dict[str, dict[str, str]] = {}
     with connect(feed.db) as conn:
         for uuid, sub, state, _rule in health.current_verdicts(conn, unhealthy_only=True):
             states.setdefault(uuid, {})[sub] = state
         actions = health.actions(conn)
-    return states, actions
+        shared = conn.execute(
+            "SELECT kind, evidence FROM gpu_alerts WHERE state <> 'resolved' AND kind = ANY(%s)",
+            (list(_SHARED),),
+        ).fetchall()
+    findings = []
+    for kind, e in shared:
+        evidence = cast(dict[str, Any], e)
+        findings.append((str(kind), str(evidence[_SHARED[str(kind)]]), str(evidence["first"]),
+                         int(evidence["gpu_count"]), tuple(evidence["gpus"])))  # fmt: skip
+    return states, actions, findings
 
 
 def inject_all(feed: SimFeed, faults: list[dict[str, Any]]) -> None:
@@ -78,6 +97,9 @@ def run_scenario(
         migrated_schema(db, "eval") as scoped,
         sim_feed(scoped, spec, hours=scenario.hours, rules=rules) as feed,
     ):
+        racks = {n.hostname: f"rack-{n.index // scenario.hosts_per_rack}"
+                 for n in feed.fleet.nodes if scenario.hosts_per_rack}  # fmt: skip
+        feed.enricher.inventory = {host: Placement(rack=rack) for host, rack in racks.items()}
         shadow = ShadowRemediator(scoped) if score else None
         inject_all(feed, scenario.faults)
         gpus = [g.uuid for n in feed.fleet.nodes for g in n.gpus]
@@ -86,14 +108,16 @@ def run_scenario(
         cycles = int(scenario.hours * 3600 // step)
         rec = Record(scenario=scenario.name, seed=seed, poll_s=scenario.poll_s,
                      score_every_s=scenario.score_every_s,
-                     end_ms=0, truth={}, gpus=gpus)  # fmt: skip
+                     end_ms=0, truth={}, gpus=gpus, racks=racks)  # fmt: skip
         for i in range(1, cycles + 1):
             feed.advance(step, scenario.poll_s)
             now_ms = int(feed.now_s * 1000)
             predict = i % per_prediction == 0
             if score:
                 result = feed.score(predict=predict)
-                rec.cycles.append((now_ms, *_snapshot(feed)))
+                states, actions, findings = _snapshot(feed)
+                rec.cycles.append((now_ms, states, actions))
+                rec.findings.append((now_ms, findings))
                 if shadow is not None:
                     shadow.after_cycle(result.messages, now_ms)
                 if predict:

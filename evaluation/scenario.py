@@ -53,6 +53,7 @@ class Scenario:
     predict_every_s: float = 3600.0
     faults: list[dict[str, Any]] = field(default_factory=list)
     description: str = ""
+    hosts_per_rack: int = 0  # >0: the hosts in racks of this many, in order (rack-0, rack-1, ...)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
@@ -97,6 +98,12 @@ def _check(s: Scenario, path: Path) -> None:
         raise bad("seeds is a non-empty list of integers")
     if not all(isinstance(f, dict) for f in s.faults):
         raise bad("every fault is an object")
+    if (
+        isinstance(s.hosts_per_rack, bool)
+        or not isinstance(s.hosts_per_rack, int)
+        or not 0 <= s.hosts_per_rack <= 64
+    ):
+        raise bad("hosts_per_rack must be a whole number 0..64 (0: no racks)")
 
 
 # (precursor kind, params, hard failure that follows) per model family
@@ -182,4 +189,45 @@ def generated_scenario(seed: int, *, hours: float = 72.0, nodes: int = 4, gpus_p
         name=f"suite-seed-{seed}", hours=hours, nodes=nodes, gpus_per_node=gpus_per_node, models=models,
         seeds=[seed], faults=faults,
         description="default suite: precursors then failures, sudden failures, repeats, transients, hot GPUs",
+    )  # fmt: skip
+
+
+def job_scenario(seed: int, *, hours: float = 24.0) -> Scenario:
+    """The default suite's scenario of what several GPUs show together, on 4 hosts of 8 GPUs in 2 racks.
+
+    Job crashes (the same application XID on every GPU of one job within seconds): a one-host
+    job of 8 GPUs that crashes four times in the day, a 16-GPU job across two hosts, a 2-GPU
+    job; a lone application XID beside them (the GPU's own finding); three GPUs of one host
+    falling off the bus together (a node fault), and two GPUs on each of two hosts of one rack
+    (a rack fault). Times are drawn per seed, off the poll grid.
+    """
+    if hours < 24:
+        raise ScenarioError("the job scenario needs at least 24 simulated hours")
+    rng = random.Random(f"jobs:{seed}")  # noqa: S311 - reproducible, not secret
+    faults: list[dict[str, Any]] = []
+
+    def at(hour: float) -> float:  # within the hour, off the poll grid
+        return round((hour + rng.uniform(0.0, 0.8)) * HOUR + rng.uniform(1, 59), 3)
+
+    def crash(node: int, gpu: int, gpus: int, code: int, hour: float) -> None:
+        spread = round(rng.uniform(1, 8), 2)  # the workers die within seconds of each other
+        params = {"gpus": gpus, "code": code, "spread_s": spread}
+        faults.append({"kind": "job_crash", "node": node, "gpu": gpu, "after_s": at(hour),
+                       "duration_s": 300.0, "params": params})  # fmt: skip
+
+    for k, code in enumerate((13, 31, 43, 13)):  # one host's job, restarted and crashing again
+        crash(0, 0, 8, code, 2 + 4 * k)
+    crash(1, 0, 16, 31, 4)  # one job across two hosts
+    crash(3, 0, 2, 13, 8)
+    faults.append({"kind": "xid", "node": 3, "gpu": 2, "after_s": at(12), "duration_s": 300.0,
+                   "params": {"code": 13}})  # fmt: skip
+    for place, hour in (([(3, 3), (3, 4), (3, 5)], 16), ([(2, 6), (2, 7), (3, 6), (3, 7)], 20)):
+        start = at(hour)
+        for node, gpu in place:
+            faults.append({"kind": "fall_off_bus", "node": node, "gpu": gpu, "duration_s": 1200.0,
+                           "after_s": round(start + rng.uniform(0, 20), 3)})  # fmt: skip
+    return Scenario(
+        name=f"jobs-seed-{seed}", hours=hours, nodes=4, gpus_per_node=8, models=list(DEFAULT_MODELS),
+        seeds=[seed], faults=faults, hosts_per_rack=2,
+        description="job crashes across GPUs and hosts, a lone application XID, a node fault, a rack fault",
     )  # fmt: skip

@@ -144,7 +144,10 @@ def gpu(client: httpx.Client, uuid: str) -> str:
         evidence = ", ".join(f"{k}={val}" for k, val in sorted(v["evidence"].items())) or "-"
         lines.append(f"{v['subsystem']:<14}{v['state']:<11}{v['rule'] or '-':<28}{evidence}")
     lines += ["", "open alerts:" if d["open_alerts"] else "open alerts: none"]
-    lines += [f"  #{al['id']} {al['severity']} {al['state']}: {al['summary']}" for al in d["open_alerts"]]
+    for al in d["open_alerts"]:
+        lines.append(f"  #{al['id']} {al['severity']} {al['state']}: {al['summary']}")
+        if al.get("shared"):
+            lines.append(shared_line(al["shared"]))
     return "\n".join(lines)
 
 
@@ -158,7 +161,16 @@ def alerts(client: httpx.Client, limit: int) -> str:
             f"#{al['id']:<6} {al['severity']:<9}{al['state']:<13}{al['hostname']:<16}"
             f"gpu {fmt(al['gpu_index']):<3} {al['kind']}: {al['summary']}"
         )
+        if al.get("shared"):
+            lines.append(shared_line(al["shared"]))
     return "\n".join(lines)
+
+
+def shared_line(f: dict[str, Any]) -> str:
+    """A job's crash or a fault of a place: whom it names, its GPUs and hosts (the alert's GPU holds it)."""
+    more = f" (+{f['gpu_count'] - len(f['gpus'])} more)" if f["gpu_count"] > len(f["gpus"]) else ""
+    return (f"        {f['scope']} {f['key']}: {f['gpu_count']} GPUs on {', '.join(f['hosts'])}: "
+            f"{' '.join(f['gpus'])}{more}")  # fmt: skip
 
 
 def mark_repaired(

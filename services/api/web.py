@@ -94,13 +94,25 @@ def grid(gpus: list[dict[str, Any]]) -> str:
     return "".join(out) or "no GPUs reported yet"
 
 
+def where(alert: dict[str, Any]) -> str:
+    """An alert's place: its GPU's host and index, or for a job's crash or a fault of a host or rack,
+    the job or place and all the GPUs and hosts it touched (the GPU holding the alert is only the first)."""
+    f = alert.get("shared")
+    if not f:
+        return f"{escape(alert['hostname'] or '?')} GPU {escape(str(alert['gpu_index']))}"
+    return (f'<span class="shared" data-scope="{escape(f["scope"])}" title="{escape(" ".join(f["gpus"]))}">'
+            f"{escape(f['scope'])} {escape(f['key'])}: {f['gpu_count']} GPUs"
+            f" on {escape(', '.join(f['hosts']))}"
+            "</span>")  # fmt: skip
+
+
 def alert_rows(alerts: list[dict[str, Any]]) -> str:
     if not alerts:
         return '<tr><td colspan="5">no open alerts</td></tr>'
     return "".join(
         f'<tr data-uuid="{escape(a["gpu_uuid"])}" data-alert="{a["id"]}">'
         f'<td class="{escape(a["severity"])}">{escape(a["severity"])}</td>'
-        f"<td>{escape(a['hostname'] or '?')} GPU {escape(str(a['gpu_index']))}</td>"
+        f"<td>{where(a)}</td>"
         f"<td>{escape(a['summary'])}</td><td>{escape(a['state'])}</td>"
         f'<td><time datetime="{escape(a["opened_at"])}">'
         f"{escape(a['opened_at'][:16].replace('T', ' '))} UTC</time></td></tr>"

@@ -84,13 +84,24 @@ function applyFilter() {
   for (const h of document.querySelectorAll("#grid .host")) h.classList.toggle("hidden", !h.querySelector(".cell:not(.hidden)"));
 }
 
+// An alert's place: its GPU, or for a job's crash or a host's or rack's fault the job or place with
+// all its GPUs and hosts (the alert sits on the first of its GPUs; web.py's where() draws the same).
+function where(a) {
+  const f = a.shared;
+  if (!f) return make("td", "", `${a.hostname || "?"} GPU ${a.gpu_index ?? "?"}`);
+  const td = make("td"), span = make("span", "shared", `${f.scope} ${f.key}: ${f.gpu_count} GPUs on ${f.hosts.join(", ")}`);
+  span.dataset.scope = f.scope; span.title = f.gpus.join(" ");
+  td.append(span);
+  return td;
+}
+
 function drawAlerts(alerts, total) {
   text($("alert-total"), total);
   const body = document.createElement("tbody");
   if (!alerts.length) { const tr = make("tr"); const td = make("td", "", "no open alerts"); td.colSpan = 5; tr.append(td); body.append(tr); }
   for (const a of alerts) {
     const tr = make("tr"); tr.dataset.uuid = a.gpu_uuid; tr.dataset.alert = a.id;
-    tr.append(make("td", a.severity, a.severity), make("td", "", `${a.hostname || "?"} GPU ${a.gpu_index ?? "?"}`),
+    tr.append(make("td", a.severity, a.severity), where(a),
               make("td", "", a.summary), make("td", "", a.state), make("td", "", utc(a.opened_at) + " UTC"));
     body.append(tr);
   }
@@ -230,7 +241,8 @@ async function showGpu(uuid) {
   if (!d.open_alerts.length) abody.append(make("tr", "", "none"));
   for (const a of d.open_alerts) {
     const tr = make("tr"); tr.dataset.alert = a.id;
-    tr.append(make("td", a.severity, a.severity), make("td", "", `#${a.id} ${a.kind}: ${a.summary}`), make("td", "", a.state),
+    const what = a.shared ? ` (${a.shared.scope} ${a.shared.key}: GPUs ${a.shared.gpus.join(" ")}; hosts ${a.shared.hosts.join(", ")})` : "";
+    tr.append(make("td", a.severity, a.severity), make("td", "", `#${a.id} ${a.kind}: ${a.summary}${what}`), make("td", "", a.state),
               make("td", "", "evidence: " + evidence(a.evidence)));
     const td = make("td");
     if (a.state === "open") {

@@ -9,7 +9,7 @@ import pytest
 from evaluation.feed import node_readings, sim_feed
 from evaluation.metrics import summarise, totals
 from evaluation.run import run_scenario
-from evaluation.scenario import Scenario, generated_scenario
+from evaluation.scenario import Scenario, generated_scenario, job_scenario
 from services.collector.dcgm_source import parse_exposition
 from services.mock_dcgm.fleet import FleetSpec
 from services.scorer.features import read_features
@@ -86,3 +86,22 @@ def test_the_feeds_shortcut_reads_what_the_exposition_parser_reads(db_settings: 
                 parsed = parse_exposition(text, scraped_at=at)
                 direct = node_readings(node, driver_version=f.fleet.spec.driver_version, at=at)
                 assert direct == parsed
+
+
+def test_a_jobs_crash_escalates_none_of_its_gpus_and_each_shared_fault_is_one_finding(
+    db_settings: DatabaseSettings,
+) -> None:
+    """The default suite's job scenario (evaluation/shared_faults.py): job crashes on one host, across
+    two hosts and repeated, a lone application XID, a node fault and a rack fault."""
+    summary = summarise(run_scenario(db_settings, job_scenario(SEED), SEED, RULES), RULES)
+    figures = totals([summary])
+    job, node, rack = (figures["shared"][k] for k in ("job", "node", "rack"))
+    assert (job.faults, job.gpus) == (6, 50)
+    assert job.escalated == 0, summary.misses
+    assert job.blamed == 0, summary.misses
+    assert job.one_finding == job.faults, summary.misses
+    assert (node.faults, node.one_finding, node.escalated) == (1, 1, 0), summary.misses
+    assert (rack.faults, rack.one_finding, rack.escalated) == (1, 1, 0), summary.misses
+    assert summary.false_degraded == 0  # a job's crash leaves its GPUs healthy
+    assert summary.single_app_xids == 1  # the lone application XID beside them is still its GPU's
+    assert all(ok is not False for ok in figures["targets"].values()), figures["targets"]
