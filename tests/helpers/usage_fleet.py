@@ -4,7 +4,9 @@ A GPU's life is a list of `Run`s: stretches in which its collector reported it
 every `poll_s` seconds (with jitter) from one host. A run is cut into `Piece`s
 of one kind of work: labels, busy or idle, power, processes. Between runs the
 GPU did not report (a gap), or reported from another host (it moved), or its
-driver reloaded (`reset`: the energy counter starts again from zero).
+driver reloaded (`reset`: the energy counter starts again from zero). Inside a
+run the collector may restart (`silent`): no samples for a while, the work and
+the energy counter going on; it polls again from the moment it is back.
 
 `truth` says, without any of the accounting's interval arithmetic, what each
 group used inside a window: the time each piece lasted, what of it was busy,
@@ -55,6 +57,8 @@ class Run:
     reset: bool = False  # the energy counter starts from zero at the run's start
     cluster: str = "c1"
     list_s: float = 30.0  # the process listing's interval (a poll at the first sample at or after each)
+    # collector restarts: [from, to) offsets without samples (the work goes on); polls start again at `to`
+    silent: tuple[tuple[float, float], ...] = ()
 
     @property
     def end_s(self) -> float:
@@ -66,6 +70,8 @@ class Gpu:
     uuid: str
     runs: list[Run]
     counter_mj: float = 5.0e9  # since the driver loaded before T0
+    has_counter: bool = True  # False: the driver gives no energy counter (NULL), only the power gauge
+    gauge_scale: float | None = 1.0  # what the power gauge reads, as a share of the true power (None: NULL)
 
 
 @dataclass
@@ -89,11 +95,18 @@ def samples(g: Gpu, t0: datetime = T0) -> Iterator[Sample]:
     for run in g.runs:
         counter = 0.0 if run.reset else counter + GAP_ENERGY_W * 1000 * max(run.start_s - at, 0)
         at = run.start_s
-        k, next_list = 0, 0.0
-        # the first sample opens the run; the others come late by up to the jitter
-        while (offset := k * run.poll_s + (rng.uniform(0, run.jitter_s) if k and run.jitter_s else 0.0)) < (
-            run.end_s - run.start_s
-        ):
+        base, k, next_list = 0.0, 0, 0.0
+        length = run.end_s - run.start_s
+        # the first sample opens the run (and a restarted collector's first poll); the others come late
+        # by up to the jitter
+        while True:
+            offset = base + k * run.poll_s + (rng.uniform(0, run.jitter_s) if k and run.jitter_s else 0.0)
+            if offset >= length:
+                break
+            restart = next((b for a, b in run.silent if a <= offset < b), None)
+            if restart is not None:
+                base, k = restart, 0
+                continue
             piece = next(p for p in run.pieces if offset < p.until_s)
             t = run.start_s + offset
             counter += _energy_between(run, at - run.start_s, offset)
@@ -126,8 +139,9 @@ def store(conn: psycopg.Connection[Any], fleet: list[Gpu], t0: datetime = T0) ->
     for g in fleet:
         for s in samples(g, t0):
             p = s.piece
+            gauge = None if g.gauge_scale is None else p.power_w * g.gauge_scale
             rows.append((s.time, g.uuid, s.run.host, s.run.cluster, p.job, p.pod, p.namespace, "mock", "sim",
-                         50.0 if p.busy else 0.0, p.power_w, s.energy_mj))  # fmt: skip
+                         50.0 if p.busy else 0.0, gauge, s.energy_mj if g.has_counter else None))  # fmt: skip
             if p.listed and s.listed:
                 poll = (s.time, g.uuid, 0, s.run.host, "sim", "mock", len(p.processes))
                 procs = [

@@ -1,11 +1,13 @@
 """Usage accounting against a simulated fleet whose true usage is known (tests/helpers/usage_fleet.py).
 
-The fleet has gaps (a collector restart), driver reloads (the energy counter
-starts again), a GPU that moved between hosts, labels that change mid-minute,
-a GPU shared by two classes of work, one without process listings and one
-that reported once. Every group's GPU-hours, busy and idle-while-allocated
-hours and energy are checked against the truth computed from the pieces:
-within one poll interval per stretch of reporting (and its power, for energy).
+The fleet has gaps (a collector down for half an hour), collector restarts
+shorter than a gap (no samples for under a minute, the work going on), driver
+reloads (the energy counter starts again, between minutes and mid-minute), a
+GPU that moved between hosts, labels that change mid-minute, a GPU shared by
+two classes of work, one without process listings and one that reported once.
+Every group's GPU-hours, busy and idle-while-allocated hours and energy are
+checked against the truth computed from the pieces: within one poll interval
+per stretch of reporting (and its power, for energy).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ def fleet() -> list[Gpu]:
     train = Piece(6 * U, job="train-a", pod="train-a-0", namespace=ML, power_w=400,
                   processes=(("training", "alice"),))
     serve = functools.partial(Piece, job="svc", pod="svc-0", namespace=SERVE)
+    batch = functools.partial(Piece, job="batch", namespace="ops", processes=(("compute", "frank"),))
     return [
         Gpu(uuid_of(0), [Run("n1", 0, (train,), jitter_s=2.0)]),
         Gpu(uuid_of(1), [
@@ -72,6 +75,12 @@ def fleet() -> list[Gpu]:
                          Run("n4", 1.5 * U, (Piece(U, job="blip", namespace=ML, power_w=200),))]),
         Gpu(uuid_of(7), [Run("ws1", 0, (Piece(3 * U, processes=(("gaming", "erin"),), power_w=220),),
                              poll_s=5.0)]),
+        # its collector restarted three times (40 to 55 s without samples, once across a minute's edge)
+        # and its driver reloaded 25 s into a minute, the job going on throughout
+        Gpu(uuid_of(8), [
+            Run("n5", 0, (batch(2 * U + 25),), silent=((1000, 1040), (2995, 3030))),
+            Run("n5", 2 * U + 25, (batch(U - 25),), reset=True, silent=((600, 645),)),
+        ]),
     ]
 # fmt: on
 
@@ -141,6 +150,41 @@ def test_a_gpu_that_stopped_reporting_is_neither_busy_nor_idle_and_its_gap_has_n
     assert row["energy_kwh"] == pytest.approx(0.3 + 0.06 + 0.35, abs=10 * (300 + 80 + 350) / 3.6e6)
 
 
+def test_a_collector_restart_shorter_than_a_gap_is_bridged_and_a_driver_reload_loses_no_energy(
+    stored: Stored,
+) -> None:
+    conn, _ = stored
+    q = UsageQuery(start=T0, end=T0 + timedelta(hours=3), by="gpu", filters={"gpu": uuid_of(8)})
+    (row,) = usage_sync(conn, q).groups
+    # 1.5 h of work at 400 W: the restarts' silences count (the job went on)
+    assert row["gpu_hours"] == pytest.approx(1.5, abs=10 / H)
+    assert row["busy_hours"] == pytest.approx(1.5, abs=10 / H)
+    # the counter's increase to the joule: all of it but the 10 s after the last reading and the 5 s
+    # between the last reading before the reload and the reload, which the reset counter cannot give back
+    assert row["energy_kwh"] == pytest.approx((1.5 * H - 15) * 400 / 3.6e6, abs=1e-6)
+
+
+def test_energy_is_the_energy_counters_increase_never_power_times_time(
+    conn: psycopg.Connection[Any],
+) -> None:
+    work = (Piece(U, namespace="e", power_w=400),)
+    lying, blind, no_counter = uuid_of(0, 0xE1), uuid_of(1, 0xE1), uuid_of(2, 0xE1)
+    store(conn, [
+        Gpu(lying, [Run("e1", 0, work)], gauge_scale=4.0),  # the power gauge reads 1,600 W
+        Gpu(blind, [Run("e1", 0, work)], gauge_scale=None),  # no power gauge at all
+        Gpu(no_counter, [Run("e1", 0, work)], has_counter=False),  # the gauge only: no energy
+    ])  # fmt: skip
+    answer = usage_sync(conn, UsageQuery(start=T0, end=T0 + timedelta(hours=1), by="gpu"))
+    energy = {r["key"]: r["energy_kwh"] for r in answer.groups}
+    # from the first reading to the last (0 to 1,790 s) at 400 W, to the joule
+    assert energy[lying] == pytest.approx(1790 * 400 / 3.6e6, abs=1e-6)
+    assert energy[blind] == energy[lying]
+    assert energy[no_counter] is None
+    (total,) = answer.totals
+    assert total["energy_kwh"] == pytest.approx(2 * energy[lying])
+    assert total["gpu_hours"] == pytest.approx(1.5, abs=30 / H)
+
+
 def test_filters_narrow_and_the_totals_are_of_what_they_keep(
     stored: Stored,
 ) -> None:
@@ -189,7 +233,8 @@ EXAMPLES = itertools.count(1)
 
 @st.composite
 def lives(draw: st.DrawFn) -> list[Run]:
-    """One GPU's runs: gaps of none or over two minutes, resets, host moves, polls of 2 to 30 s, jitter."""
+    """One GPU's runs: gaps of none or over two minutes, resets, host moves, polls of 2 to 30 s, jitter,
+    and collector restarts inside a run (no samples for less than a minute, the work going on)."""
     runs: list[Run] = []
     at = draw(st.floats(0, 600))
     host = "h0"
@@ -207,7 +252,13 @@ def lives(draw: st.DrawFn) -> list[Run]:
             host = f"h{len(runs)}"
         jitter: float = draw(st.sampled_from([0.0, poll / 4]))
         reset: bool = draw(st.booleans())
-        runs.append(Run(host, at, tuple(pieces), poll_s=poll, jitter_s=jitter, reset=reset))
+        silent: tuple[tuple[float, float], ...] = ()
+        # the gap between samples around a restart stays within max_gap (60 s), and it neither opens
+        # nor closes the run
+        if draw(st.booleans()) and until > (quiet := draw(st.floats(1.0, 59.0 - poll - jitter))) + 3 * poll:
+            begin = draw(st.floats(poll, until - quiet - 2 * poll))
+            silent = ((begin, begin + quiet),)
+        runs.append(Run(host, at, tuple(pieces), poll_s=poll, jitter_s=jitter, reset=reset, silent=silent))
         at = runs[-1].end_s + draw(st.sampled_from([0.0, 121.0, 900.0, 4000.0]))
     return runs
 
@@ -226,7 +277,19 @@ def test_any_life_of_a_gpu_is_accounted_within_a_poll_interval_a_run(
     (row,) = answer.groups
     # a run of one sample counts the default poll (10 s), whatever its own
     slack = sum(max(r.poll_s, r.list_s, 10.0) * len(r.pieces) for r in runs)
+    # a restart's silence is counted, shared among the samples after it: near a change of work it may
+    # go to the next piece
+    shifted = slack + sum(b - a for r in runs for a, b in r.silent)
     assert row["gpu_hours"] * H == pytest.approx(want.seconds[g.uuid], abs=slack)
-    assert row["busy_hours"] * H == pytest.approx(want.busy_s[g.uuid], abs=slack)
-    assert row["idle_allocated_hours"] * H == pytest.approx(want.idle_allocated_s[g.uuid], abs=slack)
+    assert row["busy_hours"] * H == pytest.approx(want.busy_s[g.uuid], abs=shifted)
+    assert row["idle_allocated_hours"] * H == pytest.approx(want.idle_allocated_s[g.uuid], abs=shifted)
     assert row["energy_kwh"] * 3.6e9 == pytest.approx(want.energy_mj[g.uuid], abs=slack * 700 * 1000)
+    # each host is given the time the GPU reported from it, however it moved
+    by_host = usage_sync(conn, UsageQuery(start=T0, end=T0 + timedelta(seconds=end_s), by="hostname",
+                                          filters={"gpu": g.uuid}))  # fmt: skip
+    hosts = truth([g], "hostname", 0, end_s).seconds
+    assert {r["key"]: r["gpu_hours"] * H for r in by_host.groups} == {
+        host: pytest.approx(seconds, abs=sum(max(r.poll_s, r.list_s, 10.0) * len(r.pieces)
+                                             for r in runs if r.host == host))
+        for host, seconds in hosts.items()
+    }  # fmt: skip
