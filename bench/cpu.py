@@ -18,13 +18,24 @@ _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 MACHINE = "whole machine"
 
 
-def _process_cpu(pid: int) -> float | None:
+def process_cpu(pid: int) -> float | None:
     try:
         # fields after the parenthesised command name: utime and stime are the 12th and 13th
         stat = (PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
         return (int(stat[11]) + int(stat[12])) / _TICK
     except (OSError, IndexError, ValueError):
         return None  # gone, or not a process
+
+
+def process_rss_mb(pid: int) -> float | None:
+    """The process's resident memory (VmRSS), in MiB; None when it is gone."""
+    try:
+        for line in (PROC / str(pid) / "status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None  # a kernel thread: no memory of its own
 
 
 def _name(pid: int) -> str:
@@ -65,7 +76,7 @@ class CpuMeter:
 
     def _snapshot(self) -> dict[str, dict[int, float]]:
         return {
-            party: {pid: cpu for pid in pids if (cpu := _process_cpu(pid)) is not None}
+            party: {pid: cpu for pid in pids if (cpu := process_cpu(pid)) is not None}
             for party, pids in self._members().items()
         }
 

@@ -29,8 +29,6 @@ from prometheus_client import CollectorRegistry
 
 from shared import otlp
 from shared.config import DatabaseSettings
-from shared.db import wait_for_database
-from shared.migrate import check_migrated
 from shared.service import serve_metrics
 
 log = logging.getLogger(__name__)
@@ -85,6 +83,10 @@ class Lifecycle(ExitStack):
         OSError, naming the address, when the port is taken; DatabaseUnavailableError; MigrationError.
         """
         if database is not None:
+            # here, not at the top: a service without a database (the collector) loads no psycopg
+            from shared.db import wait_for_database
+            from shared.migrate import check_migrated
+
             conn = wait_for_database(database, timeout_s=120, stop=self.stop)
             if conn is None:  # SIGTERM while waiting: the loops find `stop` set and return at once
                 log.info("stopped before the database was reachable")

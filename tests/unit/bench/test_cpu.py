@@ -1,4 +1,5 @@
-"""bench.cpu: CPU time by party from /proc, which the sink bench's ceiling is computed from."""
+"""bench.cpu: CPU time by party from /proc (the sink bench's ceiling is computed from it), and resident
+memory (the collector cost bench's)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.cpu import MACHINE, CpuMeter, _process_cpu
+from bench.cpu import MACHINE, CpuMeter, process_cpu, process_rss_mb
 from evaluation.pipeline import wait_until
 
 
@@ -39,7 +40,7 @@ def test_processes_are_found_by_name_and_one_born_meanwhile_counts_from_zero() -
         stdin=subprocess.PIPE,
     )  # fmt: skip
     try:
-        wait_until(lambda: (_process_cpu(child.pid) or 0.0) >= 0.3, 10, "the child's CPU")
+        wait_until(lambda: (process_cpu(child.pid) or 0.0) >= 0.3, 10, "the child's CPU")
         used = meter.stop()
     finally:
         assert child.stdin is not None
@@ -49,7 +50,18 @@ def test_processes_are_found_by_name_and_one_born_meanwhile_counts_from_zero() -
 
 
 def test_a_vanished_or_bogus_process_reads_as_absent() -> None:
-    assert _process_cpu(2**22 + 7) is None
+    assert process_cpu(2**22 + 7) is None
     meter = CpuMeter(pids={"ghost": lambda: [2**22 + 7]})
     meter.start()
     assert meter.stop()["ghost"] == 0.0
+
+
+def test_the_resident_memory_grows_with_what_a_process_holds() -> None:
+    before = process_rss_mb(os.getpid())
+    held = bytearray(64 * 1024 * 1024)
+    held[::4096] = b"x" * len(held[::4096])  # touch every page: resident, not only reserved
+    after = process_rss_mb(os.getpid())
+    assert before is not None
+    assert after is not None
+    assert after - before >= 60
+    assert process_rss_mb(2**22 + 7) is None
