@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -24,8 +25,11 @@ from typing import Any, Literal
 from shared.models_workload import LlmSession
 
 _NS_PER_MS = 1_000_000
-_MAX_LINE = 1 << 20
-_MAX_TPS = 10_000_000.0  # an NDJSON line longer than this is not an answer chunk this meter reads
+_MAX_LINE = 1 << 20  # an NDJSON line longer than this is not an answer chunk this meter reads
+_MAX_TPS = 10_000_000.0
+# A token chunk after the first changes nothing in the session: spotted without parsing it.
+# Ollama writes `"done":false`; a server or proxy that re-encodes may add blanks.
+_NOT_DONE = re.compile(rb'"done"\s*:\s*false\b')
 
 
 def _count(value: Any) -> int | None:
@@ -64,13 +68,19 @@ class SessionMeter:
 
     def feed(self, data: bytes, now: float | None = None) -> None:
         """Body bytes as they arrive (any split); complete lines are parsed, the rest kept."""
-        self._pending += data
-        if len(self._pending) > _MAX_LINE and b"\n" not in self._pending:
-            self._pending.clear()  # a line that big is not a chunk: stop buffering it
+        if b"\n" not in data:
+            self._pending += data
+            if len(self._pending) > _MAX_LINE:
+                self._pending.clear()  # a line that big is not a chunk: stop buffering it
             return
-        while (end := self._pending.find(b"\n")) >= 0:
-            line = bytes(self._pending[:end])
-            del self._pending[: end + 1]
+        lines = data.split(b"\n")  # one split per read, not a copy and a shift per line
+        if self._pending:
+            self._pending += lines[0]
+            lines[0] = bytes(self._pending)
+            self._pending.clear()
+        if len(tail := lines.pop()) <= _MAX_LINE:
+            self._pending += tail
+        for line in lines:
             self._line(line, now)
 
     def finish(self, now: float | None = None) -> None:
@@ -82,7 +92,7 @@ class SessionMeter:
     def _line(self, line: bytes, now: float | None) -> None:
         if not line.strip():
             return
-        if self.first_token is not None and b'"done":false' in line and b'"error"' not in line:
+        if self.first_token is not None and _NOT_DONE.search(line) and b'"error"' not in line:
             self.chunks += 1  # a token after the first: nothing in it changes the session
             return
         try:
