@@ -6,7 +6,8 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import httpx
@@ -58,3 +59,16 @@ def waiting_on_a_lock(db: DatabaseSettings) -> bool:
             (db.search_path,),
         ).fetchone()
     return bool(row and int(str(row[0])) > 0)
+
+
+def serves_until_stopped(run: Callable[[threading.Event], object], url: str) -> None:
+    """`run(stop)` in a thread answers 200 at `url`, and returns within 10 s of `stop` being set."""
+    stop = threading.Event()
+    thread = threading.Thread(target=run, args=(stop,))
+    thread.start()
+    try:
+        assert httpx.get(url, timeout=5).status_code == 200
+    finally:
+        stop.set()
+        thread.join(10)
+    assert not thread.is_alive()

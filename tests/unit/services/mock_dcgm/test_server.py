@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import threading
 import time
-
-import httpx
 
 from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
 from services.mock_dcgm.server import MockServer
+from tests.helpers.service_process import serves_until_stopped
 
 
 def server() -> MockServer:
@@ -23,12 +21,6 @@ def test_a_server_never_started_closes_at_once_and_twice() -> None:
 
 
 def test_run_serves_until_stop_and_then_gives_the_ports_back() -> None:
-    stop = threading.Event()
     with server() as mock:
-        thread = threading.Thread(target=mock.run, args=(stop,))
-        thread.start()
-        assert httpx.get(f"{mock.admin_url}/healthz", timeout=5).status_code == 200
-        stop.set()
-        thread.join(10)
-        assert not thread.is_alive()
+        serves_until_stopped(mock.run, f"{mock.admin_url}/healthz")
         assert all(s.socket.fileno() == -1 for s in mock.servers)

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import threading
-
-import httpx
-
 from services.mock_ollama.server import MockOllamaServer
+from tests.helpers.service_process import serves_until_stopped
 
 
 def test_a_server_never_started_closes_at_once_and_twice() -> None:
@@ -17,11 +14,5 @@ def test_a_server_never_started_closes_at_once_and_twice() -> None:
 
 
 def test_run_serves_until_stop() -> None:
-    stop = threading.Event()
     with MockOllamaServer("127.0.0.1", 0) as mock:
-        thread = threading.Thread(target=mock.run, args=(stop,))
-        thread.start()
-        assert httpx.get(f"{mock.url}/api/version", timeout=5).status_code == 200
-        stop.set()
-        thread.join(10)
-        assert not thread.is_alive()
+        serves_until_stopped(mock.run, f"{mock.url}/api/version")
