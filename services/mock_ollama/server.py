@@ -146,6 +146,11 @@ class MockOllama:
         return prompt_tokens, tokens, options
 
 
+def _as_ollama_writes(value: Any) -> bytes:
+    """JSON without blanks, as Ollama (Go's encoding/json) writes it."""
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     ollama: MockOllama
@@ -159,7 +164,7 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def _json(self, status: int, value: Any) -> None:
-        body = json.dumps(value).encode()
+        body = _as_ollama_writes(value)
         self.send_response(status)
         self.send_header("Content-Type", "application/json; charset=utf-8")
         self.send_header("Content-Length", str(len(body)))
@@ -242,7 +247,7 @@ class _Handler(BaseHTTPRequestHandler):
             if o.time_scale > 0:
                 time.sleep(max(0.0, first + (i + 1) * step * o.time_scale - time.perf_counter()))
             if stream:
-                line = json.dumps(chunk(token, False)).encode() + b"\n"
+                line = _as_ollama_writes(chunk(token, False)) + b"\n"
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
                 self.wfile.flush()
         final = chunk("" if stream else "".join(tokens), True)
@@ -259,7 +264,7 @@ class _Handler(BaseHTTPRequestHandler):
             }
         )
         if stream:
-            line = json.dumps(final).encode() + b"\n"
+            line = _as_ollama_writes(final) + b"\n"
             self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(line), line))
         else:
             self._json(200, final)
