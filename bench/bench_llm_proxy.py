@@ -11,6 +11,12 @@ tokens (17 NDJSON chunks, each relayed and metered) and a GET /api/ps.
 in a git worktree) in its own process beside this one, on the same mocks, and
 takes its requests in the same rounds: the two proxies' figures then differ
 only by their code.
+
+Two more figures per proxy and shape, steadier on a busy machine than the
+difference of the medians: the median of the per-round differences (each
+proxied request against the direct one just before it), and the proxy
+process's own CPU time a request (all its threads, from /proc: what the proxy
+itself costs, whatever the scheduler adds to the latency).
 """
 
 from __future__ import annotations
@@ -66,6 +72,12 @@ def spawn(args: list[str], url: str, env: dict[str, str], cwd: Path = ROOT) -> s
     raise SystemExit(f"{args} did not answer at {url}")
 
 
+def cpu_s(pid: int) -> float:
+    """CPU seconds a process has run so far, all its threads (Linux's schedstat, in ns)."""
+    tasks = Path(f"/proc/{pid}/task")
+    return sum(int((t / "schedstat").read_text().split()[0]) for t in tasks.iterdir()) / 1e9
+
+
 def timed(
     client: httpx.Client, method: str, path: str, body: dict[str, object] | None
 ) -> tuple[float, float]:
@@ -80,23 +92,27 @@ def timed(
 
 def measure(
     direct_url: str,
-    proxies: dict[str, str],
+    proxies: dict[str, tuple[str, int]],
     shapes: list[tuple[str, str, dict[str, object] | None, str, int]],
 ) -> None:
-    """Each round asks the mock directly, then through each proxy in turn (by name: its URL)."""
+    """Each round asks the mock directly, then through each proxy in turn (by name: its URL and pid)."""
     with contextlib.ExitStack() as stack:
         direct = stack.enter_context(httpx.Client(base_url=direct_url))
-        clients = {name: stack.enter_context(httpx.Client(base_url=url)) for name, url in proxies.items()}
+        clients = {
+            name: stack.enter_context(httpx.Client(base_url=url)) for name, (url, _) in proxies.items()
+        }
         for method, path, body, label, rounds in shapes:
             for client in (direct, *clients.values()):  # warm: models loaded, connections open
                 for _ in range(10):
                     timed(client, method, path, body)
             d: list[tuple[float, float]] = []
             p: dict[str, list[tuple[float, float]]] = {name: [] for name in clients}
+            cpu = {name: cpu_s(pid) for name, (_, pid) in proxies.items()}
             for _ in range(rounds):
                 d.append(timed(direct, method, path, body))
                 for name, client in clients.items():
                     p[name].append(timed(client, method, path, body))
+            cpu = {name: cpu_s(pid) - cpu[name] for name, (_, pid) in proxies.items()}
             for name in clients:
                 for i, what in ((0, "latency"), (1, "time to first bytes")):
                     med_d = statistics.median(x[i] for x in d) * 1000
@@ -107,6 +123,11 @@ def measure(
                         f"  |  direct to the mock: {med_d:.3f} ms"
                         f"  |  ratio {med_p / med_d:.3g}  |  added {med_p - med_d:.3f} ms ({rounds} each)"
                     )
+                paired = statistics.median(x[0] - y[0] for x, y in zip(p[name], d, strict=True)) * 1000
+                print(
+                    f"{name}, {label}: median of the per-round differences: {paired:.3f} ms"
+                    f"  |  the proxy's own CPU a request: {cpu[name] / rounds * 1e6:.0f} µs"
+                )
 
 
 def main() -> int:
@@ -125,7 +146,7 @@ def main() -> int:
     # A burst mock (no generation time: every chunk at once, the proxy's worst case) and a
     # paced one (real-time token rate: chunks arrive as Ollama would send them).
     processes = []
-    urls: dict[str, tuple[str, dict[str, str]]] = {}
+    urls: dict[str, tuple[str, dict[str, tuple[str, int]]]] = {}
     for name, scale in (("burst", "0"), ("paced", "1")):
         mock_port, proxy_port = free_port(), free_port()
         mock_url, proxy_url = f"http://127.0.0.1:{mock_port}", f"http://127.0.0.1:{proxy_port}"
@@ -138,13 +159,13 @@ def main() -> int:
         }
         processes.append(spawn(["-m", "services.mock_ollama"], mock_url, env))
         processes.append(spawn([__file__, "--serve-proxy", mock_url, str(proxy_port)], proxy_url, env))
-        proxies = {"proxy": proxy_url}
+        proxies = {"proxy": (proxy_url, processes[-1].pid)}
         if against is not None:  # that checkout's bench serves that checkout's proxy
             old_port = free_port()
             old_url = f"http://127.0.0.1:{old_port}"
             old = [str(against / "bench" / "bench_llm_proxy.py"), "--serve-proxy", mock_url, str(old_port)]
             processes.append(spawn(old, old_url, {**env, "PYTHONPATH": str(against)}, cwd=against))
-            proxies[f"proxy of {against.name}"] = old_url
+            proxies[f"proxy of {against.name}"] = (old_url, processes[-1].pid)
         urls[name] = (mock_url, proxies)
     generate: dict[str, object] = {"model": "qwen2.5:0.5b", "prompt": "bench", "options": {"num_predict": 16}}
     try:

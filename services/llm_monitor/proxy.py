@@ -10,9 +10,9 @@ disagree on where a request ends. A streamed answer's payload goes to the
 client as soon as a read from Ollama brings it, re-framed as one chunk per
 read, while a copy feeds the request's SessionMeter. Requests other than POST
 /api/generate and /api/chat are relayed without measuring. Over asyncio
-streams rather than an HTTP framework: the proxy must add well under a
-millisecond per request (bench/bench_llm_proxy.py). Ollama unreachable gets
-a 502 (and a failed session).
+streams rather than an HTTP framework, to add as little as it can to a
+request (bench/bench_llm_proxy.py; docs/performance.md has the figures).
+Ollama unreachable gets a 502 (and a failed session).
 """
 
 from __future__ import annotations
