@@ -144,11 +144,12 @@ FALSE = Command(argv=["sh", "-c", "echo 'GPU 1: FAIL (max rel err 3.1e-01)'; exi
 REPO_ROOT = Path(__file__).resolve().parents[4]
 
 
-def decide_all(r: Remediator, findings: list[Finding], *, dry_run: bool) -> None:
-    """Each finding decided (and committed) as the service's consumer decides it."""
+def decide_all(r: Remediator, findings: list[Finding], *, dry_run: bool, at: datetime | None = None) -> None:
+    """Each finding decided (and committed) as the service's consumer decides it (now, or `at`)."""
     with connect(r.db) as conn:
         for finding in findings:
-            decide(conn, finding, policy=r.policy, nodes=NodeMap(), dry_run=dry_run, now=datetime.now(UTC))
+            now = datetime.now(UTC) if at is None else at
+            decide(conn, finding, policy=r.policy, nodes=NodeMap(), dry_run=dry_run, now=now)
             conn.commit()
 
 
