@@ -131,6 +131,11 @@ def _energy_between(run: Run, a: float, b: float) -> float:
     return total
 
 
+def _process_row(**known: Any) -> tuple[Any, ...]:
+    """A gpu_processes row in PROCESS_COLUMNS order: what the fleet knows, NULL for the rest."""
+    return tuple(known.get(column) for column in workload.PROCESS_COLUMNS)
+
+
 def store(conn: psycopg.Connection[Any], fleet: list[Gpu], t0: datetime = T0) -> int:
     """Write the fleet's samples and polls (from `t0`) as the sink does, refresh the rollups, commit;
     samples written."""
@@ -145,8 +150,9 @@ def store(conn: psycopg.Connection[Any], fleet: list[Gpu], t0: datetime = T0) ->
             if p.listed and s.listed:
                 poll = (s.time, g.uuid, 0, s.run.host, "sim", "mock", len(p.processes))
                 procs = [
-                    (s.time, g.uuid, 100 + j, s.run.host, "compute", 1000, None, None, "python", None, user,
-                     None, None, None, None, cls, "sim")
+                    _process_row(time=s.time, gpu_uuid=g.uuid, pid=100 + j, hostname=s.run.host,
+                                 type="compute", used_memory_mib=1000, executable="python", username=user,
+                                 classification=cls, rule="sim")
                     for j, (cls, user) in enumerate(p.processes)
                 ]  # fmt: skip
                 polls.append((poll, procs))

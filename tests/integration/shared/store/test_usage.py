@@ -136,12 +136,16 @@ def test_every_group_is_within_a_poll_interval_of_the_truth(stored: Stored, by: 
     check(conn, gpus, by, U, 5 * U)  # runs cut by the window's edges
 
 
+def first_three_hours(conn: psycopg.Connection[Any], gpu: str) -> dict[str, Any]:
+    q = UsageQuery(start=T0, end=T0 + timedelta(hours=3), by="gpu", filters={"gpu": gpu})
+    (row,) = usage_sync(conn, q).groups
+    return row
+
+
 def test_a_gpu_that_stopped_reporting_is_neither_busy_nor_idle_and_its_gap_has_no_energy(
     stored: Stored,
 ) -> None:
-    conn, _ = stored
-    q = UsageQuery(start=T0, end=T0 + timedelta(hours=3), by="gpu", filters={"gpu": uuid_of(1)})
-    (row,) = usage_sync(conn, q).groups
+    row = first_three_hours(stored[0], uuid_of(1))
     assert row["gpu_hours"] == pytest.approx(2.75, abs=10 / H)
     assert row["busy_hours"] == pytest.approx(2.0, abs=20 / H)
     assert row["idle_allocated_hours"] == pytest.approx(0.75, abs=10 / H)
@@ -150,12 +154,10 @@ def test_a_gpu_that_stopped_reporting_is_neither_busy_nor_idle_and_its_gap_has_n
     assert row["energy_kwh"] == pytest.approx(0.3 + 0.06 + 0.35, abs=10 * (300 + 80 + 350) / 3.6e6)
 
 
-def test_a_collector_restart_shorter_than_a_gap_is_bridged_and_a_driver_reload_loses_no_energy(
+def test_a_collector_restart_shorter_than_a_gap_is_bridged_and_a_reload_mid_minute_keeps_the_counters_energy(
     stored: Stored,
 ) -> None:
-    conn, _ = stored
-    q = UsageQuery(start=T0, end=T0 + timedelta(hours=3), by="gpu", filters={"gpu": uuid_of(8)})
-    (row,) = usage_sync(conn, q).groups
+    row = first_three_hours(stored[0], uuid_of(8))
     # 1.5 h of work at 400 W: the restarts' silences count (the job went on)
     assert row["gpu_hours"] == pytest.approx(1.5, abs=10 / H)
     assert row["busy_hours"] == pytest.approx(1.5, abs=10 / H)
