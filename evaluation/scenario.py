@@ -197,9 +197,10 @@ def job_scenario(seed: int, *, hours: float = 24.0) -> Scenario:
 
     Job crashes (the same application XID on every GPU of one job within seconds): a one-host
     job of 8 GPUs that crashes four times in the day, a 16-GPU job across two hosts, a 2-GPU
-    job; a lone application XID beside them (the GPU's own finding); three GPUs of one host
-    falling off the bus together (a node fault), and two GPUs on each of two hosts of one rack
-    (a rack fault). Times are drawn per seed, off the poll grid.
+    job in a crash loop (four crashes 15 minutes apart); a lone application XID beside them
+    (the GPU's own finding); three GPUs of one host falling off the bus together (a node
+    fault), and two GPUs on each of two hosts of one rack (a rack fault). Times are drawn per
+    seed, off the poll grid.
     """
     if hours < 24:
         raise ScenarioError("the job scenario needs at least 24 simulated hours")
@@ -209,16 +210,18 @@ def job_scenario(seed: int, *, hours: float = 24.0) -> Scenario:
     def at(hour: float) -> float:  # within the hour, off the poll grid
         return round((hour + rng.uniform(0.0, 0.8)) * HOUR + rng.uniform(1, 59), 3)
 
-    def crash(node: int, gpu: int, gpus: int, code: int, hour: float) -> None:
+    def crash(node: int, gpu: int, gpus: int, code: int, after_s: float, job: int = 0) -> None:
         spread = round(rng.uniform(1, 8), 2)  # the workers die within seconds of each other
-        params = {"gpus": gpus, "code": code, "spread_s": spread}
-        faults.append({"kind": "job_crash", "node": node, "gpu": gpu, "after_s": at(hour),
+        params = {"gpus": gpus, "code": code, "spread_s": spread, "job": job}
+        faults.append({"kind": "job_crash", "node": node, "gpu": gpu, "after_s": after_s,
                        "duration_s": 300.0, "params": params})  # fmt: skip
 
     for k, code in enumerate((13, 31, 43, 13)):  # one host's job, restarted and crashing again
-        crash(0, 0, 8, code, 2 + 4 * k)
-    crash(1, 0, 16, 31, 4)  # one job across two hosts
-    crash(3, 0, 2, 13, 8)
+        crash(0, 0, 8, code, at(2 + 4 * k), job=1)
+    crash(1, 0, 16, 31, at(4))  # one job across two hosts
+    loop = at(8)
+    for k in range(4):  # a crash loop: a 2-GPU job restarted and dying every 15 minutes
+        crash(3, 0, 2, 13, loop + k * 900 + rng.uniform(0, 60), job=2)
     faults.append({"kind": "xid", "node": 3, "gpu": 2, "after_s": at(12), "duration_s": 300.0,
                    "params": {"code": 13}})  # fmt: skip
     for place, hour in (([(3, 3), (3, 4), (3, 5)], 16), ([(2, 6), (2, 7), (3, 6), (3, 7)], 20)):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from services.scorer.rules_config import Rules
@@ -137,17 +138,32 @@ def _others_meanwhile(rec: Record, e: _Episode) -> set[str]:
     }  # fmt: skip
 
 
+def _ms(stamp: str) -> int:
+    try:
+        return int(datetime.fromisoformat(stamp).timestamp() * 1000)
+    except ValueError:
+        return -1
+
+
 def shared_figures(rec: Record, rules: Rules, misses: list[str]) -> dict[str, SharedFigures]:
     cycle_ms = int((rec.score_every_s + rec.poll_s) * 1000)
+    c = rules.correlation
+    # XIDs are stamped with the poll that saw them: a crash's first may come a poll after its start
+    window_ms = {"job": int((c.job_window_s + rec.poll_s) * 1000)}
+    window_ms["node"] = window_ms["rack"] = int((c.place_window_s + rec.poll_s) * 1000)
     out = {cls: SharedFigures() for cls in SHARED_CLASSES}
     for e in _job_episodes(rec, rules) + _place_episodes(rec, rules):
         x = out[e.scope]
         x.faults += 1
         x.gpus += len(e.gpus)
+        # findings of this episode: its kind, its GPUs, first seen within its span (an earlier crash
+        # of the same job, still in reach, is that crash's finding)
+        lo, hi = e.start_ms - window_ms[e.scope], e.last_ms + window_ms[e.scope]
         seen = {
             (key, first, count)
             for t, found in rec.findings if e.start_ms <= t <= e.last_ms + 2 * cycle_ms
-            for kind, key, first, count, gpus in found if kind == _KIND[e.scope] and e.gpus & set(gpus)
+            for kind, key, first, count, gpus in found
+            if kind == _KIND[e.scope] and e.gpus & set(gpus) and lo <= _ms(first) <= hi
         }  # fmt: skip
         one = len(seen) == 1 and next(iter(seen))[2] == len(e.gpus)
         x.one_finding += one

@@ -8,7 +8,9 @@ A `job_crash` request (POST /faults, a scenario's faults) names its first GPU li
 - `code` (default 13): the application XID every worker's GPU logs when the job dies;
 - `spread_s` (default 5): the XIDs come within these seconds of the first, one per GPU in
   order (a collective's peers die within seconds of each other);
-- `ran_s` (default 1800): how long the job ran before it crashed.
+- `ran_s` (default 1800): how long the job ran before it crashed;
+- `job` (default 0): 0 is a job of its own (`ddp-crash-NNNN`); k > 0 names job `ddp-job-k`,
+  so the crashes of one job restarted again and again (a crash loop) carry one name.
 
 Each GPU of the job shows the job's workers in its labels (pod `<job>-worker-<k>` in
 namespace `ml-training`, which the scorer reads as job `<job>`) from `ran_s` before the
@@ -29,8 +31,10 @@ if TYPE_CHECKING:
     from .fleet import Fleet
 
 KIND = "job_crash"
-PARAMS: dict[str, float] = {"gpus": 8.0, "code": 13.0, "spread_s": 5.0, "ran_s": 1800.0}
-_LIMITS = {"gpus": (2, 4096), "code": (1, 999), "spread_s": (0, 3600), "ran_s": (0, 30 * 86400)}
+PARAMS: dict[str, float] = {"gpus": 8.0, "code": 13.0, "spread_s": 5.0, "ran_s": 1800.0, "job": 0.0}
+_LIMITS = {
+    "gpus": (2, 4096), "code": (1, 999), "spread_s": (0, 3600), "ran_s": (0, 30 * 86400), "job": (0, 999_999),
+}  # fmt: skip
 _ids = itertools.count(1)
 
 
@@ -54,8 +58,8 @@ def _params(raw: Any) -> dict[str, float]:
         if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
             raise FaultError(f"{KIND} parameter {name} must be a number in {low}..{high}, got {value!r}")
         merged[name] = float(value)
-    if merged["gpus"] != int(merged["gpus"]) or merged["code"] != int(merged["code"]):
-        raise FaultError(f"{KIND} parameters gpus and code are whole numbers")
+    if any(merged[k] != int(merged[k]) for k in ("gpus", "code", "job")):
+        raise FaultError(f"{KIND} parameters gpus, code and job are whole numbers")
     return merged
 
 
@@ -72,7 +76,7 @@ def inject_job_crash(
     if first + n > len(fleet.nodes) * per_node:
         raise FaultError(f"a {n}-GPU job from node {node} GPU {gpu} needs more GPUs than the fleet has")
     crash_id = next(_ids)
-    name = f"ddp-crash-{crash_id:04d}"
+    name = f"ddp-job-{int(p['job'])}" if p["job"] else f"ddp-crash-{crash_id:04d}"
     faults = []
     for k in range(n):
         target = fleet.nodes[(first + k) // per_node].gpus[(first + k) % per_node]

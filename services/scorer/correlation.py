@@ -44,7 +44,9 @@ def correlated_alerts(g: GpuFeatures) -> list[tuple[str, str, str, dict[str, Any
     """(kind, severity, summary, evidence) of the alerts this GPU holds for what several GPUs showed:
     the first GPU of an episode holds its one alert."""
     out = []
-    for e in g.episodes:
+    # oldest first: a GPU holds one alert per kind, so a job crashing again (or a second fault of
+    # the place) within the reach shows its newest crash, whatever order the episodes were read in
+    for e in sorted(g.episodes, key=lambda e: (e.last, e.first)):
         if g.gpu_uuid != min(e.gpus):
             continue
         kind, severity, meaning = _KINDS[e.scope]

@@ -96,7 +96,7 @@ def test_a_jobs_crash_escalates_none_of_its_gpus_and_each_shared_fault_is_one_fi
     summary = summarise(run_scenario(db_settings, job_scenario(SEED), SEED, RULES), RULES)
     figures = totals([summary])
     job, node, rack = (figures["shared"][k] for k in ("job", "node", "rack"))
-    assert (job.faults, job.gpus) == (6, 50)
+    assert (job.faults, job.gpus) == (9, 56)
     assert job.escalated == 0, summary.misses
     assert job.blamed == 0, summary.misses
     assert job.one_finding == job.faults, summary.misses

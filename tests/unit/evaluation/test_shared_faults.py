@@ -3,6 +3,7 @@ job's crash blamed on its GPUs, one crash seen as two findings, and a node fault
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from evaluation.metrics import summarise, totals
@@ -55,8 +56,13 @@ def run(
     return rec
 
 
-ONE_JOB = ("job_crash", "ml/train", "t1", 4, tuple(JOB))
-ONE_NODE = ("node_fault", "h2", "t2", 3, tuple(NODE))
+def stamp(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat().replace("+00:00", "Z")
+
+
+ONE_JOB = ("job_crash", "ml/train", stamp(T_CRASH + 120_000), 4, tuple(JOB))
+ONE_NODE = ("node_fault", "h2", stamp(T_NODE), 3, tuple(NODE))
+EARLIER = ("job_crash", "ml/train", stamp(T_CRASH - 40 * M), 4, tuple(JOB))  # the job's crash before
 
 
 def test_a_job_crash_seen_once_and_a_node_fault_seen_once_score_clean() -> None:
@@ -80,8 +86,8 @@ def test_a_job_crash_seen_once_and_a_node_fault_seen_once_score_clean() -> None:
 
 def test_a_crash_blamed_on_its_gpus_and_a_node_fault_counted_n_times_are_caught() -> None:
     halves = [
-        ("job_crash", "ml/train", "t1", 2, tuple(JOB[:2])),
-        ("job_crash", "ml/train", "t9", 2, tuple(JOB[2:])),
+        ("job_crash", "ml/train", stamp(T_CRASH), 2, tuple(JOB[:2])),
+        ("job_crash", "ml/train", stamp(T_CRASH + 150_000), 2, tuple(JOB[2:])),
     ]
     s = summarise(run(findings=[*halves], job_action="inspect", node_action="inspect"), RULES)
     job, node = s.shared["job"], s.shared["node"]
@@ -102,6 +108,14 @@ def test_the_job_scenario_holds_job_crashes_a_node_fault_and_a_rack_fault_the_mo
     for request in scenario.faults:
         fleet.inject(dict(request))
     truth = fleet.ground_truth()
-    assert len(truth["job_crashes"]) == 6
-    assert sorted(len(c["hosts"]) for c in truth["job_crashes"]) == [1, 1, 1, 1, 1, 2]
+    assert len(truth["job_crashes"]) == 9
+    assert sorted(len(c["hosts"]) for c in truth["job_crashes"]) == [1] * 8 + [2]
+    assert {c["job"] for c in truth["job_crashes"]} >= {"ml-training/ddp-job-1", "ml-training/ddp-job-2"}
     assert sum(f["kind"] == "fall_off_bus" for f in truth["faults"]) == 7
+
+
+def test_the_same_jobs_earlier_crash_still_in_reach_is_not_this_crashs_second_finding() -> None:
+    s = summarise(
+        run(findings=[EARLIER, ONE_JOB, ONE_NODE], job_action="none", node_action="reboot_node"), RULES
+    )
+    assert (s.shared["job"].faults, s.shared["job"].one_finding) == (1, 1)

@@ -54,6 +54,7 @@ def test_a_job_crash_spans_its_gpus_across_nodes_with_one_job_and_one_xid() -> N
     [
         ({"gpus": 1}, "gpus must be a number in 2..4096"),
         ({"gpus": 2.5}, "whole numbers"),
+        ({"job": -1}, "job must be a number"),
         ({"gpus": 40}, "more GPUs than the fleet has"),
         ({"code": 0}, "code must be a number"),
         ({"spread_s": True}, "spread_s must be a number"),
