@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuhealth.contract.jsonlimits import MAX_JSON_DEPTH, check_bounds
+from gpuhealth.contract.wire_time import wire_time
 from gpuhealth.gpu.driver_codes import ClockEventReason
 from services.sink.rows import FAST_SAMPLE, stage_row
 from shared.errors import ContractError
@@ -93,6 +94,30 @@ def test_each_kind_takes_its_own_details_and_no_other(kind: str) -> None:
 def test_xid_details_are_one_whole_code(details: dict[str, Any]) -> None:
     with pytest.raises(ContractError):
         parse_event(json.dumps({**EVENT, "details": details}))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    count=st.one_of(st.integers(-3, 2**40), st.booleans(), st.floats(allow_nan=False), st.text(max_size=5)),
+    last_ms=st.one_of(st.integers(-(10**7), 10**7), st.text(max_size=30)),
+)
+def test_a_folded_xid_counts_at_least_one_line_up_to_a_last_not_before_its_first(
+    count: Any, last_ms: Any
+) -> None:
+    """details.count and .last (collector/xid_fold.py): whole lines, a time at or after the event's."""
+    first = datetime(2026, 11, 21, 11, 0, tzinfo=UTC)
+    last = last_ms if isinstance(last_ms, str) else wire_time(first + timedelta(milliseconds=last_ms))
+    raw = json.dumps({**EVENT, "details": {"xid": 95, "count": count, "last": last}})
+    good = (
+        type(count) is int and 1 <= count <= 2**31 - 1
+        and not isinstance(last_ms, str) and last_ms >= 0
+    )  # fmt: skip
+    if not good:
+        with pytest.raises(ContractError, match="details"):
+            parse_event(raw)
+        return
+    event = parse_event(raw)
+    assert (event.details["count"], event.details["last"]) == (count, last)
 
 
 def test_every_kind_has_a_shape_and_the_schema_says_which() -> None:

@@ -172,3 +172,36 @@ def test_a_closed_fold_at_capacity_goes_early_and_counts_whole() -> None:
 def test_a_window_must_be_positive() -> None:
     with pytest.raises(ValueError, match="above 0"):
         XidFolder(window_s=0)
+
+
+def test_the_collector_publishes_open_folds_on_its_timer_and_when_it_stops() -> None:
+    from tests.helpers.collector import FakeProducer, FakeSource, make_collector
+
+    readings = [GpuReading(uuid=u, index=i, model="NVIDIA H100 80GB HBM3", pci_bus_id=b, time=T, metrics={})
+                for i, (u, b) in enumerate(GPUS)]  # fmt: skip
+    source = FakeSource([SourceReading(Source.NVML, "nvml", readings, T, 1.0) for _ in range(2)])
+
+    class Feed:
+        name = "kmsg"
+
+        def __init__(self) -> None:
+            at = datetime.now(UTC)  # one time for a batch's lines: each batch is one fold
+            early = at - timedelta(seconds=1)  # its window is over by the poll that reads it
+            self.batches = [[KernelXid(early, GPUS[0][1], 95)] * 500, [KernelXid(at, GPUS[1][1], 95)] * 7]
+
+        def drain(self) -> list[KernelXid]:
+            return self.batches.pop(0)
+
+        def close(self) -> None: ...
+
+    producer = FakeProducer()
+    collector, _ = make_collector(source, producer, xid_feeds=[Feed()])
+    collector.detector.folds = XidFolder(window_s=0.5)
+    collector.poll_once()
+    collector.detector.folds.window = timedelta(seconds=3600)  # the second's never does: SIGTERM closes it
+    collector.poll_once()
+    collector.close()
+    counts = [
+        (v["gpu_uuid"], v["details"].get("count", 1)) for t, _, v in producer.messages if t == "gpu-events"
+    ]
+    assert counts == [(GPUS[0][0], 1), (GPUS[0][0], 500), (GPUS[1][0], 1), (GPUS[1][0], 7)]
