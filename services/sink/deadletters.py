@@ -44,6 +44,16 @@ Origin = tuple[str, int, int, bytes | None, bytes | None]
 MAX_DLQ_VALUE = 900_000
 
 
+def unreadable(value: bytes | None, max_bytes: int) -> tuple[str, str] | None:
+    """(category, reason) of a record refused before any decoder reads it: no value, or more
+    bytes than the loop takes; None for one to decode."""
+    if value is None:
+        return ("empty", "message has no value")
+    if len(value) > max_bytes:
+        return ("oversized", f"message of {len(value)} bytes exceeds {max_bytes}")
+    return None
+
+
 @dataclass(slots=True)
 class DeadLetter:
     key: bytes | None

@@ -21,7 +21,7 @@ from shared.config import TopicSettings
 from shared.errors import ContractError
 from shared.models import parse_event
 
-from .deadletters import DeadLetter
+from .deadletters import DeadLetter, unreadable
 from .partitions import note_stored
 from .rows import GPU_UUID, TIME, stage_row, stage_rows
 from .writer import Batch
@@ -136,37 +136,35 @@ def _decode_one(msg: Record, batch: Batch, topics: TopicSettings, max_bytes: int
     if offset >= next_offsets.get((topic, partition), 0):
         next_offsets[(topic, partition)] = offset + 1
     value, key = msg.value(), msg.key()
-    refused: tuple[str, str] | None = None  # (category, reason)
-    try:
-        if value is None:
-            refused = ("empty", "message has no value")
-        elif len(value) > max_bytes:
-            refused = ("oversized", f"message of {len(value)} bytes exceeds {max_bytes}")
-        # No parser here recurses unbounded: the msgspec decoder declines nesting its types
-        # do not have, and the contract's parsers check the depth (gpuhealth.contract.jsonlimits) first.
-        elif topic == topics.metrics_raw:
-            try:
-                row = stage_row(value)
-            except ContractError as e:
-                refused = ("contract", str(e))
-            else:
-                # the key must be the GPU's UUID (ASCII by the contract), or partitioning lies
-                if key is None or key == row[GPU_UUID].encode():
-                    batch.rows.append(row)
-                    batch.row_origins.append((topic, partition, offset, key, value))
-                    batch.frontiers[(topic, partition)] = row[TIME]
+    refused = unreadable(value, max_bytes)  # (category, reason)
+    if refused is None:
+        assert value is not None  # unreadable() refuses a record without one
+        try:
+            # No parser here recurses unbounded: the msgspec decoder declines nesting its types
+            # do not have, and the contract's parsers check the depth (gpuhealth.contract.jsonlimits) first.
+            if topic == topics.metrics_raw:
+                try:
+                    row = stage_row(value)
+                except ContractError as e:
+                    refused = ("contract", str(e))
                 else:
-                    refused = ("key", "message key does not match gpu_uuid")
-        elif topic == topics.events:
-            try:
-                batch.events.append(parse_event(value))
-                batch.event_origins.append((topic, partition, offset, key, value))
-            except ContractError as e:
-                refused = ("contract", str(e))
-        else:
-            refused = ("topic", f"the sink does not read topic {topic!r}")
-    except Exception as e:  # whatever it is, it is this record's and no one else's
-        log.exception("record %s[%d]@%d could not be decoded", topic, partition, offset)
-        refused = ("decode", f"{type(e).__name__}: {e}")
+                    # the key must be the GPU's UUID (ASCII by the contract), or partitioning lies
+                    if key is None or key == row[GPU_UUID].encode():
+                        batch.rows.append(row)
+                        batch.row_origins.append((topic, partition, offset, key, value))
+                        batch.frontiers[(topic, partition)] = row[TIME]
+                    else:
+                        refused = ("key", "message key does not match gpu_uuid")
+            elif topic == topics.events:
+                try:
+                    batch.events.append(parse_event(value))
+                    batch.event_origins.append((topic, partition, offset, key, value))
+                except ContractError as e:
+                    refused = ("contract", str(e))
+            else:
+                refused = ("topic", f"the sink does not read topic {topic!r}")
+        except Exception as e:  # whatever it is, it is this record's and no one else's
+            log.exception("record %s[%d]@%d could not be decoded", topic, partition, offset)
+            refused = ("decode", f"{type(e).__name__}: {e}")
     if refused is not None:
         batch.dead.append(DeadLetter(key, value, topic, partition, offset, *refused))

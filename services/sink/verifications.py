@@ -23,7 +23,7 @@ from shared.config import TopicSettings
 from shared.models_verify import parse_system, parse_verification, record_json
 from shared.store import verifications
 
-from .deadletters import DeadLetter, Origin
+from .deadletters import DeadLetter, Origin, unreadable
 from .decode import Record
 from .records import Cursor, Item, RecordFamilyLoop
 
@@ -61,52 +61,57 @@ def decode_records(messages: Sequence[Record], topics: TopicSettings, max_bytes:
             batch.next_offsets.get((topic, partition), 0), offset + 1
         )
         value, key = msg.value(), msg.key()
-        refused: tuple[str, str] | None = None
-        try:
-            if value is None:
-                refused = ("empty", "message has no value")
-            elif len(value) > max_bytes:
-                refused = ("oversized", f"message of {len(value)} bytes exceeds {max_bytes}")
-            elif topic == topics.verifications:
-                r = parse_verification(value)
-                if key != r.gpu_uuid.encode():
-                    refused = ("key", "message key does not match gpu_uuid")
-                else:
-                    batch.verifications.append(
-                        (
-                            r.time,
-                            r.gpu_uuid,
-                            r.seq,
-                            r.kind.value,
-                            r.name,
-                            r.outcome.value,
-                            r.hostname,
-                            r.device,
-                            r.backend,
-                            r.device_ms,
-                            r.cpu_ms,
-                            r.speedup,
-                            r.prev_sha256,
-                            link_of(parse_canonical_input(value)),
-                            Jsonb(record_json(r)),
-                            partition,
-                            offset,
+        refused = unreadable(value, max_bytes)
+        if refused is None:
+            assert value is not None  # unreadable() refuses a record without one
+            try:
+                if topic == topics.verifications:
+                    r = parse_verification(value)
+                    if key != r.gpu_uuid.encode():
+                        refused = ("key", "message key does not match gpu_uuid")
+                    else:
+                        batch.verifications.append(
+                            (
+                                r.time,
+                                r.gpu_uuid,
+                                r.seq,
+                                r.kind.value,
+                                r.name,
+                                r.outcome.value,
+                                r.hostname,
+                                r.device,
+                                r.backend,
+                                r.device_ms,
+                                r.cpu_ms,
+                                r.speedup,
+                                r.prev_sha256,
+                                link_of(parse_canonical_input(value)),
+                                Jsonb(record_json(r)),
+                                partition,
+                                offset,
+                            )
                         )
-                    )
-                    batch.verification_origins.append((topic, partition, offset, key, value))
-            elif topic == topics.systems:
-                s = parse_system(value)
-                if key != s.hostname.encode():
-                    refused = ("key", "message key does not match hostname")
+                        batch.verification_origins.append((topic, partition, offset, key, value))
+                elif topic == topics.systems:
+                    s = parse_system(value)
+                    if key != s.hostname.encode():
+                        refused = ("key", "message key does not match hostname")
+                    else:
+                        batch.systems.append(
+                            (
+                                s.time,
+                                s.hostname,
+                                s.identity_sha256,
+                                s.source,
+                                len(s.gpus),
+                                Jsonb(record_json(s)),
+                            )
+                        )
+                        batch.system_origins.append((topic, partition, offset, key, value))
                 else:
-                    batch.systems.append(
-                        (s.time, s.hostname, s.identity_sha256, s.source, len(s.gpus), Jsonb(record_json(s)))
-                    )
-                    batch.system_origins.append((topic, partition, offset, key, value))
-            else:
-                refused = ("topic", f"this loop does not read topic {topic!r}")
-        except Exception as e:  # whatever a record is, it is not a crash
-            refused = ("contract", str(e)[:4000])
+                    refused = ("topic", f"this loop does not read topic {topic!r}")
+            except Exception as e:  # whatever a record is, it is not a crash
+                refused = ("contract", str(e)[:4000])
         if refused is not None:
             batch.dead.append(DeadLetter(key, value, topic, partition, offset, *refused))
     return batch

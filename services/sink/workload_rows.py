@@ -28,7 +28,7 @@ from shared.store import workload
 from shared.store.offsets import Partition
 from shared.store.workload import SERVER_COLUMNS, SESSION_COLUMNS
 
-from .deadletters import DeadLetter
+from .deadletters import DeadLetter, unreadable
 from .decode import Record
 from .records import Cursor, Item
 
@@ -67,12 +67,9 @@ def decode_workload(messages: Sequence[Record], topics: TopicSettings, max_bytes
         if offset >= batch.next_offsets.get((topic, partition), 0):
             batch.next_offsets[(topic, partition)] = offset + 1
         value, key = msg.value(), msg.key()
-        refused: tuple[str, str] | None = None
-        if value is None:
-            refused = ("empty", "message has no value")
-        elif len(value) > max_bytes:
-            refused = ("oversized", f"message of {len(value)} bytes exceeds {max_bytes}")
-        else:
+        refused = unreadable(value, max_bytes)
+        if refused is None:
+            assert value is not None  # unreadable() refuses a record without one
             try:
                 table, record = _decode_one(topics, topic, key, value)
                 batch.records.append((table, record, (topic, partition, offset, key, value)))
