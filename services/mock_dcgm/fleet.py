@@ -135,6 +135,7 @@ class Fleet:
         self.kernel_logs = [NodeLog(node.hostname) for node in self.nodes]
         self._faults: list[Fault] = []
         self._job_crashes: list[JobCrash] = []
+        self._repairs: list[dict[str, Any]] = []
         self._lock = threading.Lock()
 
     # ---------------------------------------------------------------- rendering
@@ -176,6 +177,44 @@ class Fleet:
                     return g
         raise FaultError(f"no GPU with UUID {gpu_uuid!r} in this fleet")
 
+    def named(self, request: dict[str, Any]) -> GpuSim:
+        """The GPU a request names: by gpu_uuid, or by integer node and gpu."""
+        if "gpu_uuid" in request:
+            return self.find(str(request["gpu_uuid"]))
+        node, gpu = request.get("node"), request.get("gpu")
+        if not isinstance(node, int) or not isinstance(gpu, int) or _is_bool(node, gpu):
+            raise FaultError("name the GPU with gpu_uuid, or with integer node and gpu")
+        return self.gpu(node, gpu)
+
+    def repair(self, request: Any) -> dict[str, Any]:
+        """An operator's repair of one GPU now (`{"gpu_uuid": ...}` or node and gpu): every fault on it
+        ends, and it is reset: its volatile ECC counts, last XID and pending row remap start again. Its
+        aggregate counts, retired pages and remapped rows stay, as on a real GPU."""
+        if not isinstance(request, dict) or set(request) - {"gpu_uuid", "node", "gpu"}:
+            raise FaultError("a repair names one GPU: gpu_uuid, or node and gpu, and nothing else")
+        target = self.named(request)
+        node = self.nodes[target.node]
+        with node.lock, self._lock:
+            now = self.clock.now()
+            node.advance(now)
+            ended = [f.id for f in target.faults if f.start_s <= now and (f.end_s is None or f.end_s > now)]
+            for fault in target.faults:
+                if fault.id in ended:
+                    fault.cleared_at_s = now
+                elif fault.start_s > now:
+                    fault.cleared_at_s = fault.start_s  # scheduled after the repair: it never happens
+            shown = target.values()
+            for name in ("ecc_sbe_volatile_total", "ecc_dbe_volatile_total"):
+                target.volatile_at_repair[name] = target.volatile_at_repair.get(name, 0.0) + float(
+                    shown[name] or 0
+                )
+            target.repaired_s = now
+            repair = {"gpu_uuid": target.uuid, "node": target.node, "gpu": target.index,
+                      "hostname": node.hostname, "time": iso(now), "time_ms": int(now * 1000),
+                      "faults_ended": ended}  # fmt: skip
+            self._repairs.append(repair)
+        return repair
+
     def inject(self, request: dict[str, Any]) -> Fault:
         """Add a fault from a request: kind, node+gpu or gpu_uuid, after_s, duration_s, params."""
         if not isinstance(request, dict):
@@ -184,13 +223,7 @@ class Fleet:
         extra = set(request) - allowed
         if extra:
             raise FaultError(f"unknown fault fields {sorted(extra)}; allowed: {sorted(allowed)}")
-        if "gpu_uuid" in request:
-            target = self.find(str(request["gpu_uuid"]))
-        else:
-            node, gpu = request.get("node"), request.get("gpu")
-            if not isinstance(node, int) or not isinstance(gpu, int) or _is_bool(node, gpu):
-                raise FaultError("name the GPU with gpu_uuid, or with integer node and gpu")
-            target = self.gpu(node, gpu)
+        target = self.named(request)
         after = request.get("after_s")
         if after is None:
             start = self.clock.now()
@@ -291,13 +324,14 @@ class Fleet:
     def ground_truth(self) -> dict[str, Any]:
         now = self.clock.now()
         with self._lock:
-            faults, crashes = list(self._faults), list(self._job_crashes)
+            faults, crashes, repairs = list(self._faults), list(self._job_crashes), list(self._repairs)
         return {
             "sim_time": iso(now),
             "sim_time_ms": int(now * 1000),
             "speed": self.clock.speed,
             "faults": [self.describe(f, now) for f in faults],
             "job_crashes": [self.describe_job_crash(c) for c in crashes],
+            "repairs": repairs,
             "failures": failure_times(faults, lambda f: self.nodes[f.node].gpus[f.gpu].uuid),
         }
 

@@ -120,8 +120,12 @@ def _lines(fault: Fault) -> tuple[int, float]:
 
 
 def lines_due(fault: Fault, t: float) -> int:
-    """How many of the fault's lines the driver has written by simulated time t."""
+    """How many of the fault's lines the driver has written by simulated time t (none from its end on:
+    a fault cleared, or a GPU repaired, logs no more)."""
     lines, over = _lines(fault)
+    end = fault.end_s
+    if end is not None and end <= t:
+        t = end - 1e-6
     if t < fault.start_s:
         return 0
     if over <= 0 or lines == 1:

@@ -10,6 +10,7 @@ serves:
 - ``GET  /ground-truth``   every injected fault with its start time and subsystem
 - ``POST /faults``         inject a fault (JSON body, see README)
 - ``DELETE /faults/<id>``  end a fault now
+- ``POST /repairs``        repair a GPU now: its faults end, it is reset
 - ``POST /compute-check``  the remediator's compute check on a GPU (its exec driver's webhook): 200
   when it passes, 409 while a fault the mock's `compute_check` setting counts is active on it
 - ``GET  /metrics``        the mock's own Prometheus metrics
@@ -170,14 +171,23 @@ def admin_handler(
                 return False, None
 
         def do_POST(self) -> None:
-            if self.path not in ("/faults", "/compute-check"):
-                self.fail(HTTPStatus.NOT_FOUND, "POST goes to /faults or /compute-check")
+            if self.path not in ("/faults", "/compute-check", "/repairs"):
+                self.fail(HTTPStatus.NOT_FOUND, "POST goes to /faults, /compute-check or /repairs")
                 return
             read, request = self.read_json()
             if not read:
                 return
             if self.path == "/compute-check":
                 self.compute_check(request)
+                return
+            if self.path == "/repairs":
+                try:
+                    repaired = fleet.repair(request)
+                except FaultError as e:
+                    self.fail(HTTPStatus.BAD_REQUEST, str(e))
+                    return
+                log.info("GPU repaired", extra=repaired)
+                self.reply_json(HTTPStatus.CREATED, repaired)
                 return
             try:
                 fault = fleet.inject(request)

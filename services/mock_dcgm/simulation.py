@@ -80,6 +80,9 @@ class GpuSim:
     # Steady background counts per hour that a healthy GPU shows (a rare corrected error,
     # a PCIe replay now and then): a function of simulated time, never of the scrape cadence.
     background: dict[str, float] = field(default_factory=dict)
+    # An operator's repair (Fleet.repair): from this simulated time the GPU is reset, its faults over.
+    repaired_s: float | None = None
+    volatile_at_repair: dict[str, float] = field(default_factory=dict)  # volatile counts a reset cleared
 
     # ---------------------------------------------------------------- workload
     def job_at(self, t: float) -> Job | None:
@@ -144,14 +147,16 @@ class GpuSim:
             # An XID fault's code stays the last XID until the fault is cleared (the GPU was
             # reset); the XIDs other faults log (48, 63, 64, 79) outlive them.
             shown = f.kind is not FaultKind.XID or f.active(t)
+            before_repair = self.repaired_s is not None and f.start_s <= self.repaired_s <= t
             if (
-                xid is not None
+                not before_repair
+                and xid is not None
                 and shown
                 and f.start_s <= t
                 and (latest_xid is None or f.start_s >= latest_xid[0])
             ):
                 latest_xid = (f.start_s, xid)
-            if f.kind is FaultKind.DBE and f.start_s <= t and self.model.row_remapping:
+            if f.kind is FaultKind.DBE and f.start_s <= t and self.model.row_remapping and not before_repair:
                 self.remap_pending = True  # cleared only by a GPU reset, which the mock never does
             if not f.active(t):
                 continue
@@ -272,7 +277,7 @@ class GpuSim:
             "power_limit_w": m.power_limit_w,
         }
         for name in COUNTER_FIELDS:
-            out[name] = int(counter.get(name, 0.0))
+            out[name] = int(counter.get(name, 0.0) - self.volatile_at_repair.get(name, 0.0))
         return out
 
 
