@@ -15,9 +15,9 @@ from statistics import median
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._common import report, scratch_topic
-from evaluation.flood import run_flood
-from shared.config import Settings, TopicSettings
+from bench._common import report
+from evaluation.flood import flood_topics, run_flood
+from shared.config import Settings
 from shared.migrate import migrated_schema
 
 LINES, OVER_S = 100_000, 50.0
@@ -27,13 +27,7 @@ def main() -> None:
     settings = Settings()
     runs = {}
     for name, lines in (("baseline", 0), ("flood", LINES)):
-        with (
-            migrated_schema(settings.db, "bench") as db,
-            scratch_topic(settings.kafka, partitions=4) as raw,
-            scratch_topic(settings.kafka, partitions=2) as events,
-            scratch_topic(settings.kafka, partitions=1) as dead,
-        ):
-            topics = TopicSettings(metrics_raw=raw, events=events, dead_letters=dead)
+        with migrated_schema(settings.db, "bench") as db, flood_topics(settings.kafka) as topics:
             runs[name] = run_flood(
                 settings.kafka, db, topics, lines=lines, over_s=OVER_S, group=f"bench-{name}"
             )

@@ -11,8 +11,10 @@ event detector and the sink's writer into a throwaway schema, scores it every
 few simulated minutes with the real scorer, and compares with the mock's
 ground truth (evaluation/metrics.py says what is measured and how).
 
-Needs the database of `make services`; the Kafka path is exercised by the
-integration tests (evaluation/pipeline.py).
+Then a flood (evaluation/flood.py) runs through the real broker and database:
+its lines counted in its rows, and the other GPUs' XIDs stored meanwhile.
+Needs the database and broker of `make services`; the rest of the Kafka path is
+exercised by the integration tests (evaluation/pipeline.py).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from services.scorer.rules_config import DEFAULT_RULES, Rules, load_rules
 from shared.config import Settings
 from shared.xid_catalog import AgreementKind, agreement_table
 
+from .flood import evaluate_floods
 from .metrics import Summary, summarise, totals
 from .run import run_scenario
 from .scenario import Scenario, generated_scenario, job_scenario, load_scenario
@@ -159,7 +162,12 @@ def main(argv: list[str] | None = None) -> int:
         "--write-scenario", type=Path, help="write the generated scenario of the first seed here"
     )
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
+    parser.add_argument(
+        "--flood-lines", type=int, default=100_000, help="lines of the flood through Kafka (0: no flood run)"
+    )
     args = parser.parse_args(argv)
+    if args.flood_lines < 0:
+        parser.error("--flood-lines is a number of lines, 0 or more")
     rules = load_rules(args.rules)
     if args.scenario:
         scenario = load_scenario(args.scenario)
@@ -173,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"warning: the predictor was fitted on seeds {sorted(overlap)}: its figures are not honest")
     summaries, total = evaluate(Settings(), runs, rules)
     print(render(summaries, total, rules))
+    if args.flood_lines > 0:
+        settings = Settings()
+        print(evaluate_floods(settings.kafka, settings.db, lines=args.flood_lines))
     if args.json:
         figures = {"runs": [{k: v for k, v in asdict(x).items() if k != "calibration"} for x in summaries],
                    "totals": total}  # fmt: skip

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry
@@ -28,11 +31,13 @@ from services.mock_dcgm.server import MockServer
 from services.sink.build import sink_loop_closed
 from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
 from shared.db import connect
-from shared.kafka import JsonProducer
+from shared.kafka import JsonProducer, make_admin
 from shared.lifecycle import running
+from shared.migrate import migrated_schema
 from shared.models import Source
 from shared.store.events import LINES
 from shared.store.results import tuple_rows
+from shared.topics import TopicSpec, ensure_topics
 
 from .pipeline import make_loop, wait_until
 
@@ -132,6 +137,37 @@ def run_flood(
         other_rows=int(other_rows), other_latency_s=[seen[k] - written[k] for k in sorted(written)],
         wall_s=time.monotonic() - started,
     )  # fmt: skip
+
+
+@contextmanager
+def flood_topics(kafka: KafkaSettings) -> Iterator[TopicSettings]:
+    """Throwaway topics for one run: samples (4 partitions), events (2) and dead letters; deleted after."""
+    admin = make_admin(kafka)
+    names = {field: f"flood-{field.replace('_', '-')}-{uuid.uuid4().hex[:10]}"
+             for field in ("metrics_raw", "events", "dead_letters")}  # fmt: skip
+    parts = {"metrics_raw": 4, "events": 2, "dead_letters": 1}
+    ensure_topics(
+        admin, [TopicSpec(name=n, partitions=parts[f], replication_factor=1) for f, n in names.items()]
+    )
+    try:
+        yield TopicSettings(**names)
+    finally:
+        for done in admin.delete_topics(list(names.values())).values():
+            done.result()
+
+
+def evaluate_floods(kafka: KafkaSettings, db: DatabaseSettings, *, lines: int = 100_000) -> str:
+    """`make evaluate`'s flood figures: one flood, its lines counted in its rows, the other GPUs' XIDs."""
+    with migrated_schema(db, "eval_flood") as scoped, flood_topics(kafka) as topics:
+        f = run_flood(kafka, scoped, topics, lines=lines, group="eval-flood")
+    exact = "exact" if f.flood_counted == f.lines_in else f"OFF BY {f.flood_counted - f.lines_in:+,}"
+    return "\n".join([
+        "Floods (evaluation/flood.py: the mock's kernel log, the collector, Kafka, the sink, TimescaleDB)",
+        f"  {f.lines_in:,} lines of XID {FLOOD_XID} on one GPU: {f.flood_rows} rows counting"
+        f" {f.flood_counted:,} lines ({exact}); {f.xid_events_published} XID events published in all",
+        f"  other GPUs' XIDs meanwhile: {f.other_rows} of {len(OTHERS)} stored, line to row at most"
+        f" {max(f.other_latency_s):.2f} s",
+    ])  # fmt: skip
 
 
 def _counted(db: DatabaseSettings, gpu_uuid: str) -> tuple[int, int]:
