@@ -17,6 +17,7 @@ from tests.helpers.remediation import (
     TRUE,
     Remediator,
     add_fleet,
+    add_nodes,
     decide_all,
     gpu_uuid,
     rows,
@@ -160,10 +161,17 @@ def test_a_mass_failure_trips_the_breaker_at_its_bound(
     ]
     assert rows(r.db, "SELECT breaker FROM remediation_control WHERE dry_run") == [("open",)]
     assert rows(r.db, "SELECT count(*) FROM remediations WHERE held_for = 'breaker'") == [(1000 - bound,)]
-    # a restart finds it open: nothing more is taken out until an operator resets it
-    r2 = remediator_factory(dry_run=True, policy_changes={"actions": r.policy.actions})
-    decide_all(r2, [verdict_finding(0, 1, at=datetime.now(UTC))], dry_run=True)
+    # a restart finds it open, even once its window has passed (no node taken out within it any more):
+    # nothing more is taken out until an operator resets it
+    short = r.policy.breaker.model_copy(update={"window_s": 1})
+    r2 = remediator_factory(dry_run=True, policy_changes={"actions": r.policy.actions, "breaker": short})
+    time.sleep(1.1)
+    add_nodes(r.db, {"gpu-node-new": [gpu_uuid(5000, 0)]})
+    decide_all(r2, [verdict_finding(5000, hostname="gpu-node-new")], dry_run=True)
     r2.run_until_settled()
+    assert rows(r.db, "SELECT state, held_for FROM remediations WHERE node = 'gpu-node-new'") == [
+        ("held", "breaker")
+    ]
     assert rows(r.db, "SELECT count(*) FROM remediation_breaker_admissions") == [(bound,)]
 
 
