@@ -159,16 +159,19 @@ def shared_figures(rec: Record, rules: Rules, misses: list[str]) -> dict[str, Sh
         # findings of this episode: its kind, its GPUs, first seen within its span (an earlier crash
         # of the same job, still in reach, is that crash's finding)
         lo, hi = e.start_ms - window_ms[e.scope], e.last_ms + window_ms[e.scope]
-        seen = {
-            (key, first, count)
-            for t, found in rec.findings if e.start_ms <= t <= e.last_ms + 2 * cycle_ms
-            for kind, key, first, count, gpus in found
-            if kind == _KIND[e.scope] and e.gpus & set(gpus) and lo <= _ms(first) <= hi
-        }  # fmt: skip
-        one = len(seen) == 1 and next(iter(seen))[2] == len(e.gpus)
+        # one finding may grow over cycles (its GPUs' XIDs seen a poll apart): it is its key and first
+        seen: dict[tuple[str, str], int] = {}
+        for t, found in rec.findings:
+            for kind, key, first, count, gpus in found:
+                if (e.start_ms <= t <= e.last_ms + 2 * cycle_ms and kind == _KIND[e.scope]
+                        and e.gpus & set(gpus) and lo <= _ms(first) <= hi):  # fmt: skip
+                    seen[(key, first)] = max(seen.get((key, first), 0), count)
+        one = len(seen) == 1 and max(seen.values()) == len(e.gpus)
         x.one_finding += one
         if not one:
-            misses.append(f"{e.scope} {e.key} ({len(e.gpus)} GPUs) at {e.start_ms}: seen as {sorted(seen)}")
+            misses.append(
+                f"{e.scope} {e.key} ({len(e.gpus)} GPUs) at {e.start_ms}: seen as {sorted(seen.items())}"
+            )
         judged = e.gpus - _others_meanwhile(rec, e)
         x.judged += len(judged)
         for gpu in sorted(judged):
