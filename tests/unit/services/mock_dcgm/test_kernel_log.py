@@ -4,6 +4,7 @@ served as the journal is and read by the collector's journal feed."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 
 import httpx
@@ -139,9 +140,13 @@ def test_the_collectors_journal_feed_reads_each_node_for_its_own_gpus() -> None:
     fleet = Fleet(FleetSpec(nodes=2, gpus_per_node=2, seed=5), SimClock(start_s=T0, speed=1.0))
     with MockServer(fleet, bind="127.0.0.1", base_port=0, admin_port=0, timestamps=False) as server:
         server.start()
-        bad = httpx.get(server.node_url(0).replace("/metrics", "/journal?since=yesterday"), timeout=5)
+        journal_url = server.node_url(0).replace("/metrics", "/journal")
+        bad = httpx.get(f"{journal_url}?since=yesterday", timeout=5)
         assert bad.status_code == 400
         assert "since" in bad.text
+        for query in ("since=@1&since=@2", "follow=1", "a=1&b=2&c=3&d=4&e=5&f=6", "after-cursor=s%3D1%00"):
+            refused = httpx.get(f"{journal_url}?{query}", timeout=5)
+            assert refused.status_code == 400, query
         feeds = [JournalFeed(mock_journal(server.node_url(i)), hosts=True, from_start=True) for i in range(2)]
         fleet.inject({"kind": "xid", "node": 1, "gpu": 0, "params": {"code": 79}})
         fleet.inject({"kind": "xid", "node": 0, "gpu": 1, "params": {"code": 95, "lines": 3}})
@@ -165,3 +170,19 @@ def test_the_collectors_journal_feed_reads_each_node_for_its_own_gpus() -> None:
         ("gpu-node-00", fleet.nodes[0].gpus[1].uuid, 95, "journal"),
         ("gpu-node-01", fleet.nodes[1].gpus[0].uuid, 79, "journal"),
     ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(cursor=st.one_of(st.none(), st.text(max_size=40)), since=st.one_of(st.none(), st.text(max_size=40)))
+def test_any_cursor_or_time_reads_records_or_says_why_not(cursor: str | None, since: str | None) -> None:
+    log = NodeLog("gpu-node-00", keep=5)
+    readable = (cursor is None or re.fullmatch(r"s=\d{1,18}", cursor)) and (
+        since is None or cursor is not None or re.fullmatch(r"@\d{1,12}(\.\d{1,6})?", since)
+    )
+    if not readable:
+        with pytest.raises(FaultError, match=r"after-cursor|since"):
+            log.read(after_cursor=cursor, since=since)
+        return
+    records, lost = log.read(after_cursor=cursor, since=since)
+    assert records == []
+    assert lost >= 0
