@@ -10,6 +10,12 @@ not up (not yet connected, lost), nothing is cached: an announcement could be
 missed. `max_age_s` bounds an entry's age whatever happens (a scorer that
 stopped announcing). The encoded JSON is kept, so a hit costs no database
 round trip, no row conversion and no JSON encoding.
+
+Requests that miss while the same answer is being computed wait for that one
+computation instead of each starting their own: after every scoring cycle, 32
+concurrent clients would otherwise run the fleet-wide query 32 times at once
+(through a pool of 10 connections), and every one of them would wait for the
+slowest (docs/performance.md, the API's tail).
 """
 
 from __future__ import annotations
@@ -40,8 +46,9 @@ class CycleCache:
         self.generation = 0  # bumped by every announced cycle and every (re)connection
         self.listening = False
         self._entries: dict[Hashable, tuple[int, float, bytes]] = {}
+        self._pending: dict[Hashable, tuple[int, asyncio.Future[bytes]]] = {}  # computing, by generation
         self._task: asyncio.Task[None] | None = None
-        self.hits = self.misses = 0
+        self.hits = self.misses = self.joined = 0
 
     @property
     def enabled(self) -> bool:
@@ -61,6 +68,7 @@ class CycleCache:
     def _forget(self) -> None:
         self.generation += 1
         self._entries.clear()
+        self._pending.clear()
 
     async def _listen(self) -> None:
         while True:
@@ -87,11 +95,33 @@ class CycleCache:
             if entry is not None and entry[0] == self.generation and now - entry[1] < self.max_age_s:
                 self.hits += 1
                 return entry[2]
+            pending = self._pending.get(key)
+            if pending is not None and pending[0] == self.generation:
+                self.joined += 1
+                return await asyncio.shield(pending[1])  # one client leaving does not cancel the others'
         self.misses += 1
         generation, listening = self.generation, self.listening
-        body = encode(await compute())
+        computing = asyncio.ensure_future(_encoded(compute))
+        computing.add_done_callback(_retrieved)
+        if listening:
+            self._pending[key] = (generation, computing)
+        try:
+            body = await asyncio.shield(computing)
+        finally:
+            if self._pending.get(key, (0, None))[1] is computing:
+                del self._pending[key]
         if listening and self.listening and generation == self.generation:
             if len(self._entries) >= self.max_entries:
                 self._entries.clear()
             self._entries[key] = (generation, now, body)
         return body
+
+
+async def _encoded(compute: Callable[[], Awaitable[BaseModel]]) -> bytes:
+    return encode(await compute())
+
+
+def _retrieved(done: asyncio.Future[bytes]) -> None:
+    """Its error is retrieved even when every request that waited on it has gone."""
+    if not done.cancelled():
+        done.exception()
