@@ -24,8 +24,9 @@ on gpu-events at random GPUs and times (`--faults` a minute). After
 
 `--double` runs again at twice the fleet, and again, until something gives (the
 load generator falls behind, the sink's lag passes 30 s or grows, a cycle
-overruns its interval, the fast path's p99 passes 1 s, the summary's p99
-passes 100 ms), and says what gave at which fleet size. The machine is shared:
+overruns its interval, a fault gets no alert), and says what gave at which
+fleet size. The latency targets (the fast path's p99 within 1 s, the
+summary's within 100 ms) are reported as met or missed at every size. The machine is shared:
 its load average is printed beside the figures.
 """
 
@@ -551,7 +552,8 @@ def summarise(
     behind: float,
     load: str,
 ) -> list[str]:
-    gave: list[str] = []
+    gave: list[str] = []  # the pipeline stopped keeping up with the fleet
+    missed: list[str] = []  # it kept up, but a latency target was missed
     rate = run.gpus / CADENCE_S
     print(f"  load average at the end: {load} (1, 5, 15 min; 2 cores shared with other tenants)")
     report("fleet feed, samples/s produced", achieved, "samples/s", "the fleet's cadence", rate)
@@ -617,7 +619,7 @@ def summarise(
                     pct(sql, q) * 1000,
                 )
             if what == "summary" and pct(api, 0.99) * 1000 > SUMMARY_P99_MS:
-                gave.append(f"the API: summary p99 {pct(api, 0.99) * 1000:.0f} ms")
+                missed.append(f"the API: summary p99 {pct(api, 0.99) * 1000:.0f} ms")
     # the fast path
     arrived = {g: t for g, t in w.faults.items()}
     bare = [w.bare[g] - t for g, t in arrived.items() if g in w.bare]
@@ -648,7 +650,7 @@ def summarise(
                     pct(bare, q),
                 )
         if pct(alert, 0.99) > FAST_PATH_P99_S:
-            gave.append(f"the fast path: p99 {pct(alert, 0.99):.2f} s")
+            missed.append(f"the fast path: p99 {pct(alert, 0.99):.2f} s")
         if len(alert) < len(arrived):
             gave.append(f"the fast path: {len(arrived) - len(alert)} of {len(arrived)} faults had no alert")
     # the CPU
@@ -665,7 +667,9 @@ def summarise(
         "whole machine, every tenant",
         used.get(MACHINE, 0) / wall / kgpus * 1000,
     )
-    print(f"  {'GAVE: ' + '; '.join(gave) if gave else 'carried the load'}", flush=True)
+    print(f"  {'GAVE: ' + '; '.join(gave) if gave else 'kept up with the fleet'}", flush=True)
+    if missed:
+        print(f"  targets missed: {'; '.join(missed)}", flush=True)
     return gave
 
 
