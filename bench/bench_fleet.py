@@ -562,16 +562,22 @@ def summarise(
     # the sink
     lags = [(t, n / rate) for t, n in w.lag]
     if lags:
-        tail = lags[len(lags) * 2 // 3 :] or lags
-        head = lags[len(lags) // 3 : len(lags) * 2 // 3] or lags
+        tail = lags[len(lags) // 2 :] or lags
         series = ", ".join(f"{t:.0f}s:{s:.1f}" for t, s in lags[:: max(1, len(lags) // 12)])
         print(f"  sink lag over time (seconds into the run: seconds of fleet behind): {series}")
         worst, end = max(s for _, s in lags), lags[-1][1]
         report("sink lag, worst", worst, "s", "target", SINK_LAG_S)
-        growing = statistics.mean(s for _, s in tail) > 2 * statistics.mean(s for _, s in head) + 1
+        # the lag's trend over the run's second half (its least-squares slope): a sink that keeps up
+        # holds it flat, one that does not adds to it every second
+        slope = (
+            statistics.linear_regression([t for t, _ in tail], [s for _, s in tail]).slope
+            if len(tail) > 1
+            else 0.0
+        )
+        growing = slope > 0.01 and end > CADENCE_S
         print(
             f"  sink lag at the end {end:.1f} s; {'GROWING' if growing else 'bounded'}"
-            f" (mean of the last third vs the middle third)"
+            f" (over the second half it moved {slope * 60:+.1f} s a minute)"
         )
         span = max(1.0, w.lag[-1][0] - w.lag[0][0])
         stored = achieved - (w.lag[-1][1] - w.lag[0][1]) / span  # what came in, less what the lag grew by
