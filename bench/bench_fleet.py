@@ -92,7 +92,7 @@ SINK_LAG_S, FAST_PATH_P99_S, SUMMARY_P99_MS = 30.0, 1.0, 100.0
 # --- the fleet (its own process) -----------------------------------------------------------------
 
 
-def _templates() -> list[tuple[list[bytes], list[int]]]:
+def templates() -> list[tuple[list[bytes], list[int]]]:
     """Each template's JSON (as the collector encodes a sample) cut around its time (0), UUID (1), host (2)
     and rack (3): the pieces, and which value goes between each two."""
     out = []
@@ -102,6 +102,21 @@ def _templates() -> list[tuple[list[bytes], list[int]]]:
         pieces = re.split(rb"@@([0-3])@@", encode_json(message))
         out.append((pieces[0::2], [int(piece) for piece in pieces[1::2]]))
     return out
+
+
+def render(template: tuple[list[bytes], list[int]], stamp: bytes, uuid_: bytes, g: int) -> bytes:
+    """GPU g's sample at `stamp` (a wire time): its template with its time, UUID, host and rack."""
+    pieces, order = template
+    values = (
+        stamp,
+        uuid_,
+        b"node-%d" % (g // GPUS_PER_HOST),
+        b"r%d" % (g // (GPUS_PER_HOST * HOSTS_PER_RACK)),
+    )
+    parts = [pieces[0]]
+    for slot, piece in zip(order, pieces[1:], strict=True):
+        parts += (values[slot], piece)
+    return b"".join(parts)
 
 
 def feed(
@@ -115,7 +130,7 @@ def feed(
 ) -> None:
     """Every GPU's sample once per CADENCE_S, a slot at a time, for `seconds`; `behind`: the most a slot
     started late (the generator falling behind its own schedule)."""
-    templates = _templates()
+    shapes = templates()
     uuids = [gpu_uuid(g).encode() for g in range(gpus)]
     producer = make_producer(kafka)
     per_slot = gpus * SLOT_S / CADENCE_S
@@ -133,17 +148,7 @@ def feed(
         count = int(owed)
         owed -= count
         for _ in range(count):
-            pieces, order = templates[g % TEMPLATES]
-            values = (
-                stamp,
-                uuids[g],
-                b"node-%d" % (g // GPUS_PER_HOST),
-                b"r%d" % (g // (GPUS_PER_HOST * HOSTS_PER_RACK)),
-            )
-            parts = [pieces[0]]
-            for slot_value, piece in zip(order, pieces[1:], strict=True):
-                parts += (values[slot_value], piece)
-            value = b"".join(parts)
+            value = render(shapes[g % TEMPLATES], stamp, uuids[g], g)
             while True:
                 try:
                     producer.produce(topic, value, key=uuids[g])
