@@ -15,7 +15,7 @@ TOPIC ?= gpu-metrics-raw
 ARGS ?=
 
 .PHONY: help venv services services-down services-status migrate topics schemas up down \
-        test test-unit test-integration tools lint format openapi docs bench evaluate train-predictor \
+        test test-unit test-integration tools lint format openapi docs bench evaluate train-predictor calibrate-predictor \
         kafka-console-consumer kafka-topics kafka-consumer-groups psql compose-test
 
 help: ## list the targets
@@ -91,8 +91,12 @@ evaluate: services venv ## score simulated fleets against their ground truth (SC
 	@GPUHEALTH_LOG__LEVEL=WARNING $(PY) -m evaluation $(if $(SCENARIO),--scenario $(SCENARIO)) $(ARGS)
 	@$(if $(SCENARIO),true,$(PY) -m evaluation.lifecycle)
 
-train-predictor: services venv ## fit the failure predictor on simulated fleets (training seeds only) -> config/predictor-weights.toml
+train-predictor: services venv ## fit the failure predictor on simulated fleets (training seeds only) -> config/predictor-weights.toml, then calibrate it
 	@GPUHEALTH_LOG__LEVEL=WARNING $(PY) -m evaluation.train $(ARGS)
+	@$(MAKE) --no-print-directory calibrate-predictor
+
+calibrate-predictor: venv ## map the predictor's score to observed p(fail in 30 d) on fleets run to failure (training seeds only) -> config/predictor-calibration.toml
+	@$(PY) -m evaluation.calibrate
 
 bench: services venv ## run every benchmark in bench/ (prints figures next to their baselines)
 	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) "$$b"; done

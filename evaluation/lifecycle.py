@@ -3,9 +3,11 @@
 Simulated fleets (evaluation/lifecycle_world.py: GPUs bought over four and a
 half years with three-year warranties, training, inference and idle work,
 defects that wear out with precursors or fail at once, GPUs that stick) live
-a year under each policy (evaluation/lifecycle_sim.py): the engine
-(services.lifecycle's decisions on the real predictor's p(fail)), running
-every GPU to failure, and sending a GPU back at its first hard error. Each
+a year under each policy (evaluation/lifecycle_sim.py): the engine as
+shipped (services.lifecycle's decisions on the committed predictor's score
+through the committed calibration, config/predictor-calibration.toml, fitted
+on other seeds), the same engine taking the bare score as the probability,
+running every GPU to failure, and sending a GPU back at its first hard error. Each
 seed is one fleet, the same for the three. The report gives each policy's
 total cost per seed, the engine's saving against each baseline with its
 spread over seeds, how many GPUs each sent back had failed or would have, how
@@ -18,21 +20,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 from collections import Counter, defaultdict
+from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from services.lifecycle.settings import EconomicsSection
+from services.lifecycle.calibration import Calibration, Reliability, load_calibration, reliability
+from services.lifecycle.run import baseline_p30, baseline_score
+from services.lifecycle.settings import PREDICTOR_CALIBRATION_FILE, PREDICTOR_WEIGHTS_FILE, EconomicsSection
 from services.scorer.rules_config import load_rules
 
-from .lifecycle_sim import Ledger, Simulation, committed_predictor, recalibrated
+from .calibrate import HELD_OUT_SEEDS, TRAIN_SEEDS
+from .lifecycle_sim import Ledger, Simulation, committed_predictor
 from .lifecycle_world import Shape
 
 SEEDS = tuple(range(201, 207))
-TRAIN_SEEDS = (101, 102, 103)  # the recalibration's fleets: never evaluated on
 COUNTS = (
     "sent_back",
     "sent_failed",
@@ -44,75 +48,37 @@ COUNTS = (
     "repurposed",
     "reseats",
 )
-# The rows: (name, policy, which predictor the engine reads)
+# The rows: (name, policy, whether the engine reads the calibrated probability or the bare score)
 RUNS = (
-    ("engine", "engine", "committed"),
-    ("engine, recalibrated", "engine", "recalibrated"),
-    ("run_to_failure", "run_to_failure", "committed"),
-    ("first_hard_error", "first_hard_error", "committed"),
+    ("engine", "engine", True),
+    ("engine, bare score", "engine", False),
+    ("run_to_failure", "run_to_failure", True),
+    ("first_hard_error", "first_hard_error", True),
 )
 BASELINES = ("run_to_failure", "first_hard_error")
-ENGINES = ("engine", "engine, recalibrated")
-
-
-def platt(pairs: list[tuple[float, bool]], ridge: float = 1.0) -> tuple[float, float]:
-    """(a, b) of sigmoid(a + b * logit(p)) fitted to what happened: Newton's method on the log loss, with a
-    ridge pulling towards the identity (a = 0, b = 1) so a fleet whose p30 sits mostly at one value cannot
-    drive the fit to a step, and each step halved until the loss falls."""
-    xs = [math.log(min(max(p, 1e-6), 1 - 1e-6) / (1 - min(max(p, 1e-6), 1 - 1e-6))) for p, _ in pairs]
-    ys = [1.0 if y else 0.0 for _, y in pairs]
-
-    def q_of(z: float) -> float:
-        return 1 / (1 + math.exp(-z)) if z > -700 else 0.0
-
-    def loss(a: float, b: float) -> float:
-        total = ridge * (a * a + (b - 1) ** 2) / 2
-        for x, y in zip(xs, ys, strict=True):
-            q = min(max(q_of(a + b * x), 1e-12), 1 - 1e-12)
-            total -= y * math.log(q) + (1 - y) * math.log(1 - q)
-        return total
-
-    a, b = 0.0, 1.0
-    for _ in range(100):
-        ga, gb, haa, hab, hbb = ridge * a, ridge * (b - 1), ridge, 0.0, ridge
-        for x, y in zip(xs, ys, strict=True):
-            q = q_of(a + b * x)
-            ga, gb = ga + (q - y), gb + (q - y) * x
-            w = q * (1 - q)
-            haa, hab, hbb = haa + w, hab + w * x, hbb + w * x * x
-        det = haa * hbb - hab * hab
-        da, db = (hbb * ga - hab * gb) / det, (haa * gb - hab * ga) / det
-        before, step = loss(a, b), 1.0
-        while step > 1e-6 and loss(a - step * da, b - step * db) > before:
-            step /= 2
-        a, b = a - step * da, b - step * db
-        if step * (abs(da) + abs(db)) < 1e-9:
-            break
-    return a, b
+ENGINES = ("engine", "engine, bare score")
 
 
 def run(
-    seeds: tuple[int, ...], shape: Shape, econ: EconomicsSection
-) -> tuple[dict[int, dict[str, Ledger]], tuple[float, float]]:
-    """Every row's ledger per seed, and the recalibration fitted on TRAIN_SEEDS."""
-    weights = load_rules().predictor
-    baseline = 1 / (1 + math.exp(-weights.intercept))
-    committed = committed_predictor(weights)
-    seen = [
-        pair
-        for seed in TRAIN_SEEDS
-        for pair in Simulation(seed, "run_to_failure", shape, econ, committed, baseline).run().calibration
-    ]
-    a, b = platt(seen)
-    predictors = {"committed": committed, "recalibrated": recalibrated(committed, a, b)}
-    results = {
+    seeds: tuple[int, ...], shape: Shape, econ: EconomicsSection, calibration: Calibration
+) -> dict[int, dict[str, Ledger]]:
+    """Every row's ledger per seed: the engine as shipped reads `calibration` (fitted on other seeds)."""
+    fitted_on = set(TRAIN_SEEDS) | set(HELD_OUT_SEEDS)
+    if fitted_on & set(seeds):
+        raise ValueError(f"seeds {sorted(fitted_on & set(seeds))} fitted or tested the calibration")
+    predictor = committed_predictor(load_rules().predictor)
+    bare = baseline_score(PREDICTOR_WEIGHTS_FILE)
+    calibrated = baseline_p30(PREDICTOR_WEIGHTS_FILE, calibration)
+    return {
         seed: {
-            name: Simulation(seed, policy, shape, econ, predictors[which], baseline).run()  # type: ignore[arg-type]
-            for name, policy, which in RUNS
+            name: Simulation(
+                seed, policy, shape, econ, predictor, calibrated if uses else bare,  # type: ignore[arg-type]
+                calibration=calibration if uses else None,
+            ).run()
+            for name, policy, uses in RUNS
         }
         for seed in seeds
-    }
-    return results, (a, b)
+    }  # fmt: skip
 
 
 def _spread(xs: list[float]) -> str:
@@ -120,7 +86,7 @@ def _spread(xs: list[float]) -> str:
     return f"{statistics.mean(xs):>10,.0f} ± {sd:>8,.0f}  [{min(xs):>9,.0f} .. {max(xs):>9,.0f}]"
 
 
-def figures(results: dict[int, dict[str, Ledger]]) -> dict[str, Any]:
+def figures(results: dict[int, dict[str, Ledger]], calibration: Calibration) -> dict[str, Any]:
     names = [name for name, _, _ in RUNS]
     per_seed = {seed: {n: round(ledgers[n].total, 2) for n in names} for seed, ledgers in results.items()}
     saving = {
@@ -137,22 +103,30 @@ def figures(results: dict[int, dict[str, Ledger]]) -> dict[str, Any]:
     pairs = [pair for s in results for pair in results[s]["run_to_failure"].calibration]
     bins = []
     for lo, hi in ((0, 0.05), (0.05, 0.2), (0.2, 0.5), (0.5, 1.01)):
-        inside = [failed for p, failed in pairs if lo <= p < hi]
-        mean_p = statistics.mean([p for p, _ in pairs if lo <= p < hi]) if inside else None
+        inside = [(score, failed) for score, failed in pairs if lo <= score < hi]
+        known = [p for score, _ in inside if (p := calibration.calibrate(score).p_fail_30d) is not None]
         bins.append(
             {
-                "p30": f"{lo:g}-{min(hi, 1):g}",
+                "score": f"{lo:g}-{min(hi, 1):g}",
                 "n": len(inside),
-                "mean_p": mean_p,
-                "failed_within_30d": sum(inside) / len(inside) if inside else None,
+                "mean_score": statistics.mean(x for x, _ in inside) if inside else None,
+                "mean_calibrated": statistics.mean(known) if known else None,
+                "failed_within_30d": sum(y for _, y in inside) / len(inside) if inside else None,
             }
         )
-    return {"per_seed": per_seed, "saving": saving, "counts": counts, "costs": costs, "calibration": bins}
+    on_these: Reliability = reliability(calibration, pairs)
+    return {
+        "per_seed": per_seed,
+        "saving": saving,
+        "counts": counts,
+        "costs": costs,
+        "calibration": bins,
+        "reliability": on_these,
+    }
 
 
 def render(f: dict[str, Any], shape: Shape, seeds: tuple[int, ...]) -> str:
     n, names = len(seeds), [name for name, _, _ in RUNS]
-    a, b = f["recalibration"]
     lines = [
         f"{shape.gpus} GPUs, {shape.days} days decided + {shape.tail_days} run to failure, "
         f"{shape.spares} spares, seeds {seeds[0]}..{seeds[-1]} ({n}); total cost per fleet-year (USD, "
@@ -167,8 +141,9 @@ def render(f: dict[str, Any], shape: Shape, seeds: tuple[int, ...]) -> str:
         wins = sum(x > 0 for x in xs)
         lines.append(f"saving of {pair:<38}{_spread(xs)}   better on {wins}/{n} seeds")
     lines.append(
-        f"(recalibrated: p' = sigmoid({a:.3f} + {b:.3f} logit p), fitted on seeds {TRAIN_SEEDS} run to "
-        "failure)"
+        f"(the engine as shipped reads {f['calibration_file']}, fitted on seeds "
+        f"{TRAIN_SEEDS[0]}..{TRAIN_SEEDS[-1]} run to failure; the bare score's row takes the "
+        "predictor's score as the probability)"
     )
     lines += ["", f"{'all seeds':<22}" + "".join(f"{c:>15}" for c in COUNTS)]
     for p in names:
@@ -179,13 +154,20 @@ def render(f: dict[str, Any], shape: Shape, seeds: tuple[int, ...]) -> str:
         lines.append(f"{k:<22}" + "".join(f"{f['costs'][p].get(k, 0) / n:>22,.0f}" for p in names))
     lines += [
         "",
-        "the committed predictor on these fleets (GPUs in service, weekly): p30 bin, n, mean p30, "
-        "failed within 30 d",
+        "the committed predictor on these fleets (GPUs in service, weekly): score bin, n, mean score, "
+        "mean calibrated p30, failed within 30 d",
     ]
     for b in f["calibration"]:
-        mean_p = "-" if b["mean_p"] is None else f"{b['mean_p']:.3f}"
-        seen = "-" if b["failed_within_30d"] is None else f"{b['failed_within_30d']:.3f}"
-        lines.append(f"  {b['p30']:<10}{b['n']:>8}{mean_p:>10}{seen:>10}")
+        said = [
+            "-" if b[k] is None else f"{b[k]:.3f}"
+            for k in ("mean_score", "mean_calibrated", "failed_within_30d")
+        ]
+        lines.append(f"  {b['score']:<10}{b['n']:>8}" + "".join(f"{x:>10}" for x in said))
+    r = f["reliability"]
+    lines.append(
+        f"  {r.samples} GPU-weeks ({r.unsupported} with no support): Brier {r.brier:.5f} calibrated, "
+        f"{r.brier_uncalibrated:.5f} bare; ECE {r.ece:.5f} calibrated, {r.ece_uncalibrated:.5f} bare"
+    )
     return "\n".join(lines)
 
 
@@ -202,12 +184,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     shape = Shape(gpus=args.gpus, days=args.days, spares=max(1, round(args.gpus * 0.02)))
     seeds = tuple(args.seeds)
-    results, fitted = run(seeds, shape, EconomicsSection())
-    found = {**figures(results), "recalibration": fitted}
+    calibration = load_calibration(PREDICTOR_CALIBRATION_FILE, weights_file=PREDICTOR_WEIGHTS_FILE)
+    results = run(seeds, shape, EconomicsSection(), calibration)
+    found = {**figures(results, calibration), "calibration_file": calibration.name}
     print(render(found, shape, seeds))
     if args.json:
-        args.json.write_text(json.dumps(found, indent=1, default=dict))
+        args.json.write_text(json.dumps(found, indent=1, default=_plain))
     return 0
+
+
+def _plain(x: object) -> object:
+    return asdict(x) if is_dataclass(x) and not isinstance(x, type) else dict(x)  # type: ignore[call-overload]
 
 
 if __name__ == "__main__":

@@ -11,8 +11,9 @@ spare in its slot while one is on hand. They differ in what they do besides:
   job-crashing XID, a stuck fault, a failure), as some operators do;
 - `engine`: services.lifecycle's `decide` for every GPU in service each day,
   and for a GPU the moment it sticks or dies, on what the service would see:
-  the real predictor's p(fail) from the day's precursors, the remediator's
-  resets, the inventory, the workload; its choice is carried out.
+  the real predictor's score from the day's precursors through the
+  calibration it is given, the remediator's resets, the inventory, the
+  workload; its choice is carried out.
 
 After `Shape.days`, every policy runs to failure for `tail_days`, so a defect
 left in the fleet at the end is paid for. The ledger is money lost against a
@@ -24,13 +25,13 @@ up by repurposing, and the useful years written off by retiring.
 from __future__ import annotations
 
 import heapq
-import math
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Literal
 
+from services.lifecycle.calibration import Calibration
 from services.lifecycle.costs import HOURS_PER_YEAR, Option
 from services.lifecycle.decide import GpuFacts, decide
 from services.lifecycle.inventory import InventoryEntry
@@ -59,22 +60,12 @@ def committed_predictor(weights: PredictorWeights) -> Predictor:
     return lambda seen: predict_one("GPU-simulated", seen, weights).p_fail_30d
 
 
-def recalibrated(predictor: Predictor, a: float, b: float) -> Predictor:
-    """`predictor` mapped through sigmoid(a + b * logit(p)) (Platt scaling, fitted on other fleets)."""
-
-    def p(seen: dict[str, float]) -> float:
-        q = min(max(predictor(seen), 1e-6), 1 - 1e-6)
-        z = a + b * math.log(q / (1 - q))
-        return 1 / (1 + math.exp(-z)) if z > -700 else 0.0
-
-    return p
-
-
 @dataclass(slots=True)
 class Ledger:
     cost: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))  # money, by what on
     count: Counter[str] = field(default_factory=Counter)  # what happened
-    calibration: list[tuple[float, bool]] = field(default_factory=list)  # (p30, failed within 30 days)
+    # (the predictor's score, failed within 30 days) of GPUs in service, every `sample_every_days`
+    calibration: list[tuple[float, bool]] = field(default_factory=list)
 
     @property
     def total(self) -> float:
@@ -105,7 +96,12 @@ class Simulation:
         econ: EconomicsSection,
         predictor: Predictor,
         baseline: float,
+        *,
+        calibration: Calibration | None,
+        sample_every_days: int = 7,
     ) -> None:
+        """`baseline`: a healthy GPU's p30 as the engine prices it; `calibration`: the engine's (None: the
+        score taken as the probability)."""
         self.seed, self.policy, self.shape, self.e, self.predictor, self.baseline = (
             seed,
             policy,
@@ -114,6 +110,7 @@ class Simulation:
             predictor,
             baseline,
         )
+        self.calibration, self.sample_every_days = calibration, sample_every_days
         self.end = shape.days + shape.tail_days
         self.ledger = Ledger()
         self.places = [self._place(s) for s in fleet(seed, shape)]
@@ -291,8 +288,9 @@ class Simulation:
             resets_30d=sum(at - 30 < r <= at for r in p.resets),
             inventory=inv,
         )
+        today = self.shape.start + timedelta(days=day)
         return decide(
-            facts, self.e, baseline_p30=self.baseline, today=self.shape.start + timedelta(days=day)
+            facts, self.e, baseline_p30=self.baseline, today=today, calibration=self.calibration
         ).choice
 
     def apply(self, p: Place, at: float, choice: Option | None) -> None:
@@ -329,7 +327,7 @@ class Simulation:
             return
         self.ledger.cost["value_given_up"] += 24 * max(self.m0(p) - self.m(p), 0.0)
         if (
-            day % 7 == 0 and day < self.shape.days
+            day % self.sample_every_days == 0 and day < self.shape.days
         ):  # what the predictor says of GPUs in service, and the truth
             self.ledger.calibration.append((self.predictor(p.gpu.observed(day)), p.gpu.death - day <= 30))
         if self.acting(day) == "engine":

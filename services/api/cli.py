@@ -259,7 +259,7 @@ def lifecycle(client: httpx.Client, decision: str | None, host: str | None, limi
     lines += ["", f"{'host':<16}{'gpu_uuid':<16}{'decision':<11}{'waiting/day':>12}{'cost':>10}{'p30':>6}"
               f"  {'warranty':<11}why"]  # fmt: skip
     for d in body["decisions"]:
-        p30 = "-" if d["p_fail_30d"] is None else f"{d['p_fail_30d']:.2f}"
+        p30 = "-" if d["p_fail_30d"] is None else f"{d['p_fail_30d']:.3f}"
         cost = "-" if d["expected_cost"] is None else f"{d['expected_cost']:,.0f}"
         lines.append(
             f"{(d['hostname'] or '-')[:15]:<16}{d['gpu_uuid'][:15]:<16}{d['decision']:<11}"

@@ -3,9 +3,11 @@
 A decision takes the cheapest option (keep on a tie: it disturbs nothing) and
 lists every option with its parts, every input with where it came from, and
 each input that was missing: the value it was priced at, and which decision
-the ends of its plausible range give. Where the predictor has no answer the
-decision is left open (never a default probability): it says up to which p30
-keeping is cheapest and what is cheapest beyond.
+the ends of its plausible range give. The predictor's score is priced through
+its calibration (services/lifecycle/calibration.py), which the terms name.
+Where the predictor has no answer, or the calibration no support for its
+score, the decision is left open (never a default probability): it says up to
+which p30 keeping is cheapest and what is cheapest beyond.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import date
 from typing import Any
 
+from .calibration import Calibration
 from .costs import RESET_FINDINGS, Option, OptionCost, Situation, WorkClass, cheapest, price_options
 from .inventory import InventoryEntry
 from .settings import EconomicsSection
@@ -26,7 +29,7 @@ class GpuFacts:
     """What is known of one GPU; None is an input nobody could supply (the decision lists it)."""
 
     gpu_uuid: str
-    p_fail_30d: float | None = None  # the predictor's; None: it has no answer for this GPU
+    p_fail_30d: float | None = None  # the predictor's score; None: it has no answer for this GPU
     failed: bool = False  # it cannot serve now (the scorer's verdict is unhealthy)
     finding: str | None = None  # the scorer's action now (shared.models_health.LADDER)
     utilisation: float | None = None  # 0..1 over the window
@@ -41,7 +44,7 @@ class GpuFacts:
 class Term:
     name: str
     value: Any
-    source: str  # predictor, scorer, metrics, workload, remediation, inventory, assumption
+    source: str  # predictor, calibration, scorer, metrics, workload, remediation, inventory, assumption
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,9 +104,10 @@ class _Unknown:
 
 
 def resolve(
-    facts: GpuFacts, e: EconomicsSection, today: date, baseline_p30: float
-) -> tuple[Situation, list[Term], list[_Unknown]]:
-    """The situation to price, the terms (inputs and where they came from) and what was missing."""
+    facts: GpuFacts, e: EconomicsSection, today: date, baseline_p30: float, calibration: Calibration | None
+) -> tuple[Situation, list[Term], list[_Unknown], str | None]:
+    """The situation to price, the terms (inputs and where they came from), what was missing, and why there
+    is no failure probability (None where there is one)."""
     inv = facts.inventory
     terms: list[Term] = []
     unknown: list[_Unknown] = []
@@ -120,11 +124,23 @@ def resolve(
     def have(value: Any, name: str, source: str, label: str, assumed: Any, low: Any, high: Any) -> Any:
         return known(name, value, source) if value is not None else missing(name, label, assumed, low, high)
 
-    p30 = facts.p_fail_30d
-    if p30 is not None:
-        known("p_fail_30d", p30, "predictor")
-    elif facts.failed and facts.finding in RESET_FINDINGS:
-        # whether the vendor would find a fault in it: priced at the predictor's own baseline, and said
+    score = facts.p_fail_30d
+    p30: float | None = None
+    no_p: str | None = "no failure prediction for this GPU (too little history)"
+    if score is not None:
+        known("p_fail_30d_score", score, "predictor")
+        if calibration is None:
+            known("calibration", "none: the predictor's score taken as the probability", "calibration")
+            p30, no_p = known("p_fail_30d", score, "predictor"), None
+        else:
+            got = calibration.calibrate(score)
+            known("calibration", got.said, "calibration")
+            if got.p_fail_30d is not None:
+                p30, no_p = known("p_fail_30d", got.p_fail_30d, "calibration"), None
+            else:
+                no_p = got.said
+    if p30 is None and facts.failed and facts.finding in RESET_FINDINGS:
+        # whether the vendor would find a fault in it: priced at a healthy GPU's calibrated p30, and said
         terms.append(Term("p_fail_30d", baseline_p30, "assumption"))
         unknown.append(
             _Unknown("p30", "the failure prediction (would the vendor find a fault?)", baseline_p30, 0.0, 1.0)
@@ -222,20 +238,37 @@ def resolve(
         purchase_price=price,
         age_years=age,
     )
-    return situation, terms, unknown
+    return situation, terms, unknown, no_p
 
 
-def assumptions(e: EconomicsSection, baseline_p30: float) -> list[Term]:
-    """The fleet-wide assumptions a decision was priced with (the settings, and the predictor's baseline)."""
+def assumptions(e: EconomicsSection, baseline_p30: float, calibration: Calibration | None) -> list[Term]:
+    """The fleet-wide assumptions a decision was priced with (the settings, the calibration, and the
+    calibrated p30 of a GPU with no precursor)."""
     out = [Term(name, value, "assumption") for name, value in e.model_dump().items()]
-    return [*out, Term("baseline_p30", round(baseline_p30, 4), "predictor")]
+    name = calibration.name if calibration else "none: the predictor's score taken as the probability"
+    return [
+        *out,
+        Term("calibration", name, "calibration"),
+        Term("baseline_p30", round(baseline_p30, 6), "calibration"),
+    ]
 
 
-def decide(facts: GpuFacts, e: EconomicsSection, *, baseline_p30: float, today: date) -> Decision:
-    """The cheapest option for one GPU, with its terms, every option's cost, and what was missing."""
-    s, terms, unknown = resolve(facts, e, today, baseline_p30)
-    if facts.p_fail_30d is None and not facts.failed:
-        return _open(facts, s, e, baseline_p30, terms, unknown)
+def decide(
+    facts: GpuFacts,
+    e: EconomicsSection,
+    *,
+    baseline_p30: float,
+    today: date,
+    calibration: Calibration | None,
+) -> Decision:
+    """The cheapest option for one GPU, with its terms, every option's cost, and what was missing.
+
+    `baseline_p30`: a healthy GPU's (one back from a fix) calibrated p30; `calibration`: what maps the
+    predictor's score to a probability (None: the score is taken as one, as the evaluation's comparison
+    does)."""
+    s, terms, unknown, no_p = resolve(facts, e, today, baseline_p30, calibration)
+    if no_p is not None and not facts.failed:
+        return _open(facts, s, e, baseline_p30, terms, unknown, no_p)
     options = price_options(s, e, baseline_p30)
     best = cheapest(options)
     keep = next(o for o in options if o.option is Option.KEEP)
@@ -277,8 +310,9 @@ def _open(
     baseline: float,
     terms: list[Term],
     unknown: list[_Unknown],
+    no_p: str,
 ) -> Decision:
-    """No prediction: where each option is cheapest along p30, instead of a guessed probability."""
+    """No probability: where each option is cheapest along p30, instead of a guessed one."""
     bands: list[tuple[float, float, Option]] = []
     for p in _P_GRID:
         best = cheapest(price_options(replace(s, p30=p), e, baseline)).option
@@ -287,7 +321,7 @@ def _open(
         else:
             bands.append((p, p, best))
     said = ", ".join(f"{o.value} for p30 {lo:g}-{hi:g}" for lo, hi, o in bands)
-    why = f"no failure prediction for this GPU (too little history): left open; {said}"
-    missing = [Missing("the failure prediction", None, said)]
+    why = f"{no_p}: left open; {said}"
+    missing = [Missing("the failure probability", None, f"{no_p}; {said}")]
     missing += [Missing(u.label, u.assumed, "priced only once a prediction exists") for u in unknown]
     return Decision(facts.gpu_uuid, None, why, (), tuple(terms), tuple(missing), 0.0, e.horizon_days)

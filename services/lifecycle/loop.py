@@ -28,6 +28,7 @@ from shared.models_lifecycle import DECISIONS
 from shared.store import lifecycle as store
 from shared.store.errors import translated
 
+from .calibration import load_calibration
 from .inventory import Inventory, InventoryError, load_inventory
 from .run import RunResult, baseline_p30, decide_fleet
 from .settings import LifecycleSettings
@@ -96,7 +97,10 @@ class LifecycleLoop:
         self, settings: LifecycleSettings, *, producer: JsonProducer, registry: CollectorRegistry
     ) -> None:
         self.settings, self.cfg, self.producer = settings, settings.lifecycle, producer
-        self.baseline = baseline_p30(self.cfg.predictor_weights_file)
+        self.calibration = load_calibration(
+            self.cfg.predictor_calibration_file, weights_file=self.cfg.predictor_weights_file
+        )
+        self.baseline = baseline_p30(self.cfg.predictor_weights_file, self.calibration)
         self.metrics = LifecycleMetrics(registry)
         self._seen: tuple[float, int] | None = None  # the inventory file's (mtime, size) at the last load
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None  # the run's, while it runs
@@ -167,6 +171,7 @@ class LifecycleLoop:
                     remediation_seen=seen,
                     econ=self.settings.economics,
                     baseline=self.baseline,
+                    calibration=self.calibration,
                     at=at,
                     trigger=trigger,
                     inventory_file=self.cfg.inventory_file,

@@ -20,6 +20,7 @@ from shared.errors import ConfigError
 from shared.models_lifecycle import LifecycleDecision
 from shared.store.lifecycle import GpuInputs
 
+from .calibration import Calibration
 from .costs import Option, WorkClass
 from .decide import Decision, GpuFacts, Term, assumptions, decide
 from .inventory import Inventory
@@ -33,8 +34,9 @@ WORK: dict[str | None, WorkClass | None] = {
 }
 
 
-def baseline_p30(weights_file: Path) -> float:
-    """The predictor's p30 for a GPU with no precursor at all: sigmoid(intercept) of its weights file."""
+def baseline_score(weights_file: Path) -> float:
+    """The predictor's score for a GPU with no precursor at all: sigmoid(intercept) of its weights file,
+    rounded as the predictor reports it."""
     try:
         with weights_file.open("rb") as f:
             intercept = tomllib.load(f)["intercept"]
@@ -42,7 +44,15 @@ def baseline_p30(weights_file: Path) -> float:
         raise ConfigError(f"{weights_file}: no predictor intercept ({e})") from e
     if not isinstance(intercept, int | float) or isinstance(intercept, bool) or not math.isfinite(intercept):
         raise ConfigError(f"{weights_file}: the intercept must be a number")
-    return 1 / (1 + math.exp(-intercept)) if intercept > -700 else 0.0
+    return round(1 / (1 + math.exp(-intercept)) if intercept > -700 else 0.0, 4)
+
+
+def baseline_p30(weights_file: Path, calibration: Calibration) -> float:
+    """A healthy GPU's calibrated p30 (what one back from a reset, a repair or an RMA is priced at)."""
+    got = calibration.calibrate(baseline_score(weights_file))
+    if got.p_fail_30d is None:
+        raise ConfigError(f"{got.said} (the predictor's baseline): run `make calibrate-predictor`")
+    return got.p_fail_30d
 
 
 def facts_of(g: GpuInputs, inventory: Inventory | None) -> GpuFacts:
@@ -76,6 +86,7 @@ def decide_fleet(
     remediation_seen: bool,
     econ: EconomicsSection,
     baseline: float,
+    calibration: Calibration | None,
     at: datetime,
     trigger: str,
     inventory_file: Path | None,
@@ -109,14 +120,14 @@ def decide_fleet(
             "gpus": len(gpus),
             "currency": econ.currency,
             "horizon_days": econ.horizon_days,
-            "assumptions": {t.name: t.value for t in assumptions(econ, baseline)},
+            "assumptions": {t.name: t.value for t in assumptions(econ, baseline, calibration)},
             "missing_inputs": fleet_missing,
         }
     )
     for uuid in sorted(gpus):
         g = gpus[uuid]
         facts = facts_of(g, inventory)
-        decision = decide(facts, econ, baseline_p30=baseline, today=at.date())
+        decision = decide(facts, econ, baseline_p30=baseline, today=at.date(), calibration=calibration)
         row = decision_row(at, g, facts, decision, econ)
         result.decisions.append(decision)
         result.rows.append(row)
@@ -164,7 +175,10 @@ def decision_row(
         "expected_cost": None if chosen is None else round(chosen, 2),
         "keep_cost": None if keep is None else round(keep, 2),
         "cost_of_waiting_per_day": body["cost_of_waiting_per_day"],
-        "p_fail_30d": g.p_fail_30d,
+        # the probability the decision was priced with (the calibrated one; the score is among the terms)
+        "p_fail_30d": next(
+            (t.value for t in d.terms if t.name == "p_fail_30d" and t.source != "assumption"), None
+        ),
         "warranty_end": inv.warranty_end if inv else None,
         "why": d.why,
         "options": body["options"],

@@ -16,6 +16,7 @@ from pydantic import Field
 from shared.config import Section, Settings
 
 PREDICTOR_WEIGHTS_FILE = Path(__file__).resolve().parents[2] / "config" / "predictor-weights.toml"
+PREDICTOR_CALIBRATION_FILE = PREDICTOR_WEIGHTS_FILE.with_name("predictor-calibration.toml")
 
 
 class EconomicsSection(Section):
@@ -90,8 +91,11 @@ class LifecycleSection(Section):
     processes_window_h: float = Field(default=1.0, gt=0, le=24 * 7)
     """The hours of process listings that say a GPU's work and its job's size."""
     predictor_weights_file: Path = PREDICTOR_WEIGHTS_FILE
-    """The failure predictor's weights: its intercept is the chance a GPU with no precursor fails (the
-    baseline a GPU back from a reset, a repair or an RMA is priced at)."""
+    """The failure predictor's weights: its intercept gives the score of a GPU with no precursor (whose
+    calibrated p30 a GPU back from a reset, a repair or an RMA is priced at)."""
+    predictor_calibration_file: Path = PREDICTOR_CALIBRATION_FILE
+    """What maps the predictor's score to an observed p(fail within 30 days) (`make calibrate-predictor`);
+    it must have been fitted for the weights above, or the service refuses to start."""
     metrics_port: int = Field(default=9505, ge=0, le=65535)
     """Port of the service's `/metrics`."""
     metrics_bind: str = "127.0.0.1"

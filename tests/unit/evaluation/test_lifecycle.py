@@ -1,19 +1,18 @@
-"""The lifecycle evaluation's world, its policies' bookkeeping, and its recalibration, on small fleets."""
+"""The lifecycle evaluation's world and its policies' bookkeeping, on small fleets."""
 
 from __future__ import annotations
 
 import math
-import random
 from dataclasses import replace
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from evaluation.lifecycle import RUNS, figures, platt, render
-from evaluation.lifecycle_sim import POLICIES, Place, Simulation, committed_predictor, recalibrated
+from evaluation.calibrate import HELD_OUT_SEEDS, TRAIN_SEEDS
+from evaluation.lifecycle import RUNS, SEEDS, figures, render, run
+from evaluation.lifecycle_sim import POLICIES, Place, Simulation, committed_predictor
 from evaluation.lifecycle_world import Shape, fleet, incarnation
-from services.lifecycle.settings import EconomicsSection
+from services.lifecycle.calibration import load_calibration
+from services.lifecycle.settings import PREDICTOR_CALIBRATION_FILE, PREDICTOR_WEIGHTS_FILE, EconomicsSection
 from services.scorer.rules_config import load_rules
 
 WEIGHTS = load_rules().predictor
@@ -23,7 +22,8 @@ E = EconomicsSection()
 
 
 def simulation(policy: str, seed: int = 7, shape: Shape = SMALL) -> Simulation:
-    return Simulation(seed, policy, shape, E, committed_predictor(WEIGHTS), BASELINE)  # type: ignore[arg-type]
+    predictor = committed_predictor(WEIGHTS)
+    return Simulation(seed, policy, shape, E, predictor, BASELINE, calibration=None)  # type: ignore[arg-type]
 
 
 def test_a_seed_is_one_fleet_and_each_gpu_its_own_fate() -> None:
@@ -106,36 +106,22 @@ def test_a_reseat_costs_a_visit_and_may_bring_a_stuck_gpu_back() -> None:
     assert p.state in ("serving", "stuck")
 
 
-@settings(max_examples=20, deadline=None)
-@given(a=st.floats(-4, 0), b=st.floats(0.3, 1.5), seed=st.integers(0, 10_000))
-def test_platt_recovers_a_known_miscalibration(a: float, b: float, seed: int) -> None:
-    rng = random.Random(seed)
-    pairs = []
-    for _ in range(4000):
-        p = rng.uniform(0.01, 0.99)
-        truth = 1 / (1 + math.exp(-(a + b * math.log(p / (1 - p)))))
-        pairs.append((p, rng.random() < truth))
-    fa, fb = platt(pairs, ridge=1e-6)
-    assert fa == pytest.approx(a, abs=0.35)
-    assert fb == pytest.approx(b, abs=0.25)
-
-
-def test_platt_does_not_run_away_on_a_fleet_whose_p30_sits_at_one_value() -> None:
-    rng = random.Random(1)
-    pairs = [(0.031, rng.random() < 0.005) for _ in range(20_000)] + [
-        (0.9, rng.random() < 0.15) for _ in range(100)
-    ]
-    a, b = platt(pairs)
-    mapped = recalibrated(lambda seen: seen["p"], a, b)
-    assert mapped({"p": 0.031}) == pytest.approx(0.005, abs=0.004)
-    assert 0.05 < mapped({"p": 0.9}) < 0.4
+def test_the_engine_as_shipped_is_never_evaluated_on_a_seed_that_fitted_or_tested_its_calibration() -> None:
+    assert not set(SEEDS) & (set(TRAIN_SEEDS) | set(HELD_OUT_SEEDS))
+    calibration = load_calibration(PREDICTOR_CALIBRATION_FILE, weights_file=PREDICTOR_WEIGHTS_FILE)
+    with pytest.raises(ValueError, match=r"seeds \[101\] fitted or tested the calibration"):
+        run((201, 101), SMALL, E, calibration)
 
 
 def test_the_report_names_every_row_its_savings_and_the_predictors_calibration() -> None:
-    results = {seed: {name: simulation(policy, seed).run() for name, policy, _ in RUNS} for seed in (1, 2)}
-    text = render({**figures(results), "recalibration": (-3.0, 0.5)}, SMALL, (1, 2))
+    calibration = load_calibration(PREDICTOR_CALIBRATION_FILE, weights_file=PREDICTOR_WEIGHTS_FILE)
+    results = run((1, 2), SMALL, E, calibration)
+    text = render({**figures(results, calibration), "calibration_file": calibration.name}, SMALL, (1, 2))
     for name, _, _ in RUNS:
         assert name in text
     assert "saving of engine vs run_to_failure" in text
     assert "better on" in text
     assert "failed within 30 d" in text
+    assert f"reads {calibration.name}" in text
+    assert "Brier" in text
+    assert "ECE" in text

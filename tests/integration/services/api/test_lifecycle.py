@@ -61,6 +61,7 @@ def decided(migrated: DatabaseSettings) -> dict[str, Any]:
                 remediation_seen=False,
                 econ=EconomicsSection(),
                 baseline=0.031,
+                calibration=None,
                 at=at,
                 trigger="schedule",
                 inventory_file=None,

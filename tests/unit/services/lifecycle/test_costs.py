@@ -10,7 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.lifecycle.costs import Option, Situation, horizon_probability, keep_cost, price_options
+from services.lifecycle.costs import (
+    Option,
+    Situation,
+    cheapest,
+    horizon_probability,
+    keep_cost,
+    price_options,
+    send_back_cost,
+)
 from services.lifecycle.decide import Decision, GpuFacts, decide
 from services.lifecycle.inventory import InventoryEntry
 from services.lifecycle.settings import EconomicsSection
@@ -51,7 +59,8 @@ def busy(p30: float | None, inv: InventoryEntry | None, **kw: object) -> GpuFact
 
 
 def run(facts: GpuFacts) -> Decision:
-    return decide(facts, E, baseline_p30=P0, today=TODAY)
+    """The cost model on the probability as given (calibration None: test_calibration.py covers it)."""
+    return decide(facts, E, baseline_p30=P0, today=TODAY, calibration=None)
 
 
 def cost(d: Decision, option: Option) -> float:
@@ -205,8 +214,9 @@ def test_without_a_prediction_the_decision_is_left_open_with_where_each_option_w
     assert d.choice is None
     assert d.options == ()
     assert "p_fail_30d" not in {t.name for t in d.terms}, "a guessed probability"
-    assert d.missing[0].input == "the failure prediction"
-    assert d.missing[0].effect.startswith("keep for p30 0-0."), d.missing[0].effect
+    assert d.missing[0].input == "the failure probability"
+    assert d.missing[0].effect.startswith("no failure prediction for this GPU (too little history); keep")
+    assert "; keep for p30 0-0." in d.missing[0].effect, d.missing[0].effect
     assert "rma for p30" in d.missing[0].effect
     assert d.to_json()["decision"] == "undecided"
 
@@ -312,3 +322,42 @@ def test_inside_the_horizon_a_surer_failure_can_be_cheaper_because_it_comes_unde
         age_years=0.0,
     )
     assert keep_cost(replace(s, p30=1.0), E)[0] < keep_cost(replace(s, p30=0.9), E)[0]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    s=_situations.filter(lambda s: not s.failed and not 0 < s.warranty_days_left < 30),
+    lo=st.floats(0, 1),
+    hi=st.floats(0, 1),
+    baseline=st.floats(0, 1),
+)
+def test_a_rising_prediction_never_turns_a_send_back_into_keeping_it(
+    s: Situation, lo: float, hi: float, baseline: float
+) -> None:
+    """Keeping only gets dearer as p30 rises, and sending back only cheaper (the vendor more likely finds a
+    fault): a GPU sent back at one prediction is never kept at a higher one."""
+    lo, hi = min(lo, hi), max(lo, hi)
+    at_lo = cheapest(price_options(replace(s, p30=lo), E, baseline)).option
+    at_hi = cheapest(price_options(replace(s, p30=hi), E, baseline)).option
+    if at_lo in (Option.RMA, Option.REPAIR):
+        assert at_hi is not Option.KEEP
+
+
+@settings(max_examples=200, deadline=None)
+@given(s=_situations, baseline=st.floats(0, 1))
+def test_a_send_back_is_an_rma_exactly_while_the_warranty_runs_and_never_dearer_for_it(
+    s: Situation, baseline: float
+) -> None:
+    """At the warranty's end the send-back turns from an RMA into a paid repair; with the vendor no slower
+    under warranty than a repairer, the warranty only ever makes the send-back itself cheaper (what follows
+    its return is the keep cost's business: a GPU back sooner has more of the horizon left to fail in)."""
+    priced = {o.option: o for o in price_options(s, E, baseline)}
+    under = s.warranty_days_left > 0
+    assert (priced[Option.RMA].expected_cost is not None) is under
+    assert (priced[Option.REPAIR].expected_cost is not None) is not under
+    if s.rma_turnaround_days <= E.repair_turnaround_days:
+        rma = send_back_cost(replace(s, warranty_days_left=max(s.warranty_days_left, 1.0)), E, baseline, 720)
+        repair = send_back_cost(replace(s, warranty_days_left=0.0), E, baseline, 720)
+        assert (rma.option, repair.option) == (Option.RMA, Option.REPAIR)
+        itself = [sum(v for k, v in o.parts.items() if k != "after_return") for o in (rma, repair)]
+        assert itself[0] <= itself[1] + 1e-6

@@ -199,3 +199,36 @@ def test_hostile_rows_never_cost_a_good_one(
     accounted = {e.line for e in inv.entries} | {p.line for p in inv.problems}
     assert len(accounted) == len(inv.entries) + len(inv.problems)
     assert all(p.problem for p in inv.problems)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    serials=st.lists(_serials, min_size=1, max_size=10, unique=True),
+    twice=st.lists(st.integers(0, 9), max_size=4, unique=True),
+)
+def test_exactly_the_gpus_named_twice_are_refused_and_every_other_row_loads(
+    serials: list[str], twice: list[int]
+) -> None:
+    doubled = [serials[i] for i in twice if i < len(serials)]
+    rows = [f"{s},,2024-03-01,30000,2027-03-01,21,2," for s in [*serials, *doubled]]
+    inv = parse_inventory("\n".join([HEADER, *rows]).encode(), today=TODAY)
+    assert {e.serial for e in inv.entries} == set(serials) - set(doubled)
+    assert len(inv.problems) == 2 * len(doubled)
+    for p in inv.problems:
+        serial = rows[p.line - 2].split(",")[0]
+        others = [i + 2 for i, r in enumerate(rows) if r.split(",")[0] == serial and i + 2 != p.line]
+        assert f"serial {serial} is also on line(s) {others[0]}" in p.problem, p.problem
+
+
+@settings(max_examples=200, deadline=None)
+@given(bought=st.dates(date(1990, 1, 1), date(2040, 1, 1)), price=st.integers(-(10**6), 10**6))
+def test_a_purchase_date_loads_from_2000_to_today_and_a_price_from_zero(bought: date, price: int) -> None:
+    loaded, problems = parse(f"S1,,{bought},{price},,,,")
+    good = date(2000, 1, 1) <= bought <= TODAY and price >= 0
+    assert loaded == ([2] if good else [])
+    if bought > TODAY:
+        assert f"purchase_date {bought} is in the future" in problems[2]
+    if bought < date(2000, 1, 1):
+        assert f"purchase_date {bought} is before 2000-01-01" in problems[2]
+    if price < 0:
+        assert f"purchase_price {price}: negative" in problems[2]
