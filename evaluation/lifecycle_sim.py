@@ -98,10 +98,12 @@ class Simulation:
         baseline: float,
         *,
         calibration: Calibration | None,
+        predicts: bool = True,
         sample_every_days: int = 7,
     ) -> None:
         """`baseline`: a healthy GPU's p30 as the engine prices it; `calibration`: the engine's (None: the
-        score taken as the probability)."""
+        score taken as the probability); `predicts`: False, the engine gets no prediction at all (it can
+        then act only on GPUs that stuck or died)."""
         self.seed, self.policy, self.shape, self.e, self.predictor, self.baseline = (
             seed,
             policy,
@@ -110,7 +112,7 @@ class Simulation:
             predictor,
             baseline,
         )
-        self.calibration, self.sample_every_days = calibration, sample_every_days
+        self.calibration, self.predicts, self.sample_every_days = calibration, predicts, sample_every_days
         self.end = shape.days + shape.tail_days
         self.ledger = Ledger()
         self.places = [self._place(s) for s in fleet(seed, shape)]
@@ -263,7 +265,7 @@ class Simulation:
     def decision(self, p: Place, at: float) -> Option | None:
         s, day = p.slot, int(at)
         failed = p.state in ("stuck", "dead")
-        p30 = None if p.state == "dead" else self.predictor(p.gpu.observed(day))
+        p30 = None if p.state == "dead" or not self.predicts else self.predictor(p.gpu.observed(day))
         while self.spares_back and self.spares_back[0] <= at:
             heapq.heappop(self.spares_back)
         inv = InventoryEntry(

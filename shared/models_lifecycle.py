@@ -35,7 +35,9 @@ class OptionPriced(StrictModel):
 class DecisionTerm(StrictModel):
     name: Name
     value: TermValue
-    source: Literal["predictor", "scorer", "metrics", "workload", "remediation", "inventory", "assumption"]
+    source: Literal[
+        "predictor", "calibration", "scorer", "metrics", "workload", "remediation", "inventory", "assumption"
+    ]
 
 
 class MissingInput(StrictModel):

@@ -105,6 +105,12 @@ def test_a_run_decides_every_gpu_stores_and_publishes_it_with_its_inputs(
     assert decision in ("reset", "rma"), decision
     assert cost is not None
     assert {t["name"] for t in rows[healthy][1]} >= {"utilisation", "power_w", "warranty_days_left"}
+    # a score is priced through the committed calibration, which each decision names
+    for _, decided_terms, _, _ in rows.values():
+        named = {t["name"]: t for t in decided_terms}
+        if "p_fail_30d_score" in named:
+            assert named["calibration"]["source"] == "calibration"
+            assert named["calibration"]["value"].startswith("predictor-calibration.toml (")
     # the healthy GPU's inventory row was refused: its decision prices what it lacks and says so
     assert any("no inventory row" in m["input"] for m in rows[healthy][2])
     assert run == [("once", 2, 1, 1, [])]  # the remediation history was there to read
