@@ -332,7 +332,7 @@ class Simulation:
             day % self.sample_every_days == 0 and day < self.shape.days
         ):  # what the predictor says of GPUs in service, and the truth
             self.ledger.calibration.append((self.predictor(p.gpu.observed(day)), p.gpu.death - day <= 30))
-        if self.acting(day) == "engine":
+        if self.acting(day) == "engine" and self.predicts:  # with no prediction a serving GPU is left open
             self.apply(p, day, self.decision(p, day))
             if p.state != "serving":
                 return
