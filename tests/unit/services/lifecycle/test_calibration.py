@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import shutil
-from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
@@ -20,13 +19,12 @@ from services.lifecycle.calibration import (
 )
 from services.lifecycle.costs import Option
 from services.lifecycle.decide import GpuFacts, decide
-from services.lifecycle.inventory import InventoryEntry
 from services.lifecycle.run import baseline_p30, baseline_score
 from services.lifecycle.settings import PREDICTOR_CALIBRATION_FILE, PREDICTOR_WEIGHTS_FILE, EconomicsSection
 from shared.errors import ConfigError
+from tests.unit.services.lifecycle.test_costs import TODAY, bought, busy
 
 E = EconomicsSection()
-TODAY = date(2026, 6, 1)
 
 
 def table(*bins: tuple[float, float, int, int, float]) -> Calibration:
@@ -216,27 +214,9 @@ def test_a_calibration_or_weights_file_that_is_not_there_names_itself(tmp_path: 
 # --- the decisions it prices ----------------------------------------------------------------------
 
 
-def _busy(score: float | None, *, warranty_days: int = 400) -> GpuFacts:
-    inv = InventoryEntry(
-        line=2,
-        serial="1652922012345",
-        gpu_uuid=None,
-        purchase_date=TODAY - timedelta(days=365),
-        purchase_price=30_000,
-        warranty_end=TODAY + timedelta(days=warranty_days),
-        rma_turnaround_days=21,
-        spares_on_hand=2,
-    )
-    return GpuFacts(
-        "GPU-3f6e1b2a-9c1d-4e5f-8a7b-0c1d2e3f4a5b",
-        p_fail_30d=score,
-        utilisation=0.9,
-        power_w=700.0,
-        work="training",
-        job_gpus=256,
-        resets_30d=0,
-        inventory=inv,
-    )
+def _busy(score: float | None) -> GpuFacts:
+    """The big job of test_costs (256 GPUs, a spare on hand, 400 days of warranty left)."""
+    return busy(score, bought(warranty_days=400, spares=2), job_gpus=256)
 
 
 def test_a_decision_is_priced_on_the_calibrated_probability_and_its_terms_name_the_calibration() -> None:
@@ -275,18 +255,7 @@ def test_a_score_the_calibration_has_no_support_for_leaves_the_decision_open_and
 def test_a_failed_gpu_whose_score_has_no_support_is_priced_at_a_healthy_gpus_probability_and_says_so() -> (
     None
 ):
-    facts = GpuFacts(
-        "GPU-3f6e1b2a-9c1d-4e5f-8a7b-0c1d2e3f4a5b",
-        p_fail_30d=0.01,
-        failed=True,
-        finding="check_mechanicals",
-        utilisation=0.9,
-        power_w=700.0,
-        work="training",
-        job_gpus=8,
-        resets_30d=0,
-        inventory=_busy(None).inventory,
-    )
+    facts = busy(0.01, bought(warranty_days=400), failed=True, finding="check_mechanicals")
     d = decide(facts, E, baseline_p30=0.004, today=TODAY, calibration=STEP)
     assert d.choice is not None
     assert ("p_fail_30d", 0.004, "assumption") in {(t.name, t.value, t.source) for t in d.terms}
