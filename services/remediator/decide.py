@@ -4,7 +4,9 @@ All of it in the caller's transaction, with the record of it, so the decision,
 its plan and its record are written together or not at all. A finding whose
 decision exists (a redelivered message, a restart) is answered with nothing:
 its plan already runs. A plan is held for an operator when the policy wants
-approval for its action, when the breaker is open, when the node has had its
+approval for its action, when the breaker is open, when the node's last plan
+left it out for a person (failed, escalated to nobody, or kept out) and no GPU
+of it was marked repaired or returned since, when the node has had its
 share of plans within the rate limit's window, or when the action's class has
 had its share fleet-wide.
 """
@@ -53,6 +55,11 @@ def hold_reason(
         return "breaker", "the breaker is open"
     if not limits:
         return None, None
+    if (left := store.left_out_for_a_person(conn, node, dry_run)) is not None:
+        return "approval", (
+            f"plan {left['id']} ({left['action']}, {left['state']}) left {node} out for a person;"
+            " an operator approves this one, or marks its GPU repaired or returned"
+        )
     rate = policy.rate_limit
     started = store.plans_since(
         conn, dry_run=dry_run, since=now - timedelta(seconds=rate.window_s), node=node

@@ -122,6 +122,37 @@ def join_plan(conn: SyncConn, plan_id: int, gpu_uuid: str, at: datetime) -> None
         )
 
 
+def left_out_for_a_person(conn: SyncConn, node: str, dry_run: bool) -> Row | None:
+    """The node's newest finished plan, when it left the node out for a person and nobody has said since
+    that a GPU of it was repaired or returned (gpu_repairs): failed, escalated with no plan after it,
+    or done with keep_out as its last step. None when the node's last plan returned it, or it had none."""
+    found = dict_rows(
+        conn,
+        f"SELECT {_PLAN_COLUMNS} FROM remediations r WHERE node = %s AND dry_run = %s"
+        " AND state IN ('done', 'failed', 'escalated') ORDER BY updated_at DESC, id DESC LIMIT 1",
+        (node, dry_run),
+    )
+    if not found:
+        return None
+    last = found[0]
+    left_out = (
+        last["state"] == "failed"
+        or (last["state"] == "done" and list(last["steps"])[-1:] == ["keep_out"])
+        or (
+            last["state"] == "escalated"
+            and not tuple_rows(conn, "SELECT 1 FROM remediations WHERE escalated_from = %s", (last["id"],))
+        )
+    )
+    if not left_out:
+        return None
+    returned = tuple_rows(
+        conn,
+        "SELECT 1 FROM gpu_repairs WHERE gpu_uuid = ANY(%s) AND time > %s LIMIT 1",
+        (list(last["gpu_uuids"]), last["updated_at"]),
+    )
+    return None if returned else last
+
+
 def plans_since(
     conn: SyncConn, *, dry_run: bool, since: datetime, node: str | None = None, action: str | None = None
 ) -> int:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
 
 from services.remediator.decide import Decided, decide
 from services.remediator.findings import Finding, NodeMap
@@ -98,3 +101,74 @@ def test_dry_run_and_live_keep_apart(migrated: DatabaseSettings, policy: Policy)
     live = verdict_finding(0, at=T0.replace(minute=1))
     assert decide_now(migrated, policy, live, dry_run=False).outcome == "act"  # its own plan, not a join
     assert sorted(rows(migrated, "SELECT dry_run FROM remediations")) == [(False,), (True,)]
+
+
+def _left(db: DatabaseSettings, sql: str, params: Any = None) -> None:
+    with connect(db) as conn:
+        conn.execute(sql, params)
+        conn.commit()
+
+
+@pytest.mark.parametrize(
+    ("state", "last_step", "successor", "mark", "held"),
+    [
+        (state, last_step, successor, mark, held)
+        for state in ("done", "failed", "escalated")
+        for last_step in ("return", "keep_out")
+        for successor in (False, True)
+        for mark in (None, "before", "after")
+        if successor is False or state == "escalated"
+        for held in [
+            mark != "after"
+            and (
+                state == "failed"
+                or (state == "done" and last_step == "keep_out")
+                or (state == "escalated" and not successor)
+            )
+        ]
+    ],
+)
+def test_a_node_left_out_for_a_person_is_not_put_back_by_a_later_plan_of_its_own(
+    migrated: DatabaseSettings,
+    policy: Policy,
+    state: str,
+    last_step: str,
+    successor: bool,
+    mark: str | None,
+    held: bool,
+) -> None:
+    """After a plan left a node out for a person, a new finding on it waits for an operator's approval
+    (an automatic plan that passed its validation would return the node), until a GPU of it is marked
+    repaired or returned after that plan; a node its last plan returned is automatic again."""
+    add_fleet(migrated, 1, gpus=2)
+    first = decide_now(migrated, policy, verdict_finding(0, 0)).plan_id
+    ended = T0 + timedelta(minutes=10)
+    _left(
+        migrated,
+        "UPDATE remediations SET state = %s, steps = array_append(steps, %s), updated_at = %s,"
+        " created_at = %s WHERE id = %s",
+        (state, last_step, ended, T0 - timedelta(days=2), first),
+    )
+    if successor:  # an escalation's next plan, itself over and returned
+        _left(
+            migrated,
+            "INSERT INTO remediations (node, gpu_uuids, action, finding, steps, state, dry_run,"
+            " decision_key, escalated_from, created_at, updated_at, next_at)"
+            " SELECT node, gpu_uuids, 'reboot_node', finding, ARRAY['cordon', 'return'], 'done', dry_run,"
+            " 'next', id, %s, %s, %s FROM remediations WHERE id = %s",
+            (T0 - timedelta(days=2), ended + timedelta(minutes=1), ended, first),
+        )
+    if mark is not None:
+        at = ended + (timedelta(minutes=5) if mark == "after" else -timedelta(minutes=5))
+        _left(
+            migrated,
+            "INSERT INTO gpu_repairs (gpu_uuid, time, kind, marked_by) VALUES (%s, %s, 'repaired', 'test')",
+            (gpu_uuid(0, 0), at),  # the GPU the plan was about
+        )
+    later = decide_now(migrated, policy, verdict_finding(0, 1, at=T0 + timedelta(hours=1)))
+    assert later.outcome == ("held" if held else "act"), later.reason
+    if held:
+        assert f"plan {first}" in (later.reason or "")
+        assert "out for a person" in (later.reason or "")
+        newest = rows(migrated, "SELECT state, held_for FROM remediations ORDER BY id DESC LIMIT 1")
+        assert newest == [("held", "approval")]
