@@ -35,8 +35,7 @@ from shared.kafka import JsonProducer, make_admin
 from shared.lifecycle import running
 from shared.migrate import migrated_schema
 from shared.models import Source
-from shared.store.events import LINES
-from shared.store.results import tuple_rows
+from shared.store import events
 from shared.topics import TopicSpec, ensure_topics
 
 from .pipeline import make_loop, wait_until
@@ -123,9 +122,7 @@ def run_flood(
                 watcher.join(30)
         rows, counted = _counted(db, flooded)
         with connect(db) as conn:
-            ((other_rows,),) = tuple_rows(
-                conn, "SELECT count(*) FROM gpu_events WHERE kind = 'xid' AND gpu_uuid <> %s", (flooded,)
-            )
+            other_rows = len(events.xids_elsewhere(conn, flooded))
         log = fleet.kernel_logs[FLOODED[0]]
         lines_in = sum(1 for r in log.records if f"): {FLOOD_XID}, " in r.message)
         published = sum(
@@ -173,13 +170,7 @@ def evaluate_floods(kafka: KafkaSettings, db: DatabaseSettings, *, lines: int = 
 def _counted(db: DatabaseSettings, gpu_uuid: str) -> tuple[int, int]:
     """The flooded GPU's rows of the flood's XID, and the lines they count."""
     with connect(db) as conn:
-        ((rows, lines),) = tuple_rows(
-            conn,
-            f"SELECT count(*), coalesce(sum({LINES}), 0) FROM gpu_events"
-            " WHERE kind = 'xid' AND gpu_uuid = %s AND details->>'xid' = %s",
-            (gpu_uuid, str(FLOOD_XID)),
-        )
-    return int(rows), int(lines)
+        return events.xid_lines(conn, gpu_uuid, FLOOD_XID)
 
 
 def _watch(
@@ -192,11 +183,6 @@ def _watch(
     """Note the wall time each other GPU's XID first shows in gpu_events."""
     with connect(db, autocommit=True) as conn:
         while not stop.is_set() and len(seen) < len(written):
-            for gpu, code in tuple_rows(
-                conn,
-                "SELECT DISTINCT gpu_uuid, (details->>'xid')::int FROM gpu_events WHERE kind = 'xid'"
-                " AND gpu_uuid <> %s",
-                (flooded,),
-            ):
-                seen.setdefault((str(gpu), int(code)), time.time())
+            for gpu, code in events.xids_elsewhere(conn, flooded):
+                seen.setdefault((gpu, code), time.time())
             stop.wait(0.1)

@@ -77,3 +77,27 @@ def insert_events(conn: psycopg.Connection[Any], found: Sequence[GpuEvent]) -> N
     count revising it); no commit."""
     with translated(conn), conn.cursor() as cur:
         cur.executemany(_INSERT, [event_row(e) for e in found])
+
+
+def xid_lines(conn: psycopg.Connection[Any], gpu_uuid: str, code: int) -> tuple[int, int]:
+    """One GPU's stored events of one XID: how many rows, and the lines they count (folded floods whole)."""
+    with translated(conn), conn.cursor() as cur:
+        cur.execute(
+            sql.SQL(
+                "SELECT count(*), coalesce(sum({lines}), 0) FROM gpu_events"
+                " WHERE kind = 'xid' AND gpu_uuid = %s AND details->>'xid' = %s"
+            ).format(lines=sql.SQL(LINES)),
+            (gpu_uuid, str(code)),
+        )
+        rows, lines = cur.fetchone() or (0, 0)
+    return int(rows), int(lines)
+
+
+def xids_elsewhere(conn: psycopg.Connection[Any], gpu_uuid: str) -> list[tuple[str, int]]:
+    """Every other GPU's stored XID events, one (GPU, code) a row."""
+    with translated(conn), conn.cursor() as cur:
+        cur.execute(
+            "SELECT gpu_uuid, (details->>'xid')::int FROM gpu_events WHERE kind = 'xid' AND gpu_uuid <> %s",
+            (gpu_uuid,),
+        )
+        return [(str(gpu), int(code)) for gpu, code in cur.fetchall()]
