@@ -1,7 +1,7 @@
 """`python -m evaluation.lifecycle` (and `make evaluate`): does following the lifecycle engine save money?
 
-Simulated fleets (evaluation/lifecycle_world.py: GPUs bought over four and a
-half years with three-year warranties, training, inference and idle work,
+Simulated fleets (evaluation/lifecycle_world.py: GPUs bought over the last
+3.8 years with three-year warranties, training, inference and idle work,
 defects that wear out with precursors or fail at once, GPUs that stick) live
 a year under each policy (evaluation/lifecycle_sim.py): the engine as
 shipped (services.lifecycle's decisions on the committed predictor's score
@@ -93,10 +93,11 @@ def _spread(xs: list[float]) -> str:
 def figures(results: dict[int, dict[str, Ledger]], calibration: Calibration) -> dict[str, Any]:
     names = [name for name, _, _ in RUNS]
     per_seed = {seed: {n: round(ledgers[n].total, 2) for n in names} for seed, ledgers in results.items()}
+    against = [(engine, base) for engine in ENGINES for base in BASELINES]
+    against.append(("engine", "engine, no prediction"))  # what the prediction itself adds
     saving = {
         f"{engine} vs {base}": [per_seed[s][base] - per_seed[s][engine] for s in per_seed]
-        for engine in ENGINES
-        for base in BASELINES
+        for engine, base in against
     }
     counts = {n: sum((results[s][n].count for s in results), Counter()) for n in names}
     costs: dict[str, defaultdict[str, float]] = {n: defaultdict(float) for n in names}
@@ -143,7 +144,7 @@ def render(f: dict[str, Any], shape: Shape, seeds: tuple[int, ...]) -> str:
     lines.append("")
     for pair, xs in f["saving"].items():
         wins = sum(x > 0 for x in xs)
-        lines.append(f"saving of {pair:<42}{_spread(xs)}   better on {wins}/{n} seeds")
+        lines.append(f"saving of {pair:<45}{_spread(xs)}   better on {wins}/{n} seeds")
     lines.append(
         f"(the engine as shipped reads {f['calibration_file']}, fitted on seeds "
         f"{TRAIN_SEEDS[0]}..{TRAIN_SEEDS[-1]} run to failure; the bare score's row takes the "

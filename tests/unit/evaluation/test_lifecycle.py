@@ -120,6 +120,7 @@ def test_the_report_names_every_row_its_savings_and_the_predictors_calibration()
     for name, _, _ in RUNS:
         assert name in text
     assert "saving of engine vs run_to_failure" in text
+    assert "saving of engine vs engine, no prediction" in text
     assert "better on" in text
     assert "failed within 30 d" in text
     assert f"reads {calibration.name}" in text
