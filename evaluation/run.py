@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
 from services.collector.enrich import Placement
 from services.mock_dcgm.fleet import FleetSpec
@@ -14,7 +14,7 @@ from services.scorer.rules_config import Rules
 from shared.config import DatabaseSettings
 from shared.db import connect
 from shared.migrate import migrated_schema
-from shared.store import health
+from shared.store import alerts, health
 
 from .feed import SimFeed, sim_feed
 from .remediation import ShadowRemediator
@@ -61,13 +61,9 @@ def _snapshot(
         for uuid, sub, state, _rule in health.current_verdicts(conn, unhealthy_only=True):
             states.setdefault(uuid, {})[sub] = state
         actions = health.actions(conn)
-        shared = conn.execute(
-            "SELECT kind, evidence FROM gpu_alerts WHERE state <> 'resolved' AND kind = ANY(%s)",
-            (list(_SHARED),),
-        ).fetchall()
+        shared = alerts.unresolved_of_kinds(conn, _SHARED)
     findings = []
-    for kind, e in shared:
-        evidence = cast(dict[str, Any], e)
+    for kind, evidence in shared:
         findings.append((str(kind), str(evidence[_SHARED[str(kind)]]), str(evidence["first"]),
                          int(evidence["gpu_count"]), tuple(evidence["gpus"])))  # fmt: skip
     return states, actions, findings

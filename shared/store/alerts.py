@@ -95,6 +95,16 @@ def open_counts(conn: SyncConn, gpus: Collection[str]) -> list[tuple[str, str, i
     return [(str(uuid), str(severity), int(n)) for uuid, severity, n in found]
 
 
+def unresolved_of_kinds(conn: SyncConn, kinds: Collection[str]) -> list[tuple[str, dict[str, Any]]]:
+    """(kind, evidence) of every alert of `kinds` not resolved (the evaluation's shared findings)."""
+    found = tuple_rows(
+        conn,
+        "SELECT kind, evidence FROM gpu_alerts WHERE state <> 'resolved' AND kind = ANY(%s)",
+        (sorted(kinds),),
+    )
+    return [(str(kind), dict(evidence)) for kind, evidence in found]
+
+
 # --- the API -----------------------------------------------------------------------------------
 
 _RANK = "CASE g.severity WHEN 'critical' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END"
