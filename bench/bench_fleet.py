@@ -320,6 +320,8 @@ def inject_faults(
     while not w.stop.wait(rng.expovariate(per_min / 60)) and time.monotonic() < until:
         g = rng.randrange(gpus)
         uid = gpu_uuid(g)
+        if uid in w.faults or len(w.faults) >= gpus:  # each GPU fails once: its first alert is this fault's
+            continue
         event = {
             "schema_version": SCHEMA_VERSION,
             "time": wire_time(datetime.now(UTC)),
