@@ -608,6 +608,12 @@ def summarise(
                 gave.append(
                     f"scorer {i}: a cycle took {max(steady):.1f} s, over its {run.interval_s:g} s interval"
                 )
+        elif mine and float(mine[0]["seconds"]) > run.interval_s:
+            gave.append(
+                f"scorer {i}: its first cycle took {float(mine[0]['seconds']):.0f} s and no other ended"
+            )
+        elif not mine:
+            gave.append(f"scorer {i}: no cycle over the fleet ended within the run")
     steady_all = [(int(c["gpus"]), float(c["seconds"])) for mine in cycles for c in mine[1:]]
     if steady_all and w.cycle_sql:
         per_gpu = sum(s for _, s in steady_all) / max(1, sum(n for n, _ in steady_all))
