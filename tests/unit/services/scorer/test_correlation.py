@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 
 from services.scorer.correlation import correlated_alerts, job_owns
 from services.scorer.features import XidCounts
-from services.scorer.rules import evaluate
+from services.scorer.patterns import Burst
+from services.scorer.rules import Verdict, evaluate, hold_back_for_the_place
+from shared.models_health import LADDER, SUBSYSTEMS, Action
 from shared.store.correlated_inputs import Episode
 from tests.helpers.scorer import HEALTHY, NOW, RULES
 
@@ -59,3 +61,43 @@ def test_a_job_owns_exactly_the_recent_occurrences_inside_its_crash(
     recent = [t for t in times if t < clear]
     assert owned == all(first <= t <= first + span for t in recent)
     assert not job_owns(replace(HEALTHY, episodes=[crash]), 31, counts, NOW, RULES)
+
+
+PLACE = Episode("rack", "rack-07", NOW - timedelta(seconds=120), NOW - timedelta(seconds=60),
+                ["GPU-1", "GPU-2", "GPU-3"], ["n1", "n2"], [79], 6)  # fmt: skip
+
+
+@given(
+    actions=st.dictionaries(st.sampled_from(SUBSYSTEMS), st.sampled_from(LADDER)),
+    scopes=st.lists(st.sampled_from(["job", "node", "rack"]), max_size=3),
+)
+def test_a_place_fault_holds_its_gpus_at_the_places_rung_all_but_memory(
+    actions: dict[str, Action], scopes: list[str]
+) -> None:
+    episodes = [PLACE._replace(scope=scope) for scope in scopes]
+    verdicts = {s: Verdict(s, "unhealthy", f"rule_{s}", a, {"x": 1}) for s, a in actions.items()}
+    hold_back_for_the_place(replace(HEALTHY, episodes=episodes), verdicts)
+    placed = any(scope != "job" for scope in scopes)
+    ceiling = LADDER.index("check_mechanicals")
+    for subsystem, before in actions.items():
+        verdict = verdicts[subsystem]
+        held = placed and subsystem != "memory" and LADDER.index(before) > ceiling
+        assert verdict.action == ("check_mechanicals" if held else before)
+        assert ("held_back" in verdict.evidence) == held
+        if held:
+            assert verdict.evidence["held_back"]["from"] == before
+            assert verdict.evidence["held_back"]["key"] == "rack-07"
+            assert verdict.evidence["x"] == 1  # what the finding said stays
+
+
+def test_a_rack_fault_turns_each_gpus_repair_into_one_visit_to_the_rack() -> None:
+    # the remediator took the GPU's node out three times in a week: the rule sends it for repair,
+    # unless its rack is at fault (the rack's power, not the GPU, kept failing)
+    bursts = tuple(Burst(NOW - timedelta(days=d), NOW - timedelta(days=d), 2) for d in (1, 2, 3))
+    gpu = replace(HEALTHY, gpu_uuid="GPU-1", pattern_bursts={"remediator_acted_too_often": bursts})
+    alone = evaluate(gpu, RULES, NOW)
+    repaired = [v for v in alone.values() if v.action == "send_for_repair"]
+    assert repaired, {s: v.action for s, v in alone.items()}
+    shared = evaluate(replace(gpu, episodes=[PLACE]), RULES, NOW)
+    assert all(v.action != "send_for_repair" for s, v in shared.items() if s != "memory")
+    assert any(v.evidence.get("held_back", {}).get("scope") == "rack" for v in shared.values())
