@@ -22,7 +22,7 @@ from services.lifecycle.decide import GpuFacts, decide
 from services.lifecycle.run import baseline_p30, baseline_score
 from services.lifecycle.settings import PREDICTOR_CALIBRATION_FILE, PREDICTOR_WEIGHTS_FILE, EconomicsSection
 from shared.errors import ConfigError
-from tests.unit.services.lifecycle.test_costs import TODAY, bought, busy
+from tests.helpers.lifecycle import TODAY, bought, busy
 
 E = EconomicsSection()
 

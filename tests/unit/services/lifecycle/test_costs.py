@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from datetime import date, timedelta
 
 import pytest
 from hypothesis import given, settings
@@ -20,42 +19,13 @@ from services.lifecycle.costs import (
     send_back_cost,
 )
 from services.lifecycle.decide import Decision, GpuFacts, decide
-from services.lifecycle.inventory import InventoryEntry
 from services.lifecycle.settings import EconomicsSection
+from tests.helpers.lifecycle import TODAY, bought, busy
 
 E = EconomicsSection()  # the defaults: $2/h training, $1/h inference, $0.10/kWh, PUE 1.3, 30 days
-TODAY = date(2026, 6, 1)
 P0 = 0.031  # the predictor's baseline (no precursor)
 # A busy H100 in an 8-GPU training job: m = 0.9 x 2 - 0.7 kW x 1.3 x 0.10 = 1.709 per hour
 M = 0.9 * 2.0 - 0.7 * 1.3 * 0.10
-
-
-def bought(
-    *, warranty_days: int, spares: int = 0, age_days: int = 365, price: float = 30_000
-) -> InventoryEntry:
-    return InventoryEntry(
-        line=2,
-        serial="1652922012345",
-        gpu_uuid=None,
-        purchase_date=TODAY - timedelta(days=age_days),
-        purchase_price=price,
-        warranty_end=TODAY + timedelta(days=warranty_days),
-        rma_turnaround_days=21,
-        spares_on_hand=spares,
-    )
-
-
-def busy(p30: float | None, inv: InventoryEntry | None, **kw: object) -> GpuFacts:
-    base = dict(
-        p_fail_30d=p30,
-        utilisation=0.9,
-        power_w=700.0,
-        work="training",
-        job_gpus=8,
-        resets_30d=0,
-        inventory=inv,
-    )
-    return GpuFacts("GPU-3f6e1b2a-9c1d-4e5f-8a7b-0c1d2e3f4a5b", **{**base, **kw})  # type: ignore[arg-type]
 
 
 def run(facts: GpuFacts) -> Decision:
