@@ -22,7 +22,7 @@ from shared.db import connect
 WHOLE_ROWS: dict[type[BaseModel], tuple[str, set[str]]] = {
     Asset: ("gpu_assets", set()),  # a GPU's detail
     LatestSample: ("gpu_latest", set()),  # a GPU's detail
-    AlertRow: ("gpu_alerts", set()),  # the alert list, a GPU's open alerts, an acknowledged alert
+    AlertRow: ("gpu_alerts", {"shared"}),  # the alert list, a GPU's open alerts, an acknowledged alert
     GpuProcesses: ("gpu_process_latest", {"processes"}),  # a GPU's process listing
     PlanDetail: ("remediations", {"events"}),  # one remediation plan
     Control: ("remediation_control", set()),  # the remediator's pause and breaker
