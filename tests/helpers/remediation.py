@@ -153,15 +153,24 @@ def decide_all(r: Remediator, findings: list[Finding], *, dry_run: bool, at: dat
             conn.commit()
 
 
-def returned(r: Remediator, node: str) -> None:
-    """The node's GPUs come back and three healthy cycles follow: its validation passes."""
+def returned(r: Remediator, node: str, *, deadline_s: float = 60.0) -> None:
+    """The node's GPUs come back and healthy cycles follow (three at least) until the plans that ran on
+    it have ended, their validation passed or failed; on a busy machine a look can come after several
+    cycles, so it is the plans' state that ends the wait, within `deadline_s`, not a count of pauses."""
     now = datetime.now(UTC)
+    query = "SELECT id FROM remediations WHERE node = %s AND state = 'running'"
+    running = [plan for (plan,) in rows(r.db, query, (node,))]
     sample_again(r.db, node, now)
     r.run_until_settled()
-    for cycle in range(1, 4):
+    until, cycle = time.monotonic() + deadline_s, 0
+    while True:
+        cycle += 1
         time.sleep(0.06)
         score(r.db, node, now + timedelta(seconds=cycle))
         r.run_until_settled(pause_s=0.06)
+        still = {plan for (plan,) in rows(r.db, query, (node,))} & set(running)
+        if (cycle >= 3 and not still) or time.monotonic() > until:
+            return
 
 
 def plans_in_every_state(db: DatabaseSettings, policy: Policy) -> None:
