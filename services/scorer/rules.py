@@ -227,16 +227,19 @@ PLACE_ACTION: Action = "check_mechanicals"
 
 
 def hold_back_for_the_place(gpu: GpuFeatures, verdicts: dict[str, Verdict]) -> None:
-    """A fault of the host or rack explains its GPUs' signals: while a GPU shares one, no finding of
-    it but its memory's (the GPU's own HBM) sends it further up the ladder than the place's rung, so
-    a bad rack is one visit, not a repair per GPU. The evidence says what was held back and for whom."""
+    """A fault of the host or rack explains the repeats its GPUs show: while a GPU shares one, no
+    pattern rule (a count over time, which the place's fault inflates on every GPU of it) sends it
+    further up the ladder than the place's rung, so a bad rack is one visit, not a repair per GPU.
+    What the GPU's own evidence proves (a failed row remap, the memory subsystem) stands. The
+    evidence says what was held back and for whom."""
     places = [e for e in gpu.episodes if e.scope != "job"]
     if not places:
         return
     place = max(places, key=lambda e: (e.last, e.first))
     ceiling = LADDER.index(PLACE_ACTION)
     for subsystem, verdict in verdicts.items():
-        if subsystem == "memory" or LADDER.index(verdict.action) <= ceiling:
+        counted = (verdict.rule or "").startswith("pattern_")
+        if subsystem == "memory" or not counted or LADDER.index(verdict.action) <= ceiling:
             continue
         held = {"from": verdict.action, "scope": place.scope, "key": place.key, "gpus": len(place.gpus)}
         verdict.action, verdict.evidence = PLACE_ACTION, {**verdict.evidence, "held_back": held}

@@ -68,20 +68,24 @@ PLACE = Episode("rack", "rack-07", NOW - timedelta(seconds=120), NOW - timedelta
 
 
 @given(
-    actions=st.dictionaries(st.sampled_from(SUBSYSTEMS), st.sampled_from(LADDER)),
+    actions=st.dictionaries(
+        st.sampled_from(SUBSYSTEMS),
+        st.tuples(st.sampled_from(LADDER), st.sampled_from(["pattern_x", "xid_48"])),
+    ),
     scopes=st.lists(st.sampled_from(["job", "node", "rack"]), max_size=3),
 )
-def test_a_place_fault_holds_its_gpus_at_the_places_rung_all_but_memory(
-    actions: dict[str, Action], scopes: list[str]
+def test_a_place_fault_holds_its_gpus_counted_findings_at_the_places_rung(
+    actions: dict[str, tuple[Action, str]], scopes: list[str]
 ) -> None:
     episodes = [PLACE._replace(scope=scope) for scope in scopes]
-    verdicts = {s: Verdict(s, "unhealthy", f"rule_{s}", a, {"x": 1}) for s, a in actions.items()}
+    verdicts = {s: Verdict(s, "unhealthy", rule, a, {"x": 1}) for s, (a, rule) in actions.items()}
     hold_back_for_the_place(replace(HEALTHY, episodes=episodes), verdicts)
     placed = any(scope != "job" for scope in scopes)
     ceiling = LADDER.index("check_mechanicals")
-    for subsystem, before in actions.items():
+    for subsystem, (before, rule) in actions.items():
         verdict = verdicts[subsystem]
-        held = placed and subsystem != "memory" and LADDER.index(before) > ceiling
+        counted = rule.startswith("pattern_")  # a failed remap (xid_48's workflow) is the GPU's own proof
+        held = placed and counted and subsystem != "memory" and LADDER.index(before) > ceiling
         assert verdict.action == ("check_mechanicals" if held else before)
         assert ("held_back" in verdict.evidence) == held
         if held:
