@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -45,14 +46,17 @@ def pipeline(
     """Mock fleet (2 nodes × 4 GPUs), collector, sink, scorer and API, each its own process."""
     node0, node1, admin, api, collector_metrics, sink_metrics, scorer_metrics = free_ports(7)
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("GPUHEALTH_", "OTEL_"))}
+    run = uuid.uuid4().hex[:12]
     common = clean | {
         "PYTHONPATH": str(REPO),
         "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
         "GPUHEALTH_DB__HOST": migrated.host,
         "GPUHEALTH_DB__PORT": str(migrated.port),
         "GPUHEALTH_DB__SEARCH_PATH": migrated.search_path or "",
-        "GPUHEALTH_SINK__GROUP_ID": tmp_path.name,
-        "GPUHEALTH_SCORER__GROUP": tmp_path.name,
+        # each service its own group, new to Kafka: a sink and scorer that share one split the events
+        # topic's partitions between them, and the scorer never judges the GPUs of the sink's share
+        "GPUHEALTH_SINK__GROUP_ID": f"sink-{run}",
+        "GPUHEALTH_SCORER__GROUP": f"scorer-{run}",
         **topics_env(isolated_topics(topic_factory)),  # every topic the registry has, the test's own
     }
     services = {
