@@ -153,18 +153,20 @@ def launch_from(env: Mapping[str, str], parents: list[str], hostname: str) -> La
 
 @dataclass(frozen=True, slots=True)
 class Stat:
-    """Of /proc/PID/stat: the parent's pid and the start time (clock ticks after boot)."""
+    """Of /proc/PID/stat: the parent's pid, the start time (clock ticks after boot) and the name (comm)."""
 
     ppid: int
     start_ticks: int
+    comm: str = ""  # an exec renames the process (same pid and start time, a new environment)
 
 
 def parse_stat(text: str) -> Stat | None:
-    """ppid (field 4) and starttime (field 22); comm (field 2) may hold spaces and ')'."""
-    fields = text[text.rfind(")") + 2 :].split()
-    if len(fields) < 20 or not fields[1].isdigit() or not fields[19].isdigit():
+    """ppid (field 4), starttime (field 22) and comm (field 2, which may hold spaces and ')')."""
+    close = text.rfind(")")
+    fields = text[close + 2 :].split()
+    if close < 0 or len(fields) < 20 or not fields[1].isdigit() or not fields[19].isdigit():
         return None
-    return Stat(ppid=int(fields[1]), start_ticks=int(fields[19]))
+    return Stat(ppid=int(fields[1]), start_ticks=int(fields[19]), comm=text[text.find("(") + 1 : close])
 
 
 def parents(pid: int, stat_of: Callable[[int], Stat | None], depth: int = MAX_DEPTH) -> list[int]:

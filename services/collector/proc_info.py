@@ -18,6 +18,7 @@ import os
 import pwd
 import re
 import socket
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,6 +26,7 @@ from pathlib import Path
 from .launcher import ENVIRON_MAX, Launch, LaunchError, Stat, launch_from, parents, parse_environ, parse_stat
 
 MAX_TEXT = 4096
+MAX_KEPT = 4096  # processes whose launch is kept; a GPU node runs far fewer GPU processes
 _CONTAINER = re.compile(
     r"(?:^|/)(?:docker-|cri-containerd-|crio-|libpod-|containerd-)?([0-9a-f]{64})(?:\.scope)?$"
 )
@@ -131,6 +133,11 @@ def start_time_from_stat(stat: str, btime: float, ticks_per_s: int) -> datetime 
     return datetime.fromtimestamp(btime + int(fields[19]) / ticks_per_s, UTC)
 
 
+def _same_process(a: Stat | None, b: Stat | None) -> bool:
+    """One process, not a reused pid or an exec'd program (the parent's pid may change: reparenting)."""
+    return a is not None and b is not None and (a.start_ticks, a.comm) == (b.start_ticks, b.comm)
+
+
 def _user(status: bytes | None) -> str | None:
     for line in (status or b"").decode(errors="replace").splitlines():
         if line.startswith("Uid:") and len(line.split()) > 1 and line.split()[1].isdigit():
@@ -143,13 +150,21 @@ def _user(status: bytes | None) -> str | None:
 
 
 class ProcReader:
-    """Reads processes from a /proc tree (a recorded one in tests)."""
+    """Reads processes from a /proc tree (a recorded one in tests).
+
+    A process's launch (its environment, up to 256 KiB, and its parents' stat and command lines) is
+    read once per process: it is kept by pid with the process's identity, its start time and name
+    from /proc/PID/stat, so a pid the kernel gave to a new process, or a process that exec'd another
+    program (an exec keeps pid and start time but renames it, unless the new program has the same name),
+    is read afresh. `retain` forgets the processes a poll no longer saw.
+    """
 
     def __init__(self, root: Path = Path("/proc"), hostname: str | None = None) -> None:
         self.root = root
         self.hostname = hostname or socket.gethostname()
         self.btime = boot_time(root)
         self.ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self._launches: dict[int, tuple[Stat, tuple[Launch | None, str | None]]] = {}
 
     def read(self, pid: int) -> ProcInfo:
         base = self.root / str(pid)
@@ -163,12 +178,13 @@ class ProcReader:
         )
         if exe is None and command:
             exe = command.split(" ", 1)[0]
-        stat = _read(base / "stat")
+        raw_stat = _read(base / "stat")
+        stat_text = raw_stat.decode(errors="replace") if raw_stat else ""
         started = None
-        if stat and self.btime is not None:
-            started = start_time_from_stat(stat.decode(errors="replace"), self.btime, self.ticks)
+        if stat_text and self.btime is not None:
+            started = start_time_from_stat(stat_text, self.btime, self.ticks)
         cgroup = _read(base / "cgroup")
-        launch, note = self.launch(pid)
+        launch, note = self._known_launch(pid, parse_stat(stat_text))
         return ProcInfo(
             executable=_clean(exe.removesuffix(" (deleted)")) if exe else None,
             command_line=command,
@@ -183,8 +199,33 @@ class ProcReader:
         raw = _read(self.root / str(pid) / "stat")
         return parse_stat(raw.decode(errors="replace")) if raw else None
 
+    def retain(self, pids: Collection[int]) -> None:
+        """Forget the launches of every process but `pids` (those a poll saw: the others have gone,
+        or left the GPUs; one that comes back is read again)."""
+        for pid in self._launches.keys() - set(pids):
+            del self._launches[pid]
+
+    def _known_launch(self, pid: int, identity: Stat | None) -> tuple[Launch | None, str | None]:
+        """The launch kept for this process (`identity`: its stat, read just before), else read now and
+        kept, unless the process went, or its pid was reused, while it was read (stat read again after)."""
+        if identity is None:  # gone, or no stat to know it by: nothing to keep it under
+            self._launches.pop(pid, None)
+            return self.launch(pid)
+        kept = self._launches.get(pid)
+        if kept is not None and _same_process(kept[0], identity):
+            return kept[1]
+        found = self.launch(pid)
+        if _same_process(self.stat(pid), identity):
+            while len(self._launches) >= MAX_KEPT:  # a caller that never retains: the oldest go first
+                del self._launches[next(iter(self._launches))]
+            self._launches[pid] = (identity, found)
+        else:
+            self._launches.pop(pid, None)
+        return found
+
     def launch(self, pid: int) -> tuple[Launch | None, str | None]:
-        """(launch, why it is not known), from the process's environment and its parents' command lines."""
+        """(launch, why it is not known), from the process's environment and its parents' command lines,
+        read now (`read` keeps what this found per process)."""
         try:
             env = parse_environ(_read_environ(self.root / str(pid) / "environ"))
         except OSError as e:

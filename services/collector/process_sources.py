@@ -127,6 +127,7 @@ class NvmlProcesses:
                 p.info = self.proc.read(pid)
             text = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
             observed.append(GpuObservation(text, index, sorted(by_pid.values(), key=lambda p: p.pid)))
+        self.proc.retain({p.pid for gpu in observed for p in gpu.processes})
         return observed
 
     def close(self) -> None:
