@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -232,15 +233,56 @@ def test_a_real_process_without_launcher_variables_has_no_launch() -> None:
     assert info.launch_note is None
 
 
+NOBODY = 65534  # nobody and nogroup on Debian
+
+
+def read_as_nobody(pid: int) -> tuple[bool, str | None]:
+    """(launch is None, launch note) of `pid` as a reader that has dropped root for nobody reads it: a forked
+    child that gives up its groups, gid and uid (and with them every capability) before it reads /proc."""
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover (the child's coverage is not collected)
+        status = 1
+        try:
+            os.close(read_end)
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            info = ProcReader().read(pid)
+            os.write(write_end, json.dumps([os.geteuid(), info.launch is None, info.launch_note]).encode())
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as answer:
+        uid, no_launch, note = json.loads(answer.read() or b"[null, null, null]")
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the unprivileged reader failed"
+    assert uid == NOBODY
+    return no_launch, note
+
+
 def test_what_proc_refuses_is_a_reason_not_a_crash() -> None:
-    try:
-        Path("/proc/1/environ").read_bytes()
-    except PermissionError:
-        info = ProcReader().read(1)
-        assert info.launch is None
-        assert "permission" in (info.launch_note or "")
+    """Another user's process: as root (CI), the reader drops to nobody in a child and reads a root-owned
+    process of the test's; as anyone else, pid 1 (init's, or the container's entry point) is refused."""
+    if os.geteuid() == 0:
+        root_owned = subprocess.Popen(["sleep", "60"])
+        try:
+            no_launch, note = read_as_nobody(root_owned.pid)
+        finally:
+            root_owned.kill()
+            root_owned.wait()
+        assert no_launch
+        assert note == "environ not readable: permission denied (another user's process)"
     else:
-        pytest.skip("this machine lets the tests read pid 1's environment")
+        try:
+            Path("/proc/1/environ").read_bytes()
+        except PermissionError:
+            info = ProcReader().read(1)
+            assert info.launch is None
+            assert "permission" in (info.launch_note or "")
+        else:
+            pytest.skip("pid 1 is this user's own process: no other user's process to read")
     gone = ProcReader().read(2**22 + 12345)  # above pid_max: never a process
     assert gone.launch is None
     assert "gone" in (gone.launch_note or "")
