@@ -128,29 +128,18 @@ def left_out_for_a_person(conn: SyncConn, node: str, dry_run: bool) -> Row | Non
     or done with keep_out as its last step. None when the node's last plan returned it, or it had none."""
     found = dict_rows(
         conn,
-        f"SELECT {_PLAN_COLUMNS} FROM remediations r WHERE node = %s AND dry_run = %s"
-        " AND state IN ('done', 'failed', 'escalated') ORDER BY updated_at DESC, id DESC LIMIT 1",
+        f"SELECT {_PLAN_COLUMNS} FROM ("
+        f" SELECT {_PLAN_COLUMNS} FROM remediations WHERE node = %s AND dry_run = %s"
+        "  AND state IN ('done', 'failed', 'escalated') ORDER BY updated_at DESC, id DESC LIMIT 1) AS newest"
+        " WHERE (state = 'failed'"
+        "  OR (state = 'done' AND steps[array_upper(steps, 1)] = 'keep_out')"
+        "  OR (state = 'escalated'"
+        "   AND NOT EXISTS (SELECT 1 FROM remediations AS later WHERE later.escalated_from = newest.id)))"
+        " AND NOT EXISTS (SELECT 1 FROM gpu_repairs AS mark"
+        "  WHERE mark.gpu_uuid = ANY (newest.gpu_uuids) AND mark.time > newest.updated_at)",
         (node, dry_run),
     )
-    if not found:
-        return None
-    last = found[0]
-    left_out = (
-        last["state"] == "failed"
-        or (last["state"] == "done" and list(last["steps"])[-1:] == ["keep_out"])
-        or (
-            last["state"] == "escalated"
-            and not tuple_rows(conn, "SELECT 1 FROM remediations WHERE escalated_from = %s", (last["id"],))
-        )
-    )
-    if not left_out:
-        return None
-    returned = tuple_rows(
-        conn,
-        "SELECT 1 FROM gpu_repairs WHERE gpu_uuid = ANY(%s) AND time > %s LIMIT 1",
-        (list(last["gpu_uuids"]), last["updated_at"]),
-    )
-    return None if returned else last
+    return found[0] if found else None
 
 
 def plans_since(
