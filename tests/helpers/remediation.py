@@ -116,14 +116,29 @@ def rows(db: DatabaseSettings, query: str, params: Any = None) -> list[tuple[Any
         return conn.execute(query, params).fetchall()
 
 
+class PlanClock:
+    """The plans' clock in a test: the wall clock, moved on by `advance` where a test waits for a deadline
+    (a drain's, a validation's, the breaker's window) rather than sleeping through it."""
+
+    def __init__(self) -> None:
+        self.ahead = timedelta()
+
+    def __call__(self) -> datetime:
+        return datetime.now(UTC) + self.ahead
+
+    def advance(self, seconds: float) -> None:
+        self.ahead += timedelta(seconds=seconds)
+
+
 @dataclass
 class Remediator:
-    """The executor and what it acts by, as the service builds them."""
+    """The executor and what it acts by, as the service builds them; `clock` is the executor's."""
 
     db: DatabaseSettings
     policy: Policy
     executor: Executor
     nodes: NodeMap
+    clock: PlanClock
 
     def run_until_settled(self, *, rounds: int = 100, pause_s: float = 0.06) -> None:
         """Step the plans until a look after a pause (longer than the test executors' waits) moves none of
@@ -145,10 +160,10 @@ REPO_ROOT = Path(__file__).resolve().parents[4]
 
 
 def decide_all(r: Remediator, findings: list[Finding], *, dry_run: bool, at: datetime | None = None) -> None:
-    """Each finding decided (and committed) as the service's consumer decides it (now, or `at`)."""
+    """Each finding decided (and committed) as the service's consumer decides it (at r's now, or `at`)."""
     with connect(r.db) as conn:
         for finding in findings:
-            now = datetime.now(UTC) if at is None else at
+            now = r.clock() if at is None else at
             decide(conn, finding, policy=r.policy, nodes=NodeMap(), dry_run=dry_run, now=now)
             conn.commit()
 

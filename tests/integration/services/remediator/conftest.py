@@ -20,7 +20,7 @@ from services.remediator.policy import Policy, load_policy
 from services.remediator.steps import Steps
 from shared.config import DatabaseSettings
 from tests.helpers.kube import KubeAdmin
-from tests.helpers.remediation import Remediator
+from tests.helpers.remediation import PlanClock, Remediator
 
 
 @pytest.fixture
@@ -33,6 +33,7 @@ def remediator_factory(migrated: DatabaseSettings, policy: Policy) -> Iterator[C
     """Builds executors over the test's schema: dry-run or live, with the given drivers and node commands."""
     built: list[SchedulerDriver] = []
     executors: list[Executor] = []
+    clock = PlanClock()  # one for the test: a restarted executor's time goes on from its predecessor's
 
     def build(
         *,
@@ -52,9 +53,11 @@ def remediator_factory(migrated: DatabaseSettings, policy: Policy) -> Iterator[C
             nodes=node_map,
             look_s=0.05,
         )
-        executor = Executor(db=migrated, policy=chosen, steps=steps, dry_run=dry_run, retry_s=0.05)
+        executor = Executor(
+            db=migrated, policy=chosen, steps=steps, dry_run=dry_run, retry_s=0.05, clock=clock
+        )
         executors.append(executor)
-        return Remediator(migrated, chosen, executor, node_map)
+        return Remediator(migrated, chosen, executor, node_map, clock)
 
     yield build
     for scheduler in built:

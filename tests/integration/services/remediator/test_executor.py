@@ -4,7 +4,6 @@ everything."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -75,8 +74,7 @@ def test_a_node_returns_only_after_its_gpus_come_back_the_check_passes_and_cycle
     assert rows(r.db, "SELECT state FROM remediations") == [("running",)]  # 2 of 3 healthy cycles
     score(r.db, "gpu-node-00", now + timedelta(seconds=3), state="degraded")  # the count starts again
     r.run_until_settled(pause_s=0.06)
-    for cycle in range(4, 7):
-        time.sleep(0.06)
+    for cycle in range(4, 7):  # each run_until_settled looks again, after the step's look_s, before it ends
         score(r.db, "gpu-node-00", now + timedelta(seconds=cycle))
         r.run_until_settled(pause_s=0.06)
     assert rows(r.db, "SELECT state FROM remediations") == [("done",)]
@@ -129,7 +127,8 @@ def test_a_validation_that_never_earns_its_cycles_times_out(
     sample_again(r.db, "gpu-node-00", datetime.now(UTC))
     score(r.db, "gpu-node-00", datetime.now(UTC), state="unhealthy")
     r.run_until_settled()
-    time.sleep(1.1)
+    assert rows(r.db, "SELECT state FROM remediations WHERE id = 1") == [("running",)]
+    r.clock.advance(1.1)  # past the validation's timeout_s
     r.run_until_settled()
     assert rows(r.db, "SELECT state FROM remediations WHERE id = 1") == [("escalated",)]
     (reason,) = rows(
@@ -165,7 +164,7 @@ def test_a_mass_failure_trips_the_breaker_at_its_bound(
     # nothing more is taken out until an operator resets it
     short = r.policy.breaker.model_copy(update={"window_s": 1})
     r2 = remediator_factory(dry_run=True, policy_changes={"actions": r.policy.actions, "breaker": short})
-    time.sleep(1.1)
+    r2.clock.advance(1.1)  # past the short window
     add_nodes(r.db, {"gpu-node-new": [gpu_uuid(5000, 0)]})
     decide_all(r2, [verdict_finding(5000, hostname="gpu-node-new")], dry_run=True)
     r2.run_until_settled()

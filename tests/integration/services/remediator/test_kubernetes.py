@@ -6,9 +6,7 @@ and a role that can do nothing else."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -251,7 +249,7 @@ def test_a_budget_blocks_the_drain_until_its_deadline_and_the_node_stays_out(
         r.db, "SELECT response FROM remediation_events WHERE step = 'drain' AND status = 'in_progress'"
     )
     assert {tuple(b[0]["blocked"]) for b in blocked} == {(f"{strict}/db-0",), (f"{lenient}/db-0",)}
-    time.sleep(1.1)
+    r.clock.advance(1.1)  # past the drain's deadline_s
     r.run_until_settled()
     assert rows(r.db, "SELECT node, state, steps[step + 1] FROM remediations ORDER BY node") == [
         (names[0], "failed", "drain"),  # evict: the budget held, the node stays cordoned for a person
@@ -286,7 +284,7 @@ def test_a_restart_in_the_middle_of_a_drain_goes_on_where_it_was(
         schedulers=[kube_driver(grace_period_s=0)],
         commands={"reset_gpu": TRUE, "compute_check": TRUE},
     )
-    time.sleep(1.0)  # down for a second: the drain's clock (and its deadline) runs on meanwhile
+    second.clock.advance(1.0)  # down for a second: the drain's clock (and its deadline) runs on meanwhile
     second.run_until_settled()
     assert kube.pods_on(names[0]) == []
     assert rows(second.db, "SELECT steps[step + 1] FROM remediations") == [("validate",)]
@@ -294,7 +292,7 @@ def test_a_restart_in_the_middle_of_a_drain_goes_on_where_it_was(
     assert cordons == [("ok",)]  # taken out once, not again after the restart
     drained = rows(second.db, "SELECT seconds FROM remediation_events WHERE step = 'drain' AND status = 'ok'")
     assert drained[0][0] >= 1.0  # timed from the first look, before the restart
-    assert drained[0][0] <= (datetime.now(UTC) - started).total_seconds()
+    assert drained[0][0] <= (second.clock() - started).total_seconds()
 
 
 def test_a_failed_validation_keeps_the_node_cordoned_and_escalates(

@@ -106,8 +106,7 @@ def test_a_drain_names_the_finding_waits_for_the_job_and_resumes_after_validatio
     assert reason == "gpu-health: xid_79 (remediation 1)"
     assert rows(r.db, "SELECT steps[step + 1] FROM remediations") == [("drain",)]
     wait_for(lambda: state(slurm_conf, node)[0] == "drained", "the job done, the node drained")
-    time.sleep(0.06)
-    r.run_until_settled()
+    r.run_until_settled()  # it looks again after the drain step's look_s
     assert rows(r.db, "SELECT steps[step + 1] FROM remediations") == [("validate",)]
     returned(r, node)
     assert rows(r.db, "SELECT state FROM remediations") == [("done",)]
