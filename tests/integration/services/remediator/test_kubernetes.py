@@ -16,6 +16,7 @@ import yaml
 
 from services.remediator.drivers.kubeconfig import load_kubeconfig
 from services.remediator.drivers.kubernetes import MARK, OWNER, TAINT_KEY, KubernetesDriver
+from services.remediator.drivers.node_exec import Command
 from services.remediator.findings import Finding
 from services.remediator.policy import Policy
 from tests.helpers.kube import RBAC, KubeAdmin
@@ -42,6 +43,28 @@ def finding_on(names: list[str], index: int = 0, **changes: Any) -> Finding:
 def fleet_of(r: Remediator, names: list[str]) -> None:
     """The nodes in the inventory, in a fleet of 40 (the breaker's 10 %: 4 nodes may be taken out)."""
     add_fleet(r.db, 40, names=lambda i: names[i] if i < len(names) else f"spare-{i}")
+
+
+@pytest.fixture
+def on_kube(
+    remediator_factory: Callable[..., Remediator],
+    kube_driver: Callable[..., KubernetesDriver],
+    policy: Policy,
+) -> Callable[..., Remediator]:
+    """Builds a live remediator whose scheduler is the API server, as the service builds it: the driver's
+    drain and the policy's are one (no grace period, and `drain`'s changes); the node's commands reset the
+    GPU and run the compute check (`compute_check`, passing by default)."""
+
+    def build(*, compute_check: Command = TRUE, **drain: Any) -> Remediator:
+        drain = {"grace_period_s": 0, **drain}
+        return remediator_factory(
+            dry_run=False,
+            schedulers=[kube_driver(**drain)],
+            commands={"reset_gpu": TRUE, "compute_check": compute_check},
+            policy_changes={"drain": policy.drain.model_copy(update=drain)},
+        )
+
+    return build
 
 
 def acting(r: Remediator, names: list[str], *findings: Finding) -> Remediator:
@@ -155,10 +178,7 @@ def test_the_api_server_says_the_role_allows_exactly_the_manifests_rules(
 
 
 def test_a_node_is_cordoned_tainted_drained_validated_and_uncordoned(
-    remediator_factory: Callable[..., Remediator],
-    kube: KubeAdmin,
-    kube_nodes: Callable[[int], list[str]],
-    kube_driver: Callable[..., KubernetesDriver],
+    on_kube: Callable[..., Remediator], kube: KubeAdmin, kube_nodes: Callable[[int], list[str]]
 ) -> None:
     names = kube_nodes(1)
     node = names[0]
@@ -166,15 +186,7 @@ def test_a_node_is_cordoned_tainted_drained_validated_and_uncordoned(
     kube.pod(namespace, "trainer", node)
     kube.pod(namespace, "agent", node, daemonset=True)
     kube.pod(system, "dns", node)
-    r = acting(
-        remediator_factory(
-            dry_run=False,
-            schedulers=[kube_driver(grace_period_s=0, namespaces={system: "skip"})],
-            commands={"reset_gpu": TRUE, "compute_check": TRUE},
-        ),
-        names,
-        finding_on(names, rule="xid_79"),
-    )
+    r = acting(on_kube(namespaces={system: "skip"}), names, finding_on(names, rule="xid_79"))
     out = kube.node(node)
     assert out["spec"]["unschedulable"] is True
     assert our_taint(out) == [{"key": TAINT_KEY, "value": "xid_79", "effect": "NoSchedule"}]
@@ -195,21 +207,11 @@ def test_a_node_is_cordoned_tainted_drained_validated_and_uncordoned(
 
 
 def test_a_node_someone_else_cordoned_stays_cordoned(
-    remediator_factory: Callable[..., Remediator],
-    kube: KubeAdmin,
-    kube_nodes: Callable[[int], list[str]],
-    kube_driver: Callable[..., KubernetesDriver],
+    on_kube: Callable[..., Remediator], kube: KubeAdmin, kube_nodes: Callable[[int], list[str]]
 ) -> None:
     names = kube_nodes(1)
     kube.cordon(names[0])  # an operator, or another system, took it out first
-    r = acting(
-        remediator_factory(
-            dry_run=False,
-            schedulers=[kube_driver(grace_period_s=0)],
-            commands={"reset_gpu": TRUE, "compute_check": TRUE},
-        ),
-        names,
-    )
+    r = acting(on_kube(), names)
     returned(r, names[0])
     assert rows(r.db, "SELECT state FROM remediations") == [("done",)]
     node = kube.node(names[0])
@@ -222,25 +224,15 @@ def test_a_node_someone_else_cordoned_stays_cordoned(
 
 
 def test_a_budget_blocks_the_drain_until_its_deadline_and_the_node_stays_out(
-    remediator_factory: Callable[..., Remediator],
-    kube: KubeAdmin,
-    kube_nodes: Callable[[int], list[str]],
-    kube_driver: Callable[..., KubernetesDriver],
-    policy: Policy,
+    on_kube: Callable[..., Remediator], kube: KubeAdmin, kube_nodes: Callable[[int], list[str]]
 ) -> None:
     names = kube_nodes(2)
     strict, lenient = kube.namespace(), kube.namespace()
     for namespace, node in ((strict, names[0]), (lenient, names[1])):
         kube.pod(namespace, "db-0", node, app="db")
         kube.budget(namespace, "db", allowed=0)
-    drain = {"grace_period_s": 0, "deadline_s": 1, "namespaces": {lenient: "force"}}
     r = acting(
-        remediator_factory(
-            dry_run=False,
-            schedulers=[kube_driver(**drain)],
-            commands={"reset_gpu": TRUE},
-            policy_changes={"drain": policy.drain.model_copy(update=drain)},
-        ),
+        on_kube(deadline_s=1, namespaces={lenient: "force"}),
         names,
         finding_on(names, 0),
         finding_on(names, 1),
@@ -264,26 +256,19 @@ def test_a_budget_blocks_the_drain_until_its_deadline_and_the_node_stays_out(
 
 
 def test_a_restart_in_the_middle_of_a_drain_goes_on_where_it_was(
-    remediator_factory: Callable[..., Remediator],
-    kube: KubeAdmin,
-    kube_nodes: Callable[[int], list[str]],
-    kube_driver: Callable[..., KubernetesDriver],
+    on_kube: Callable[..., Remediator], kube: KubeAdmin, kube_nodes: Callable[[int], list[str]]
 ) -> None:
     names = kube_nodes(1)
     namespace = kube.namespace()
     kube.pod(namespace, "db-0", names[0], app="db")
     kube.pod(namespace, "web-0", names[0], app="web")
     kube.budget(namespace, "db", allowed=0)
-    first = acting(remediator_factory(dry_run=False, schedulers=[kube_driver(grace_period_s=0)]), names)
+    first = acting(on_kube(), names)
     (started,) = rows(first.db, "SELECT step_started_at FROM remediations")[0]
     assert kube.pods_on(names[0]) == [f"{namespace}/db-0"]  # web evicted, db held by its budget
     first.executor.steps.schedulers[0].close()  # the process dies mid-drain
     kube.allow(namespace, "db", 1)  # the budget's other replica became ready meanwhile
-    second = remediator_factory(
-        dry_run=False,
-        schedulers=[kube_driver(grace_period_s=0)],
-        commands={"reset_gpu": TRUE, "compute_check": TRUE},
-    )
+    second = on_kube()
     second.clock.advance(1.0)  # down for a second: the drain's clock (and its deadline) runs on meanwhile
     second.run_until_settled()
     assert kube.pods_on(names[0]) == []
@@ -296,20 +281,10 @@ def test_a_restart_in_the_middle_of_a_drain_goes_on_where_it_was(
 
 
 def test_a_failed_validation_keeps_the_node_cordoned_and_escalates(
-    remediator_factory: Callable[..., Remediator],
-    kube: KubeAdmin,
-    kube_nodes: Callable[[int], list[str]],
-    kube_driver: Callable[..., KubernetesDriver],
+    on_kube: Callable[..., Remediator], kube: KubeAdmin, kube_nodes: Callable[[int], list[str]]
 ) -> None:
     names = kube_nodes(1)
-    r = acting(
-        remediator_factory(
-            dry_run=False,
-            schedulers=[kube_driver(grace_period_s=0)],
-            commands={"reset_gpu": TRUE, "compute_check": FALSE},
-        ),
-        names,
-    )
+    r = acting(on_kube(compute_check=FALSE), names)
     returned(r, names[0])
     assert rows(r.db, "SELECT action, state, held_for FROM remediations ORDER BY id") == [
         ("reset_gpu", "escalated", None),
