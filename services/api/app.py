@@ -25,7 +25,7 @@ from shared.errors import DatabaseUnavailableError
 from shared.store import fleet
 
 from .answers import NotReady, Ready
-from .cache import CycleCache
+from .cache import CacheMetrics, CycleCache
 from .deps import ApiState, Database, Db, attach
 from .guard import RequestGuard
 from .routes import router
@@ -61,7 +61,9 @@ def create_app(db: DatabaseSettings, api: ApiSection, registry: CollectorRegistr
         kwargs={"row_factory": dict_row, "autocommit": True}, timeout=10,
     )  # fmt: skip
 
-    cache = CycleCache(reader_settings(db, api).conninfo(), max_age_s=api.cache_max_age_s)
+    cache = CycleCache(reader_settings(db, api).conninfo(), max_age_s=api.cache_max_age_s,
+                       max_stale_s=api.cache_max_stale_s)  # fmt: skip
+    registry.register(CacheMetrics(cache))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -136,7 +138,7 @@ def create_app(db: DatabaseSettings, api: ApiSection, registry: CollectorRegistr
              responses={200: {"content": {CONTENT_TYPE_LATEST: text},
                               "description": "Prometheus' text format"}})  # fmt: skip
     async def metrics() -> Response:
-        """The API's own metrics: requests by route and status, latency by route."""
+        """The API's own metrics: requests by route and status, latency by route, the cache's answers."""
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(router)

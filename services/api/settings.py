@@ -64,8 +64,14 @@ class ApiSection(Section):
     shutdown_timeout_s: int = Field(default=10, ge=1, le=600)
     """On SIGTERM, how long the requests in flight get to finish."""
     cache_max_age_s: float = Field(default=30.0, ge=0, le=3600)
-    """The fleet summary and the GPU list are cached until the scorer's next cycle, and never longer than
+    """The fleet summary and the GPU list are cached until the scorer's next cycle, and fresh for at most
     this (0: no cache). The scorer's default cycle is 30 s."""
+    cache_max_stale_s: float = Field(default=10.0, ge=0, le=3600)
+    """Once a cycle is announced (or `cache_max_age_s` passes), a cached answer is served stale for at
+    most this long while it is read again in the background; past it, or with nothing cached, a request
+    waits for the new answer (0: always wait). The default is about three times the fleet summary's query
+    at 100,000 GPUs (3 s), so a refresh lands before it runs out, and a third of the scorer's cycle, so
+    the answers lag the scorer by little next to the cycle itself. Answers say their `Age`."""
     rules_file: Path = RULES_FILE
     """The health rules the scorer judges by: the summary's `missing` uses their availability threshold.
     Where `GPUHEALTH_SCORER__RULES_FILE` moves the scorer's, set this to the same file."""

@@ -147,11 +147,11 @@ def ladder_items() -> str:
 
 async def render_page(state: State, template: str) -> str:
     # the same (cached) answers the API gives, as JSON
-    summary = json.loads(await summary_json(state.db, state.cache, state.missing_after_s))
+    summary = json.loads((await summary_json(state.db, state.cache, state.missing_after_s)).body)
     gpus: list[dict[str, Any]] = []
     while True:  # the whole fleet, in the API's pages
         query = GpuListQuery(sort="hostname", limit=1000, offset=len(gpus))
-        listed = json.loads(await gpu_list_json(state.db, state.cache, query))
+        listed = json.loads((await gpu_list_json(state.db, state.cache, query)).body)
         gpus += listed["gpus"]
         if not listed["gpus"] or len(gpus) >= listed["total"]:
             break

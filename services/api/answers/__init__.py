@@ -48,6 +48,24 @@ def problems(described: dict[int, str]) -> dict[int | str, dict[str, Any]]:
     return {status: {"model": Problem, "description": when} for status, when in described.items()}
 
 
+# The cached answers' freshness (services.api.cache.Served.headers), declared on their 200.
+FRESHNESS: dict[int | str, dict[str, Any]] = {
+    200: {
+        "headers": {
+            "Age": {
+                "description": "seconds since the answer was read from the database (RFC 9111)",
+                "schema": {"type": "integer", "minimum": 0},
+            },
+            "Cache-Status": {
+                "description": "what the API's cache did (RFC 9211): `hit` with a negative `ttl` is an answer"
+                " served that many seconds after a newer scoring cycle was announced, while it is read again",
+                "schema": {"type": "string"},
+            },
+        }
+    }
+}
+
+
 # What every list shares, after its items: `total` counts all the filters match, `next_cursor` is null
 # on the last page (services.api.paging).
 Total = Annotated[int, Field(description="everything the filters match, not only this page")]

@@ -9,8 +9,9 @@ from fastapi.responses import Response
 
 from shared.store import fleet, health
 
+from ..answers import FRESHNESS
 from ..answers.fleet import FleetSummary, Predictions
-from ..cache import CycleCache
+from ..cache import CycleCache, Served
 from ..deps import Database, Db, State
 from ..paging import decode_cursor, page
 from ..parameters import NoQuery, PredictionsQuery
@@ -18,8 +19,8 @@ from ..parameters import NoQuery, PredictionsQuery
 router = APIRouter(tags=["fleet"])
 
 
-async def summary_json(db: Database, cache: CycleCache, missing_after_s: float) -> bytes:
-    """The fleet summary, encoded: cached until the scorer's next cycle."""
+async def summary_json(db: Database, cache: CycleCache, missing_after_s: float) -> Served:
+    """The fleet summary, encoded: cached until the scorer's next cycle (then stale while it refreshes)."""
 
     async def compute() -> FleetSummary:
         async with db.reading() as conn:
@@ -31,11 +32,14 @@ async def summary_json(db: Database, cache: CycleCache, missing_after_s: float) 
     return await cache.get_or_compute(("summary",), compute)
 
 
-@router.get("/fleet/summary", response_model=FleetSummary)
+@router.get("/fleet/summary", response_model=FleetSummary, responses=FRESHNESS)
 async def fleet_summary(state: State, query: Annotated[NoQuery, Query()]) -> Response:
-    """GPU counts by state and location, fleet aggregates, open alerts, GPUs missing."""
-    body = await summary_json(state.db, state.cache, state.missing_after_s)
-    return Response(body, media_type="application/json")
+    """GPU counts by state and location, fleet aggregates, open alerts, GPUs missing.
+
+    Cached: `Age` says how old the answer is, `Cache-Status` whether it is stale.
+    """
+    served = await summary_json(state.db, state.cache, state.missing_after_s)
+    return Response(served.body, media_type="application/json", headers=served.headers())
 
 
 @router.get("/predictions")

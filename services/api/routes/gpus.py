@@ -10,9 +10,9 @@ from fastapi.responses import Response
 from shared.store import fleet
 from shared.store.fleet import GpuFilters
 
-from ..answers import problems
+from ..answers import FRESHNESS, problems
 from ..answers.gpus import GpuDetail, GpuList
-from ..cache import CycleCache
+from ..cache import CycleCache, Served
 from ..deps import Cache, Database, Db
 from ..paging import decode_cursor, encode_cursor
 from ..parameters import GpuListQuery, GpuPath, NoQuery
@@ -20,8 +20,8 @@ from ..parameters import GpuListQuery, GpuPath, NoQuery
 router = APIRouter(tags=["gpus"])
 
 
-async def gpu_list_json(db: Database, cache: CycleCache, query: GpuListQuery) -> bytes:
-    """One page of the GPU list, encoded: cached until the scorer's next cycle."""
+async def gpu_list_json(db: Database, cache: CycleCache, query: GpuListQuery) -> Served:
+    """One page of the GPU list, encoded: cached until the next cycle (then stale while it refreshes)."""
     offset = query.offset
     if query.cursor is not None:
         (offset,) = decode_cursor(query.cursor, [int])
@@ -44,14 +44,16 @@ async def gpu_list_json(db: Database, cache: CycleCache, query: GpuListQuery) ->
     return await cache.get_or_compute(key, compute)
 
 
-@router.get("/gpus", response_model=GpuList)
+@router.get("/gpus", response_model=GpuList, responses=FRESHNESS)
 async def list_gpus(db: Db, cache: Cache, query: Annotated[GpuListQuery, Query()]) -> Response:
     """GPUs with placement, state, score and latest readings; filtered, sorted, paginated.
 
     `next_cursor` continues the same filters and sort (it stands for the position, since
     the list sorts on readings that change); `offset` is kept for existing clients.
+    Cached: `Age` says how old the answer is, `Cache-Status` whether it is stale.
     """
-    return Response(await gpu_list_json(db, cache, query), media_type="application/json")
+    served = await gpu_list_json(db, cache, query)
+    return Response(served.body, media_type="application/json", headers=served.headers())
 
 
 @router.get("/gpus/{gpu_uuid}", responses=problems({404: "no such GPU"}))

@@ -1,10 +1,20 @@
-"""The API's cycle cache: an answer lasts until the scorer's next cycle, never longer."""
+"""The API's cycle cache: an answer lasts until the scorer's next cycle, then is served stale (for a bounded
+while) as it is read again."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
@@ -18,6 +28,9 @@ from services.scorer.cycle import run_cycle
 from services.scorer.rules_config import load_rules
 from shared.config import DatabaseSettings
 from shared.db import connect
+from shared.store.notify import announce_scored
+
+REPO = Path(__file__).resolve().parents[4]
 
 ADD_GPU = """
 INSERT INTO gpu_assets (gpu_uuid, model, gpu_index, hostname, cluster, first_seen, last_seen)
@@ -58,6 +71,86 @@ def test_answers_last_until_the_scorers_next_cycle(migrated: DatabaseSettings, c
     with connect(migrated) as conn:
         run_cycle(conn, datetime.now(UTC), load_rules(), None)  # the scorer's cycle announces itself
     wait_until(lambda: gpus(cached) == (2, 2), 30, "the next cycle's answers")
+
+
+def announce(db: DatabaseSettings) -> None:
+    """A scoring cycle's announcement, as the scorer sends it (pg_notify at the commit)."""
+    with connect(db) as conn:
+        announce_scored(conn)
+        conn.commit()
+
+
+@contextlib.contextmanager
+def gpus_locked(db: DatabaseSettings) -> Iterator[None]:
+    """gpu_assets locked by another transaction: any reading of the fleet waits until the block ends."""
+    with connect(db) as conn:
+        conn.execute("LOCK TABLE gpu_assets IN ACCESS EXCLUSIVE MODE")
+        yield
+        conn.rollback()
+
+
+def summary(client: TestClient | httpx.Client, url: str = "") -> tuple[int, str, int]:
+    """The summary's GPU count, its Cache-Status and its Age."""
+    answer = client.get(url + "/api/v1/fleet/summary")
+    assert answer.status_code == 200
+    return answer.json()["gpus"], answer.headers["cache-status"], int(answer.headers["age"])
+
+
+def test_after_a_cycle_the_old_answer_is_served_at_once_then_the_new_one(migrated: DatabaseSettings) -> None:
+    app = create_app(migrated, ApiSection(cache_max_age_s=600, cache_max_stale_s=60))
+    with TestClient(app) as client:
+        wait_until(lambda: state_of(app).cache.listening, 30, "the cache to listen")
+        add_gpu(migrated, 1)
+        assert summary(client)[:2] == (1, "gpu-health; fwd=miss; stored")
+        assert summary(client)[:2] == (1, "gpu-health; hit")
+        add_gpu(migrated, 2)
+        with gpus_locked(migrated):  # the refresh cannot read until the lock goes
+            announce(migrated)
+            wait_until(lambda: "ttl=-" in summary(client)[1], 30, "the announcement to be heard")
+            started = time.monotonic()
+            gpus_now, status, _ = summary(client)
+            assert time.monotonic() - started < 2, "the stale answer waited for the refresh"
+            assert (gpus_now, status.split("; ")[:2]) == (1, ["gpu-health", "hit"])
+            assert state_of(app).cache.refreshes == 1  # one refresh, however many requests met the stale one
+        wait_until(lambda: summary(client)[:2] == (2, "gpu-health; hit"), 30, "the refreshed answer")
+        assert summary(client)[2] < 30
+
+
+def test_sigterm_ends_the_api_with_status_0_while_a_refresh_waits_on_the_database(
+    migrated: DatabaseSettings,
+) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = os.environ | {
+        "GPUHEALTH_DB__HOST": migrated.host, "GPUHEALTH_DB__PORT": str(migrated.port),
+        "GPUHEALTH_DB__SEARCH_PATH": migrated.search_path or "", "GPUHEALTH_API__PORT": str(port),
+        "GPUHEALTH_API__CACHE_MAX_STALE_S": "60", "PYTHONPATH": str(REPO),
+    }  # fmt: skip
+    add_gpu(migrated, 1)
+    api = subprocess.Popen([sys.executable, "-m", "services.api"], env=env, cwd=REPO,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(timeout=10) as client:
+
+            def cached() -> bool:
+                assert api.poll() is None, api.stderr.read() if api.stderr else ""
+                with contextlib.suppress(httpx.HTTPError):
+                    return summary(client, url)[1] == "gpu-health; hit"
+                return False
+
+            wait_until(cached, 60, "the API to cache the summary")
+            with gpus_locked(migrated):
+                announce(migrated)
+                wait_until(lambda: "ttl=-" in summary(client, url)[1], 30, "a stale answer, refresh waiting")
+                api.send_signal(signal.SIGTERM)
+                assert api.wait(timeout=30) == 0
+        assert b"Traceback" not in (api.stderr.read() if api.stderr else b"")
+    finally:
+        if api.poll() is None:
+            api.kill()
+            api.wait()
 
 
 def test_no_cache_reads_the_database_every_time(migrated: DatabaseSettings) -> None:

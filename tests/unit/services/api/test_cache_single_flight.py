@@ -42,11 +42,12 @@ def listening_cache() -> CycleCache:
 def test_concurrent_misses_share_one_computation(clients: int) -> None:
     async def scenario() -> None:
         cache, compute = listening_cache(), Counting()
-        bodies = await asyncio.gather(*(cache.get_or_compute("summary", compute) for _ in range(clients)))
+        served = await asyncio.gather(*(cache.get_or_compute("summary", compute) for _ in range(clients)))
         assert compute.runs == 1
-        assert set(bodies) == {b'{"computed":1}'}
+        assert {s.body for s in served} == {b'{"computed":1}'}
         assert (cache.misses, cache.joined) == (1, clients - 1)
-        assert await cache.get_or_compute("summary", compute) == b'{"computed":1}'  # then a hit
+        hit = await cache.get_or_compute("summary", compute)
+        assert (hit.body, hit.status) == (b'{"computed":1}', "hit")
         assert cache.hits == 1
 
     asyncio.run(scenario())
@@ -57,9 +58,9 @@ def test_a_cycle_announced_meanwhile_starts_a_fresh_computation() -> None:
         cache, compute = listening_cache(), Counting(delay_s=0.05)
         first = asyncio.ensure_future(cache.get_or_compute("summary", compute))
         await asyncio.sleep(0.01)
-        cache._forget()  # the scorer's next cycle committed while the first was being read
+        cache.announced()  # the scorer's next cycle committed while the first was being read
         second = await cache.get_or_compute("summary", compute)
-        assert (await first, second) == (b'{"computed":1}', b'{"computed":2}')
+        assert ((await first).body, second.body) == (b'{"computed":1}', b'{"computed":2}')
         assert compute.runs == 2
 
     asyncio.run(scenario())
@@ -72,7 +73,7 @@ def test_a_client_that_leaves_does_not_cancel_the_others() -> None:
         staying = asyncio.ensure_future(cache.get_or_compute("summary", compute))
         await asyncio.sleep(0.01)
         leaving.cancel()
-        assert await staying == b'{"computed":1}'
+        assert (await staying).body == b'{"computed":1}'
         assert compute.runs == 1
 
     asyncio.run(scenario())
