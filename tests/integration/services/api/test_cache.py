@@ -4,15 +4,10 @@ while) as it is read again."""
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 
 import httpx
 import pytest
@@ -29,8 +24,8 @@ from services.scorer.rules_config import load_rules
 from shared.config import DatabaseSettings
 from shared.db import connect
 from shared.store.notify import announce_scored
-
-REPO = Path(__file__).resolve().parents[4]
+from tests.helpers.ports import free_port
+from tests.helpers.service_process import service_process, waiting_on_a_lock
 
 ADD_GPU = """
 INSERT INTO gpu_assets (gpu_uuid, model, gpu_index, hostname, cluster, first_seen, last_seen)
@@ -119,38 +114,32 @@ def test_after_a_cycle_the_old_answer_is_served_at_once_then_the_new_one(migrate
 def test_sigterm_ends_the_api_with_status_0_while_a_refresh_waits_on_the_database(
     migrated: DatabaseSettings,
 ) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = os.environ | {
+    port = free_port()
+    env = {
         "GPUHEALTH_DB__HOST": migrated.host, "GPUHEALTH_DB__PORT": str(migrated.port),
         "GPUHEALTH_DB__SEARCH_PATH": migrated.search_path or "", "GPUHEALTH_API__PORT": str(port),
-        "GPUHEALTH_API__CACHE_MAX_STALE_S": "60", "PYTHONPATH": str(REPO),
+        "GPUHEALTH_API__CACHE_MAX_STALE_S": "60",
     }  # fmt: skip
     add_gpu(migrated, 1)
-    api = subprocess.Popen([sys.executable, "-m", "services.api"], env=env, cwd=REPO,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
     url = f"http://127.0.0.1:{port}"
-    try:
-        with httpx.Client(timeout=10) as client:
+    with service_process("api", env) as api, httpx.Client(timeout=10) as client:
 
-            def cached() -> bool:
-                assert api.poll() is None, api.stderr.read() if api.stderr else ""
-                with contextlib.suppress(httpx.HTTPError):
-                    return summary(client, url)[1] == "gpu-health; hit"
-                return False
+        def cached() -> bool:
+            assert api.poll() is None, api.stdout.read() if api.stdout else ""
+            with contextlib.suppress(httpx.HTTPError):
+                return summary(client, url)[1] == "gpu-health; hit"
+            return False
 
-            wait_until(cached, 60, "the API to cache the summary")
-            with gpus_locked(migrated):
-                announce(migrated)
-                wait_until(lambda: "ttl=-" in summary(client, url)[1], 30, "a stale answer, refresh waiting")
-                api.send_signal(signal.SIGTERM)
-                assert api.wait(timeout=30) == 0
-        assert b"Traceback" not in (api.stderr.read() if api.stderr else b"")
-    finally:
-        if api.poll() is None:
-            api.kill()
-            api.wait()
+        wait_until(cached, 60, "the API to cache the summary")
+        with gpus_locked(migrated):
+            announce(migrated)
+            wait_until(lambda: "ttl=-" in summary(client, url)[1], 30, "a stale answer")
+            wait_until(lambda: waiting_on_a_lock(migrated), 30, "the refresh to wait on the lock")
+            api.send_signal(signal.SIGTERM)
+            out, _ = api.communicate(timeout=30)  # its shutdown cancels the refresh; the lock is still held
+    assert api.returncode == 0, out
+    assert "Application shutdown complete" in out, out
+    assert "Traceback" not in out, out
 
 
 def test_no_cache_reads_the_database_every_time(migrated: DatabaseSettings) -> None:
