@@ -65,6 +65,7 @@ from gpuhealth.contract.wire_time import wire_time
 from gpuhealth.kafka import encode_json
 from services.api.app import reader_settings
 from services.api.settings import ApiSection, missing_after_s
+from services.scorer.event_path import SLOW_BATCH_S
 from services.scorer.features import read_features
 from services.scorer.rules_config import load_rules
 from services.sink.rows import METRIC_COLUMNS, stage_row
@@ -545,13 +546,15 @@ def one_run(run: Run, settings: Settings) -> list[str]:
         load = loadavg()
         # the cycles once the fleet reported (the ones before judged an empty inventory)
         cycles = [[c for c in log_lines(p, "cycle") if int(c.get("share", 0))] for p in scorer_logs]
-    return summarise(run, w, cycles, used, wall, copy, rate, behind.value, load)
+        slow = [b for p in scorer_logs for b in log_lines(p, "slow event batch")]
+    return summarise(run, w, cycles, slow, used, wall, copy, rate, behind.value, load)
 
 
 def summarise(
     run: Run,
     w: Watch,
     cycles: list[list[dict[str, Any]]],
+    slow: list[dict[str, Any]],
     used: dict[str, float],
     wall: float,
     copy: float,
@@ -651,6 +654,10 @@ def summarise(
         f"  faults injected: {len(arrived)}; alerts on gpu-alerts {len(alert)},"
         f" listed by the API {len(listed)}"
     )
+    if slow:  # where the slow batches' time went, by stage (services/scorer/event_path.py)
+        stages = sorted(k for k in slow[0] if k.endswith("_s") and k != "oldest_s")
+        spent = ", ".join(f"{k[:-2]} max {max(float(b[k]) for b in slow):.2f} s" for k in stages)
+        print(f"  event batches over {SLOW_BATCH_S:g} s: {len(slow)}; {spent}")
     if bare and alert:
         for q, name in ((0.5, "p50"), (0.99, "p99")):
             report(

@@ -8,7 +8,8 @@ minute and the 15 s ticks after it (make up's interval):
 - the first cycle, writing every verdict and prediction;
 - a full steady cycle (every GPU judged, nothing new: what each cycle cost
   before cycles judged only what can have changed), beside the feature SQL
-  alone over the fleet;
+  alone over the fleet; and the same again in the service's chunks (one
+  transaction each), beside the one transaction;
 - the cheaper cycles over one `rejudge_every_s` period (60 s, four ticks): each
   judges the GPUs that can have changed (here the 1 in 8 with a finding, and
   the healthy ones whose minute came round), beside its own SQL: the selection
@@ -32,8 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 from bench._common import report
-from services.scorer.cycle import judge
+from services.scorer.cycle import judge, judge_in_chunks
 from services.scorer.features import Conn, read_features
+from services.scorer.loop import ScorerSection
 from services.scorer.rules_config import Rules, load_rules
 from shared.config import Settings
 from shared.db import connect
@@ -50,6 +52,9 @@ def timed(fn: Callable[[], T]) -> tuple[T, float]:
     start = time.perf_counter()
     out = fn()
     return out, time.perf_counter() - start
+
+
+CHUNK = ScorerSection().cycle_chunk  # as the service judges
 
 
 def due(conn: Conn, at: datetime, rules: Rules) -> list[str]:
@@ -69,6 +74,9 @@ def bench(gpus: int) -> None:
         _, sql_s = timed(lambda: read_features(conn, tick, rules))
         conn.rollback()
         full, full_s = timed(lambda: judge(conn, tick, rules, predictions=known))
+        everyone = judging.inventory_gpus(conn)
+        chunked, chunked_s = timed(lambda: judge_in_chunks(conn, tick, rules, everyone, chunk=CHUNK,
+                                                           predictions=known))  # fmt: skip
         cycles: list[tuple[int, float, float]] = []  # (judged, cycle s, its SQL s)
         for k in range(2, 2 + PERIOD_S // TICK_S):
             at = NOW + timedelta(seconds=k * TICK_S)
@@ -85,6 +93,8 @@ def bench(gpus: int) -> None:
     print(f"({gpus:,} GPUs: fill {fill_s:.1f} s; first cycle, every verdict and prediction written: {first_s:.2f} s,"
           f" {first.states}; full steady cycle judged {full.gpus:,})")  # fmt: skip
     report(f"full cycle over {gpus:,} GPUs (1 h of rollup)", full_s, "s", "feature SQL alone", sql_s)
+    report(f"the same in chunks of {CHUNK} ({chunked.gpus:,} judged), a transaction each", chunked_s, "s",
+           "one transaction", full_s)  # fmt: skip
     for i, (judged, cycle_s, own_sql_s) in enumerate(cycles):
         report(f"cheaper cycle {i + 1} of a {PERIOD_S} s period: {judged:,} of {gpus:,} judged", cycle_s, "s",
                "its SQL alone", own_sql_s)  # fmt: skip

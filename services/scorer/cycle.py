@@ -20,7 +20,8 @@ database does not hold, and only the writer that made a change announces it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping
+import threading
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -61,6 +62,20 @@ class CycleResult:
     predictions_written: int = 0
     predictions: dict[str, Prediction] = field(default_factory=dict)
     messages: list[Message] = field(default_factory=list)
+    cut_short: bool = False  # a stop ended it before every GPU it was given was judged
+
+    def add(self, other: CycleResult) -> None:
+        """`other`'s judgement (another chunk of the same cycle) counted into this one."""
+        self.gpus += other.gpus
+        self.skipped |= other.skipped
+        for state, n in other.states.items():
+            self.states[state] = self.states.get(state, 0) + n
+        self.verdict_changes += other.verdict_changes
+        self.alerts_opened += other.alerts_opened
+        self.alerts_resolved += other.alerts_resolved
+        self.predictions_written += other.predictions_written
+        self.predictions.update(other.predictions)
+        self.messages += other.messages
 
 
 def desired_alerts(g: GpuFeatures, verdicts: dict[str, Verdict], rules: Rules) -> list[DesiredAlert]:
@@ -240,6 +255,37 @@ def judge(
     return record(conn, assess(conn, as_of, rules, gpus=gpus, predictions=predictions, predict=predict))
 
 
+def judge_in_chunks(
+    conn: Conn,
+    as_of: datetime,
+    rules: Rules,
+    gpus: Sequence[str],
+    *,
+    chunk: int,
+    predictions: Mapping[str, Prediction] | None = None,
+    predict: Collection[str] = (),
+    stop: threading.Event | None = None,
+    committed: Callable[[CycleResult], None] = lambda _: None,
+) -> CycleResult:
+    """:func:`judge` over `gpus`, `chunk` of them to a transaction, each chunk's result handed to
+    `committed` once it commits; their sum. A chunk's status rows stay locked only while that chunk
+    writes, so the event fast path never waits on a whole cycle; and a `stop` set between chunks ends
+    the cycle there (the GPUs left keep their verdicts, and are judged by the next cycle, here or in
+    the scorer that takes them over)."""
+    total = CycleResult(as_of=as_of)
+    wanted = set(predict)
+    for start in range(0, len(gpus), chunk):
+        if stop is not None and stop.is_set():
+            total.cut_short = True
+            break
+        part = gpus[start : start + chunk]
+        done = judge(conn, as_of, rules, gpus=part, predictions=predictions,
+                     predict=[g for g in part if g in wanted])  # fmt: skip
+        committed(done)
+        total.add(done)
+    return total
+
+
 def run_cycle(
     conn: Conn, as_of: datetime, rules: Rules, predictions: Mapping[str, Prediction] | None
 ) -> CycleResult:
@@ -254,10 +300,12 @@ def _write_alerts(
     open_alerts: dict[tuple[str, str], int],
     result: CycleResult,
 ) -> None:
+    refreshed: list[alerts.Refresh] = []
     for (uuid, kind), alert in wanted.items():
         if (uuid, kind) in open_alerts:
-            alerts.refresh_alert(conn, open_alerts[(uuid, kind)], severity=alert.severity, summary=alert.summary,
-                                 evidence=alert.evidence, as_of=as_of)  # fmt: skip
+            refreshed.append(
+                alerts.Refresh(open_alerts[(uuid, kind)], alert.severity, alert.summary, alert.evidence)
+            )
             continue
         alert_id = alerts.open_alert(conn, uuid, kind, severity=alert.severity, summary=alert.summary,
                                      evidence=alert.evidence, as_of=as_of)  # fmt: skip
@@ -269,6 +317,7 @@ def _write_alerts(
             summary=alert.summary, evidence=alert.evidence,
         ):  # fmt: skip
             result.messages.append(message)
+    alerts.refresh_alerts(conn, refreshed, as_of)
     for (uuid, kind), alert_id in open_alerts.items():
         if (uuid, kind) in wanted or not alerts.resolve_alert(conn, alert_id, as_of):
             continue

@@ -42,8 +42,8 @@ from shared.models import GpuEvent, parse_event, to_json
 from shared.store import events as event_store
 from shared.store.errors import translated
 
+from . import cycle
 from .alert_hosts import with_hostnames
-from .cycle import judge
 from .features import Conn
 from .messages import Message
 from .ownership import Ownership
@@ -53,6 +53,8 @@ log = logging.getLogger(__name__)
 
 JUDGE_AGAIN = 3  # times a GPU lost to a newer judgement is judged again before the cycle is left to it
 REWIND_WAIT_S = 1.0
+STAGES = ("store", "assess", "record", "publish")
+SLOW_BATCH_S = 1.0  # a batch slower than this is logged with where its time went
 
 
 class EventMetrics:
@@ -69,6 +71,15 @@ class EventMetrics:
             "From an event's Kafka timestamp to its GPU's verdict committed and published",
             registry=registry,
             buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+        )
+        self.stages = Histogram(
+            p + "event_stage_seconds",
+            "Where a gpu-events batch spent its time: storing its events, reading its GPUs' inputs and"
+            " judging (assess), writing the verdicts and alerts (record: waits on a judgement holding the"
+            " same GPUs), publishing",
+            ["stage"],
+            registry=registry,
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
         )
 
 
@@ -170,33 +181,53 @@ class EventPath:
                 stamps.append(stamp / 1000)
         if not found:
             return []
+        stages = dict.fromkeys(STAGES, 0.0)
+        started = time.perf_counter()
         conn = self._connection()
         event_store.insert_events(conn, found)
         with translated(conn):
             conn.commit()
-        messages = self.judge_gpus(conn, found)
+        stages["store"] = time.perf_counter() - started
+        messages = self.judge_gpus(conn, found, stages)
         done = time.time()
         for sent in stamps:
             self.metrics.latency.observe(max(0.0, done - sent))
         self.metrics.events.inc(len(found))
+        for stage, seconds in stages.items():
+            self.metrics.stages.labels(stage).observe(seconds)
+        if sum(stages.values()) > SLOW_BATCH_S:
+            oldest = round(done - min(stamps, default=done), 3)  # since its oldest event reached Kafka
+            spent = {f"{k}_s": round(v, 3) for k, v in stages.items()}
+            log.warning("slow event batch", extra={"events": len(found), "oldest_s": oldest, **spent})
         return messages
 
-    def judge_gpus(self, conn: Conn, found: Sequence[GpuEvent]) -> list[Message]:
-        """Judge the GPUs of `found` now, again for those a newer judgement took, and publish."""
+    def judge_gpus(
+        self, conn: Conn, found: Sequence[GpuEvent], stages: dict[str, float] | None = None
+    ) -> list[Message]:
+        """Judge the GPUs of `found` now, again for those a newer judgement took, and publish; the time
+        of each stage added to `stages`."""
+        took = dict.fromkeys(STAGES, 0.0) if stages is None else stages
         gpus = sorted({e.gpu_uuid for e in found})
         messages: list[Message] = []
         for _ in range(JUDGE_AGAIN):
-            result = judge(conn, self.as_of(conn, found), self.rules, gpus=gpus, predictions={})
+            started = time.perf_counter()
+            assessment = cycle.assess(conn, self.as_of(conn, found), self.rules, gpus=gpus, predictions={})
+            read = time.perf_counter()
+            result = cycle.record(conn, assessment)
+            took["assess"] += read - started
+            took["record"] += time.perf_counter() - read
             messages.extend(result.messages)
             gpus = sorted(result.skipped)
             if not gpus:
                 break
+        started = time.perf_counter()
         with_hostnames(conn, messages)
         with translated(conn):
             conn.rollback()  # the hostnames' read
         for kind, key, value in messages:
             self.producer.produce(self.publish_to[kind], key, to_json(value))
         self.producer.poll(0)
+        took["publish"] += time.perf_counter() - started
         return messages
 
     def _connection(self) -> Conn:

@@ -39,7 +39,7 @@ from shared.store import fleet, judging
 from shared.store.errors import translated
 
 from .alert_hosts import with_hostnames
-from .cycle import CycleResult, judge
+from .cycle import CycleResult, judge_in_chunks
 from .event_path import EventPath
 from .features import Conn
 from .ownership import Ownership
@@ -84,6 +84,10 @@ class ScorerSection(Section):
     `interval_s`, a scorer that dies leaves its GPUs unjudged for at most two intervals."""
     event_batch: int = Field(default=500, ge=1, le=100_000)
     """Most gpu-events messages judged in one transaction."""
+    cycle_chunk: int = Field(default=500, ge=1, le=1_000_000)
+    """Most GPUs a cycle judges in one transaction. Each chunk commits and is published before the next
+    is read, so an event on a GPU the cycle is writing waits for one chunk, not the cycle, and a stop is
+    heard between chunks."""
 
     @field_validator("as_of")
     @classmethod
@@ -179,7 +183,7 @@ class ScorerLoop:
             while not stop.is_set():
                 self.ownership.changed.clear()
                 if self.ownership.share.everything or self.ownership.share.partitions:
-                    self.score_once()
+                    self.score_once(stop)
                 if self.once:
                     break
                 next_tick = self._wait(stop, next_tick + self.cfg.interval_s)
@@ -196,26 +200,30 @@ class ScorerLoop:
                 break
         return tick
 
-    def score_once(self) -> CycleResult | None:
-        """One cycle over this process's share of the fleet; None (counted and logged) when it failed."""
+    def score_once(self, stop: threading.Event | None = None) -> CycleResult | None:
+        """One cycle over this process's share of the fleet, in chunks (`cycle_chunk`), each published
+        once committed; ended early by `stop`; None (counted and logged) when it failed."""
         started = time.perf_counter()
         try:
             conn = self._conn = connect(self.db)
+
+            def publish(chunk: CycleResult) -> None:
+                with_hostnames(conn, chunk.messages)
+                for kind, key, value in chunk.messages:
+                    self.producer.produce(self.topic[kind], key, to_json(value))
+                self.producer.poll(0)
+
             try:  # the store translates its statements' errors; a bug here still raises as itself
                 as_of = resolve_as_of(conn, self.cfg.as_of)
                 share = self.ownership.share
                 gpus = share.select(judging.inventory_gpus(conn))
-                result = self._judge(conn, as_of, gpus, None if share.everything else gpus)
+                result = self._judge(conn, as_of, gpus, None if share.everything else gpus, stop, publish)
                 self.verdicts.refresh(conn, as_of, gpus)
-                with_hostnames(conn, result.messages)
                 with translated(conn):
                     conn.commit()
             finally:
                 self._conn = None
                 conn.close()
-            for kind, key, value in result.messages:
-                self.producer.produce(self.topic[kind], key, to_json(value))
-            self.producer.poll(0)
         except (GpuHealthError, OSError) as e:
             self.metrics.failures.inc()
             log.error("scoring cycle failed: %s", e)
@@ -231,7 +239,15 @@ class ScorerLoop:
         )  # fmt: skip
         return result
 
-    def _judge(self, conn: Conn, as_of: datetime, gpus: list[str], scope: list[str] | None) -> CycleResult:
+    def _judge(
+        self,
+        conn: Conn,
+        as_of: datetime,
+        gpus: list[str],
+        scope: list[str] | None,
+        stop: threading.Event | None,
+        committed: Callable[[CycleResult], None],
+    ) -> CycleResult:
         """Judge the share's GPUs that can have changed (all of them the first time), each prediction
         recomputed at its GPU's first judgement `predict_every_s` after the last; `scope` None: the fleet.
         A fixed as-of time has no "since": each of its cycles judges the whole share."""
@@ -245,8 +261,10 @@ class ScorerLoop:
         now = time.monotonic()
         due = [g for g in (gpus if judged is None else judged)
                if now - self.predicted_at.get(g, -math.inf) >= self.cfg.predict_every_s]  # fmt: skip
-        result = judge(conn, as_of, self.rules, gpus=judged, predictions=self.predictions, predict=due)
-        self.judged_all = True
+        result = judge_in_chunks(conn, as_of, self.rules, gpus if judged is None else judged,
+                                 chunk=self.cfg.cycle_chunk, predictions=self.predictions, predict=due,
+                                 stop=stop, committed=committed)  # fmt: skip
+        self.judged_all = self.judged_all or not result.cut_short
         held = set(gpus)
         for g in due:
             self.predicted_at[g] = now

@@ -61,14 +61,25 @@ def open_alert(
     return int(opened[0][0]) if opened else None
 
 
-def refresh_alert(
-    conn: SyncConn, alert_id: int, *, severity: str, summary: str, evidence: dict[str, Any], as_of: datetime
-) -> None:
-    """An unresolved alert's severity, summary and evidence as of a cycle (its state is kept)."""
-    with translated(conn):
-        conn.execute(
+@dataclass(frozen=True, slots=True)
+class Refresh:
+    """An unresolved alert's severity, summary and evidence as a judgement sees them."""
+
+    alert_id: int
+    severity: str
+    summary: str
+    evidence: dict[str, Any]
+
+
+def refresh_alerts(conn: SyncConn, refreshed: Collection[Refresh], as_of: datetime) -> None:
+    """Unresolved alerts' severity, summary and evidence as of a judgement (their state is kept), in one
+    round of statements however many there are."""
+    if not refreshed:
+        return
+    with translated(conn), conn.cursor() as cur:
+        cur.executemany(
             "UPDATE gpu_alerts SET severity = %s, summary = %s, evidence = %s, updated_at = %s WHERE id = %s",
-            (severity, summary, Jsonb(evidence), as_of, alert_id),
+            [(r.severity, r.summary, Jsonb(r.evidence), as_of, r.alert_id) for r in refreshed],
         )
 
 

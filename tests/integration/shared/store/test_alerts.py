@@ -35,7 +35,8 @@ def test_open_refresh_resolve_and_count(conn: psycopg.Connection[Any]) -> None:
         conn, gpu(0), "thermal", severity="warning", summary="hot", evidence={}, as_of=later
     )
     assert again is None  # one unresolved alert per GPU and kind: the second writer opens nothing
-    alerts.refresh_alert(conn, opened, severity="critical", summary="hotter", evidence={"c": 95}, as_of=T0)
+    alerts.refresh_alerts(conn, [], T0)  # nothing to refresh: no statement
+    alerts.refresh_alerts(conn, [alerts.Refresh(opened, "critical", "hotter", {"c": 95})], T0)
     assert sorted(alerts.open_counts(conn, [gpu(0), gpu(1)])) == [(gpu(0), "critical", 2)]
     assert alerts.resolve_alert(conn, other, T0 + timedelta(minutes=1))
     assert not alerts.resolve_alert(conn, other, T0 + timedelta(minutes=2))  # resolved once
