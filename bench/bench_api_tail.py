@@ -1,7 +1,7 @@
 """The API's tail under 32 concurrent clients: the cached fleet summary's p99 against /healthz's, same run.
 
 The API runs as deployed (`python -m services.api`: one process, the guarded h11
-server, its middlewares) over 10,000 GPUs in a scratch schema. `wrk -t2 -c32`
+server, its middlewares) over 10,000 GPUs (`--gpus`) in a scratch schema. `wrk -t2 -c32`
 asks for /healthz and the cached fleet summary in alternating 10 s rounds, so
 both meet the same spells of noise on a shared machine; each round gives
 requests/s and p99. Two cases:
@@ -34,6 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench._common import report
 from shared.config import DatabaseSettings, Settings
@@ -43,7 +44,8 @@ from shared.store import fleet
 from shared.store.notify import announce_scored
 
 REPO = Path(__file__).resolve().parents[1]
-GPUS, PORT = 10_000, 18320
+GPUS = 10_000
+PORT = 18320
 URL = f"http://127.0.0.1:{PORT}"
 
 
@@ -72,6 +74,19 @@ def announce_every(db: DatabaseSettings, seconds: float, stop: threading.Event) 
             announce_scored(conn)
 
 
+def cache_answers() -> str:
+    """How the API's cache served its answers so far (its /metrics; an API without them says so)."""
+    text = httpx.get(URL + "/metrics", timeout=30).text
+    served = {
+        sample.labels["served"]: int(sample.value)
+        for family in text_string_to_metric_families(text)
+        if family.name == "gpuhealth_api_cache_answers"
+        for sample in family.samples
+        if sample.name.endswith("_total")
+    }
+    return ", ".join(f"{n:,} {how}" for how, n in served.items()) or "not counted by this API"
+
+
 def rounds(db: DatabaseSettings, case: str, runs: int, seconds: int, cycle_s: float | None) -> None:
     stop = threading.Event()
     announcer = threading.Thread(target=announce_every, args=(db, cycle_s, stop)) if cycle_s else None
@@ -89,6 +104,7 @@ def rounds(db: DatabaseSettings, case: str, runs: int, seconds: int, cycle_s: fl
         stop.set()
         if announcer is not None:
             announcer.join()
+    print(f"  {case}: the cache's answers since the API started: {cache_answers()}")
     h99, s99 = statistics.median(h[2] for h in health), statistics.median(s[2] for s in summary)
     report(f"{case}: cached summary p99, median of {runs} rounds", s99, "ms", "/healthz p99", h99)
     ratios = [s[2] / h[2] for s, h in zip(summary, health, strict=True)]
@@ -106,19 +122,26 @@ def main() -> int:
     parser.add_argument(
         "--tree", type=Path, default=REPO, help="serve the API of this checkout (default: this one)"
     )
+    parser.add_argument("--port", type=int, default=PORT, help=f"the API's port (default {PORT})")
+    parser.add_argument("--gpus", type=int, default=GPUS, help=f"the fleet's size (default {GPUS:,})")
+    parser.add_argument("--cases", choices=["both", "quiet", "cycles"], default="both", help="which cases")
     args = parser.parse_args()
+    global URL
+    URL = f"http://127.0.0.1:{args.port}"
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed: scripts/install-tools.sh")
     settings = Settings()
-    print(f"  the API of {args.tree.resolve()}; load average at start {os.getloadavg()[0]:.2f}")
+    print(f"  the API of {args.tree.resolve()} over {args.gpus:,} GPUs; load average at start"
+          f" {os.getloadavg()[0]:.2f}")  # fmt: skip
     with migrated_schema(settings.db, "bench") as db:
         with connect(db) as conn:
-            fleet.fill_api_bench_fleet(
-                conn, as_of=datetime.now(UTC).replace(second=0, microsecond=0), gpus=GPUS, rollup_minutes=60
-            )
+            # As many rollup rows whatever the size (the summary reads none; they only take time to write).
+            minutes = max(1, 60 * GPUS // args.gpus)
+            as_of = datetime.now(UTC).replace(second=0, microsecond=0)
+            fleet.fill_api_bench_fleet(conn, as_of=as_of, gpus=args.gpus, rollup_minutes=minutes)
         env = {**os.environ, "PYTHONPATH": str(args.tree.resolve()), "GPUHEALTH_DB__HOST": db.host,
                "GPUHEALTH_DB__PORT": str(db.port), "GPUHEALTH_DB__SEARCH_PATH": db.search_path or "",
-               "GPUHEALTH_API__PORT": str(PORT), "GPUHEALTH_LOG__LEVEL": "WARNING"}  # fmt: skip
+               "GPUHEALTH_API__PORT": str(args.port), "GPUHEALTH_LOG__LEVEL": "WARNING"}  # fmt: skip
         api = subprocess.Popen([sys.executable, "-m", "services.api"], cwd=args.tree.resolve(), env=env)
         try:
             deadline = time.monotonic() + 60
@@ -131,8 +154,10 @@ def main() -> int:
                 if time.monotonic() > deadline or api.poll() is not None:
                     raise RuntimeError("the API did not start")
                 time.sleep(0.2)
-            rounds(db, "quiet", args.runs, args.seconds, None)
-            rounds(db, "a cycle announced every second", args.runs, args.seconds, 1.0)
+            if args.cases in ("both", "quiet"):
+                rounds(db, "quiet", args.runs, args.seconds, None)
+            if args.cases in ("both", "cycles"):
+                rounds(db, "a cycle announced every second", args.runs, args.seconds, 1.0)
         finally:
             api.send_signal(signal.SIGTERM)
             api.wait(30)
