@@ -58,6 +58,16 @@ def make_consumer(
     return confluent_kafka.Consumer(config)
 
 
+def take(consumer: confluent_kafka.Consumer, most: int, wait_s: float) -> list[confluent_kafka.Message]:
+    """Up to `most` messages (errors included, as `consume` gives them): waits up to `wait_s` for the
+    first, then takes only what has already arrived. `consume(most, wait_s)` itself waits out all of
+    `wait_s` unless `most` arrive, a delay on every message of a quiet topic."""
+    first = consumer.poll(wait_s)
+    if first is None:
+        return []
+    return [first, *consumer.consume(most - 1, 0)] if most > 1 else [first]
+
+
 def close_consumer(consumer: confluent_kafka.Consumer) -> None:
     """Leave the group and close; a consumer closed already is left as it is."""
     try:

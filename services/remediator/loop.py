@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from shared.config import DatabaseSettings, TopicSettings
 from shared.errors import ContractError, DataRefusedError, GpuHealthError
-from shared.kafka import JsonProducer, close_consumer
+from shared.kafka import JsonProducer, close_consumer, take
 from shared.models_health import parse_alert, parse_health_verdict
 from shared.store import remediation_ledger as ledger
 from shared.store.errors import translated
@@ -155,7 +155,7 @@ class RemediatorLoop:
             return None
 
     def take_batch(self) -> None:
-        messages = self.consumer.consume(self.batch_size, self.poll_timeout_s)
+        messages = take(self.consumer, self.batch_size, self.poll_timeout_s)
         positions: dict[tuple[str, int], int] = {}  # the next offset to commit, per partition
         done = 0
         try:

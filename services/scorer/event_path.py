@@ -37,7 +37,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from shared.config import DatabaseSettings, KafkaSettings
 from shared.db import connect, statements_cancelled_on
 from shared.errors import ContractError, GpuHealthError
-from shared.kafka import JsonProducer, closing_consumer, make_consumer
+from shared.kafka import JsonProducer, closing_consumer, make_consumer, take
 from shared.models import GpuEvent, parse_event, to_json
 from shared.store import events as event_store
 from shared.store.errors import translated
@@ -118,7 +118,7 @@ class EventPath:
             consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
             try:
                 while not stop.is_set():
-                    found = consumer.consume(num_messages=self.batch, timeout=0.5)
+                    found = take(consumer, self.batch, 0.5)
                     records = [m for m in found if not _failed(m)]
                     if records and not self._judge(consumer, records):
                         stop.wait(REWIND_WAIT_S)

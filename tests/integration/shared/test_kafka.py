@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 
@@ -12,7 +13,15 @@ from hypothesis import strategies as st
 
 from shared.config import KafkaSettings
 from shared.errors import ContractError
-from shared.kafka import JsonProducer, decode_json, key_partition, make_producer
+from shared.kafka import (
+    JsonProducer,
+    closing_consumer,
+    decode_json,
+    key_partition,
+    make_consumer,
+    make_producer,
+    take,
+)
 from tests.helpers.kafka import consume_all
 
 
@@ -106,3 +115,32 @@ def test_the_partition_computed_for_a_key_is_where_the_broker_puts_it(
     assert len(placed) == len(keys) * len(partitioned)
     for topic, raw, partition in placed:
         assert partition == key_partition(raw, partitioned[topic]), (topic, raw)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(sent=st.integers(1, 40), most=st.integers(1, 50))
+def test_take_returns_what_has_arrived_without_waiting_for_a_full_batch(
+    kafka_settings: KafkaSettings, topic_factory: Callable[..., str], sent: int, most: int
+) -> None:
+    """A quiet topic: `take` hands over the messages there are, in order and at most `most`, without
+    waiting out its wait for a batch that will never fill (consume(most, wait) does; that was a delay
+    on every event the scorer's fast path judged)."""
+    topic = topic_factory(partitions=1)
+    producer = JsonProducer(make_producer(kafka_settings))
+    for i in range(sent):
+        producer.produce(topic, "k", {"seq": i})
+    assert producer.flush(30) == 0
+    consumer = make_consumer(kafka_settings, group_id=f"take-{uuid.uuid4().hex[:8]}")
+    with closing_consumer(consumer):
+        consumer.subscribe([topic])
+        got: list[int] = []
+        started = time.monotonic()
+        while len(got) < sent and time.monotonic() - started < 60:
+            batch = [m for m in take(consumer, most, 30.0) if m.error() is None]
+            assert len(batch) <= most
+            got += [decode_json(m.value())["seq"] for m in batch]
+        waited = time.monotonic() - started
+        assert take(consumer, most, 0.2) == []  # nothing more: an empty batch after its wait
+    assert got == list(range(sent))
+    # not one 30 s wait for a batch of `most` (a generous bound: the group's join is in it too)
+    assert waited < 25
