@@ -18,7 +18,10 @@ With three scorers announcing every 10 s at 100,000 GPUs, waiting would put
 the summary's 3 s query in front of the next request after each announcement
 (docs/performance.md, the API's tail). A refresh that fails keeps the old
 answer (until it is `max_stale_s` stale), is logged and counted, and is not
-tried again for `REFRESH_RETRY_S`.
+tried again for `REFRESH_RETRY_S`. After a reading that took t seconds, the
+next refresh of that answer starts no sooner than t seconds after it ended: a
+scorer that commits in chunks announces many times a cycle, and back-to-back
+refreshes would keep the fleet-wide query running without pause.
 
 Requests that wait while the same answer is being computed wait for that one
 computation instead of each starting their own (single flight): after every
@@ -114,7 +117,7 @@ class _Entry:
     read_at: float
     order: int
     superseded_at: float | None
-    retry_at: float = field(default=-math.inf)  # no background refresh before this (one failed)
+    retry_at: float = field(default=-math.inf)  # no background refresh before this (paced, or one failed)
 
 
 class CycleCache:
@@ -305,7 +308,9 @@ class CycleCache:
             return  # a later reading already landed
         if kept is None and len(self._entries) >= self.max_entries:
             self._entries.clear()
-        self._entries[key] = _Entry(body, reading.read_at, reading.order, reading.superseded_at)
+        now = self.clock()
+        paced = now + (now - reading.read_at)  # the database gets as long a pause as this reading took
+        self._entries[key] = _Entry(body, reading.read_at, reading.order, reading.superseded_at, paced)
 
 
 def _retrieved(done: asyncio.Future[bytes]) -> None:

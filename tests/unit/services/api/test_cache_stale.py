@@ -321,3 +321,34 @@ def test_the_freshness_headers_are_well_formed(age_s: float, stale_s: float | No
     assert name == "gpu-health"
     ttl = [int(p.removeprefix("ttl=")) for p in params if p.startswith("ttl=")]
     assert ttl == ([] if stale_s is None else [-int(-(-stale_s // 1))])
+
+
+def test_refreshes_of_an_answer_leave_the_database_as_long_a_pause_as_they_took() -> None:
+    """A scorer committing in chunks announces many times a cycle: refreshes do not run back to back."""
+
+    async def scenario() -> None:
+        clock = Clock()
+        cache = CycleCache("", max_age_s=MAX_AGE_S, max_stale_s=10, clock=clock)
+        cache.listening = True
+        gate = Gate()
+        first = asyncio.ensure_future(cache.get_or_compute("summary", gate))
+        await settle()
+        clock.now += 2  # the reading takes 2 s
+        gate.opened.set()
+        await first
+        cache.announced()
+        clock.now += 1.9
+        assert (await cache.get_or_compute("summary", gate)).status == "stale"
+        await settle()
+        assert gate.runs == 1, "a refresh started within the pause"
+        clock.now += 0.1
+        assert (await cache.get_or_compute("summary", gate)).status == "stale"
+        await settle()
+        assert gate.runs == 2
+        gate.opened.set()
+        await settle()
+        served = await cache.get_or_compute("summary", gate)
+        assert (decoded(served), served.status) == (("summary", 2), "hit")
+        await cache.close()
+
+    asyncio.run(scenario())
