@@ -19,9 +19,11 @@ the summary's 3 s query in front of the next request after each announcement
 (docs/performance.md, the API's tail). A refresh that fails keeps the old
 answer (until it is `max_stale_s` stale), is logged and counted, and is not
 tried again for `REFRESH_RETRY_S`. After a reading that took t seconds, the
-next refresh of that answer starts no sooner than t seconds after it ended: a
-scorer that commits in chunks announces many times a cycle, and back-to-back
-refreshes would keep the fleet-wide query running without pause.
+next refresh of that answer starts no sooner than t seconds after it ended,
+unless waiting would risk `max_stale_s` (stale for s seconds, it starts once
+s + 2t reaches `max_stale_s`): a scorer that commits in chunks announces many
+times a cycle, and back-to-back refreshes would keep the fleet-wide query
+running without pause.
 
 Requests that wait while the same answer is being computed wait for that one
 computation instead of each starting their own (single flight): after every
@@ -117,7 +119,9 @@ class _Entry:
     read_at: float
     order: int
     superseded_at: float | None
-    retry_at: float = field(default=-math.inf)  # no background refresh before this (paced, or one failed)
+    took: float = 0.0  # how long its reading took
+    paced_until: float = field(default=-math.inf)  # no background refresh before this, if there is time
+    retry_at: float = field(default=-math.inf)  # no background refresh before this (one failed)
 
 
 class CycleCache:
@@ -219,7 +223,7 @@ class CycleCache:
                 return Served(entry.body, now - entry.read_at, "hit")
             if now - stale_since < self.max_stale_s:
                 self.stale_hits += 1
-                self._refresh(key, compute, entry, now)
+                self._refresh(key, compute, entry, now, now - stale_since)
                 return Served(entry.body, now - entry.read_at, "stale", now - stale_since)
         newest = self._newest.get(key)
         if newest is not None and newest.task is not None and self._current(newest, now):
@@ -242,9 +246,12 @@ class CycleCache:
         stale_s = None if reading.superseded_at is None else now - reading.superseded_at
         return Served(body, now - read_at, status, stale_s)
 
-    def _refresh(self, key: Hashable, compute: Compute, entry: _Entry, now: float) -> None:
-        """Start the one background refresh of `key`, unless one is under way or the last failed just now."""
+    def _refresh(self, key: Hashable, compute: Compute, entry: _Entry, now: float, stale_s: float) -> None:
+        """Start the one background refresh of `key`, unless one is under way, the last failed just now,
+        or the database is still having its pause after the last and there is time for both."""
         if key in self._refreshing or now < entry.retry_at:
+            return
+        if now < entry.paced_until and stale_s + 2 * entry.took < self.max_stale_s:
             return
         newest = self._newest.get(key)
         if newest is not None and self._current(newest, now):
@@ -309,8 +316,10 @@ class CycleCache:
         if kept is None and len(self._entries) >= self.max_entries:
             self._entries.clear()
         now = self.clock()
-        paced = now + (now - reading.read_at)  # the database gets as long a pause as this reading took
-        self._entries[key] = _Entry(body, reading.read_at, reading.order, reading.superseded_at, paced)
+        took = now - reading.read_at
+        self._entries[key] = _Entry(
+            body, reading.read_at, reading.order, reading.superseded_at, took, now + took
+        )
 
 
 def _retrieved(done: asyncio.Future[bytes]) -> None:
