@@ -229,20 +229,27 @@ class Gate:
         return Answer(key="summary", reading=self.runs)
 
 
+async def primed(took_s: float = 0.0) -> tuple[Clock, CycleCache, Gate]:
+    """A listening cache (max_stale_s 10) holding the summary's first answer, read in `took_s`."""
+    clock = Clock()
+    cache = CycleCache("", max_age_s=MAX_AGE_S, max_stale_s=10, clock=clock)
+    cache.listening = True  # as once its LISTEN connection is up
+    gate = Gate()
+    first = asyncio.ensure_future(cache.get_or_compute("summary", gate))
+    await settle()
+    clock.now += took_s
+    gate.opened.set()
+    assert decoded(await first) == ("summary", 1)
+    return clock, cache, gate
+
+
 def test_a_failed_refresh_keeps_the_stale_answer_and_is_counted(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="services.api.cache")
 
     async def scenario() -> None:
-        clock = Clock()
-        cache = CycleCache("", max_age_s=MAX_AGE_S, max_stale_s=10, clock=clock)
-        cache.listening = True
+        clock, cache, gate = await primed()
         registry = CollectorRegistry()
         registry.register(CacheMetrics(cache))
-        gate = Gate()
-        first = asyncio.ensure_future(cache.get_or_compute("summary", gate))
-        await settle()
-        gate.opened.set()
-        assert decoded(await first) == ("summary", 1)
         cache.announced()
         clock.now += 2
         gate.fail = True
@@ -289,14 +296,7 @@ def test_a_failed_refresh_keeps_the_stale_answer_and_is_counted(caplog: pytest.L
 
 def test_close_cancels_the_refreshes_under_way() -> None:
     async def scenario() -> None:
-        clock = Clock()
-        cache = CycleCache("", max_age_s=MAX_AGE_S, max_stale_s=10, clock=clock)
-        cache.listening = True
-        gate = Gate()
-        first = asyncio.ensure_future(cache.get_or_compute("summary", gate))
-        await settle()
-        gate.opened.set()
-        await first
+        _, cache, gate = await primed()
         cache.announced()
         await cache.get_or_compute("summary", gate)  # starts a refresh that never ends by itself
         await settle()
@@ -331,15 +331,7 @@ def test_refreshes_of_an_answer_leave_the_database_as_long_a_pause_as_they_took(
     unless pausing would risk max_stale_s (stale 1.9 s, then a 4.5 s pause and a 4.5 s reading would)."""
 
     async def scenario() -> None:
-        clock = Clock()
-        cache = CycleCache("", max_age_s=MAX_AGE_S, max_stale_s=10, clock=clock)
-        cache.listening = True
-        gate = Gate()
-        first = asyncio.ensure_future(cache.get_or_compute("summary", gate))
-        await settle()
-        clock.now += took_s
-        gate.opened.set()
-        await first
+        clock, cache, gate = await primed(took_s)
         cache.announced()
         clock.now += 1.9
         assert (await cache.get_or_compute("summary", gate)).status == "stale"
