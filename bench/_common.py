@@ -7,6 +7,8 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+import httpx
+
 from shared.config import KafkaSettings
 from shared.kafka import make_admin
 from shared.topics import TopicSpec, ensure_topics
@@ -41,3 +43,17 @@ def scratch_topic(settings: KafkaSettings, partitions: int = 6) -> Iterator[str]
         yield name
     finally:
         admin.delete_topics([name])[name].result()
+
+
+def wait_http(url: str, timeout_s: float = 60) -> None:
+    """Until `url` answers 200; RuntimeError after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{url} did not answer in {timeout_s:.0f} s")
+        time.sleep(0.5)

@@ -46,7 +46,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench._common import report, scratch_topic  # noqa: E402
+from bench._common import report, scratch_topic, wait_http  # noqa: E402
 from bench.cpu import process_cpu, process_rss_mb  # noqa: E402
 
 GPUS = 8
@@ -150,19 +150,6 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
-
-
-def wait_http(url: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{url} did not answer in {timeout_s:.0f} s")
-        time.sleep(0.5)
 
 
 @contextmanager

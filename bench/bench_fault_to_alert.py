@@ -39,7 +39,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench._common import report  # noqa: E402
+from bench._common import report, wait_http  # noqa: E402
 from shared.config import Settings, TopicSettings  # noqa: E402
 from shared.kafka import make_admin, wait_for_kafka  # noqa: E402
 from shared.migrate import migrated_schema  # noqa: E402
@@ -97,19 +97,6 @@ def pipeline(env: dict[str, str], logs: Path, wanted: dict[str, dict[str, str]])
                 code = proc.wait()
             if code != 0:
                 print(f"  ! {name} exited {code}: {logs / (name + '.log')}")
-
-
-def wait_until_up(urls: list[str], seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            if all(httpx.get(u, timeout=1).status_code == 200 for u in urls):
-                return
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline:
-            raise SystemExit(f"the pipeline did not come up in {seconds:.0f} s")
-        time.sleep(0.5)
 
 
 def inject(
@@ -172,7 +159,8 @@ def run(nodes: int, poll_s: float, interval_s: float, faults: int, spread_s: flo
         }  # fmt: skip
         stack.enter_context(pipeline(env, logs, wanted))
         admin_url, api = f"http://127.0.0.1:{admin_port}", f"http://127.0.0.1:{api_port}"
-        wait_until_up([f"{admin_url}/healthz", f"{api}/readyz"], 90)
+        for url in (f"{admin_url}/healthz", f"{api}/readyz"):
+            wait_http(url, 90)
         time.sleep(2 * max(poll_s, interval_s))  # the fleet reported and judged healthy once
         print(f"== {nodes * GPUS_PER_NODE} GPUs, polled every {poll_s:g} s, judged every {interval_s:g} s;"
               f" {faults} hard faults over ~{spread_s:g} s", flush=True)  # fmt: skip
