@@ -160,11 +160,13 @@ def assess(
     gpus: Collection[str] | None = None,
     predictions: Mapping[str, Prediction] | None = None,
     predict: Collection[str] = (),
+    since: Mapping[str, int] | None = None,
 ) -> Assessment:
     """Judge `gpus` (None: every GPU) as of `as_of`; nothing written. `predictions` None: computed now for
-    all; else those given are used, computed now for the GPUs in `predict`, read for the rest."""
+    all; else those given are used, computed now for the GPUs in `predict`, read for the rest. `since`:
+    the revisions to claim against, read earlier (a cycle's, as it began); None: read now."""
     # The revisions first: whatever commits after this read is newer than these inputs.
-    revisions = health.revisions(conn, gpus)
+    revisions = health.revisions(conn, gpus) if since is None else dict(since)
     features = read_features(conn, as_of, rules, gpus)
     if predictions is None:
         known = predict_all(conn, as_of, rules, gpus)
@@ -246,13 +248,15 @@ def judge(
     gpus: Collection[str] | None = None,
     predictions: Mapping[str, Prediction] | None = None,
     predict: Collection[str] = (),
+    since: Mapping[str, int] | None = None,
 ) -> CycleResult:
-    """Judge `gpus` (None: every GPU) as of `as_of`, write and commit; `predictions` and `predict` as
-    :func:`assess` takes them.
+    """Judge `gpus` (None: every GPU) as of `as_of`, write and commit; `predictions`, `predict` and
+    `since` as :func:`assess` takes them.
 
     A GPU another judgement wrote after this one read it is left as that one wrote it
     (`CycleResult.skipped`); the caller judges it again if its own news must count."""
-    return record(conn, assess(conn, as_of, rules, gpus=gpus, predictions=predictions, predict=predict))
+    return record(conn, assess(conn, as_of, rules, gpus=gpus, predictions=predictions, predict=predict,
+                               since=since))  # fmt: skip
 
 
 def judge_in_chunks(
@@ -274,13 +278,16 @@ def judge_in_chunks(
     the scorer that takes them over)."""
     total = CycleResult(as_of=as_of)
     wanted = set(predict)
+    # Every chunk claims against the revisions as the cycle began: a GPU judged since (the fast path, as
+    # of an event after `as_of`, which a later chunk would not see) is left as that judgement wrote it.
+    since = health.revisions(conn, gpus)
     for start in range(0, len(gpus), chunk):
         if stop is not None and stop.is_set():
             total.cut_short = True
             break
         part = gpus[start : start + chunk]
         done = judge(conn, as_of, rules, gpus=part, predictions=predictions,
-                     predict=[g for g in part if g in wanted])  # fmt: skip
+                     predict=[g for g in part if g in wanted], since=since)  # fmt: skip
         committed(done)
         total.add(done)
     return total

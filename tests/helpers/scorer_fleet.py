@@ -49,3 +49,16 @@ def event_message(gpu: str, kind: str, details: dict[str, Any], at: datetime) ->
 def xid_event(gpu: str, code: int, at: datetime) -> GpuEvent:
     """An XID as the event fast path parses it off gpu-events."""
     return parse_event(json.dumps(event_message(gpu, "xid", {"xid": code}, at)))
+
+
+def add_xids(conn: psycopg.Connection[Any], gpus: Sequence[str], at: datetime,
+             xids: Sequence[tuple[int, int, int]]) -> None:  # fmt: skip
+    """(index in `gpus`, XID, seconds before `at`) as gpu_events rows, eight GPUs a host; committed."""
+    for i, code, ago in xids:
+        conn.execute(
+            "INSERT INTO gpu_events (time, gpu_uuid, kind, hostname, source, collector_id, details)"
+            " VALUES (%s, %s, 'xid', %s, 'mock', 'test', jsonb_build_object('xid', %s::int))"
+            " ON CONFLICT DO NOTHING",
+            (at - timedelta(seconds=ago), gpus[i], f"node-{i // 8}", code),
+        )
+    conn.commit()

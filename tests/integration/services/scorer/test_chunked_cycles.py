@@ -26,7 +26,7 @@ from services.scorer.loop import ScorerSection, ScorerSettings, build_scorer
 from services.scorer.rules_config import load_rules
 from shared.config import DatabaseSettings, KafkaSettings
 from shared.db import connect
-from tests.helpers.scorer_fleet import add_fleet
+from tests.helpers.scorer_fleet import add_fleet, add_xids
 from tests.helpers.topics import isolated_topics
 
 RULES = load_rules()
@@ -37,14 +37,7 @@ XIDS = (13, 31, 48, 63, 79, 94, 95, 119)
 
 def _add_xids(conn: psycopg.Connection[Any], xids: list[tuple[int, int, int]]) -> None:
     """(GPU index, XID, seconds before T0) as gpu_events rows; committed."""
-    for i, code, ago in xids:
-        conn.execute(
-            "INSERT INTO gpu_events (time, gpu_uuid, kind, hostname, source, collector_id, details)"
-            " VALUES (%s, %s, 'xid', %s, 'mock', 'test', jsonb_build_object('xid', %s::int))"
-            " ON CONFLICT DO NOTHING",
-            (T0 - timedelta(seconds=ago), GPUS[i], f"node-{i // 8}", code),
-        )
-    conn.commit()
+    add_xids(conn, GPUS, T0, xids)
 
 
 def _concluded(conn: psycopg.Connection[Any]) -> tuple[list[tuple[Any, ...]], ...]:
