@@ -138,6 +138,17 @@ class Assessment:
     predictions: dict[str, Prediction]
     fresh: set[str]  # the GPUs whose predictions were computed now (written with their verdicts)
 
+    def part(self, gpus: Collection[str]) -> Assessment:
+        """What this assessment decided for `gpus` alone (those of them it judged)."""
+        keep = [g for g in gpus if g in self.gpus]
+        return Assessment(
+            self.as_of,
+            {g: self.revisions[g] for g in keep if g in self.revisions},
+            {g: self.gpus[g] for g in keep},
+            {g: self.predictions[g] for g in keep if g in self.predictions},
+            self.fresh.intersection(keep),
+        )
+
 
 def _predictions_for(
     conn: Conn, gpus: Collection[str], given: Mapping[str, Prediction]
@@ -160,13 +171,11 @@ def assess(
     gpus: Collection[str] | None = None,
     predictions: Mapping[str, Prediction] | None = None,
     predict: Collection[str] = (),
-    since: Mapping[str, int] | None = None,
 ) -> Assessment:
     """Judge `gpus` (None: every GPU) as of `as_of`; nothing written. `predictions` None: computed now for
-    all; else those given are used, computed now for the GPUs in `predict`, read for the rest. `since`:
-    the revisions to claim against, read earlier (a cycle's, as it began); None: read now."""
+    all; else those given are used, computed now for the GPUs in `predict`, read for the rest."""
     # The revisions first: whatever commits after this read is newer than these inputs.
-    revisions = health.revisions(conn, gpus) if since is None else dict(since)
+    revisions = health.revisions(conn, gpus)
     features = read_features(conn, as_of, rules, gpus)
     if predictions is None:
         known = predict_all(conn, as_of, rules, gpus)
@@ -248,15 +257,13 @@ def judge(
     gpus: Collection[str] | None = None,
     predictions: Mapping[str, Prediction] | None = None,
     predict: Collection[str] = (),
-    since: Mapping[str, int] | None = None,
 ) -> CycleResult:
-    """Judge `gpus` (None: every GPU) as of `as_of`, write and commit; `predictions`, `predict` and
-    `since` as :func:`assess` takes them.
+    """Judge `gpus` (None: every GPU) as of `as_of`, write and commit; `predictions` and `predict` as
+    :func:`assess` takes them.
 
     A GPU another judgement wrote after this one read it is left as that one wrote it
     (`CycleResult.skipped`); the caller judges it again if its own news must count."""
-    return record(conn, assess(conn, as_of, rules, gpus=gpus, predictions=predictions, predict=predict,
-                               since=since))  # fmt: skip
+    return record(conn, assess(conn, as_of, rules, gpus=gpus, predictions=predictions, predict=predict))
 
 
 def judge_in_chunks(
@@ -271,23 +278,20 @@ def judge_in_chunks(
     stop: threading.Event | None = None,
     committed: Callable[[CycleResult], None] = lambda _: None,
 ) -> CycleResult:
-    """:func:`judge` over `gpus`, `chunk` of them to a transaction, each chunk's result handed to
-    `committed` once it commits; their sum. A chunk's status rows stay locked only while that chunk
-    writes, so the event fast path never waits on a whole cycle; and a `stop` set between chunks ends
-    the cycle there (the GPUs left keep their verdicts, and are judged by the next cycle, here or in
-    the scorer that takes them over)."""
+    """:func:`judge` over `gpus`: read and judged at once (one read of the inputs, as one judgement
+    reads them), then written `chunk` GPUs to a transaction, each chunk's result handed to `committed`
+    once it commits; their sum. A chunk's status rows stay locked only while that chunk writes, so the
+    event fast path never waits on a whole cycle's writes; a GPU it judged after this read is left as
+    it wrote it (the claim, as in :func:`record`). A `stop` set between chunks ends the cycle there (the
+    GPUs left keep their verdicts, and are judged by the next cycle, here or in the scorer that takes
+    them over)."""
     total = CycleResult(as_of=as_of)
-    wanted = set(predict)
-    # Every chunk claims against the revisions as the cycle began: a GPU judged since (the fast path, as
-    # of an event after `as_of`, which a later chunk would not see) is left as that judgement wrote it.
-    since = health.revisions(conn, gpus)
+    assessment = assess(conn, as_of, rules, gpus=gpus, predictions=predictions, predict=predict)
     for start in range(0, len(gpus), chunk):
         if stop is not None and stop.is_set():
             total.cut_short = True
             break
-        part = gpus[start : start + chunk]
-        done = judge(conn, as_of, rules, gpus=part, predictions=predictions,
-                     predict=[g for g in part if g in wanted], since=since)  # fmt: skip
+        done = record(conn, assessment.part(gpus[start : start + chunk]))
         committed(done)
         total.add(done)
     return total
