@@ -85,9 +85,9 @@ class ScorerSection(Section):
     event_batch: int = Field(default=500, ge=1, le=100_000)
     """Most gpu-events messages judged in one transaction."""
     cycle_chunk: int = Field(default=500, ge=1, le=1_000_000)
-    """Most GPUs a cycle judges in one transaction. Each chunk commits and is published before the next
-    is read, so an event on a GPU the cycle is writing waits for one chunk, not the cycle, and a stop is
-    heard between chunks."""
+    """Most GPUs a cycle writes in one transaction (it reads and judges its share at once). Each chunk
+    commits and is published before the next is written, so an event on a GPU the cycle is writing waits
+    for one chunk, not the cycle, and a stop is heard between chunks."""
 
     @field_validator("as_of")
     @classmethod
