@@ -1,8 +1,10 @@
-"""A fleet the scorer's integration tests judge: GPUs in the inventory, reporting, and their events."""
+"""A fleet the scorer's integration tests judge: GPUs in the inventory, reporting, and their events; and
+a stop that comes mid-cycle."""
 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -62,3 +64,18 @@ def add_xids(conn: psycopg.Connection[Any], gpus: Sequence[str], at: datetime,
             (at - timedelta(seconds=ago), gpus[i], f"node-{i // 8}", code),
         )
     conn.commit()
+
+
+class StopAfter(threading.Event):
+    """A stop that is set once it has been asked `n` times: a SIGTERM arriving mid-cycle."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.asked = 0
+        self.n = n
+
+    def is_set(self) -> bool:
+        self.asked += 1
+        if self.asked > self.n:
+            self.set()
+        return super().is_set()

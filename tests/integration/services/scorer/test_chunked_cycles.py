@@ -10,7 +10,6 @@ takes them at once, and a stop between chunks ends the cycle there.
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -26,7 +25,7 @@ from services.scorer.loop import ScorerSection, ScorerSettings, build_scorer
 from services.scorer.rules_config import load_rules
 from shared.config import DatabaseSettings, KafkaSettings
 from shared.db import connect
-from tests.helpers.scorer_fleet import add_fleet, add_xids
+from tests.helpers.scorer_fleet import StopAfter, add_fleet, add_xids
 from tests.helpers.topics import isolated_topics
 
 RULES = load_rules()
@@ -104,21 +103,6 @@ def test_a_committed_chunk_is_free_for_the_event_path_while_the_cycle_goes_on(
         times = conn.execute("SELECT DISTINCT as_of FROM gpu_status").fetchall()
     assert taken == [8, 8, 8]
     assert times == [(later,)]
-
-
-class StopAfter(threading.Event):
-    """A stop that is set once it has been asked `n` times: a SIGTERM arriving mid-cycle."""
-
-    def __init__(self, n: int) -> None:
-        super().__init__()
-        self.asked = 0
-        self.n = n
-
-    def is_set(self) -> bool:
-        self.asked += 1
-        if self.asked > self.n:
-            self.set()
-        return super().is_set()
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

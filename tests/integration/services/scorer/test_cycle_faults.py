@@ -43,9 +43,8 @@ from shared.kafka import JsonProducer
 from shared.models_health import AlertOpened, parse_alert
 from shared.store.events import insert_events
 from tests.helpers.kafka import consume_all
-from tests.helpers.scorer_fleet import add_fleet, add_xids, xid_event
+from tests.helpers.scorer_fleet import StopAfter, add_fleet, add_xids, xid_event
 from tests.helpers.topics import isolated_topics, topics_env
-from tests.integration.services.scorer.test_chunked_cycles import StopAfter
 from tests.paths import REPO
 
 T0 = datetime(2026, 5, 1, 12, 0, 7, tzinfo=UTC)
