@@ -137,13 +137,14 @@ def test_a_cycle_stopped_between_chunks_and_run_again_ends_as_one_run_and_announ
         assert cut is not None
         assert cut.cut_short == (after * chunk < N)
         assert first.producer.flush(10) == 0
-        again = _scorer(kafka_settings, migrated, topics, chunk).score_once()
+        rerun = _scorer(kafka_settings, migrated, topics, chunk)
+        again = rerun.score_once()
         assert again is not None
         assert again.gpus == N
         assert _concluded(conn, cut_gpus) == expected
         rows = _alert_rows(conn)
-    for scorer in (whole, first):
-        assert scorer.producer.flush(10) == 0
+    for scorer in (whole, first, rerun):  # every run's announcements delivered before they are counted
+        assert scorer.producer.flush(30) == 0
     opened = _opened(kafka_settings, topics.alerts, cut_gpus, 2 * whole_opened)
     _announced_once(rows, opened)
 
