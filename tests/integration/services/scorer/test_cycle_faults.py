@@ -62,9 +62,18 @@ def _fleet(conn: psycopg.Connection[Any], gpus: list[str], xids: Sequence[tuple[
     add_xids(conn, gpus, T0, xids)
 
 
+PLACE_KINDS = ("node_fault", "rack_fault", "job_crash")  # held by one GPU of the place, its least UUID
+
+
 def _concluded(conn: psycopg.Connection[Any], gpus: list[str]) -> tuple[list[tuple[Any, ...]], ...]:
-    """Statuses, current verdicts and every alert row (resolved too), GPUs named by their index."""
+    """Statuses, current verdicts and every alert row (resolved too), GPUs named by their index. A host's
+    alert (node_fault) is named by its host: the GPU that holds it is the episode's least UUID, which
+    differs between two fleets of random UUIDs."""
     index = {g: i for i, g in enumerate(gpus)}
+
+    def named(uuid_: str, kind: str = "") -> tuple[str, int]:
+        return ("host", index[uuid_] // 8) if kind in PLACE_KINDS else ("gpu", index[uuid_])
+
     rows = (
         conn.execute(query).fetchall()
         for query in (
@@ -73,7 +82,8 @@ def _concluded(conn: psycopg.Connection[Any], gpus: list[str]) -> tuple[list[tup
             "SELECT gpu_uuid, kind, severity, state FROM gpu_alerts",
         )
     )
-    return tuple(sorted((index[r[0]], *r[1:]) for r in found) for found in rows)
+    return tuple(sorted((named(r[0], r[1] if len(r) == 4 and r[1] in PLACE_KINDS else ""), *r[1:])
+                        for r in found) for found in rows)  # fmt: skip
 
 
 def _opened(kafka: KafkaSettings, topic: str, gpus: list[str], expected: int) -> list[AlertOpened]:
