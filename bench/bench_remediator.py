@@ -94,7 +94,9 @@ def run(settings: Settings, gpus: int) -> tuple[list[float], list[float]]:
     names = {f"node-{i}": {"kubernetes": f"{prefix}{i}"} for i in range(nodes)}
     for kube_name in (n["kubernetes"] for n in names.values()):
         admin.post(
-            "/api/v1/nodes", json={"apiVersion": "v1", "kind": "Node", "metadata": {"name": kube_name}}
+            "/api/v1/nodes",
+            json={"apiVersion": "v1", "kind": "Node",
+                  "metadata": {"name": kube_name, "labels": {"nvidia.com/gpu.present": "true"}}},
         )
     policy = load_policy()
     policy = policy.model_copy(update={

@@ -19,6 +19,7 @@ from services.remediator.drivers.kubeconfig import load_kubeconfig
 from tests.paths import REPO
 
 RBAC = REPO / "deploy" / "kubernetes" / "remediator-rbac.yaml"
+GPU_LABEL = "nvidia.com/gpu.present"
 
 
 class KubeAdmin:
@@ -52,8 +53,14 @@ class KubeAdmin:
         )
         assert done.returncode == 0, done.stderr
 
-    def create_node(self, name: str) -> None:
-        self.call("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+    def create_node(self, name: str, *, gpu: bool = True) -> None:
+        """A node; a GPU node (labelled as NVIDIA's GPU feature discovery labels one) unless `gpu` is False:
+        the remediator's admission policy (deploy/kubernetes/remediator-admission.yaml) lets it change GPU
+        nodes only."""
+        meta: dict[str, Any] = {"name": name}
+        if gpu:
+            meta["labels"] = {GPU_LABEL: "true"}
+        self.call("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": meta})
 
     def delete_node(self, name: str) -> None:
         self.call("DELETE", f"/api/v1/nodes/{name}", ok=(404,))
