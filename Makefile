@@ -48,8 +48,8 @@ topics: venv ## create the project's Kafka topics (idempotent)
 schemas: venv ## write every topic's JSON Schema under schema/json/ from shared/topic_registry.py (commit them)
 	@$(PY) -m shared.topic_registry
 
-up: services migrate topics ## run the whole pipeline locally (mock fleet, collector, sink, scorer, API; SCORERS=N: N scorers)
-	@$(if $(SCORERS),GPUHEALTH_SCORERS=$(SCORERS) )scripts/stack.sh up
+up: services migrate topics ## run the whole pipeline locally (mock fleet, collector, sink, scorer, API; SCORERS=N: N scorers; REMEDIATOR=live: the remediator acts)
+	@$(if $(SCORERS),GPUHEALTH_SCORERS=$(SCORERS) )$(if $(REMEDIATOR),GPUHEALTH_REMEDIATOR_MODE=$(REMEDIATOR) )scripts/stack.sh up
 
 down: ## stop everything `make up` started
 	@scripts/stack.sh down

@@ -83,5 +83,10 @@ if [[ $(id -u) -eq 0 ]]; then
 else
   : "${GPUHEALTH_SLURM_DIR:=$GPUHEALTH_RUN/slurm}"
 fi
+# `make up REMEDIATOR=live` (GPUHEALTH_REMEDIATOR_MODE=live): the stack's remediator acts, on the kube-apiserver and
+# Slurm above and on the mock fleet (its resets, reboots and compute check); `dry-run` (the default) records only.
+: "${GPUHEALTH_REMEDIATOR_MODE:=dry-run}"
+if [[ $GPUHEALTH_REMEDIATOR_MODE == live ]]; then GPUHEALTH_REMEDIATOR_DRY_RUN=false; else GPUHEALTH_REMEDIATOR_DRY_RUN=true; fi
+export GPUHEALTH_REMEDIATOR_MODE GPUHEALTH_REMEDIATOR_DRY_RUN
 export GPUHEALTH_KUBE_VERSION GPUHEALTH_KUBE_PORT GPUHEALTH_ETCD_PORT GPUHEALTH_SLURMCTLD_PORT GPUHEALTH_SLURMD_BASE_PORT \
   GPUHEALTH_SLURM_DIR

@@ -26,9 +26,29 @@ PY
 )
 }
 
+# GPUHEALTH_REMEDIATOR_MODE (`make up REMEDIATOR=live`): what the stack's remediator does. `live` acts on the
+# kube-apiserver and Slurm of `make services` (scripts/kube.sh, scripts/slurm.sh) and on the mock fleet's
+# GPUs (its reset, reboot and compute check webhooks); its nodes are made Node objects there first (no
+# kubelet runs: the mock's hosts are the cluster's nodes). `dry-run` records what it would do.
+remediator_mode() {
+  case $GPUHEALTH_REMEDIATOR_MODE in
+    dry-run) ;;
+    live)  # env.sh made GPUHEALTH_REMEDIATOR_DRY_RUN false
+      "$here/kube.sh" status >/dev/null && "$here/slurm.sh" status >/dev/null ||
+        { echo "stack: REMEDIATOR=live acts on the kube-apiserver and Slurm: start them (make services)" >&2; exit 1; }
+      local kubectl=$GPUHEALTH_CACHE/kube-$GPUHEALTH_KUBE_VERSION/bin/kubectl node
+      for node in gpu-node-00 gpu-node-01 gpu-node-02 gpu-node-03; do  # the mock's hosts, as slurm.sh has them
+        printf 'apiVersion: v1\nkind: Node\nmetadata:\n  name: %s\n  labels: {nvidia.com/gpu.present: "true"}\n---\n' "$node"
+      done | "$kubectl" --kubeconfig="$GPUHEALTH_RUN/kube/admin.kubeconfig" apply -f - >/dev/null
+      ;;
+    *) echo "stack: GPUHEALTH_REMEDIATOR_MODE is dry-run or live, not '$GPUHEALTH_REMEDIATOR_MODE'" >&2; exit 2 ;;
+  esac
+}
+
 case ${1:-status} in
   up)
     mkdir -p "$logs"
+    remediator_mode
     if running; then
       echo "stack: already running (supervisor pid $(cat "$pidfile"))" >&2
     else
@@ -53,6 +73,7 @@ case ${1:-status} in
     echo "  REST API:     http://127.0.0.1:$GPUHEALTH_API_PORT/api/v1/fleet/summary  (OpenAPI: http://127.0.0.1:$GPUHEALTH_API_PORT/docs)"
     echo "  mock fleet:   http://127.0.0.1:$GPUHEALTH_MOCK_BASE_PORT/metrics ... :$((GPUHEALTH_MOCK_BASE_PORT + 3)) (admin, faults, ground truth: :$GPUHEALTH_MOCK_ADMIN_PORT)"
     echo "  metrics:      collector :$GPUHEALTH_COLLECTOR_METRICS_PORT, sink :$GPUHEALTH_SINK_METRICS_PORT, scorer :$GPUHEALTH_SCORER_METRICS_PORT, remediator :$GPUHEALTH_REMEDIATOR_METRICS_PORT, lifecycle :$GPUHEALTH_LIFECYCLE_METRICS_PORT (/metrics)"
+    echo "  remediator:   $GPUHEALTH_REMEDIATOR_MODE (make up REMEDIATOR=live acts on kube :$GPUHEALTH_KUBE_PORT, Slurm and the mock's GPUs; make down first to switch)"
     echo "  logs:         $logs/"
     echo "  watch Kafka:  make kafka-console-consumer TOPIC=gpu-metrics-raw"
     echo "  database:     make psql   (try: SELECT * FROM v_fleet_health_summary;)"

@@ -125,6 +125,19 @@ OTHER_VARIABLES: tuple[OtherVariable, ...] = (
         "Scorer processes `make up` runs (`make up SCORERS=3`); they share the fleet.",
     ),
     OtherVariable(
+        "GPUHEALTH_REMEDIATOR_MODE",
+        "`dry-run`",
+        _NATIVE,
+        "What `make up`'s remediator does (`make up REMEDIATOR=live`): `dry-run` records only; `live` acts on"
+        " the kube-apiserver and Slurm of `make services` and on the mock fleet's GPUs.",
+    ),
+    OtherVariable(
+        "GPUHEALTH_REMEDIATOR_DRY_RUN",
+        "`true` (`false` when `GPUHEALTH_REMEDIATOR_MODE` is `live`)",
+        _NATIVE,
+        "Set by scripts/env.sh from `GPUHEALTH_REMEDIATOR_MODE`, for the stack file.",
+    ),
+    OtherVariable(
         "GPUHEALTH_REMEDIATOR_METRICS_PORT", "`9503`", _NATIVE, "The remediator's `/metrics` (`make up`)."
     ),
     OtherVariable(

@@ -55,7 +55,8 @@ class MockSettings(Section):
     compute_check: ComputeCheck = "hard_failure"
     """What fails `POST /compute-check` on a GPU (the remediator's validation): an active `hard_failure`
     (a DBE, a failed remap, a fall off the bus, a critical XID), `any_fault` active but a heavy workload,
-    or `nothing`. A fault stays until it ends or is cleared, whatever the remediator resets."""
+    or `nothing`. A fault stays until a remedy that fixes it (`POST /reset-gpu`, `POST /reboot`), a repair,
+    its duration or `DELETE /faults/<id>` ends it."""
     scenario: Path | None = None
     """A JSON file of scheduled faults:
     `{"faults": [{"kind": ..., "node": ..., "gpu": ..., "after_s": ...}]}`."""

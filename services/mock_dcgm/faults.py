@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal, get_args
 
 from shared.errors import GpuHealthError
 
@@ -28,6 +28,14 @@ from .profiles import GpuModel
 
 class FaultError(GpuHealthError):
     """A fault request is malformed or cannot apply to the GPU it names."""
+
+
+class NotFoundError(FaultError):
+    """A request names a GPU, node or fault this fleet does not have."""
+
+
+class RemedyRefusedError(FaultError):
+    """A remedy that cannot run on the GPU as it is (a reset of a GPU that has fallen off the bus)."""
 
 
 class FaultKind(StrEnum):
@@ -79,6 +87,30 @@ PRECURSORS = frozenset(
 )
 HARD_XIDS = frozenset({48, 61, 62, 64, 74, 79, 95, 119, 120, 140})
 
+# The least remedy that ends a fault (services/mock_dcgm/remedies.py): a GPU reset (a reboot resets every
+# GPU of the node, so it ends these too), a reboot of the node, or only a repair. An XID ends on a reset
+# unless NVIDIA's immediate action for it is a restart of the machine (79 fallen off the bus: RESTART_BM;
+# 151: RESTART_VM). A DBE's row remap is pending until the GPU is reset; a failed remap, and a GPU whose
+# memory, cooling, power or links are degrading, stay until a repair.
+FixedBy = Literal["reset_gpu", "reboot_node", "repair"]
+FIXED_BY: tuple[FixedBy, ...] = get_args(FixedBy)
+REBOOT_XIDS = frozenset({79, 151})
+_FIXED_BY_KIND: dict[FaultKind, FixedBy] = {
+    FaultKind.DBE: "reset_gpu",
+    FaultKind.PENDING_RETIREMENT: "reset_gpu",
+    FaultKind.HANG: "reset_gpu",
+    FaultKind.NVLINK_ERRORS: "reset_gpu",
+    FaultKind.FALL_OFF_BUS: "reboot_node",
+}
+
+
+def default_fixed_by(kind: FaultKind, params: dict[str, float]) -> FixedBy:
+    """The least remedy that ends a fault of this kind, unless its request says otherwise."""
+    if kind is FaultKind.XID:
+        return "reboot_node" if int(params["code"]) in REBOOT_XIDS else "reset_gpu"
+    return _FIXED_BY_KIND.get(kind, "repair")
+
+
 # Parameters each kind accepts, with defaults. Anything else is refused.
 DEFAULT_PARAMS: dict[FaultKind, dict[str, float]] = {
     FaultKind.SBE_STORM: {"rate_per_hour": 20.0, "growth_per_hour": 4.0},
@@ -103,6 +135,11 @@ _MAX_PARAM = 1e9
 _ids = itertools.count(1)
 
 
+def next_fault_id() -> int:
+    """A new fault's id, unique in this process."""
+    return next(_ids)
+
+
 @dataclass(slots=True)
 class Fault:
     kind: FaultKind
@@ -111,9 +148,15 @@ class Fault:
     start_s: float  # simulated epoch seconds
     duration_s: float | None = None
     params: dict[str, float] = field(default_factory=dict)
-    id: int = field(default_factory=lambda: next(_ids))
+    id: int = field(default_factory=lambda: next_fault_id())
     cleared_at_s: float | None = None
     job_crash: int | None = None  # the job crash (services/mock_dcgm/jobs.py) this XID is part of
+    fixed_by: FixedBy = "repair"  # the least remedy that ends it (make_fault sets the kind's default)
+    # a flaky GPU: after a remedy ends this fault, it comes back recur_after_s later with this probability
+    recur_after_s: float | None = None
+    recur_probability: float = 0.0
+    recurrence_of: int | None = None  # the fault whose remedy this one came back after
+    ended_by: str | None = None  # reset_gpu, reboot_node, repair or cleared (None: its duration, or not yet)
 
     @property
     def end_s(self) -> float | None:
@@ -157,6 +200,9 @@ def make_fault(
     model: GpuModel,
     duration_s: float | None = None,
     params: dict[str, Any] | None = None,
+    fixed_by: Any = None,
+    recur_after_s: Any = None,
+    recur_probability: Any = None,
 ) -> Fault:
     """Validate a fault request against its kind and the GPU's model."""
     try:
@@ -184,7 +230,29 @@ def make_fault(
         raise FaultError("xid code must be between 1 and 999")
     if fault_kind is FaultKind.HEAVY_WORKLOAD and not 0 < merged["level"] <= 1:
         raise FaultError("heavy_workload level must be above 0 and at most 1")
-    return Fault(kind=fault_kind, node=node, gpu=gpu, start_s=start_s, duration_s=duration_s, params=merged)
+    if fixed_by is not None and fixed_by not in FIXED_BY:
+        raise FaultError(f"fixed_by must be one of {', '.join(FIXED_BY)}")
+    after, chance = _recurrence(recur_after_s, recur_probability)
+    return Fault(kind=fault_kind, node=node, gpu=gpu, start_s=start_s, duration_s=duration_s, params=merged,
+                 fixed_by=fixed_by or default_fixed_by(fault_kind, merged), recur_after_s=after,
+                 recur_probability=chance)  # fmt: skip
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _recurrence(after: Any, chance: Any) -> tuple[float | None, float]:
+    """A flaky fault's (recur_after_s, recur_probability), checked: both or neither."""
+    if after is None and chance is None:
+        return None, 0.0
+    if not _number(after) or not 0 < after <= 365 * 86400:
+        raise FaultError(
+            "recur_after_s must be seconds, above 0 and at most one year (with recur_probability)"
+        )
+    if not _number(chance) or not 0 <= chance <= 1:
+        raise FaultError("recur_probability must be a number from 0 to 1 (with recur_after_s)")
+    return float(after), float(chance)
 
 
 def _growing(rate_per_hour: float, growth_per_hour: float, hours: float) -> float:

@@ -16,11 +16,12 @@ from typing import Any, Literal
 from gpuhealth.contract.wire_time import wire_time
 
 from .exposition import render_node
-from .faults import SUBSYSTEM, Fault, FaultError, FaultKind, make_fault
+from .faults import SUBSYSTEM, Fault, FaultError, FaultKind, NotFoundError, RemedyRefusedError, make_fault
 from .jobs import KIND as JOB_CRASH
 from .jobs import JobCrash, inject_job_crash
 from .kernel_log import NodeLog, check_xid_params
 from .profiles import MODELS
+from .remedies import Remedy, check_host, end_faults, off_the_bus, parse_remedy, remedy_record, reset_state
 from .simulation import GpuSim, build_node
 
 # What fails the mock's compute check (the remediator's validation, #34): an active fault that is a
@@ -136,6 +137,7 @@ class Fleet:
         self._faults: list[Fault] = []
         self._job_crashes: list[JobCrash] = []
         self._repairs: list[dict[str, Any]] = []
+        self._remedies: list[dict[str, Any]] = []
         self._lock = threading.Lock()
 
     # ---------------------------------------------------------------- rendering
@@ -175,7 +177,7 @@ class Fleet:
             for g in node.gpus:
                 if g.uuid == gpu_uuid:
                     return g
-        raise FaultError(f"no GPU with UUID {gpu_uuid!r} in this fleet")
+        raise NotFoundError(f"no GPU with UUID {gpu_uuid!r} in this fleet")
 
     def named(self, request: dict[str, Any]) -> GpuSim:
         """The GPU a request names: by gpu_uuid, or by integer node and gpu."""
@@ -200,26 +202,69 @@ class Fleet:
             ended = [f.id for f in target.faults if f.start_s <= now and (f.end_s is None or f.end_s > now)]
             for fault in target.faults:
                 if fault.id in ended:
-                    fault.cleared_at_s = now
+                    fault.cleared_at_s, fault.ended_by = now, "repair"
                 elif fault.start_s > now:
                     fault.cleared_at_s = fault.start_s  # scheduled after the repair: it never happens
-            shown = target.values()
-            for name in ("ecc_sbe_volatile_total", "ecc_dbe_volatile_total"):
-                target.volatile_at_repair[name] = target.volatile_at_repair.get(name, 0.0) + float(
-                    shown[name] or 0
-                )
-            target.repaired_s = now
+            reset_state(target, now)
             repair = {"gpu_uuid": target.uuid, "node": target.node, "gpu": target.index,
                       "hostname": node.hostname, "time": iso(now), "time_ms": int(now * 1000),
                       "faults_ended": ended}  # fmt: skip
             self._repairs.append(repair)
         return repair
 
+    def remedy(self, remedy: Remedy, request: Any) -> dict[str, Any]:
+        """A GPU reset (`reset_gpu`: the GPUs named) or a reboot (`reboot_node`: every GPU of the node
+        named, or of the GPUs' node) now, as the remediator's exec driver asks by webhook (remedies.py):
+        what it ended and left. NotFoundError for a GPU or node not here; RemedyRefusedError for a reset
+        of a GPU off the bus (recorded in the ground truth all the same); FaultError for a bad request."""
+        uuids, host, plan_id = parse_remedy(request, "reset_gpu" if remedy == "reset_gpu" else "reboot")
+        gpus = [self.find(uuid) for uuid in uuids]
+        hostnames = [n.hostname for n in self.nodes]
+        check_host(gpus, hostnames, host)
+        indexes = {g.node for g in gpus} if gpus else {hostnames.index(str(host))}
+        if len(indexes) != 1:
+            raise FaultError(f"a {remedy} names GPUs of one node")
+        node = self.nodes[indexes.pop()]
+        if remedy == "reset_gpu" and not gpus:
+            raise FaultError("a GPU reset names gpu_uuid (comma-separated)")
+        targets = gpus if remedy == "reset_gpu" else node.gpus
+        with node.lock, self._lock:
+            now = self.clock.now()
+            node.advance(now)
+            at = {"time": iso(now), "time_ms": int(now * 1000)}
+            gone = [g.uuid for g in targets if off_the_bus(g, now)] if remedy == "reset_gpu" else []
+            if gone:
+                said = f"cannot reset {', '.join(gone)}: off the bus, nvidia-smi cannot reach it"
+                left = [f for g in targets for f in g.faults if f.active(now)]
+                refused = remedy_record(remedy, gpus=targets, hostname=node.hostname, plan_id=plan_id, at=at,
+                                        ok=False, said=said, ended=[], left=left, recurrences=[])  # fmt: skip
+                self._remedies.append(refused)
+                raise RemedyRefusedError(said)
+            ended, left, recurrences = [], [], []
+            for gpu in targets:
+                gone_before = bool(off_the_bus(gpu, now))
+                e, k, r = end_faults(gpu, now, remedy, self.spec.seed)
+                ended += e
+                left += k
+                recurrences += r
+                gpu.faults.extend(r)
+                self._faults.extend(r)
+                if not gone_before or not off_the_bus(gpu, now):
+                    reset_state(gpu, now)
+            said = f"{remedy}: {len(ended)} faults ended, {len(left)} left"
+            record = remedy_record(
+                remedy, gpus=targets, hostname=node.hostname, plan_id=plan_id, at=at, ok=True, said=said,
+                ended=ended, left=left, recurrences=recurrences,
+            )  # fmt: skip
+            self._remedies.append(record)
+        return record
+
     def inject(self, request: dict[str, Any]) -> Fault:
         """Add a fault from a request: kind, node+gpu or gpu_uuid, after_s, duration_s, params."""
         if not isinstance(request, dict):
             raise FaultError("a fault is a JSON object")
-        allowed = {"kind", "node", "gpu", "gpu_uuid", "after_s", "duration_s", "params"}
+        allowed = {"kind", "node", "gpu", "gpu_uuid", "after_s", "duration_s", "params", "fixed_by",
+                   "recur_after_s", "recur_probability"}  # fmt: skip
         extra = set(request) - allowed
         if extra:
             raise FaultError(f"unknown fault fields {sorted(extra)}; allowed: {sorted(allowed)}")
@@ -247,6 +292,9 @@ class Fleet:
             model=target.model,
             duration_s=None if duration is None else float(duration),
             params=params,
+            fixed_by=request.get("fixed_by"),
+            recur_after_s=request.get("recur_after_s"),
+            recur_probability=request.get("recur_probability"),
         )
         if fault.kind is FaultKind.XID:
             check_xid_params(fault.params)
@@ -275,8 +323,9 @@ class Fleet:
                 if fault.id == fault_id:
                     if fault.end_s is None or fault.end_s > self.clock.now():
                         fault.cleared_at_s = max(self.clock.now(), fault.start_s)
+                        fault.ended_by = "cleared"
                     return fault
-        raise FaultError(f"no fault with id {fault_id}")
+        raise NotFoundError(f"no fault with id {fault_id}")
 
     def load_scenario(self, path: Path) -> list[Fault]:
         try:
@@ -297,8 +346,8 @@ class Fleet:
     # ---------------------------------------------------------------- compute check
     def compute_check(self, gpu_uuids: list[str], fails_on: ComputeCheck) -> dict[str, Any]:
         """The compute check on each GPU, as the remediator's exec driver asks a node for it: a GPU fails
-        while a fault `fails_on` counts is active on it (nothing the remediator does clears one: an
-        operator ends it with DELETE /faults/<id>). FaultError for a GPU not in this fleet."""
+        while a fault `fails_on` counts is active on it (until a remedy that fixes it, a repair, its
+        duration or DELETE /faults/<id> ends it). NotFoundError for a GPU not in this fleet."""
         gpus = [self.find(uuid) for uuid in gpu_uuids]
         now = self.clock.now()
         with self._lock:
@@ -325,6 +374,7 @@ class Fleet:
         now = self.clock.now()
         with self._lock:
             faults, crashes, repairs = list(self._faults), list(self._job_crashes), list(self._repairs)
+            remedies = list(self._remedies)
         return {
             "sim_time": iso(now),
             "sim_time_ms": int(now * 1000),
@@ -332,6 +382,7 @@ class Fleet:
             "faults": [self.describe(f, now) for f in faults],
             "job_crashes": [self.describe_job_crash(c) for c in crashes],
             "repairs": repairs,
+            "remedies": remedies,
             "failures": failure_times(faults, lambda f: self.nodes[f.node].gpus[f.gpu].uuid),
         }
 
@@ -357,6 +408,11 @@ class Fleet:
             "precursor": fault.precursor,
             "params": fault.params,
             "job_crash": fault.job_crash,
+            "fixed_by": fault.fixed_by,
+            "ended_by": fault.ended_by,
+            "recur_after_s": fault.recur_after_s,
+            "recur_probability": fault.recur_probability,
+            "recurrence_of": fault.recurrence_of,
         }
 
     def describe_job_crash(self, crash: JobCrash) -> dict[str, Any]:

@@ -13,6 +13,9 @@ serves:
 - ``POST /repairs``        repair a GPU now: its faults end, it is reset
 - ``POST /compute-check``  the remediator's compute check on a GPU (its exec driver's webhook): 200
   when it passes, 409 while a fault the mock's `compute_check` setting counts is active on it
+- ``POST /reset-gpu``      a GPU reset (the exec driver's webhook): 200 with what it ended and left,
+  409 for a GPU off the bus (remedies.py)
+- ``POST /reboot``         a reboot of the node named (or of the GPUs' node): 200 with what it ended and left
 - ``GET  /metrics``        the mock's own Prometheus metrics
 - ``GET  /healthz``
 """
@@ -32,9 +35,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from shared.lifecycle import serve_until
 
-from .faults import FaultError
+from .faults import FaultError, NotFoundError, RemedyRefusedError
 from .fleet import ComputeCheck, Fleet
 from .processes import MockProcesses
+from .remedies import Remedy
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +58,10 @@ class MockMetrics:
         self.faults = Counter(
             "gpuhealth_mock_faults_injected", "Faults injected", ["kind"], registry=registry
         )
+        self.remedies = Counter(
+            "gpuhealth_mock_remedies", "Resets and reboots asked for, by whether they ran",
+            ["remedy", "ok"], registry=registry,
+        )  # fmt: skip
         self.admin_errors = Counter(
             "gpuhealth_mock_admin_errors", "Admin requests refused", registry=registry
         )
@@ -174,14 +182,18 @@ def admin_handler(
                 return False, None
 
         def do_POST(self) -> None:
-            if self.path not in ("/faults", "/compute-check", "/repairs"):
-                self.fail(HTTPStatus.NOT_FOUND, "POST goes to /faults, /compute-check or /repairs")
+            if self.path not in ("/faults", "/compute-check", "/repairs", "/reset-gpu", "/reboot"):
+                where = "/faults, /compute-check, /repairs, /reset-gpu or /reboot"
+                self.fail(HTTPStatus.NOT_FOUND, f"POST goes to {where}")
                 return
             read, request = self.read_json()
             if not read:
                 return
             if self.path == "/compute-check":
                 self.compute_check(request)
+                return
+            if self.path in ("/reset-gpu", "/reboot"):
+                self.remedy("reset_gpu" if self.path == "/reset-gpu" else "reboot_node", request)
                 return
             if self.path == "/repairs":
                 try:
@@ -200,6 +212,25 @@ def admin_handler(
             metrics.faults.labels(fault.kind.value).inc()
             log.info("fault injected", extra={"fault_id": fault.id, "kind": fault.kind.value})
             self.reply_json(HTTPStatus.CREATED, fleet.describe(fault))
+
+        def remedy(self, remedy: Remedy, request: Any) -> None:
+            """The exec driver's reset or reboot webhook: 200 with its effect, 409 when it cannot run, 404
+            for a GPU or node not here, 400 for a body that is not such a request."""
+            try:
+                done = fleet.remedy(remedy, request)
+            except RemedyRefusedError as e:
+                metrics.remedies.labels(remedy, "false").inc()
+                self.fail(HTTPStatus.CONFLICT, str(e))
+                return
+            except NotFoundError as e:
+                self.fail(HTTPStatus.NOT_FOUND, str(e))
+                return
+            except FaultError as e:
+                self.fail(HTTPStatus.BAD_REQUEST, str(e))
+                return
+            metrics.remedies.labels(remedy, "true").inc()
+            log.info("remedy", extra={k: done[k] for k in ("remedy", "hostname", "plan_id", "faults_ended")})
+            self.reply_json(HTTPStatus.OK, done)
 
         def compute_check(self, request: Any) -> None:
             """The remediator's exec driver's webhook (`{"gpu_uuid": ...}`, several comma-separated when

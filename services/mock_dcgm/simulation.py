@@ -80,9 +80,10 @@ class GpuSim:
     # Steady background counts per hour that a healthy GPU shows (a rare corrected error,
     # a PCIe replay now and then): a function of simulated time, never of the scrape cadence.
     background: dict[str, float] = field(default_factory=dict)
-    # An operator's repair (Fleet.repair): from this simulated time the GPU is reset, its faults over.
-    repaired_s: float | None = None
-    volatile_at_repair: dict[str, float] = field(default_factory=dict)  # volatile counts a reset cleared
+    # The GPU's last reset (a reset, a reboot of its node, a repair: services/mock_dcgm/remedies.py): what
+    # came before it is no longer the last XID or a pending remap, and its volatile counts start again.
+    reset_s: float | None = None
+    volatile_at_reset: dict[str, float] = field(default_factory=dict)  # volatile counts resets cleared
 
     # ---------------------------------------------------------------- workload
     def job_at(self, t: float) -> Job | None:
@@ -147,7 +148,7 @@ class GpuSim:
             # An XID fault's code stays the last XID until the fault is cleared (the GPU was
             # reset); the XIDs other faults log (48, 63, 64, 79) outlive them.
             shown = f.kind is not FaultKind.XID or f.active(t)
-            before_repair = self.repaired_s is not None and f.start_s <= self.repaired_s <= t
+            before_repair = self.reset_s is not None and f.start_s <= self.reset_s <= t
             if (
                 not before_repair
                 and xid is not None
@@ -157,7 +158,7 @@ class GpuSim:
             ):
                 latest_xid = (f.start_s, xid)
             if f.kind is FaultKind.DBE and f.start_s <= t and self.model.row_remapping and not before_repair:
-                self.remap_pending = True  # cleared only by a GPU reset, which the mock never does
+                self.remap_pending = True  # until the GPU is reset (the reset applies the remap)
             if not f.active(t):
                 continue
             match f.kind:
@@ -277,7 +278,7 @@ class GpuSim:
             "power_limit_w": m.power_limit_w,
         }
         for name in COUNTER_FIELDS:
-            out[name] = int(counter.get(name, 0.0) - self.volatile_at_repair.get(name, 0.0))
+            out[name] = int(counter.get(name, 0.0) - self.volatile_at_reset.get(name, 0.0))
         return out
 
 

@@ -1,13 +1,18 @@
-"""`make up` and compose give the remediator's validation a real compute check: the mock fleet's."""
+"""`make up` and compose give the remediator's validation a real compute check: the mock fleet's; `make up
+REMEDIATOR=live` makes the stack's remediator act, with nothing else to edit."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import tomllib
 
+import pytest
 import yaml
 
 from services.mock_dcgm.__main__ import MockSettings
 from services.remediator.drivers.node_exec import Command
+from services.remediator.settings import RemediatorSettings
 from shared.supervise import expand
 from tests.paths import REPO
 
@@ -28,3 +33,40 @@ def test_compose_points_the_compute_check_at_its_mock_fleet() -> None:
     command = Command.model_validate_json(services["remediator"]["environment"][CHECK])
     admin_port = services["mock"]["environment"].get("GPUHEALTH_MOCK__ADMIN_PORT", MockSettings().admin_port)
     assert command.url == f"http://mock:{admin_port}/compute-check"
+
+
+def remediator_env(mode: str | None) -> dict[str, str]:
+    """The stack's remediator's settings as `make up [REMEDIATOR=mode]` gives them (scripts/env.sh)."""
+    done = subprocess.run(
+        ["bash", "-c", f"source {REPO}/scripts/env.sh && env -0"],
+        env={"HOME": "/nonexistent", "PATH": "/usr/bin:/bin",
+             **({"GPUHEALTH_REMEDIATOR_MODE": mode} if mode else {})},
+        capture_output=True, text=True, timeout=30, check=True,
+    )  # fmt: skip
+    environ = dict(item.split("=", 1) for item in done.stdout.split("\0") if "=" in item)
+    spec = tomllib.loads((REPO / "deploy" / "local-stack.toml").read_text())["process"]
+    return {k: expand(v, environ) for k, v in spec["remediator"]["env"].items()}
+
+
+def test_make_up_is_a_dry_run_unless_remediator_live_makes_it_act_on_its_own_schedulers_and_mock() -> None:
+    for mode, dry_run in ((None, True), ("dry-run", True), ("live", False)):
+        env = remediator_env(mode)
+        with pytest.MonkeyPatch.context() as patch:
+            for key in [k for k in os.environ if k.startswith("GPUHEALTH_")]:
+                patch.delenv(key)
+            for key, value in env.items():
+                patch.setenv(key, value)
+            cfg = RemediatorSettings().remediator
+        assert cfg.dry_run is dry_run, mode
+        assert cfg.kubernetes.enabled
+        assert cfg.slurm.enabled
+        assert cfg.kubernetes.kubeconfig is not None
+        assert cfg.kubernetes.kubeconfig.name == "remediator.kubeconfig"
+        assert cfg.slurm.conf is not None
+        assert cfg.slurm.conf.parts[-2:] == ("etc", "slurm.conf")
+        admin = f"http://127.0.0.1:{MockSettings().admin_port}"
+        assert {op: (c.url, c.per_gpu) for op, c in cfg.exec.items()} == {
+            "reset_gpu": (f"{admin}/reset-gpu", True),
+            "reboot": (f"{admin}/reboot", False),
+            "compute_check": (f"{admin}/compute-check", True),
+        }
