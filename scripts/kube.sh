@@ -9,7 +9,7 @@
 #
 # Two kubeconfigs under $GPUHEALTH_RUN/kube: admin.kubeconfig (system:masters, for setting up
 # tests) and remediator.kubeconfig (user gpuhealth-remediator, bound by
-# deploy/kubernetes/remediator-rbac.yaml when that file exists, and by nothing else).
+# deploy/kubernetes/remediator-rbac.yaml and narrowed by remediator-admission.yaml, and by nothing else).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -107,6 +107,7 @@ start() {
     --service-account-key-file="$run/pki/sa.pub" --service-account-signing-key-file="$run/pki/sa.key" \
     --token-auth-file="$run/pki/tokens.csv" --authorization-mode=RBAC \
     --service-cluster-ip-range=10.96.0.0/16 --endpoint-reconciler-type=none \
+    --enable-admission-plugins=ValidatingAdmissionPolicy \
     --disable-admission-plugins=ServiceAccount >"$run/apiserver.log" 2>&1 </dev/null &
   echo $! >"$run/apiserver.pid"
   local i
@@ -119,9 +120,14 @@ start() {
   # The serving certificate is self-signed by the apiserver at first start; clients trust exactly it.
   kubeconfig "$run/admin.kubeconfig" admin "$(admin_token)"
   kubeconfig "$run/remediator.kubeconfig" gpuhealth-remediator "$(sed -n 2p "$run/pki/tokens.csv" | cut -d, -f1)"
-  if [[ -f $root/deploy/kubernetes/remediator-rbac.yaml ]]; then
-    "$bin/kubectl" --kubeconfig="$run/admin.kubeconfig" apply -f "$root/deploy/kubernetes/remediator-rbac.yaml" >/dev/null
-  fi
+  # The remediator's role, then the admission policies that narrow it (ValidatingAdmissionPolicy: GA in
+  # 1.30, its API and admission plugin on by default)
+  local manifest
+  for manifest in remediator-rbac.yaml remediator-admission.yaml; do
+    if [[ -f $root/deploy/kubernetes/$manifest ]]; then
+      "$bin/kubectl" --kubeconfig="$run/admin.kubeconfig" apply -f "$root/deploy/kubernetes/$manifest" >/dev/null
+    fi
+  done
   log "kube-apiserver $GPUHEALTH_KUBE_VERSION is up ($api; KUBECONFIG=$run/admin.kubeconfig)"
 }
 

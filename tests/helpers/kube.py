@@ -15,10 +15,13 @@ from typing import Any
 
 import httpx
 
+from evaluation.pipeline import wait_until
 from services.remediator.drivers.kubeconfig import load_kubeconfig
 from tests.paths import REPO
 
 RBAC = REPO / "deploy" / "kubernetes" / "remediator-rbac.yaml"
+ADMISSION = REPO / "deploy" / "kubernetes" / "remediator-admission.yaml"
+REMEDIATOR = "gpuhealth-remediator"  # the user remediator.kubeconfig authenticates as
 GPU_LABEL = "nvidia.com/gpu.present"
 
 
@@ -43,15 +46,42 @@ class KubeAdmin:
         return response.json() if response.content else None
 
     def apply_rbac(self, kubectl: Path) -> None:
-        """The remediator's role, exactly as the manifest grants it (idempotent)."""
+        """The remediator's role and the admission policies that narrow it, exactly as the manifests have
+        them (idempotent); returns once the API server enforces the policies."""
         done = subprocess.run(
-            [str(kubectl), f"--kubeconfig={self.kubeconfig}", "apply", "-f", str(RBAC)],
+            [str(kubectl), f"--kubeconfig={self.kubeconfig}", "apply", "-f", str(RBAC), "-f", str(ADMISSION)],
             capture_output=True,
             text=True,
             timeout=60,
             check=False,
         )
         assert done.returncode == 0, done.stderr
+        self.wait_for_admission()
+
+    def as_remediator(self, method: str, path: str, body: Any = None, **params: str) -> httpx.Response:
+        """A request as the remediator's user (impersonated by the admin: its RBAC and policies apply)."""
+        headers = {"Impersonate-User": REMEDIATOR}
+        if method == "PATCH":
+            headers["Content-Type"] = "application/merge-patch+json"
+        return self.client.request(method, path, json=body, headers=headers, params=params)
+
+    def wait_for_admission(self, deadline_s: float = 30.0) -> None:
+        """Until a dry-run cordon of a node without the GPU label is refused: the policies are in force (the
+        API server takes them up from its watch, a moment after they are created)."""
+        name = f"probe-{uuid.uuid4().hex[:8]}"
+        self.create_node(name, gpu=False)
+        cordon = {"spec": {"unschedulable": True}}
+        try:
+            wait_until(
+                lambda: (
+                    self.as_remediator("PATCH", f"/api/v1/nodes/{name}", cordon, dryRun="All").status_code
+                    == 422
+                ),
+                deadline_s,
+                "the remediator's admission policies in force",
+            )
+        finally:
+            self.delete_node(name)
 
     def create_node(self, name: str, *, gpu: bool = True) -> None:
         """A node; a GPU node (labelled as NVIDIA's GPU feature discovery labels one) unless `gpu` is False:
