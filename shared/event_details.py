@@ -48,6 +48,8 @@ class XidDetails(TypedDict):
     count: NotRequired[Annotated[int, Field(ge=1, le=MAX_FOLDED)]]
     last: NotRequired[TimeText]
     origin: NotRequired[Literal["kmsg", "journal"]]
+    # the kernel line named no XID: the driver's line for a GPU that fell off the bus, read as XID 79
+    inferred: NotRequired[Literal["fell_off_the_bus"]]
     pci_bus_id: NotRequired[Annotated[str, Field(pattern=r"^[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$")]]
     kernel_message: NotRequired[Annotated[str, Field(max_length=500, pattern=r"^[^\x00-\x1f\x7f]*$")]]
     gpu_instance: NotRequired[Annotated[int, Field(ge=0, le=999)] | None]

@@ -4,6 +4,12 @@ An NVLink5 XID (Blackwell) reads, after the code,
 
     <sub-unit> <Fatal|Nonfatal> XC<n> i<n> Link <nn> (<intrInfo> <errorStatus> <debug data>...)
 
+in the shapes real drivers write: the link as `00`, `4` or `-1` (no one link: the
+GPU's, as GB200's NETIR link-down events are), any number of debug words, and the
+sub-unit by either generation's name where NVIDIA's table gives two (`V1/V2`):
+a name only one generation writes says which generation wrote the message,
+whatever the inventory's driver version says.
+
 NVIDIA's decode table (config/nvlink5-decode.csv, this project's copy of the rows
 of NVIDIA's "XID 144-150 Decode"; tests/unit/shared/test_nvlink_decode.py checks it
 against the reference facts) matches `intrInfo` against a bit mask, one per driver
@@ -34,7 +40,7 @@ GENERATIONS: dict[Generation, str] = {"v1": "before R575", "v2": "R575 and later
 _MAX_TEXT = 1000  # the contract caps kernel messages at 500 characters; the decoders read no further
 _HEX = r"0x[0-9A-Fa-f]{1,8}"
 _NVLINK5 = re.compile(
-    rf"(?P<unit>[A-Z][A-Z0-9_]{{1,40}})\s+(?P<fatal>Fatal|Non-?fatal)\b.{{0,40}}?\bLink\s+(?P<link>\d{{1,3}})"
+    rf"(?P<unit>[A-Z][A-Z0-9_]{{1,40}}(?:/[A-Z][A-Z0-9_]{{1,40}})?)\s+(?P<fatal>Fatal|Non-?fatal)\b.{{0,40}}?\bLink\s+(?P<link>-?\d{{1,3}})"
     rf"\s*[(\[]\s*(?P<intr>{_HEX})(?:[\s,]+(?P<status>{_HEX}))?",
     re.IGNORECASE,
 )
@@ -185,11 +191,25 @@ def decode_nvlink5(
     parsed = parse_nvlink5_message(message)
     if parsed is None:
         return None
-    tried: tuple[Generation, ...] = (generation,) if generation else ("v1", "v2")
+    chosen = named_generation(table, code, parsed.unit) or generation
+    tried: tuple[Generation, ...] = (chosen,) if chosen else ("v1", "v2")
     found = [d for g in tried if (d := _decode_as(table, code, parsed, g)) is not None]
     if not found or any(d.rows != found[0].rows for d in found):
         return None
     return found[0]
+
+
+def named_generation(table: tuple[Nvlink5Row, ...], code: int, unit: str) -> Generation | None:
+    """The generation whose name for a sub-unit the message uses, where NVIDIA's table names it
+    differently in each (`V1/V2`, e.g. NETIR/NETIR_INT); None where the name does not settle it."""
+    said: set[Generation] = set()
+    for row in table:
+        if row.xid != code:
+            continue
+        v1, _, v2 = row.subcode.upper().partition("/")
+        names: dict[Generation, str] = {"v1": v1.strip(), "v2": (v2 or v1).strip()}
+        said |= {g for g, name in names.items() if name == unit}
+    return next(iter(said)) if len(said) == 1 else None
 
 
 def _decode_as(
@@ -212,8 +232,12 @@ def _decode_as(
 
 
 # XID 74: NVIDIA's NVLink workflow, by register (0-based) and bit.
+# Per NVIDIA's WORKFLOW_NVLINK_ERR (config/xid-catalog.csv, XID 74's reason, gives it bit by bit):
+# ignorable; sympathetic (follow the other errors, report if alone); ecc_parity (report past 2 on a
+# link); mechanical (check the link's connections, reseat); repeat_diagnose (if repeated: field
+# diagnostics and a bug report); repeat_report (if repeated: a bug report); unexpected (a bug report).
 NvlinkBitClass = Literal[
-    "ignorable", "sympathetic", "ecc_parity", "mechanical", "repeat_report", "unexpected"
+    "ignorable", "sympathetic", "ecc_parity", "mechanical", "repeat_diagnose", "repeat_report", "unexpected"
 ]
 _BITS_74: dict[int, dict[int, NvlinkBitClass]] = {
     0: {0: "ignorable", 23: "ignorable", 30: "ignorable", 1: "sympathetic", 20: "sympathetic",
@@ -221,7 +245,7 @@ _BITS_74: dict[int, dict[int, NvlinkBitClass]] = {
         16: "mechanical", 17: "mechanical", 24: "mechanical", 28: "mechanical", 21: "mechanical",
         22: "mechanical", 27: "repeat_report", 29: "repeat_report"},
     2: {0: "ecc_parity", 1: "ecc_parity", 2: "ecc_parity", 6: "ecc_parity", 13: "unexpected",
-        16: "mechanical", 19: "mechanical", 17: "repeat_report", 18: "repeat_report"},
+        16: "repeat_diagnose", 19: "repeat_diagnose", 17: "repeat_report", 18: "repeat_report"},
     3: {16: "sympathetic", 17: "sympathetic", 18: "sympathetic"},
     4: {18: "ecc_parity", 19: "ecc_parity", 21: "ecc_parity", 22: "ecc_parity", 24: "ecc_parity",
         25: "ecc_parity", 27: "ecc_parity", 28: "ecc_parity", 20: "ignorable", 23: "ignorable",

@@ -41,6 +41,8 @@ COLUMNS = (
 )  # fmt: skip
 _MAX_ROWS = 10_000
 _OneLine = Annotated[str, Field(max_length=600, pattern=r"^[^\x00-\x1f\x7f]*$")]
+# A workflow's reason may go bit by bit (XID 74's registers): room for that, still one line.
+_Reason = Annotated[str, Field(max_length=1500, pattern=r"^[^\x00-\x1f\x7f]*$")]
 
 
 class XidEntry(BaseModel):
@@ -58,7 +60,7 @@ class XidEntry(BaseModel):
     action: Action
     severity: XidSeverity
     clear_after_s: int | None = Field(gt=0)  # None: the rules file's windows.xid_s
-    reason: _OneLine  # why this row's action is not NVIDIA's mapped one ("" where it is)
+    reason: _Reason  # why this row's action is not NVIDIA's mapped one ("" where it is)
     description: Annotated[str, Field(min_length=1, max_length=300, pattern=r"^[^\x00-\x1f\x7f]*$")]
 
     @property

@@ -5,11 +5,18 @@
   list is an event, repeats included; otherwise (a bare dcgm-exporter) the
   last-XID value changing to a non-zero code is one. XIDs from the kernel log
   (``kernel_xids``) join them; the same XID seen by both is one event
-  (xid_ledger); with `fold_s`, repeats of one XID on one GPU within that
-  window are one event with their count and first and last time (xid_fold);
-  a GPU that comes back after being lost was re-initialised, so a non-zero
-  last XID on its first sample back is a new XID even if it equals the one
-  before the loss (a second fall off the bus logs XID 79 again);
+  (xid_ledger), whichever origins see it and in whatever order; with `fold_s`,
+  repeats of one XID on one GPU within that window are one event with their
+  count and first and last time (xid_fold). A bare last-XID gauge shows the
+  newest XID that still stands, so it goes back to an earlier code when a later
+  XID clears: it counts a code once until the GPU is reset (the gauge reads 0)
+  or comes back after being lost (it was re-initialised, so a non-zero last XID
+  on its first sample back is a new XID even if it equals the one before the
+  loss: a second fall off the bus logs XID 79 again). A repeat of a code after
+  another is seen where the source lists every XID (or in the kernel log), as a
+  gauge cannot tell it from the gauge going back. The driver's
+  fell-off-the-bus line without an XID is XID 79 (kernel_log); its repeats
+  until the GPU is seen again are the same fall;
 - ``ecc_dbe``: the volatile double-bit ECC count grew;
 - ``row_remap_failure`` / ``retirement_pending``: the flag or count went up;
 - ``throttle_start`` / ``throttle_end``: a throttling reason (power cap, HW
@@ -53,10 +60,16 @@ THROTTLING = (
 )
 
 
+# The fell-off-the-bus lines of one GPU within this long, with no sample of it between, are one fall.
+FALL_JOINS = timedelta(minutes=5)
+
+
 @dataclass(slots=True)
 class _Last:
     sample: GpuSample
     throttle_since: datetime | None = None
+    # the codes a bare last-XID gauge has shown since the GPU was last reset or came back
+    gauge_shown: frozenset[int] = frozenset()
 
 
 @dataclass(slots=True)
@@ -71,6 +84,7 @@ class EventDetector:
     # (hostname, PCI bus id) -> GPU UUID: for XIDs that name their host (a mock fleet node's journal)
     _by_host_pci: dict[tuple[str, str], str] = field(default_factory=dict)
     _pending: list[tuple[str, KernelXid]] = field(default_factory=list)  # (feed, XID)
+    _fallen: dict[str, datetime] = field(default_factory=dict)  # GPU UUID -> its last fell-off-the-bus line
     xids: XidLedger = field(default_factory=XidLedger)
     # Repeats of one XID on one GPU within this many seconds are one event (xid_fold.py); 0: each its own.
     fold_s: float = 0.0
@@ -103,8 +117,9 @@ class EventDetector:
                 if self.local_hostname in (None, sample.hostname):
                     self._by_pci[pci] = sample.gpu_uuid
             codes = listed.get(sample.gpu_uuid)
+            since = self._since(sample.gpu_uuid)
             for code in codes or ():
-                events += self._xid(sample, code, sample.source.value, sample.time, {})
+                events += self._xid(sample, code, sample.source.value, sample.time, {}, since=since)
             events += self._compare(sample, xids_listed=codes is not None, returned=returned)
         for uuid in sorted(self._present.get(target, set()) - seen):
             last = self._last.get(uuid)
@@ -137,6 +152,12 @@ class EventDetector:
                     "origin": origin, "pci_bus_id": xid.pci_bus_id, "kernel_message": xid.message,
                     "gpu_instance": xid.gpu_instance, "compute_instance": xid.compute_instance,
                 }  # fmt: skip
+                if xid.inferred:
+                    if self._same_fall(uuid, last.sample, xid.time):
+                        continue
+                    details["inferred"] = "fell_off_the_bus"  # the line names no XID
+                    # its own origin: the XID 79 line the driver may also write is the same fall
+                    origin = f"{origin}/bus"
                 events += self._xid(last.sample, xid.xid, origin, xid.time, details)
             elif at - xid.time <= PENDING_FOR and len(self._pending) < MAX_PENDING:
                 self._pending.append((origin, xid))
@@ -152,8 +173,28 @@ class EventDetector:
         """Every folded XID, its window over or not (the collector is stopping)."""
         return self.folds.close_all() if self.folds is not None else []
 
-    def _xid(self, sample: GpuSample, code: int, origin: str, at: datetime, extra: Details) -> list[GpuEvent]:
-        if not self.xids.admit(sample.gpu_uuid, code, origin, at):
+    def _since(self, gpu_uuid: str) -> datetime | None:
+        """When this GPU was last read: what a source lists now happened after it."""
+        last = self._last.get(gpu_uuid)
+        return last.sample.time if last is not None else None
+
+    def _same_fall(self, gpu_uuid: str, latest: GpuSample, at: datetime) -> bool:
+        """Whether a fell-off-the-bus line repeats one already counted, with no sample of the GPU between."""
+        before = self._fallen.get(gpu_uuid)
+        self._fallen[gpu_uuid] = at
+        return before is not None and at - before <= FALL_JOINS and latest.time <= before
+
+    def _xid(
+        self,
+        sample: GpuSample,
+        code: int,
+        origin: str,
+        at: datetime,
+        extra: Details,
+        *,
+        since: datetime | None = None,
+    ) -> list[GpuEvent]:
+        if not self.xids.admit(sample.gpu_uuid, code, origin, at, since):
             return []  # the same XID, already counted through another origin
 
         def first() -> GpuEvent:
@@ -168,15 +209,20 @@ class EventDetector:
         self, now: GpuSample, *, xids_listed: bool = False, returned: bool = False
     ) -> list[GpuEvent]:
         last = self._last.get(now.gpu_uuid)
-        self._last[now.gpu_uuid] = state = _Last(now, last.throttle_since if last else None)
+        shown = frozenset() if last is None or returned or not now.xid_last else last.gauge_shown
+        self._last[now.gpu_uuid] = state = _Last(
+            now, last.throttle_since if last else None, shown | {now.xid_last} if now.xid_last else shown
+        )
         if last is None:
             if (now.clocks_event_reasons or 0) & THROTTLING:
                 state.throttle_since = now.time
             return []
         before, t = last.sample, now.time
         events = []
-        if not xids_listed and now.xid_last and (returned or now.xid_last != before.xid_last):
-            events += self._xid(now, now.xid_last, now.source.value, t, {})
+        # a bare gauge: a code it has not shown since the GPU's reset (a code it shows again is the gauge
+        # going back to an older XID after a newer one cleared, not a new one)
+        if not xids_listed and now.xid_last and now.xid_last not in shown:
+            events += self._xid(now, now.xid_last, now.source.value, t, {}, since=before.time)
         if _grew(before.ecc_dbe_volatile_total, now.ecc_dbe_volatile_total):
             grown = (now.ecc_dbe_volatile_total or 0) - (before.ecc_dbe_volatile_total or 0)
             dbe: Details = {"increment": grown, "total": now.ecc_dbe_volatile_total}

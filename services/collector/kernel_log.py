@@ -13,6 +13,21 @@ This feed reads that log beside whichever source reports the GPUs:
 A line names the GPU by PCI address (domain:bus:device, no function); the
 collector maps it to the GPU whose sample has that bus id. Lines this
 module does not recognise are ignored; nothing in a line can raise.
+
+What the driver really writes, and how each is read:
+
+- ``NVRM: Xid (PCI:0000:3b:00): 79, pid=..., name=..., <message>``, also without
+  ``PCI:``, with a function (``.0``), with MIG's ``GPU-I:02 GPU-CI:01``, with odd
+  spacing, after any prefix (``kernel:``, a syslog or ``dmesg -T`` time, ``[ 123.456]``)
+  and cut short anywhere after the code;
+- the loss of a GPU as a line of its own, with no XID in it: ``NVRM: GPU
+  0000:3b:00.0: GPU has fallen off the bus.``, ``NVRM: GPU at PCI:0000:3b:00: GPU has
+  fallen off the bus.``, and the three-line ``NVRM: The NVIDIA GPU 0000:b3:00.0 /
+  (PCI ID: 10de:26b5) installed in this system has / fallen off the bus and is not
+  responding to commands.`` (one kmsg record, its newlines escaped as ``\\x0a``).
+  Each is read as XID 79 for the GPU it names, marked ``inferred`` (the detector
+  counts it once with the XID 79 line the driver may also write); a line that names
+  no GPU is not an XID of any GPU and is ignored.
 """
 
 from __future__ import annotations
@@ -38,10 +53,19 @@ log = logging.getLogger(__name__)
 MAX_XID_CODE = 100_000  # the contract's bound on an XID code
 MAX_MESSAGE_CHARS = 500
 
+_ADDRESS = r"[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}(?:\.[0-7])?"
 _XID_LINE = re.compile(
-    r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}(?:\.[0-7])?)"
-    r"(?P<extra>[^)]{0,64})\):\s*(?P<code>\d{1,9})\b,?\s?(?P<message>.*)"
+    rf"NVRM:\s*Xid\s*\(\s*(?:PCI:)?(?P<pci>{_ADDRESS})"
+    r"(?P<extra>[^)]{0,64})\)\s*:?\s*(?P<code>\d{1,9})\b,?\s?(?P<message>.*)"
 )
+# The driver's own line for a GPU lost from the bus, with no XID in it (see the module docstring).
+_FALLEN = (
+    re.compile(rf"NVRM:\s*GPU\s+(?:at\s+)?(?:PCI:)?(?P<pci>{_ADDRESS})\s*:\s*GPU has fallen off the bus"),
+    re.compile(
+        rf"NVRM:\s*The NVIDIA GPU\s+(?:PCI:)?(?P<pci>{_ADDRESS})[\s\S]{{0,200}}?fallen off the bus",
+    ),
+)
+_KMSG_ESCAPE = re.compile(r"\\x([0-9a-fA-F]{2})")
 # Control characters and lone surrogates: the contract refuses them (PostgreSQL cannot store NUL).
 _UNSTORABLE = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
 _INSTANCE = re.compile(r"GPU-I:(?P<gi>\d{1,3})(?:\s+GPU-CI:(?P<ci>\d{1,3}))?")
@@ -61,6 +85,7 @@ class KernelXid:
     gpu_instance: int | None = None
     compute_instance: int | None = None
     hostname: str | None = None  # the host whose log it is, where the feed reads several (the mock fleet's)
+    inferred: bool = False  # the line names no XID: a GPU that fell off the bus, read as XID 79
 
 
 class XidFeed(Protocol):
@@ -82,11 +107,15 @@ def normalize_pci(text: str) -> str | None:
     return f"{domain:08X}:{int(match['bus'], 16):02X}:{int(match['dev'], 16):02X}.{match['fn'] or '0'}"
 
 
+FELL_OFF_THE_BUS = 79
+
+
 def parse_xid_line(line: str, at: datetime) -> KernelXid | None:
-    """The XID in one kernel log line, or None when the line is not an NVRM XID report."""
+    """The XID in one kernel log message (a record, which may hold several lines), or None when it
+    is neither an NVRM XID report nor the driver's line for a GPU that fell off the bus."""
     match = _XID_LINE.search(line)
     if match is None:
-        return None
+        return _fallen_off(line, at)
     code = int(match["code"])
     pci = normalize_pci(match["pci"])
     if pci is None or not 0 < code <= MAX_XID_CODE:
@@ -115,7 +144,32 @@ def parse_kmsg_record(record: bytes, boot_wall_s: float) -> KernelXid | None:
         usec = 0
     when = boot_wall_s + usec / 1e6
     at = datetime.fromtimestamp(min(max(when, 0.0), time.time()), UTC)
-    return parse_xid_line(body.split("\n", 1)[0], at)
+    # The text ends at the first real newline (KEY=value lines follow); its own newlines are escaped.
+    return parse_xid_line(unescape_kmsg(body.split("\n", 1)[0]), at)
+
+
+def unescape_kmsg(text: str) -> str:
+    """A kmsg record's text as the driver wrote it: /dev/kmsg writes control bytes (a message's own
+    newlines among them) as ``\\xNN``."""
+    return _KMSG_ESCAPE.sub(lambda m: chr(int(m[1], 16)), text)
+
+
+def _fallen_off(text: str, at: datetime) -> KernelXid | None:
+    """XID 79 for the GPU a fell-off-the-bus line without an XID names; None for any other text."""
+    if "fallen off the bus" not in text[:2000]:
+        return None
+    for pattern in _FALLEN:
+        found = pattern.search(text[:2000])
+        if found is not None and (pci := normalize_pci(found["pci"])) is not None:
+            said = " ".join(part.removeprefix("NVRM:").strip() for part in found[0].splitlines())
+            return KernelXid(
+                time=at,
+                pci_bus_id=pci,
+                xid=FELL_OFF_THE_BUS,
+                message=_UNSTORABLE.sub("?", said).strip()[:MAX_MESSAGE_CHARS],
+                inferred=True,
+            )
+    return None
 
 
 class KmsgFeed:

@@ -1,13 +1,25 @@
 """One XID, one event: reconciles the places an XID is seen and keeps event times unique.
 
-The same XID can reach the collector twice: from the GPU source (NVML's
-event set, dcgm-exporter's counts) and from the kernel log. Each origin sees
-every XID, so an occurrence matches at most one of another origin's with the
-same GPU and code within `window_s`; a match is the same XID and no new
-occurrence. Two XIDs of one code from one origin are two, however close.
+The same XID can reach the collector from several origins: the GPU source
+(NVML's event set, dcgm-exporter's per-code counts or its last-XID gauge), the
+kernel log's XID line, and the driver's fell-off-the-bus line that names no XID.
+Each occurrence is kept with the origins that have reported it. A report from
+an origin matches the oldest occurrence of the same GPU and code that this origin
+has not reported yet and whose time can be the report's: it is that occurrence,
+not a new one, however many origins report it and in whatever order. Two reports
+of one code from one origin are two occurrences, however close.
 
-Each (GPU, code, origin) keeps its unmatched occurrences of the last `window_s`
-in time order, so a flood of one XID costs constant time a line, not a scan.
+When an occurrence happened is known to within an interval: a kernel log line
+has its own time; a GPU source reports what happened since its previous read of
+that GPU (`since`, up to `at`). Two reports can be one occurrence when their
+intervals meet within `window_s` (clocks and log delivery differ by seconds), so
+a poll period of any length pairs the gauge's XID with the kernel's line.
+
+Occurrences are kept for `horizon_s` (a GPU back after a long loss reports what
+happened while it was gone) and at most `keep` per GPU and code. Each origin's
+reports come in time order, so a cursor per (GPU, code, origin) skips what that
+origin has reported or can no longer match: a flood of one XID from one origin
+costs constant time a line, not a scan.
 
 `gpu_events` is keyed by (GPU, time, kind), so each XID event of a GPU gets
 a time strictly after the previous one (+1 ms where two fall in the same
@@ -17,33 +29,66 @@ millisecond, the contract's resolution): `stamp`.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 _TICK = timedelta(milliseconds=1)
 
 
+@dataclass(slots=True)
+class _Occurrence:
+    seq: int
+    lo: datetime  # it happened at or after this
+    hi: datetime  # and at or before this
+    origins: set[str] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class _Code:
+    occurrences: deque[_Occurrence]
+    cursors: dict[str, int] = field(default_factory=dict)  # origin -> first seq it may still match
+    next_seq: int = 0
+
+
 class XidLedger:
-    def __init__(self, *, window_s: float = 30.0, keep: int = 1_000_000) -> None:
+    def __init__(self, *, window_s: float = 30.0, horizon_s: float = 3600.0, keep: int = 100_000) -> None:
         self.window = timedelta(seconds=window_s)
-        self.keep = keep  # unmatched occurrences held per (GPU, code, origin), at most
-        self._unmatched: dict[tuple[str, int], dict[str, deque[datetime]]] = {}
+        self.horizon = timedelta(seconds=max(horizon_s, window_s))
+        self.keep = keep  # occurrences held per (GPU, code), at most
+        self._codes: dict[tuple[str, int], _Code] = {}
         self._last: dict[str, datetime] = {}
 
-    def admit(self, gpu_uuid: str, code: int, origin: str, at: datetime) -> bool:
-        """True for a new occurrence; False when another origin already reported this one."""
-        by_origin = self._unmatched.setdefault((gpu_uuid, code), {})
-        for other, seen in by_origin.items():
-            if other == origin:
-                continue
-            while seen and seen[0] < at - self.window:
-                seen.popleft()  # too old to be this one, or any later one
-            if seen and abs(seen[0] - at) <= self.window:
-                seen.popleft()
+    def admit(
+        self, gpu_uuid: str, code: int, origin: str, at: datetime, since: datetime | None = None
+    ) -> bool:
+        """True for a new occurrence; False when another origin already reported this one. `since`: the
+        report covers (since, at], a GPU source's time since its previous read (None: exactly `at`)."""
+        lo = at if since is None else min(max(since, at - self.horizon), at)
+        entry = self._codes.get((gpu_uuid, code))
+        if entry is None:
+            entry = self._codes[(gpu_uuid, code)] = _Code(deque(maxlen=self.keep))
+        found = entry.occurrences
+        while found and found[0].hi < at - self.horizon:
+            found.popleft()
+        if found:
+            first = found[0].seq
+            cursor = max(entry.cursors.get(origin, first), first)
+            done = True  # every occurrence before the one looked at is settled for this origin
+            for occurrence in _from(found, cursor - first):
+                settled = origin in occurrence.origins or occurrence.hi < lo - self.window
+                if done and settled:
+                    cursor = occurrence.seq + 1
+                    continue
+                done = False
+                if settled or occurrence.lo > at + self.window:
+                    continue
+                occurrence.origins.add(origin)
+                entry.cursors[origin] = cursor
                 return False
-        mine = by_origin.setdefault(origin, deque(maxlen=self.keep))
-        while mine and mine[0] < at - self.window:
-            mine.popleft()
-        mine.append(at)
+            entry.cursors[origin] = cursor
+        found.append(_Occurrence(entry.next_seq, lo, at, {origin}))
+        entry.next_seq += 1
         return True
 
     def stamp(self, gpu_uuid: str, at: datetime) -> datetime:
@@ -54,3 +99,9 @@ class XidLedger:
             at = last + _TICK
         self._last[gpu_uuid] = at
         return at
+
+
+def _from(items: deque[_Occurrence], start: int) -> Iterator[_Occurrence]:
+    """The occurrences from index `start` on (a cursor is near the end, where a deque indexes cheaply)."""
+    for i in range(start, len(items)):
+        yield items[i]

@@ -99,8 +99,10 @@ def nvlink5_message(row: Nvlink5Row, driver_version: str, link: int = 4) -> str:
     intr = row.masks[generation].value  # the bits the row leaves open are 0
     status = min(row.error_status) if row.error_status else 0
     fatal = "Nonfatal" if row.severity.lower().startswith("non") else "Fatal"
+    v1, _, v2 = row.subcode.partition("/")  # the table's "V1/V2" where the generations name it differently
+    unit = (v2 or v1) if generation == "v2" else v1
     return (
-        f"{row.subcode} {fatal} XC0 i0 Link {link:02d} (0x{intr:08x} 0x{status:08x} 0x00000000 0x00000000"
+        f"{unit} {fatal} XC0 i0 Link {link:02d} (0x{intr:08x} 0x{status:08x} 0x00000000 0x00000000"
         " 0x00000000 0x00000000 0x00000000 0x00000000)"
     )
 

@@ -5,12 +5,24 @@
   a possible hardware fault (run diagnostics); 13 is one when the repeats hit the
   same GPC and TPC, and the application's when they hit different ones.
 - xid_45: alone, the job was torn down (restart it); after another XID, that XID's
-  verdict stands and the 45 is not a finding.
+  verdict stands and the 45 is not a finding. A 45 whose message names its cause
+  (`... caused by previous Xid 149`, as the driver writes it) is not alone, wherever
+  the cause's own line is: NVIDIA's workflow follows the cause. Where this GPU has
+  the cause on record, its verdict stands; where its line was never seen (lost,
+  or before this collector read the log), the 45 takes the cause's catalogue action,
+  and the evidence names the cause either way.
 - xid_48: a DBE alone is a reset; with a row remapped (XID 63, a pending remap) a
   reset puts the repair in force; with a remap that failed (XID 64, the remap
   failure flag) the memory cannot be repaired in place: send for repair.
-- nvlink (74): the message's registers, by NVIDIA's NVLink workflow.
+- nvlink (74): the message's registers, by NVIDIA's NVLink workflow (shared.nvlink_decode
+  gives each bit's class; the catalogue's reason for 74 says why, bit by bit): a reset
+  clears the link error; link-hardware bits seen again mean checking the connections;
+  the third register's bits 16 and 19 seen again mean field diagnostics and a bug
+  report; bits NVIDIA asks to have reported (unexpected, repeated) mean a person looks.
 - nvlink5 (144-150): the message's intrInfo and errorStatus, by NVIDIA's decode table.
+  A message the table cannot decode takes the catalogue's action (a reset), unless
+  the driver itself called it `Nonfatal`: then NVIDIA's action for its non-fatal
+  errors (none), and the evidence says the severity was the driver's word.
 - xid_154: the recovery action the message names.
 
 Where a decode needs the kernel log's message and there is none (the XID came from
@@ -28,7 +40,13 @@ from typing import Any
 
 from gpuhealth.gpu.driver_codes import GpuRecoveryAction as Recovery
 from shared.models_health import LADDER, Action
-from shared.nvlink_decode import GENERATIONS, decode_nvlink5, decode_nvlink74, generation_of
+from shared.nvlink_decode import (
+    GENERATIONS,
+    decode_nvlink5,
+    decode_nvlink74,
+    generation_of,
+    parse_nvlink5_message,
+)
 from shared.xid_catalog import XidEntry, XidSeverity
 
 from .escalation import escalate, xid_counts
@@ -49,6 +67,8 @@ RECOVERY: dict[int, tuple[XidSeverity, Action]] = {
 }
 _RECOVERY_TO = re.compile(r"\bto\s+0x(?P<code>[0-9A-Fa-f]{1,8})\b")
 _LOCATION = re.compile(r"\(GPC\s*(?P<gpc>\d{1,3}),\s*TPC\s*(?P<tpc>\d{1,3})")
+# The driver's own note on an XID 45 (ROBUST_CHANNEL_PREEMPTIVE_REMOVAL) that another XID caused.
+_CAUSED_BY = re.compile(r"caused by previous Xid\s*(?P<code>\d{1,6})", re.IGNORECASE)
 _MAX_SHOWN = 5  # occurrences listed in the evidence
 
 
@@ -175,26 +195,51 @@ def _repeats(entry: XidEntry, gpu: GpuFeatures, rules: Rules, as_of: datetime) -
     )
 
 
+def named_cause(message: str | None) -> int | None:
+    """The XID an XID 45's message names as its cause (`caused by previous Xid N`), if any."""
+    found = _CAUSED_BY.search((message or "")[:1000])
+    code = int(found["code"]) if found is not None else None
+    return code if code is not None and code != 45 and 0 < code <= 100_000 else None
+
+
 def _xid_45(entry: XidEntry, gpu: GpuFeatures, rules: Rules, as_of: datetime) -> Judgement:
-    times = [t for t in _times(gpu, 45) if t > as_of - timedelta(seconds=rules.xid_clear_s(45))]
+    clear = timedelta(seconds=rules.xid_clear_s(45))
+    times = [t for t in _times(gpu, 45) if t > as_of - clear]
+    causes: dict[datetime, int] = {
+        e.time: code for e in gpu.xid_events.get(45, ()) if (code := named_cause(e.message)) is not None
+    }
+    named = sorted(set(causes.values()))
     others = {c for c, v in gpu.xids.items() if c not in (45, 154) and xid_counts(v).recent > 0}
     if not times:  # counts without times: accompanied if another XID is recent too
         followed = sorted(others)
         solo = 0 if followed else xid_counts(gpu.xids[45]).recent
     else:
-        after = {t: _companions(gpu, 45, t, rules, codes=others) for t in times}
-        followed = sorted({c for cs in after.values() for c in cs})
+        after = {t: _companions(gpu, 45, t, rules, codes=others) for t in times if t not in causes}
+        followed = sorted({c for cs in after.values() for c in cs} | set(named))
         solo = sum(1 for cs in after.values() if not cs)
     if solo == 0:
-        return Judgement(
+        judged = Judgement(
             "info", "none", {"workflow": "follows another XID, whose verdict stands", "follows": followed}
         )
-    judged = Judgement(
-        "degraded", "restart_workload", {"workflow": "solo: the job was torn down", "solo": solo}
-    )
-    if solo > rules.xid_repeats.count:
-        judged.action = escalate("restart_workload", 1)
-        judged.evidence["escalates_above"] = rules.xid_repeats.count
+    else:
+        judged = Judgement(
+            "degraded", "restart_workload", {"workflow": "solo: the job was torn down", "solo": solo}
+        )
+        if solo > rules.xid_repeats.count:
+            judged.action = escalate("restart_workload", 1)
+            judged.evidence["escalates_above"] = rules.xid_repeats.count
+    if named:
+        judged.evidence["caused_by"] = named  # as the driver wrote it in the 45's message
+        unseen = [c for c in named if c not in gpu.xids]
+        for code in unseen:
+            cause = rules.xid.get(code)
+            if cause is not None:
+                judged.at_least(cause.severity, cause.action)
+        if unseen:
+            judged.evidence["cause_not_seen"] = unseen
+            judged.evidence["workflow"] = (
+                "names its cause, whose own line was not seen: the cause's catalogue action"
+            )
     return judged
 
 
@@ -279,6 +324,11 @@ def _nvlink74(entry: XidEntry, gpu: GpuFeatures, rules: Rules, as_of: datetime) 
         if len(decoded) > 1:
             judged.action = "check_mechanicals"
             judged.evidence["workflow"] = "link hardware bits again: reseat and check the link's connections"
+    repeated = [d for _, d in decoded if "repeat_diagnose" in d.classes]
+    if len(repeated) > 1:  # NVIDIA: "if seen repeatedly, please run Field Diags and report a bug"
+        judged.at_least("unhealthy", "run_diagnostics")
+        judged.evidence["workflow"] = "the third register's bits 16/19 again: field diagnostics, then report"
+        judged.evidence["report"] = "NVIDIA asks for a bug report when these bits repeat"
     if classes & {"unexpected", "repeat_report"} or ("ecc_parity" in classes and same_link > 2):
         judged.at_least("unhealthy", "inspect")
         judged.evidence["report"] = "bits NVIDIA asks to have reported (unexpected, or repeated ECC/parity)"
@@ -334,16 +384,31 @@ def _nvlink5(entry: XidEntry, gpu: GpuFeatures, rules: Rules, as_of: datetime) -
             }
         )
     evidence: dict[str, Any] = {"decoded": decoded[:_MAX_SHOWN], "driver_generation": generation}
-    if missing or unread or judged is None:
-        why = (
-            "no kernel log message (seen by " + ", ".join(sorted({e.source for e in missing})) + ")"
-            if missing
-            else "the message matches no single row of NVIDIA's table"
-            + ("" if generation else " (driver generation unknown)")
-        )
-        evidence |= _undecoded(entry, missing + unread, why)
+    said = {id(e): parse_nvlink5_message(e.message or "") for e in unread}
+    nonfatal = [e for e in unread if (m := said[id(e)]) is not None and not m.fatal_in_text]
+    unsafe = [e for e in unread if e not in nonfatal]
+    if missing or unsafe:
+        if missing:
+            why = "no kernel log message (seen by " + ", ".join(sorted({e.source for e in missing})) + ")"
+        elif any(said[id(e)] is None for e in unsafe):
+            why = "no sub-unit, severity, intrInfo and errorStatus in the message"
+        else:
+            why = "the message matches no single row of NVIDIA's table" + (
+                "" if generation else " (driver generation unknown)"
+            )
+        evidence |= _undecoded(entry, missing + unsafe, why)
         judged = judged or Judgement(entry.severity, entry.action)
         judged.at_least(entry.severity, entry.action)
+    if nonfatal:
+        evidence["driver_severity"] = {
+            "decode": "not possible: the message matches no single row of NVIDIA's table; the driver "
+            "itself calls it Nonfatal: took NVIDIA's action for its non-fatal errors",
+            "nonfatal": [{"time": _stamp(e.time), "source": e.source} for e in nonfatal[:_MAX_SHOWN]],
+        }
+        judged = judged or Judgement("info", "none")
+    if judged is None:  # nothing recent at all: the catalogue's action, as before
+        judged = Judgement(entry.severity, entry.action, _undecoded(entry, [], "no message"))
+        evidence |= judged.evidence
     judged.evidence = evidence
     return judged
 

@@ -19,6 +19,7 @@ from shared.nvlink_decode import (
     decode_nvlink74,
     generation_of,
     load_nvlink5_table,
+    named_generation,
     parse_nvlink5_table,
 )
 
@@ -111,7 +112,35 @@ def test_real_messages_of_both_generations(
         subcode,
         action,
     )
-    assert decode_nvlink5(TABLE, code, message, "v1" if generation == "v2" else "v2") is None
+    other = decode_nvlink5(TABLE, code, message, "v1" if generation == "v2" else "v2")
+    if named_generation(TABLE, code, decoded.message.unit) == generation:
+        # the sub-unit's name is the one only this generation writes: the message says who wrote it
+        assert other == decoded
+    else:
+        assert other is None
+
+
+@pytest.mark.parametrize(
+    ("message", "link", "generation", "action", "severity"),
+    [  # GB200 drivers name no link for a GPU-wide NETIR event (leptonai/gpud pull 1174, NVIDIA's format)
+        ("NETIR Fatal XC0 i0 Link -1 (0x000fe406 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)",
+         -1, "v1", "RESET_GPU", "Link Fatal"),
+        ("NETIR_LINK_EVT Fatal XC0 i0 Link 00 (0x016415c6)", 0, "v1", "RESET_GPU", "Link Fatal"),
+        ("NETIR_LINK_EVT/NETIR_LINK_DOWN Fatal XC0 i0 Link 00 (0x00000011 0x00000000 0x00000000 0x00000000)",
+         0, "v2", "RESET_GPU", "Link Fatal"),
+        ("RLW_RXPIPE Non-fatal XC0 i0 Link 13 (0x0409a0c2 0x00000008 0x00000001 0x00000000 0x00100000 "
+         "0x00000004)", 13, "v1", "IGNORE", "Non-fatal"),
+    ],
+)  # fmt: skip
+def test_the_field_shapes_real_drivers_write(
+    message: str, link: int, generation: str, action: str, severity: str
+) -> None:
+    """Link -1, few registers, the table's two names at once, `Non-fatal`: all NVIDIA's table reads."""
+    code = 145 if message.startswith("RLW") else 149
+    decoded = decode_nvlink5(TABLE, code, message, None)
+    assert decoded is not None
+    assert (decoded.message.link, decoded.generation) == (link, generation)
+    assert (decoded.rows[0].nvidia_action, decoded.rows[0].severity) == (action, severity)
 
 
 def test_a_promoted_error_takes_nvidias_second_action() -> None:

@@ -118,9 +118,15 @@ def test_nvlink5_xids_are_decoded_for_both_driver_generations() -> None:
     new = xid(seen((149, 30, LINK_DOWN_V2), gpu=replace(BLACKWELL, driver_version="580.65.06")))
     assert new.evidence["decoded"][0]["generation"] == "v2 (R575 and later)"
     assert new.action == "reset_gpu"
-    # a V1 message on a driver that writes V2 does not match: not decoded, so the safe action
-    wrong = xid(seen((149, 30, LINK_DOWN_V1), gpu=replace(BLACKWELL, driver_version="580.65.06")))
+    # the sub-unit's V1 name says the message is V1's, whatever the inventory's driver says
+    named = xid(seen((149, 30, LINK_DOWN_V1), gpu=replace(BLACKWELL, driver_version="580.65.06")))
+    assert named.evidence["decoded"][0]["generation"] == "v1 (before R575)"
+    # a V1 message whose name both generations write, on a driver that writes V2, does not match:
+    # not decoded, so the safe action
+    saw_v1 = "SAW_MVB Fatal XC0 i0 Link 00 (0x00000021 0x00000002 0x00000000)"
+    wrong = xid(seen((144, 30, saw_v1), gpu=replace(BLACKWELL, driver_version="580.65.06")))
     assert (wrong.action, wrong.evidence["decode"][:12]) == ("reset_gpu", "not possible")
+    assert "matches no single row" in wrong.evidence["decode"]
 
 
 def test_a_non_fatal_nvlink5_event_is_no_finding_and_154_eval_follows_xid_154() -> None:
