@@ -220,9 +220,11 @@ class EventDetector:
         before, t = last.sample, now.time
         events = []
         # a bare gauge: a code it has not shown since the GPU's reset (a code it shows again is the gauge
-        # going back to an older XID after a newer one cleared, not a new one)
+        # going back to an older XID after a newer one cleared, not a new one). It may show an older XID
+        # for the first time (a newer one hid it until it cleared), so it can be any not yet reported
+        # within the ledger's horizon, not only one since the previous read.
         if not xids_listed and now.xid_last and now.xid_last not in shown:
-            events += self._xid(now, now.xid_last, now.source.value, t, {}, since=before.time)
+            events += self._xid(now, now.xid_last, now.source.value, t, {}, since=t - self.xids.horizon)
         if _grew(before.ecc_dbe_volatile_total, now.ecc_dbe_volatile_total):
             grown = (now.ecc_dbe_volatile_total or 0) - (before.ecc_dbe_volatile_total or 0)
             dbe: Details = {"increment": grown, "total": now.ecc_dbe_volatile_total}
