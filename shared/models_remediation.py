@@ -49,9 +49,11 @@ Status = Literal[
     "not_owned",
     "failed",
     "passed",
-    # outcomes
+    # outcomes; a remedy carried out (its reset or reboot step, an operator's by hand)
     "done",
     "escalated",
+    "withdrawn",
+    "remedied",
     # breaker and control
     "tripped",
     "reset",

@@ -78,7 +78,7 @@ def build_remediator(
         policy=policy,
         nodes=nodes,
         dry_run=cfg.dry_run,
-        consumer=make_consumer(settings.kafka, group_id=cfg.group_id),
+        consumer=make_consumer(settings.kafka, group_id=cfg.consumer_group),
         producer=JsonProducer(make_producer(settings.kafka)) if producer is None else producer,
         executor=executor,
         registry=registry,

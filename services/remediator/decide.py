@@ -3,7 +3,9 @@
 All of it in the caller's transaction, with the record of it, so the decision,
 its plan and its record are written together or not at all. A finding whose
 decision exists (a redelivered message, a restart) is answered with nothing:
-its plan already runs. A plan is held for an operator when the policy wants
+its plan already runs. A finding that needs more than the node's plan, a reset or
+a reboot not yet carried out, can give escalates that plan at once (the plan it
+opens is one rung up, as a failed validation's would be). A plan is held for an operator when the policy wants
 approval for its action, when the breaker is open, when the node's last plan
 left it out for a person (failed, escalated to nobody, or kept out) and no GPU
 of it was marked repaired or returned since, when the node has had its
@@ -18,9 +20,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from shared.models_health import LADDER
 from shared.store import remediation as store
 from shared.store import remediation_ledger as ledger
 from shared.store.remediation import SyncConn
+from shared.store.results import Row
 
 from .findings import Finding, NodeMap, valid_node
 from .policy import Policy
@@ -114,11 +118,29 @@ def open_plan(
     return plan_id, held_for, reason
 
 
+REMEDY_STEPS = ("reset_gpu", "reboot")
+
+
+def outranks(finding: Finding, plan: Row, policy: Policy) -> bool:
+    """Whether `finding` calls for more than the node's plan, a reset or a reboot not yet carried out,
+    can give: a reboot-class finding joining a reset would only have the reset fail its validation."""
+    steps = list(plan["steps"])
+    remedy = next((i for i, step in enumerate(steps) if step in REMEDY_STEPS), None)
+    return (
+        remedy is not None
+        and int(plan["step"]) <= remedy
+        and finding.action in LADDER
+        and str(plan["action"]) in LADDER
+        and LADDER.index(finding.action) > LADDER.index(str(plan["action"]))
+        and policy.for_action(finding.action).mode != "never"
+    )
+
+
 def decide(
     conn: SyncConn, finding: Finding, *, policy: Policy, nodes: NodeMap, dry_run: bool, now: datetime
 ) -> Decided:
     """Decide on `finding` and write the decision, its plan and its record; nothing twice for one key."""
-    if finding.action == "none" or store.decided(conn, finding.decision_key) is not None:
+    if finding.action == "none" or store.decided(conn, finding.decision_key, dry_run) is not None:
         return Decided("")
     answers = {"decision_key": finding.decision_key, "topic": finding.topic, "message": finding.message}
     node = (
@@ -131,7 +153,33 @@ def decide(
         outcome, reason = "ignored", f"the policy never acts on {finding.action}"
     elif not valid_node(node):
         outcome, reason = "unmapped", f"GPU {finding.gpu_uuid} maps to no node ({node!r})"
-    elif (active := store.active_plan(conn, node, dry_run)) is not None:
+    elif (active := store.active_plan(conn, node, dry_run)) is not None and outranks(finding, active, policy):
+        # a remedy not yet tried that this finding needs more than: the node's plan goes one rung up now
+        store.escalate_plan(conn, int(active["id"]), now)
+        plan_id, held_for, why = open_plan(
+            conn,
+            policy=policy,
+            node=node,
+            gpu_uuids=list(dict.fromkeys([*active["gpu_uuids"], finding.gpu_uuid])),
+            action=finding.action,
+            finding=finding.name,
+            decision_key=finding.decision_key,
+            answers=answers,
+            dry_run=dry_run,
+            now=now,
+            escalated_from=int(active["id"]),
+        )
+        outcome = "held" if held_for else "act"
+        reason = (
+            f"{finding.action} outranks plan {active['id']}'s {active['action']}, not yet carried out:"
+            f" escalated to plan {plan_id}" + (f"; {why}" if why else "")
+        )
+        escalated = f"{finding.name} needs {finding.action}: escalated before its remedy (plan {plan_id})"
+        ended = event(
+            "outcome", at=now, status="escalated", dry_run=dry_run, plan=active, reason=escalated, seconds=0.0
+        )
+        ledger.insert_events(conn, [ended])
+    elif active is not None:
         plan_id = int(active["id"])
         store.join_plan(conn, plan_id, finding.gpu_uuid, now)
         outcome, reason = (

@@ -5,7 +5,8 @@ where the last committed look left it: a drain resumes with its deadline
 counted from when it began, a validation with the cycles it had counted. A
 driver that could not answer (the API server restarting, slurmctld busy) is
 asked again after `retry_s`, until the drain's deadline; a driver's refusal
-fails the step. Nothing advances while the remediator is paused. Several
+fails the step. Nothing advances while the remediator is paused. Each round
+first answers the operators' new repair marks (repairs.py). Several
 remediators share the plans safely: each plan is locked while one looks at it
 (`SKIP LOCKED`: the others move on).
 """
@@ -25,6 +26,7 @@ from shared.store.errors import translated
 from shared.store.remediation import SyncConn
 from shared.store.results import Row
 
+from . import repairs
 from .decide import open_plan
 from .drivers.base import DriverError
 from .held import HeldConnection
@@ -68,6 +70,10 @@ class Executor:
         with self.held.session() as conn:
             if ledger.control(conn, self.dry_run)["paused"]:
                 return []
+            for mark in repairs.marks(conn, dry_run=self.dry_run, now=self.clock()):
+                repairs.answer(conn, mark, dry_run=self.dry_run, now=self.clock())
+                with translated(conn):
+                    conn.commit()
             due = store.due_plans(conn, dry_run=self.dry_run, now=self.clock(), limit=self.batch)
             conn.rollback()
             done = []
@@ -173,6 +179,8 @@ class Executor:
         """The node stays out; the ladder's next rung gets a plan of its own (held if its policy says)."""
         plan: Row = ctx.plan
         rung = self.policy.for_action(str(plan["action"])).on_failure
+        if ctx.detail.get("after_repair") is not None:  # a repaired GPU failed: the repair is a person's
+            rung = None
         if rung is None or self.policy.for_action(rung).mode == "never":
             return [
                 self._outcome(ctx, "escalated", f"{why}; the node stays out (a person takes it from here)")

@@ -54,7 +54,8 @@ class RemediatorSection(Section):
     """TOML mapping GPUs to hosts (`[gpus]`) and hosts to scheduler node names (`[hosts."h"]`); unset:
     each verdict's hostname, named the same in every scheduler."""
     group_id: str = "gpu-health-remediator"
-    """The consumer group reading gpu-health and gpu-alerts."""
+    """The consumer group reading gpu-health and gpu-alerts; a dry run's is this with `.dry-run` after
+    it, so a dry run beside a live remediator reads every message the live one reads."""
     kubernetes: KubernetesSection = Field(default_factory=KubernetesSection)
     """The Kubernetes driver."""
     slurm: SlurmSection = Field(default_factory=SlurmSection)
@@ -75,6 +76,11 @@ class RemediatorSection(Section):
     """Port of the remediator's own /metrics."""
     metrics_bind: str = "127.0.0.1"
     """Address /metrics listens on."""
+
+    @property
+    def consumer_group(self) -> str:
+        """The group this mode reads in: dry run and live never share one (nor their decisions)."""
+        return f"{self.group_id}.dry-run" if self.dry_run else self.group_id
 
 
 class RemediatorSettings(Settings):

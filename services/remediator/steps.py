@@ -6,7 +6,10 @@ operator (the breaker), fail it (the node stays out, an operator looks), or
 escalate it (the validation failed: the node stays out and the next rung of
 the ladder gets a plan). In dry-run no driver is called: each step records
 what it would have done and goes on, and the breaker counts the nodes it would
-have taken out (its own breaker, never the live one's).
+have taken out (its own breaker, never the live one's). A dry run's validation
+lasts as long as the live one would at least (its scoring cycles), so its plan
+stays open as the live one would and later findings join it; it is assumed to
+pass where the plan returns the node.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from shared.store import remediation as store
+from shared.store import remedies
 from shared.store.remediation import SyncConn
 from shared.store.results import Row
 
@@ -52,6 +56,7 @@ class StepContext:
     started: datetime
     now: datetime
     events: list[dict[str, Any]] = field(default_factory=list)  # what the step did, recorded with it
+    looked: float = field(default_factory=time.perf_counter)  # `now`, on the process's own clock
 
     @property
     def node(self) -> str:
@@ -186,22 +191,29 @@ class Steps:
         return _after(answers, look_s=self.look_s)
 
     def _on_node(self, ctx: StepContext, operation: Literal["reset_gpu", "reboot"]) -> DriverResult | None:
-        ctx.detail["validation"] = {"seen_before": validation.baseline(ctx.conn, ctx.node)}
-        if ctx.dry_run:
-            ctx.events.append(
-                ctx.record(
-                    "action",
-                    "dry_run",
-                    driver=self.node_exec.driver_of(operation),
-                    reason=f"would {operation}",
-                )
-            )
-            return None
+        """Reset the plan's GPUs or reboot the node. Done, it is a remedy as of its answer: live, a
+        gpu_remedies row per GPU (the scorer counts nothing it resolves from before it); in a dry run,
+        only the plan's record of it. The validation judges what was seen after it."""
+        seen_before = validation.baseline(ctx.conn, ctx.node)
         gpus = ctx.gpus() if operation == "reset_gpu" else dict(ctx.detail.get("identity") or ctx.gpus())
-        started = time.perf_counter()
-        result = self.node_exec.run(operation, node=ctx.node, gpus=gpus, plan_id=ctx.plan_id)
+        driver = self.node_exec.driver_of(operation)
+        if ctx.dry_run:
+            ctx.events.append(ctx.record("action", "dry_run", driver=driver, reason=f"would {operation}"))
+            result = None
+        else:
+            started = time.perf_counter()
+            result = self.node_exec.run(operation, node=ctx.node, gpus=gpus, plan_id=ctx.plan_id)
+            ctx.events.append(ctx.answered(driver, result, time.perf_counter() - started))
+            if result.status != "ok":
+                return result
+        at = ctx.now + timedelta(seconds=time.perf_counter() - ctx.looked)  # when it answered
+        ctx.detail["validation"] = {"seen_before": seen_before, "remedied_at": validation.iso(at)}
+        remedy: remedies.Remedy = "reset_gpu" if operation == "reset_gpu" else "reboot_node"
+        note = f"plan {ctx.plan_id}: {operation} on {ctx.node} ({ctx.plan['finding']})"
+        if not ctx.dry_run:
+            remedies.record(ctx.conn, list(gpus), at=at, remedy=remedy, plan_id=ctx.plan_id, note=note)
         ctx.events.append(
-            ctx.answered(self.node_exec.driver_of(operation), result, time.perf_counter() - started)
+            ctx.record("action", "remedied", driver="database", reason=note, response={"gpus": sorted(gpus)})
         )
         return result
 
@@ -218,22 +230,30 @@ class Steps:
         return StepResult("next")
 
     def validate(self, ctx: StepContext) -> StepResult:
-        if ctx.dry_run:
-            return StepResult("next", [ctx.record("validation", "dry_run", reason="would validate")])
         rules = self.policy.validation
         state = ctx.detail.setdefault("validation", {})
         timed_out = ctx.now >= ctx.started + timedelta(seconds=rules.timeout_s)
         identity = {u: int(i) for u, i in (ctx.detail.get("identity") or ctx.gpus()).items()}
-        looked = validation.look(
-            ctx.conn,
-            node=ctx.node,
-            plan_id=ctx.plan_id,
-            identity=identity,
-            state=state,
-            rules=rules,
-            node_exec=self.node_exec,
-            timed_out=timed_out,
-        )
+        if ctx.dry_run:
+            looked = validation.assume(
+                ctx.conn,
+                identity=identity,
+                state=state,
+                rules=rules,
+                returns="return" in ctx.plan["steps"],
+                timed_out=timed_out,
+            )
+        else:
+            looked = validation.look(
+                ctx.conn,
+                node=ctx.node,
+                plan_id=ctx.plan_id,
+                identity=identity,
+                state=state,
+                rules=rules,
+                node_exec=self.node_exec,
+                timed_out=timed_out,
+            )
         ctx.detail["validation"] = looked.state
         events = []
         if looked.compute is not None:

@@ -8,7 +8,10 @@ detail (so a restart goes on where it was):
    on the node (a different UUID is a different GPU: not the same identity);
 2. the compute check, once, through the exec driver, on each GPU;
 3. `healthy_cycles` scoring cycles in a row (gpu_status.as_of moving on for
-   every GPU) in which every GPU is healthy; a cycle that is not resets the count.
+   every GPU, past the remedy) in which every GPU is healthy; a degraded cycle
+   resets the count. After a remedy (a reset, a reboot, a repair) the scorer
+   counts nothing the remedy resolved from before it, so a GPU unhealthy in a
+   cycle after it has the fault again: a recurrence fails the validation at once.
 
 Past the policy's timeout the validation fails, and the node stays out.
 """
@@ -39,10 +42,11 @@ class Look:
 
 def baseline(conn: SyncConn, node: str) -> dict[str, str]:
     """The node's GPUs and their newest sample's time, before a reset or reboot (or the validation)."""
-    return {uuid: _iso(at) for uuid, at in store.last_seen(conn, node).items()}
+    return {uuid: iso(at) for uuid, at in store.last_seen(conn, node).items()}
 
 
-def _iso(at: datetime) -> str:
+def iso(at: datetime) -> str:
+    """A time as the plan's detail keeps it (ISO 8601, UTC: compared as text)."""
     return at.astimezone(UTC).isoformat()
 
 
@@ -78,21 +82,62 @@ def look(
         if compute.status != "ok":
             return Look("failed", compute.reason or "the compute check failed", state, compute)
         state["compute_ok"] = True
-    found = store.statuses(conn, list(identity))
-    as_of = {uuid: _iso(at) for uuid, _, at in found}
-    if set(as_of) == set(identity):
-        counted = state.get("counted_as_of") or as_of  # the first look's cycle is the one before
-        if all(as_of[u] > counted.get(u, "") for u in identity):
-            healthy = all(s == "healthy" for _, s, _ in found)
-            state["healthy_cycles"] = state.get("healthy_cycles", 0) + 1 if healthy else 0
-            counted = as_of
-        state["counted_as_of"] = counted
+    counted = _cycles(conn, identity, state)
+    if counted is not None and state.get("remedied_at"):
+        unhealthy = sorted(u for u, s in counted.items() if s == "unhealthy")
+        if unhealthy:  # the remedy resolved what came before: this came after it
+            return Look(
+                "failed", f"recurred after the remedy: {unhealthy[:8]} unhealthy again", state, compute
+            )
+    if counted is not None:
+        healthy = all(s == "healthy" for s in counted.values())
+        state["healthy_cycles"] = state.get("healthy_cycles", 0) + 1 if healthy else 0
     cycles = int(state.get("healthy_cycles", 0))
     if cycles >= rules.healthy_cycles:
         return Look(
             "passed", f"same GPUs seen again, compute check passed, {cycles} healthy cycles", state, compute
         )
     return _waiting_or_failed(timed_out, f"{cycles} of {rules.healthy_cycles} healthy cycles", state, compute)
+
+
+def _cycles(conn: SyncConn, identity: dict[str, int], state: dict[str, Any]) -> dict[str, str] | None:
+    """Each GPU's state when a new scoring cycle judged every GPU of `identity` since the last one counted
+    (and after the remedy, when there was one); None when no new cycle has. The first look's cycle is
+    the one before: it may have read what the remedy had not yet resolved."""
+    found = store.statuses(conn, list(identity))
+    as_of = {uuid: iso(at) for uuid, _, at in found}
+    if set(as_of) != set(identity):
+        return None
+    counted = state.get("counted_as_of") or as_of
+    after = str(state.get("remedied_at") or "")
+    if not all(as_of[u] > counted.get(u, "") and as_of[u] > after for u in identity):
+        state["counted_as_of"] = counted
+        return None
+    state["counted_as_of"] = as_of
+    return {uuid: status for uuid, status, _ in found}
+
+
+def assume(
+    conn: SyncConn,
+    *,
+    identity: dict[str, int],
+    state: dict[str, Any],
+    rules: Validation,
+    returns: bool,
+    timed_out: bool,
+) -> Look:
+    """A dry run's validation: nothing was done, so nothing can be judged; it lasts as long as the live
+    one would need at least (`healthy_cycles` scoring cycles after the step began) and then passes
+    where the plan would return the node, fails where it would keep it out."""
+    state = dict(state)
+    if _cycles(conn, identity, state) is not None:
+        state["cycles"] = int(state.get("cycles", 0)) + 1
+    cycles = int(state.get("cycles", 0))
+    if cycles < rules.healthy_cycles:
+        return _waiting_or_failed(timed_out, f"{cycles} of {rules.healthy_cycles} cycles", state)
+    if returns:
+        return Look("passed", f"assumed to pass after {cycles} cycles: the policy returns the node", state)
+    return Look("failed", f"assumed to fail after {cycles} cycles: the policy keeps the node out", state)
 
 
 def _waiting_or_failed(

@@ -98,6 +98,8 @@ class GpuFeatures:
     # pattern rules, by name: the bursts of what each counts (newest first), its newest cancelling signal
     pattern_bursts: dict[str, tuple[Burst, ...]] = field(default_factory=dict)
     pattern_cancelled: dict[str, datetime] = field(default_factory=dict)
+    # the newest remedy within the XID window (a reset, a reboot): what it resolved is not counted
+    remedy: dict[str, Any] | None = None
     # what this GPU showed together with others: a job's crash, a fault of its host or rack
     episodes: list[Episode] = field(default_factory=list)
 
@@ -118,7 +120,17 @@ def feature_windows(as_of: datetime, rules: Rules, only: Collection[str] | None 
         workflow_s=max(w.xid_s, rules.xid_repeats.window_s, *(rules.xid_clear_s(c) for c in rules.xid)),
         events_per_code=rules.workflows.events_per_code, patterns=patterns, pattern_kinds=kinds,
         pattern_reach_s=reach, gpus=None if only is None else tuple(sorted(only)),
+        reset_codes=remedied_by(rules, "reset_gpu"), reboot_codes=remedied_by(rules, "reboot_node"),
+        recur_codes=tuple(c for c, e in sorted(rules.xid.items())
+                          if e.action in ("reset_gpu", "reboot_node") and e.severity != "info"),
     )  # fmt: skip
+
+
+def remedied_by(rules: Rules, rung: str) -> tuple[int, ...]:
+    """The XID codes a remedy resolves beyond the rungs below it, by NVIDIA's catalogue (the row's action):
+    a reset those whose action is restart_workload or reset_gpu; a reboot also reboot_node's."""
+    actions = {"reset_gpu": ("restart_workload", "reset_gpu"), "reboot_node": ("reboot_node",)}[rung]
+    return tuple(code for code, entry in sorted(rules.xid.items()) if entry.action in actions)
 
 
 def read_features(
@@ -175,6 +187,9 @@ def read_features(
     for loss in verdict_inputs.losses(conn, windows):
         if loss.gpu_uuid in gpus:
             gpus[loss.gpu_uuid].lost_times = tuple(wire_time(t) for t in loss.times)
+    for remedy in verdict_inputs.remedies(conn, windows):
+        if (g := gpus.get(remedy.gpu_uuid)) is not None:
+            g.remedy = resolved_by(remedy)
     for m in verdict_inputs.event_state(conn, windows):
         if (g := gpus.get(m.gpu_uuid)) is not None:
             g.dbe_volatile = max(g.dbe_volatile, _int(m.dbe_volatile))
@@ -199,3 +214,18 @@ def _correlate(
         for uuid in episode.gpus:
             if uuid in gpus:
                 gpus[uuid].episodes.append(episode)
+
+
+def resolved_by(r: verdict_inputs.RemedyRow) -> dict[str, Any]:
+    """A remedy as the XID verdict's evidence names it: what it was, when, and by whom."""
+    by = {
+        "remediator": f"plan {r.plan_id}",
+        "operator": f"operator {r.actor}",
+        "gpu": "the GPU (its recovery action back to none)",
+    }.get(r.source, r.source)
+    return {
+        "remedy": r.remedy,
+        "at": wire_time(r.at),
+        "by": by,
+        "resolved": f"{r.remedy} by {by}: the XIDs it resolves are not counted from before it",
+    }

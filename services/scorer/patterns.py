@@ -1,7 +1,8 @@
 """Pattern rules (the rules file's [[patterns]]): counts of signals on one GPU within a window -> a finding.
 
 A pattern counts signals (XIDs of a code or a catalogue class, events of a kind,
-remediations that took) on one GPU. Signals each within `burst_s` of the one before
+remediations that took, remedies carried out, and what a remedy resolved seen
+again within the pattern's window after it) on one GPU. Signals each within `burst_s` of the one before
 form a burst, which counts once per `burst_s` it spans (a flood of one XID is one
 occurrence a burst window, not a hundred thousand). The pattern holds while at
 least `at_least` occurrences fall within `window_s`, and for `sticky_s` more after
@@ -107,12 +108,13 @@ def _codes(signals: list[str], catalogue: dict[int, XidEntry]) -> list[int]:
 
 
 def _kinds(signals: list[str]) -> list[str]:
-    """Event kinds (event:<kind>), and the verdict signals by their names (changed, recovered)."""
+    """Event kinds (event:<kind>), the verdict signals by their names (changed, recovered, remediated), and
+    the remedy signals as they are (remedy:<rung>, recurred:<rung>)."""
     return sorted(
         {
             s.partition(":")[2] if s.startswith("event:") else s
             for s in signals
-            if ":" not in s or s.startswith("event:")
+            if ":" not in s or s.startswith(("event:", "remedy:", "recurred:"))
         }
     )
 
@@ -127,6 +129,7 @@ def pattern_queries(rules: Rules) -> tuple[tuple[dict[str, Any], ...], tuple[str
         rows.append({
             "idx": idx, "kinds": counted, "codes": codes, "reach_s": p.window_s + p.sticky_s,
             "burst_s": p.burst_s, "cancel_kinds": cancels, "cancel_codes": cancel_codes,
+            "within_s": p.window_s,
         })  # fmt: skip
         kinds |= {*counted, *cancels, *(["xid"] if codes or cancel_codes else [])}
     reach = max((p.window_s + p.sticky_s for p in rules.patterns), default=0.0)

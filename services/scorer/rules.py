@@ -199,6 +199,8 @@ def evaluate(gpu: GpuFeatures, rules: Rules, as_of: datetime) -> dict[str, Verdi
             state, f"xid_{code}", action, **_catalogue_evidence(entry, gpu.model), **seen, **evidence
         )
     driver_recovery_action(gpu, verdicts["xid"])
+    if gpu.remedy is not None:  # what came before it stays in the history; this says why it no longer counts
+        verdicts["xid"].evidence = {**verdicts["xid"].evidence, "resolved_by": gpu.remedy}
     for (
         episode
     ) in gpu.episodes:  # a fault of the host or rack: the GPU's findings say whom they share it with

@@ -90,10 +90,13 @@ class Workflows(_Section):
 # What a pattern counts: XIDs of a code, XIDs of a catalogue class (its codes that are findings),
 # events of a kind, a remediation that took (`recovered`: an unhealthy verdict that became healthy
 # again), one the remediator carried out (`remediated`: a live plan that started on the GPU's node
-# for it), or any change of a verdict's state (`changed`).
+# for it), any change of a verdict's state (`changed`), a remedy carried out (`remedy:reset_gpu`,
+# `remedy:reboot_node`: gpu_remedies), or what a remedy resolved seen again within the pattern's
+# window after it (`recurred:reset_gpu`, `recurred:reboot_node`: an XID the remedy's rung covers, or
+# for a reboot a loss of the GPU).
 _SIGNAL = (
     r"^(xid:[0-9]{1,6}|xid_class:(application|hardware|driver|unused)|event:[a-z_]{1,40}"
-    r"|recovered|remediated|changed)$"
+    r"|recovered|remediated|changed|(remedy|recurred):(reset_gpu|reboot_node))$"
 )
 Signal = Annotated[str, Field(pattern=_SIGNAL)]
 

@@ -1,7 +1,8 @@
 """The remediator's decisions, plans and ownership (schema/0030): what it answered, is doing, and owns.
 
-A decision is keyed by the verdict or alert it answers, so a redelivered
-message finds its decision and nothing happens twice. A plan (`remediations`)
+A decision is keyed by the verdict or alert it answers and the mode (dry run
+or live), so a redelivered message finds its decision and nothing happens
+twice, and a dry run beside a live remediator never takes the live one's. A plan (`remediations`)
 is one node's remediation, a state machine the remediator steps through and a
 restart resumes. `remediation_ownership` holds the cordons and drains the
 remediator made itself: the only ones it may undo. The reads of gpu_assets,
@@ -29,9 +30,13 @@ _PLAN_COLUMNS = (
 )
 
 
-def decided(conn: SyncConn, decision_key: str) -> Row | None:
-    """The decision already taken for this verdict or alert, if any."""
-    found = dict_rows(conn, "SELECT * FROM remediation_decisions WHERE decision_key = %s", (decision_key,))
+def decided(conn: SyncConn, decision_key: str, dry_run: bool) -> Row | None:
+    """The decision this mode already took for this verdict or alert, if any."""
+    found = dict_rows(
+        conn,
+        "SELECT * FROM remediation_decisions WHERE decision_key = %s AND dry_run = %s",
+        (decision_key, dry_run),
+    )
     return found[0] if found else None
 
 
@@ -48,12 +53,12 @@ def insert_decision(
     reason: str | None,
     dry_run: bool,
 ) -> bool:
-    """Record a decision; False when one for the same key was there already (a concurrent consumer)."""
+    """Record a decision; False when this mode had one for the key already (a concurrent consumer)."""
     found = tuple_rows(
         conn,
         "INSERT INTO remediation_decisions (decision_key, decided_at, gpu_uuid, node, action, outcome,"
         " remediation_id, reason, dry_run) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
-        " ON CONFLICT (decision_key) DO NOTHING RETURNING 1",
+        " ON CONFLICT (decision_key, dry_run) DO NOTHING RETURNING 1",
         (decision_key, at, gpu_uuid, node, action, outcome, remediation_id, reason, dry_run),
     )
     return bool(found)
@@ -122,10 +127,11 @@ def join_plan(conn: SyncConn, plan_id: int, gpu_uuid: str, at: datetime) -> None
         )
 
 
-def left_out_for_a_person(conn: SyncConn, node: str, dry_run: bool) -> Row | None:
-    """The node's newest finished plan, when it left the node out for a person and nobody has said since
-    that a GPU of it was repaired or returned (gpu_repairs): failed, escalated with no plan after it,
-    or done with keep_out as its last step. None when the node's last plan returned it, or it had none."""
+def left_out_for_a_person(conn: SyncConn, node: str, dry_run: bool, *, marks: bool = True) -> Row | None:
+    """The node's newest finished plan, when it left the node out for a person and (with `marks`) nobody
+    has said since that a GPU of it was repaired or returned (gpu_repairs): failed, escalated with no
+    plan after it, or done with keep_out as its last step. None when the node's last plan returned it
+    (or a repair mark came after it), or it had none."""
     found = dict_rows(
         conn,
         f"SELECT {_PLAN_COLUMNS} FROM ("
@@ -135,20 +141,55 @@ def left_out_for_a_person(conn: SyncConn, node: str, dry_run: bool) -> Row | Non
         "  OR (state = 'done' AND steps[array_upper(steps, 1)] = 'keep_out')"
         "  OR (state = 'escalated'"
         "   AND NOT EXISTS (SELECT 1 FROM remediations AS later WHERE later.escalated_from = newest.id)))"
-        " AND NOT EXISTS (SELECT 1 FROM gpu_repairs AS mark"
-        "  WHERE mark.gpu_uuid = ANY (newest.gpu_uuids) AND mark.time > newest.updated_at)",
-        (node, dry_run),
+        " AND (NOT %s OR NOT EXISTS (SELECT 1 FROM gpu_repairs AS mark"
+        "  WHERE mark.gpu_uuid = ANY (newest.gpu_uuids) AND mark.time > newest.updated_at))",
+        (node, dry_run, marks),
     )
     return found[0] if found else None
+
+
+def repair_marks(conn: SyncConn, *, dry_run: bool, since: datetime, limit: int) -> list[Row]:
+    """Operators' repair and return marks since `since` on GPUs of nodes this mode had a plan on before
+    the mark, that this mode has not answered yet (a decision keyed `gpu_repairs/<id>`), oldest first."""
+    return dict_rows(
+        conn,
+        "SELECT m.id, m.gpu_uuid, m.time, m.kind, m.marked_by, m.note, a.hostname AS node"
+        " FROM gpu_repairs m JOIN gpu_assets a USING (gpu_uuid)"
+        " WHERE m.time > %(since)s AND NOT EXISTS (SELECT FROM remediation_decisions d"
+        "  WHERE d.decision_key = 'gpu_repairs/' || m.id AND d.dry_run = %(d)s)"
+        " AND EXISTS (SELECT FROM remediations r"
+        "  WHERE r.node = a.hostname AND r.dry_run = %(d)s AND r.created_at <= m.time)"
+        " ORDER BY m.time, m.id LIMIT %(limit)s",
+        {"since": since, "d": dry_run, "limit": limit},
+    )
+
+
+def escalate_plan(conn: SyncConn, plan_id: int, at: datetime) -> None:
+    """A plan in hand ends escalated: a plan one rung up takes its node (opened by the caller)."""
+    with translated(conn):
+        conn.execute(
+            "UPDATE remediations SET state = 'escalated', updated_at = %s WHERE id = %s", (at, plan_id)
+        )
+
+
+def withdraw(conn: SyncConn, plan_id: int, at: datetime) -> None:
+    """A held plan ends without a step taken (what it answered is moot)."""
+    with translated(conn):
+        conn.execute(
+            "UPDATE remediations SET state = 'withdrawn', updated_at = %s WHERE id = %s AND state = 'held'",
+            (at, plan_id),
+        )
 
 
 def plans_since(
     conn: SyncConn, *, dry_run: bool, since: datetime, node: str | None = None, action: str | None = None
 ) -> int:
-    """Plans started since `since` (held ones have not started), on one node or of one action (the limits)."""
+    """Plans started since `since` (held ones have not started; a validation after a repair takes no node
+    out), on one node or of one action (the limits)."""
     ((count,),) = tuple_rows(
         conn,
         "SELECT count(*) FROM remediations WHERE dry_run = %(d)s AND created_at > %(s)s AND held_for IS NULL"
+        " AND NOT detail ? 'after_repair'"
         " AND (%(n)s::text IS NULL OR node = %(n)s) AND (%(a)s::text IS NULL OR action = %(a)s)",
         {"d": dry_run, "s": since, "n": node, "a": action},
     )

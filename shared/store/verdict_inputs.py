@@ -48,6 +48,12 @@ class FeatureWindows:
     pattern_kinds: tuple[str, ...] = ()
     pattern_reach_s: float = 0.0
     bursts_per_pattern: int = 200  # per GPU and pattern, the newest
+    # XID codes a remedy resolves (gpu_remedies, schema/0080): occurrences up to the GPU's newest remedy
+    # of that rung are not counted. A reset resolves `reset_codes`; a reboot those and `reboot_codes`
+    # (and losses of the GPU).
+    reset_codes: tuple[int, ...] = ()
+    reboot_codes: tuple[int, ...] = ()
+    recur_codes: tuple[int, ...] = ()  # those that call for a reset or a reboot: seen again, they recurred
     gpus: tuple[str, ...] | None = None  # only these GPUs (None: every GPU)
 
     def params(self) -> dict[str, Any]:
@@ -71,6 +77,11 @@ class FeatureWindows:
             "pattern_kinds": list(self.pattern_kinds),
             "pattern_reach": timedelta(seconds=self.pattern_reach_s),
             "pattern_bursts": self.bursts_per_pattern,
+            "reset_codes": list(self.reset_codes),
+            "reboot_codes": list(self.reboot_codes),
+            "recur_codes": list(self.recur_codes),
+            "recurred": any(k.startswith("recurred:") for k in self.pattern_kinds),
+            "remedy_kinds": [k for k in self.pattern_kinds if k.startswith("remedy:")],
         }
 
 
@@ -136,6 +147,17 @@ class PatternRow(NamedTuple):
     lines: int  # the signals in the burst (cancel: how many cancelling signals)
 
 
+class RemedyRow(NamedTuple):
+    """A GPU's newest remedy within the XID window (gpu_remedies): what resolved what came before it."""
+
+    gpu_uuid: str
+    at: datetime
+    remedy: str  # reset_gpu, reboot_node
+    source: str  # remediator, operator, gpu
+    plan_id: int | None
+    actor: str
+
+
 class LossRow(NamedTuple):
     gpu_uuid: str
     times: list[datetime]  # gpu_lost events in the escalation window, the newest ten, newest first
@@ -170,6 +192,22 @@ _REPAIRED = (
     "repaired AS (SELECT gpu_uuid, max(time) AS since FROM gpu_repairs WHERE time <= %(t)s GROUP BY gpu_uuid)"
 )
 _SINCE = "coalesce(since, '-infinity')"
+# Each GPU's newest remedy (gpu_remedies, schema/0080) of either rung, and its newest reboot: what a
+# remedy resolves is not counted from before it; the history keeps it.
+_REMEDIED = (
+    "remedied AS (SELECT gpu_uuid, max(at) AS reset_at, max(at) FILTER (WHERE remedy = 'reboot_node') AS reboot_at"
+    " FROM gpu_remedies WHERE at <= %(t)s AND (%(gpus)s::text[] IS NULL OR gpu_uuid = ANY(%(gpus)s::text[]))"
+    " GROUP BY gpu_uuid)"
+)
+
+
+def _unresolved(code: str, time: str) -> str:
+    """An XID occurrence (`code` at `time`) that no remedy of the GPU since resolved."""
+    return (
+        f"NOT (({code} = ANY(%(reset_codes)s::int[]) AND {time} <= coalesce(reset_at, '-infinity'))"
+        f" OR ({code} = ANY(%(reboot_codes)s::int[]) AND {time} <= coalesce(reboot_at, '-infinity')))"
+    )
+
 
 _ROLLUP = f"""
 WITH {_REPAIRED}, win AS (
@@ -230,11 +268,12 @@ WHERE a.first_seen <= %(t)s AND (%(gpus)s::text[] IS NULL OR a.gpu_uuid = ANY(%(
 
 
 _XIDS = f"""
-WITH {_REPAIRED}, e AS (
+WITH {_REPAIRED}, {_REMEDIED}, e AS (
     SELECT gpu_uuid, (details->>'xid')::int AS code, time, {LINES} AS lines
-    FROM gpu_events LEFT JOIN repaired USING (gpu_uuid)
+    FROM gpu_events LEFT JOIN repaired USING (gpu_uuid) LEFT JOIN remedied USING (gpu_uuid)
     WHERE kind = 'xid' AND time > %(t)s - %(escalation)s AND time <= %(t)s AND details ? 'xid'
       AND (%(gpus)s::text[] IS NULL OR gpu_uuid = ANY(%(gpus)s::text[])) AND time > {_SINCE}
+      AND {_unresolved("(details->>'xid')::int", "time")}
 )
 SELECT e.gpu_uuid, e.code,
        coalesce(sum(e.lines) FILTER (WHERE e.time > %(t)s - make_interval(secs => coalesce(c.clear_s, %(xid_s)s))), 0),
@@ -246,13 +285,14 @@ GROUP BY e.gpu_uuid, e.code
 
 
 _XID_EVENTS = f"""
-WITH {_REPAIRED}
+WITH {_REPAIRED}, {_REMEDIED}
 SELECT gpu_uuid, code, time, source, message FROM (
     SELECT gpu_uuid, (details->>'xid')::int AS code, time, source, details->>'kernel_message' AS message,
            row_number() OVER (PARTITION BY gpu_uuid, details->>'xid' ORDER BY time DESC) AS n
-    FROM gpu_events LEFT JOIN repaired USING (gpu_uuid)
+    FROM gpu_events LEFT JOIN repaired USING (gpu_uuid) LEFT JOIN remedied USING (gpu_uuid)
     WHERE kind = 'xid' AND time > %(t)s - %(workflow)s AND time <= %(t)s AND details ? 'xid'
       AND (details->>'xid')::int = ANY(%(workflow_codes)s::int[]) AND time > {_SINCE}
+      AND {_unresolved("(details->>'xid')::int", "time")}
       AND (%(gpus)s::text[] IS NULL OR gpu_uuid = ANY(%(gpus)s::text[]))
 ) e
 WHERE n <= %(per_code)s
@@ -263,34 +303,51 @@ ORDER BY gpu_uuid, code, time DESC
 _PATTERNS = f"""
 WITH {_REPAIRED}, p AS (
     SELECT * FROM jsonb_to_recordset(%(patterns)s::jsonb)
-      AS p(idx int, kinds text[], codes int[], reach_s float8, burst_s float8, cancel_kinds text[], cancel_codes int[])
+      AS p(idx int, kinds text[], codes int[], reach_s float8, burst_s float8, cancel_kinds text[], cancel_codes int[],
+           within_s float8)
 ), verdicts AS (  -- changes of a subsystem's verdict; the history subsystem is the patterns' own
     SELECT gpu_uuid, time, state, lag(state) OVER (PARTITION BY gpu_uuid, subsystem ORDER BY time) AS before
     FROM gpu_health
     WHERE time > %(t)s - 2 * %(pattern_reach)s AND time <= %(t)s AND subsystem <> 'history'
       AND (%(gpus)s::text[] IS NULL OR gpu_uuid = ANY(%(gpus)s::text[]))
 ), signals AS (  -- a folded XID is `lines` signals from its time to `last`
-    SELECT s.gpu_uuid, s.time, s.last, s.lines, s.kind, s.code FROM (
+    SELECT s.gpu_uuid, s.time, s.last, s.lines, s.kind, s.code, s.after_s FROM (
         SELECT gpu_uuid, time, CASE WHEN kind = 'xid' THEN {LAST} ELSE time END AS last,
                CASE WHEN kind = 'xid' THEN {LINES} ELSE 1 END AS lines, kind,
-               CASE WHEN kind = 'xid' THEN (details->>'xid')::int END AS code
+               CASE WHEN kind = 'xid' THEN (details->>'xid')::int END AS code, NULL::float8 AS after_s
         FROM gpu_events
         WHERE time > %(t)s - %(pattern_reach)s AND time <= %(t)s AND kind = ANY(%(pattern_kinds)s::text[])
           AND (%(gpus)s::text[] IS NULL OR gpu_uuid = ANY(%(gpus)s::text[]))
         UNION ALL  -- any change of state; and a remediation that took: unhealthy became healthy again
-        SELECT gpu_uuid, time, time, 1, 'changed', NULL FROM verdicts WHERE time > %(t)s - %(pattern_reach)s
+        SELECT gpu_uuid, time, time, 1, 'changed', NULL, NULL FROM verdicts WHERE time > %(t)s - %(pattern_reach)s
         UNION ALL
-        SELECT gpu_uuid, time, time, 1, 'recovered', NULL FROM verdicts
+        SELECT gpu_uuid, time, time, 1, 'recovered', NULL, NULL FROM verdicts
         WHERE state = 'healthy' AND before = 'unhealthy' AND time > %(t)s - %(pattern_reach)s
         UNION ALL  -- a live plan of the remediator's that started on the GPU's node for it (schema/0030)
-        SELECT g, created_at, created_at, 1, 'remediated', NULL FROM remediations, unnest(gpu_uuids) g
+        SELECT g, created_at, created_at, 1, 'remediated', NULL, NULL FROM remediations, unnest(gpu_uuids) g
         WHERE NOT dry_run AND held_for IS NULL AND created_at > %(t)s - %(pattern_reach)s AND created_at <= %(t)s
           AND (%(gpus)s::text[] IS NULL OR g = ANY(%(gpus)s::text[]))
+        UNION ALL  -- a remedy carried out (schema/0080): remedy:reset_gpu, remedy:reboot_node
+        SELECT gpu_uuid, at, at, 1, 'remedy:' || remedy, NULL, NULL FROM gpu_remedies
+        WHERE 'remedy:' || remedy = ANY(%(remedy_kinds)s::text[]) AND at > %(t)s - %(pattern_reach)s AND at <= %(t)s
+          AND (%(gpus)s::text[] IS NULL OR gpu_uuid = ANY(%(gpus)s::text[]))
+        UNION ALL  -- what a remedy resolved, seen again after it: recurred:<the remedy>, after_s after it
+        SELECT e.gpu_uuid, e.time, e.time, 1, 'recurred:' || r.remedy, NULL, extract(epoch FROM e.time - r.at)
+        FROM gpu_events e CROSS JOIN LATERAL (
+            SELECT g.remedy, g.at FROM gpu_remedies g
+            WHERE g.gpu_uuid = e.gpu_uuid AND g.at < e.time AND g.at > e.time - %(pattern_reach)s
+              AND (g.remedy = 'reboot_node' OR (e.details->>'xid')::int = ANY(%(reset_codes)s::int[]))
+            ORDER BY g.at DESC LIMIT 1) r
+        WHERE %(recurred)s AND e.time > %(t)s - %(pattern_reach)s AND e.time <= %(t)s
+          AND (e.kind = 'gpu_lost' OR (e.kind = 'xid' AND e.details ? 'xid'
+               AND (e.details->>'xid')::int = ANY(%(recur_codes)s::int[])))
+          AND (%(gpus)s::text[] IS NULL OR e.gpu_uuid = ANY(%(gpus)s::text[]))
     ) s LEFT JOIN repaired USING (gpu_uuid)
     WHERE s.time > {_SINCE}  -- a repair mark restarts every count
 ), hits AS (
     SELECT p.idx, p.burst_s, s.gpu_uuid, s.time, least(s.last, %(t)s) AS last, s.lines FROM p JOIN signals s
       ON s.time > %(t)s - make_interval(secs => p.reach_s) AND (s.kind = ANY(p.kinds) OR s.code = ANY(p.codes))
+      AND (s.after_s IS NULL OR s.after_s <= p.within_s)  -- came back within the window after the remedy
 ), marked AS (  -- a burst: signals each within burst_s of the one before
     SELECT idx, gpu_uuid, time, last, lines,
            CASE WHEN time - max(last) OVER w <= make_interval(secs => burst_s) THEN 0 ELSE 1 END AS starts
@@ -311,10 +368,11 @@ GROUP BY p.idx, s.gpu_uuid
 
 
 _LOSSES = f"""
-WITH {_REPAIRED}
+WITH {_REPAIRED}, {_REMEDIED}
 SELECT gpu_uuid, (array_agg(time ORDER BY time DESC))[1:10], count(*)
-FROM gpu_events LEFT JOIN repaired USING (gpu_uuid)
+FROM gpu_events LEFT JOIN repaired USING (gpu_uuid) LEFT JOIN remedied USING (gpu_uuid)
 WHERE kind = 'gpu_lost' AND time > %(t)s - %(escalation)s AND time <= %(t)s AND time > {_SINCE}
+  AND time > coalesce(reboot_at, '-infinity')  -- a reboot brought it back
   AND (%(gpus)s::text[] IS NULL OR gpu_uuid = ANY(%(gpus)s::text[]))
 GROUP BY gpu_uuid
 """
@@ -336,6 +394,9 @@ WHERE e.kind IN ('ecc_dbe', 'row_remap_failure', 'retirement_pending')
   AND (%(gpus)s::text[] IS NULL OR e.gpu_uuid = ANY(%(gpus)s::text[]))
   AND e.time > coalesce((SELECT max(g.time) FROM gpu_repairs g WHERE g.gpu_uuid = e.gpu_uuid AND g.time <= %(t)s),
                         '-infinity')  -- nothing before an operator's repair mark (schema/0031)
+  AND (e.kind = 'row_remap_failure' OR e.time > coalesce((  -- a DBE's count, or pages pending, a remedy reset;
+      SELECT max(r.at) FROM gpu_remedies r  -- a failed remap no remedy repairs
+      WHERE r.gpu_uuid = e.gpu_uuid AND r.at <= %(t)s), '-infinity'))
   AND e.time >= coalesce((
       SELECT max(r.bucket) + interval '1 minute' FROM gpu_metrics_1min r
       WHERE r.gpu_uuid = e.gpu_uuid AND r.bucket > %(t)s - %(long)s AND r.bucket <= %(t)s
@@ -389,6 +450,13 @@ GROUP BY r.gpu_uuid
 """
 
 
+_REMEDIES = """
+SELECT DISTINCT ON (gpu_uuid) gpu_uuid, at, remedy, source, plan_id, actor FROM gpu_remedies
+WHERE at <= %(t)s AND at > %(t)s - %(xid)s AND (%(gpus)s::text[] IS NULL OR gpu_uuid = ANY(%(gpus)s::text[]))
+ORDER BY gpu_uuid, at DESC, id DESC
+"""
+
+
 def _fetch(conn: SyncConn, query: str, params: dict[str, Any], row: type[_Row]) -> list[_Row]:
     # Never prepared: each run is planned for its own GPUs (one GPU on the event path, a partition
     # share or the fleet in a cycle), where a prepared statement's generic plan would fit none.
@@ -422,6 +490,11 @@ def pattern_signals(conn: SyncConn, windows: FeatureWindows) -> list[PatternRow]
     if not windows.patterns:
         return []
     return _fetch(conn, _PATTERNS, windows.params(), PatternRow)
+
+
+def remedies(conn: SyncConn, windows: FeatureWindows) -> list[RemedyRow]:
+    """Per GPU remedied within the XID window: its newest remedy."""
+    return _fetch(conn, _REMEDIES, windows.params(), RemedyRow)
 
 
 def losses(conn: SyncConn, windows: FeatureWindows) -> list[LossRow]:

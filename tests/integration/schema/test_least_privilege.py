@@ -104,11 +104,11 @@ def test_no_security_definer_routine_nor_large_object_function_is_open_to_the_ap
     with connect(settings) as conn:
         reachable = [str(r[0]) for r in conn.execute(OPEN_ROUTINES).fetchall()]
     # the key-holder's writes: acknowledging (0006), operating the remediator (0030), marking a GPU
-    # repaired (0031)
+    # repaired (0031), recording a reset or reboot done by hand (0080)
     operator = [
         "acknowledge_alert(bigint,text)", "mark_gpu_repaired(text,text,text,text)",
-        "remediation_approve(bigint,text)", "remediation_pause(text)", "remediation_reset_breaker(text)",
-        "remediation_resume(text)",
+        "record_gpu_remedy(text,text,text,text)", "remediation_approve(bigint,text)",
+        "remediation_pause(text)", "remediation_reset_breaker(text)", "remediation_resume(text)",
     ]  # fmt: skip
     assert sorted(reachable) == (operator if login is acknowledger_settings else [])
 

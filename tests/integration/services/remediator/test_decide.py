@@ -48,9 +48,37 @@ def test_a_verdict_is_decided_once_however_often_it_comes(migrated: DatabaseSett
 def test_a_second_gpu_of_the_node_joins_its_plan(migrated: DatabaseSettings, policy: Policy) -> None:
     add_fleet(migrated, 1, gpus=4)
     plan = decide_now(migrated, policy, verdict_finding(0, 0)).plan_id
-    joined = decide_now(migrated, policy, verdict_finding(0, 3, action="reboot_node"))
+    joined = decide_now(migrated, policy, verdict_finding(0, 3, rule="xid_119"))
     assert (joined.outcome, joined.plan_id) == ("joined", plan)
     assert rows(migrated, "SELECT gpu_uuids FROM remediations") == [([gpu_uuid(0, 0), gpu_uuid(0, 3)],)]
+
+
+def test_a_finding_that_needs_more_than_a_reset_not_yet_done_escalates_the_plan_at_once(
+    migrated: DatabaseSettings, policy: Policy
+) -> None:
+    add_fleet(migrated, 1, gpus=4)
+    plan = decide_now(migrated, policy, verdict_finding(0, 0)).plan_id
+    escalated = decide_now(migrated, policy, verdict_finding(0, 3, action="reboot_node"))
+    assert escalated.outcome == "held"  # the policy wants an operator's approval for a reboot
+    assert rows(
+        migrated, "SELECT id, action, state, escalated_from, gpu_uuids FROM remediations ORDER BY id"
+    ) == [
+        (plan, "reset_gpu", "escalated", None, [gpu_uuid(0, 0)]),
+        (escalated.plan_id, "reboot_node", "held", plan, [gpu_uuid(0, 0), gpu_uuid(0, 3)]),
+    ]
+    assert rows(migrated, "SELECT status FROM remediation_events WHERE kind = 'outcome'") == [("escalated",)]
+    # once the reset is carried out, a reboot-class finding joins: the validation judges it
+    with connect(migrated) as conn:
+        conn.execute("UPDATE remediations SET state = 'escalated' WHERE id = %s", (escalated.plan_id,))
+        conn.commit()
+    later = decide_now(migrated, policy, verdict_finding(0, 1, at=T0.replace(minute=1))).plan_id
+    with connect(migrated) as conn:
+        conn.execute("UPDATE remediations SET step = 3 WHERE id = %s", (later,))
+        conn.commit()
+    joined = decide_now(
+        migrated, policy, verdict_finding(0, 2, action="reboot_node", at=T0.replace(minute=2))
+    )
+    assert (joined.outcome, joined.plan_id) == ("joined", later)
 
 
 def test_what_calls_for_nothing_or_maps_nowhere(migrated: DatabaseSettings, policy: Policy) -> None:

@@ -47,16 +47,24 @@ def test_a_dry_run_records_every_step_it_would_take(remediator_factory: Callable
     add_fleet(r.db, 1)
     decide_all(r, [verdict_finding(0)], dry_run=True)
     r.run_until_settled()
-    assert rows(r.db, "SELECT state FROM remediations") == [("done",)]
-    assert plan_events(r.db) == [
+    # its validation lasts as the live one's would: the plan stays in hand (later findings join it)
+    assert rows(r.db, "SELECT steps[step + 1], state FROM remediations") == [("validate", "running")]
+    now = r.clock()
+    for cycle in range(1, 4):  # the first look's cycle (T0) is the one before the remedy
+        score(r.db, "gpu-node-00", now + timedelta(seconds=cycle), state="unhealthy")
+        r.run_until_settled(pause_s=0.06)
+    assert rows(r.db, "SELECT state FROM remediations") == [("done",)]  # the policy returns the node
+    assert [e for e in plan_events(r.db) if e[2] != "in_progress"] == [
         ("decision", None, "act"),
         ("action", "cordon", "dry_run"),
         ("action", "drain", "dry_run"),
         ("action", "reset_gpu", "dry_run"),
-        ("validation", "validate", "dry_run"),
+        ("action", "reset_gpu", "remedied"),
+        ("validation", "validate", "passed"),
         ("action", "return", "dry_run"),
         ("outcome", None, "done"),
     ]
+    assert rows(r.db, "SELECT count(*) FROM gpu_remedies") == [(0,)]  # a dry run's remedy stays with its plan
 
 
 def test_a_node_returns_only_after_its_gpus_come_back_the_check_passes_and_cycles_are_healthy(
@@ -82,6 +90,7 @@ def test_a_node_returns_only_after_its_gpus_come_back_the_check_passes_and_cycle
     assert events == [
         ("decision", None, "act"),
         ("action", "reset_gpu", "ok"),
+        ("action", "reset_gpu", "remedied"),  # gpu_remedies: the scorer counts nothing it resolved before it
         ("action", "validate", "ok"),  # the compute check, run as part of the validation
         ("validation", "validate", "passed"),
         ("outcome", None, "done"),
@@ -186,8 +195,8 @@ def test_a_pause_holds_every_plan_until_resumed(remediator_factory: Callable[...
     with connect(r.db) as conn:
         conn.execute("SELECT remediation_resume('ops')")
         conn.commit()
-    r.run_until_settled()
-    assert rows(r.db, "SELECT state FROM remediations") == [("done",)]
+    r.run_until_settled()  # as far as a dry run goes without scoring cycles: its validation waits for them
+    assert rows(r.db, "SELECT steps[step + 1], state FROM remediations") == [("validate", "running")]
     assert [
         s
         for k, s in rows(r.db, "SELECT kind, status FROM remediation_events ORDER BY time")
