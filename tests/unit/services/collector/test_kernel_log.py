@@ -178,3 +178,68 @@ def test_generated_xid_lines_parse_back(
     assert xid is not None
     assert (xid.pci_bus_id, xid.xid, xid.time) == (f"{domain:08X}:{bus:02X}:{dev:02X}.0", code, AT)
     assert xid.message == message.strip()[:500]
+
+
+PREFIXES = [
+    "", "kernel: ", "Dec  2 11:38:47 worker4 kernel: ", "[  219.470994] ", "[Sun Feb 23 16:24:18 2025] ",
+    "Dec  2 11:38:47 worker4 kernel: [  219.470994] ", "> ",
+]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    prefix=st.sampled_from(PREFIXES), domain=st.integers(0, 0xFFFF), bus=st.integers(0, 255),
+    dev=st.integers(0, 31), code=st.integers(1, 100_000), gap=st.sampled_from(["", " ", "  "]),
+    tail=st.text(alphabet=st.characters(blacklist_categories=("Cc", "Cs")), max_size=80),
+    cut=st.integers(0, 80),
+)  # fmt: skip
+def test_prefixes_odd_spacing_and_truncation_keep_the_code_and_gpu(
+    prefix: str, domain: int, bus: int, dev: int, code: int, gap: str, tail: str, cut: int
+) -> None:
+    head = f"{prefix}NVRM: Xid (PCI:{domain:04x}:{bus:02x}:{dev:02x}):{gap} {code}"
+    line = f"{head}, pid=1, name=x, {tail}"
+    end = len(head)
+    xid = parse_xid_line(line[: max(end, len(line) - cut)], AT)  # cut anywhere after the code
+    assert xid is not None
+    assert (xid.xid, xid.pci_bus_id, xid.inferred) == (code, f"{domain:08X}:{bus:02X}:{dev:02X}.0", False)
+
+
+FALLEN = [
+    "NVRM: GPU {pci}.0: GPU has fallen off the bus.",
+    "NVRM: GPU at PCI:{pci}: GPU has fallen off the bus.",
+    "NVRM: The NVIDIA GPU {pci}.0\n               NVRM: (PCI ID: 10de:2330) installed in this system has\n"
+    "               NVRM: fallen off the bus and is not responding to commands.",
+]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    form=st.sampled_from(FALLEN), prefix=st.sampled_from(PREFIXES), domain=st.integers(0, 0xFFFF),
+    bus=st.integers(0, 255), dev=st.integers(0, 31),
+)  # fmt: skip
+def test_the_fell_off_the_bus_line_without_an_xid_is_79_for_its_gpu(
+    form: str, prefix: str, domain: int, bus: int, dev: int
+) -> None:
+    text = prefix + form.format(pci=f"{domain:04x}:{bus:02x}:{dev:02x}")
+    xid = parse_xid_line(text, AT)
+    assert xid is not None
+    assert (xid.xid, xid.pci_bus_id, xid.inferred) == (79, f"{domain:08X}:{bus:02X}:{dev:02X}.0", True)
+    assert "\n" not in xid.message
+    assert "fallen off the bus" in xid.message
+    # as /dev/kmsg hands out the same record: its own newlines escaped, KEY=value lines after it
+    escaped = form.format(pci=f"{domain:04x}:{bus:02x}:{dev:02x}").replace("\n", "\\x0a")
+    record = f"3,1207,9100000000,-;{escaped}\n SUBSYSTEM=pci\n".encode()
+    from_kmsg = parse_kmsg_record(record, boot_wall_s=1_790_000_000.0)
+    assert from_kmsg is not None
+    assert (from_kmsg.xid, from_kmsg.pci_bus_id, from_kmsg.inferred) == (79, xid.pci_bus_id, True)
+
+
+def test_fell_off_the_bus_text_that_names_no_gpu_is_nothing() -> None:
+    assert parse_xid_line("kernel: NVRM: GPU has fallen off the bus.", AT) is None
+    assert (
+        parse_xid_line("NVRM: The NVIDIA GPU invalid-bdf.0\nNVRM: fallen off the bus and is not", AT) is None
+    )
+    # an XID line wins over the bus text in the same record
+    both = parse_xid_line("NVRM: Xid (PCI:0000:b3:00): 79, pid=1, GPU has fallen off the bus.", AT)
+    assert both is not None
+    assert not both.inferred

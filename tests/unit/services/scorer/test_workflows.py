@@ -181,6 +181,61 @@ def test_xid_74_by_its_registers() -> None:
     assert (blind.action, blind.evidence["decode"][:12]) == ("reset_gpu", "not possible")
 
 
+def test_xid_74s_third_register_bits_16_and_19_repeated_mean_field_diagnostics_not_mechanicals() -> None:
+    """NVIDIA: "Bits 16, 19: If seen repeatedly, please run Field Diags and report a bug"."""
+    for bits in ("0x10000", "0x80000"):
+        third = f"NVLink: fatal error detected on link 14(0x0, 0x0, {bits}, 0x0, 0x0, 0x0, 0x0)"
+        once = xid(seen((74, 60, third)))
+        assert (once.state, once.action) == ("unhealthy", "reset_gpu")
+        assert "then" not in once.evidence
+        again = xid(seen((74, 7200, third), (74, 60, third)))
+        assert again.action == "run_diagnostics"
+        assert "report" in again.evidence
+        assert again.evidence["decoded"][0]["bits"] == {
+            "repeat_diagnose": [f"reg2.bit{16 if bits == '0x10000' else 19}"]
+        }
+
+
+def test_a_45_that_names_its_cause_follows_it_wherever_its_line_is() -> None:
+    named = "pid=1818990, name=python3, Ch 00000001 caused by previous Xid 149"
+    # the cause's line came earlier than the companion window: its verdict stands, the 45 is no finding
+    link_down = "NETIR_LINK_EVT Fatal XC0 i0 Link 00 (0x025001c6 0x00000000)"
+    earlier = judge(RULES.xid[45], seen((149, 900, link_down), (45, 60, named), gpu=BLACKWELL), RULES, NOW)
+    assert (earlier.state, earlier.action, earlier.evidence["caused_by"]) == ("info", "none", [149])
+    assert "solo" not in earlier.evidence
+    # the cause's line was never seen: the cause's catalogue action, and the evidence says so
+    lost = judge(RULES.xid[45], seen((45, 60, named), gpu=BLACKWELL), RULES, NOW)
+    assert (lost.state, lost.action) == (RULES.xid[149].severity, RULES.xid[149].action)
+    assert (lost.evidence["caused_by"], lost.evidence["cause_not_seen"]) == ([149], [149])
+    # the whole verdict: the GPU is reset, not its job restarted
+    verdict = xid(seen((45, 60, named), gpu=BLACKWELL))
+    assert verdict.action == "reset_gpu"
+    dbe = judge(RULES.xid[45], seen((45, 60, "Ch 00000008 caused by previous Xid 48")), RULES, NOW)
+    assert dbe.action == "reset_gpu"  # NVIDIA's action for a DBE
+
+
+def test_an_nvlink5_line_the_table_cannot_decode_takes_the_drivers_own_severity_word() -> None:
+    # no row of XID 144 has this errorStatus
+    nonfatal = "SAW_MVB Nonfatal XC0 i0 Link 03 (0x00000001 0x00000100 0x00000000)"
+    assert xid(seen((144, 30, nonfatal), gpu=BLACKWELL)).state == "healthy"
+    judged = judge(RULES.xid[144], seen((144, 30, nonfatal), gpu=BLACKWELL), RULES, NOW)
+    assert (judged.state, judged.action) == ("info", "none")
+    assert "Nonfatal" in judged.evidence["driver_severity"]["decode"]
+    fatal = nonfatal.replace("Nonfatal", "Fatal")
+    unsafe = xid(seen((144, 30, fatal), gpu=BLACKWELL))
+    assert (unsafe.state, unsafe.action) == ("unhealthy", "reset_gpu")
+    assert "matches no single row" in unsafe.evidence["decode"]
+
+
+def test_a_link_minus_one_line_is_decoded_not_called_unreadable() -> None:
+    line = "NETIR Fatal XC0 i0 Link -1 (0x000fe406 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)"
+    verdict = xid(seen((149, 30, line), gpu=replace(BLACKWELL, driver_version="590.48.01")))
+    assert (verdict.state, verdict.action) == ("unhealthy", "reset_gpu")
+    (decoded,) = verdict.evidence["decoded"]
+    assert (decoded["link"], decoded["subcode"], decoded["severity"]) == (-1, "NETIR/NETIR_INT", "Link Fatal")
+    assert "decode" not in verdict.evidence
+
+
 @settings(max_examples=200)
 @given(
     code=st.sampled_from([74, 144, 145, 146, 147, 148, 149, 150, 154]),
@@ -193,5 +248,6 @@ def test_any_message_gets_a_verdict_and_an_unread_one_the_safe_action(
     verdict = xid(seen((code, 30, message), gpu=replace(BLACKWELL, driver_version=driver)))
     entry = RULES.xid[code]
     decoded = verdict.evidence.get("decoded") or "recovery_action" in verdict.evidence
-    if not decoded and not (code == 74 and verdict.state == "healthy"):
+    nonfatal = "driver_severity" in verdict.evidence  # the driver's own word, where the table is silent
+    if not decoded and not nonfatal and not (code == 74 and verdict.state == "healthy"):
         assert (verdict.state, verdict.action) == (entry.severity, entry.action), verdict.evidence
