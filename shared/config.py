@@ -85,6 +85,19 @@ def _libpq_quote(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+class ShutdownSettings(Section):
+    """Between SIGTERM (or SIGINT) and a service's exit: one deadline, kept whatever the database does."""
+
+    timeout_s: float = Field(default=20.0, ge=2, le=600)
+    """The longest a service takes from SIGTERM to its exit. For its first quarter the work in hand is
+    finished; then a database statement still running is cancelled (another session holds a lock it
+    waits on); from half of it a connection still waiting on the server is cut and no new one is opened
+    (a server or network that stopped answering); at the deadline the process logs every thread's stack
+    and exits 1. Keep it under the orchestrator's kill: Kubernetes' `terminationGracePeriodSeconds`
+    (30 s by default), systemd's `TimeoutStopSec` (90 s), `docker stop`'s 10 s (compose gives these
+    services `stop_grace_period: 30s`)."""
+
+
 class LogSettings(Section):
     """Logging: JSON lines by default, plain text for people at a terminal."""
 
@@ -109,6 +122,7 @@ class Settings(BaseSettings):
     topics: TopicSettings = Field(default_factory=TopicSettings)
     db: DatabaseSettings = Field(default_factory=DatabaseSettings)
     log: LogSettings = Field(default_factory=LogSettings)
+    shutdown: ShutdownSettings = Field(default_factory=ShutdownSettings)
 
 
 def load_settings(cls: type[S], **overrides: Any) -> S:

@@ -31,6 +31,8 @@ from pathlib import Path
 from string import Template
 from typing import IO, Any
 
+from shared.config import Settings, ShutdownSettings, load_settings
+from shared.errors import ConfigError
 from shared.lifecycle import Lifecycle
 from shared.logging import setup_logging
 
@@ -138,7 +140,8 @@ def ready_urls(path: Path) -> list[str]:
     ]
 
 
-def supervise(children: list[Child], stop: threading.Event) -> None:
+def supervise(children: list[Child], stop: threading.Event, stop_timeout_s: float = 25.0) -> None:
+    """Run the children until `stop`; then SIGTERM each, killing one still running after `stop_timeout_s`."""
     for child in children:
         child.start()
     while not stop.wait(0.5):
@@ -162,7 +165,7 @@ def supervise(children: list[Child], stop: threading.Event) -> None:
     for child in children:
         if child.proc is not None:
             child.proc.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + 45
+    deadline = time.monotonic() + stop_timeout_s
     for child in children:
         if child.proc is None:
             continue
@@ -186,11 +189,18 @@ def main() -> int:
     except (OSError, tomllib.TOMLDecodeError, KeyError, ValueError) as e:
         log.error("cannot read %s: %s", args.spec, e)
         return 2
-    with Lifecycle("supervise") as life:
+    try:
+        # The children stop within their shutdown deadline (the one setting: they inherit the
+        # environment); a little more for the last of them to exit, and this process's own past that.
+        children_s = load_settings(Settings).shutdown.timeout_s + 5
+    except ConfigError as e:
+        log.error("%s", e)
+        return 2
+    with Lifecycle("supervise", ShutdownSettings(timeout_s=children_s + 5)) as life:
         if args.pidfile:
             args.pidfile.write_text(f"{os.getpid()}\n")
             life.callback(_remove_pidfile, args.pidfile)
-        supervise(children, life.stop)
+        supervise(children, life.stop, children_s)
     return 0
 
 

@@ -22,7 +22,7 @@ def main() -> int:
     app = create_app(settings.db, settings.api, registry)
     # SIGTERM: stop accepting, finish the requests in flight (at most shutdown_timeout_s), exit 0.
     server = api_server(app, settings.api)
-    with Lifecycle("api") as life:
+    with Lifecycle("api", settings.shutdown) as life:
         life.export_otlp(registry)
         ApiLoop(server).run(life.stop)
     return 0 if server.started else 1

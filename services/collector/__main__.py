@@ -47,7 +47,7 @@ def main() -> int:
     registry = CollectorRegistry()
     metrics = CollectorMetrics(registry)
     gpu_meter = otlp.meter("gpuhealth.collector")  # None unless OTLP export is on
-    with Lifecycle("collector") as life:
+    with Lifecycle("collector", settings.shutdown) as life:
         try:
             life.serve_metrics(registry, cfg.metrics_port, cfg.metrics_bind)
             collector = life.enter_context(

@@ -37,7 +37,7 @@ def main() -> int:
         log.error("%s", e)
         return 2
     cfg = settings.lifecycle
-    with Lifecycle("lifecycle") as life:
+    with Lifecycle("lifecycle", settings.shutdown) as life:
         try:
             life.serve_metrics(registry, cfg.metrics_port, cfg.metrics_bind, database=settings.db)
         except (GpuHealthError, OSError) as e:

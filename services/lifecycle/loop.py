@@ -17,10 +17,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import psycopg
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from shared.db import connect, statements_cancelled_on
+from shared.db import connect
 from shared.errors import GpuHealthError
 from shared.kafka import JsonProducer
 from shared.models import to_json
@@ -103,16 +102,14 @@ class LifecycleLoop:
         self.baseline = baseline_p30(self.cfg.predictor_weights_file, self.calibration)
         self.metrics = LifecycleMetrics(registry)
         self._seen: tuple[float, int] | None = None  # the inventory file's (mtime, size) at the last load
-        self._conn: psycopg.Connection[tuple[object, ...]] | None = None  # the run's, while it runs
 
     def run(self, stop: threading.Event) -> None:
         """Decide until `stop` is set (or once); what is queued is flushed however it ends."""
-        with statements_cancelled_on(stop, lambda: [] if self._conn is None else [self._conn]):
-            try:
-                self._run(stop)
-            finally:
-                if remaining := self.producer.flush(FLUSH_TIMEOUT_S):
-                    log.error("exiting with undelivered decisions", extra={"undelivered": remaining})
+        try:
+            self._run(stop)
+        finally:
+            if remaining := self.producer.flush(FLUSH_TIMEOUT_S):
+                log.error("exiting with undelivered decisions", extra={"undelivered": remaining})
 
     def _run(self, stop: threading.Event) -> None:
         if self.cfg.once:
@@ -155,7 +152,6 @@ class LifecycleLoop:
         inventory, problem = self._inventory(at)
         try:
             conn = connect(self.settings.db)
-            self._conn = conn
             try:
                 gpus, seen = store.decision_inputs(
                     conn,
@@ -186,7 +182,6 @@ class LifecycleLoop:
                 with translated(conn):
                     conn.commit()
             finally:
-                self._conn = None
                 conn.close()
             for message in result.messages:
                 self.producer.produce(self.settings.topics.lifecycle, message.gpu_uuid, to_json(message))

@@ -157,7 +157,7 @@ def main() -> int:
     if settings is None:
         return 2
     registry = CollectorRegistry()
-    with Lifecycle("llm-monitor") as life:
+    with Lifecycle("llm-monitor", settings.shutdown) as life:
         try:
             life.serve_metrics(registry, settings.llm.metrics_port, settings.llm.metrics_bind)
             producer = life.enter_context(

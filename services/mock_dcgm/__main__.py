@@ -100,7 +100,7 @@ def main() -> int:
     settings = start_service(MockDcgmSettings, "mock_dcgm")
     if settings is None:
         return 2
-    with Lifecycle("mock_dcgm") as life:
+    with Lifecycle("mock_dcgm", settings.shutdown) as life:
         try:
             fleet, server = build(settings.mock)
         except (GpuHealthError, OSError) as e:

@@ -36,7 +36,7 @@ def main() -> int:
     if settings is None:
         return 2
     cfg = settings.mock_ollama
-    with Lifecycle("mock-ollama") as life:
+    with Lifecycle("mock-ollama", settings.shutdown) as life:
         try:
             server = life.enter_context(MockOllamaServer(cfg.host, cfg.port, time_scale=cfg.time_scale))
         except OSError as e:

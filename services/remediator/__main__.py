@@ -35,7 +35,7 @@ def main() -> int:
     cfg = settings.remediator
     if cfg.dry_run:
         log.info("dry run: every decision and step is recorded, nothing is carried out")
-    with Lifecycle("remediator") as life:
+    with Lifecycle("remediator", settings.shutdown) as life:
         try:
             life.serve_metrics(registry, cfg.metrics_port, cfg.metrics_bind, database=settings.db)
         except (GpuHealthError, OSError) as e:

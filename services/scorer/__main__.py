@@ -38,7 +38,7 @@ def main() -> int:
         log.error("%s", e)
         return 2
     cfg = settings.scorer
-    with Lifecycle("scorer") as life:
+    with Lifecycle("scorer", settings.shutdown) as life:
         try:
             life.serve_metrics(registry, cfg.metrics_port, cfg.metrics_bind, database=settings.db)
         except (GpuHealthError, OSError) as e:

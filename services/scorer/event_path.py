@@ -35,7 +35,7 @@ from confluent_kafka import TopicPartition
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from shared.config import DatabaseSettings, KafkaSettings
-from shared.db import connect, statements_cancelled_on
+from shared.db import connect
 from shared.errors import ContractError, GpuHealthError
 from shared.kafka import JsonProducer, closing_consumer, make_consumer, take
 from shared.models import GpuEvent, parse_event, to_json
@@ -112,9 +112,7 @@ class EventPath:
 
     def run(self, stop: threading.Event) -> None:
         consumer = make_consumer(self.kafka, group_id=self.group, overrides=self.consumer_overrides)
-        # a judgement stuck in a statement at stop (a lock, a server gone quiet) is cancelled after a grace
-        conns = lambda: [] if self._conn is None else [self._conn]  # noqa: E731
-        with closing_consumer(consumer), statements_cancelled_on(stop, conns):
+        with closing_consumer(consumer):
             consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
             try:
                 while not stop.is_set():

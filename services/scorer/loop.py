@@ -30,7 +30,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from pydantic import Field, field_validator
 
 from shared.config import DatabaseSettings, Section, Settings, TopicSettings
-from shared.db import connect, statements_cancelled_on
+from shared.db import connect
 from shared.errors import GpuHealthError
 from shared.kafka import JsonProducer, make_producer
 from shared.models import GpuEvent, to_json
@@ -169,16 +169,10 @@ class ScorerLoop:
         self.predictions: dict[str, Prediction] = {}  # this share's, as last computed here
         self.predicted_at: dict[str, float] = {}  # when (monotonic)
         self.judged_all = False  # the first cycle judges the whole share: the rules may be new
-        self._conn: Conn | None = None  # the cycle's, while it runs (cancelled at stop)
 
     def run(self, stop: threading.Event) -> None:
         """Score until `stop` is set (or once); what is queued is flushed however it ends."""
         next_tick = time.monotonic()
-        # A cycle stuck in a statement at stop (a lock, a server gone quiet) is cancelled after a grace.
-        with statements_cancelled_on(stop, lambda: [] if self._conn is None else [self._conn]):
-            self._run(stop, next_tick)
-
-    def _run(self, stop: threading.Event, next_tick: float) -> None:
         try:
             while not stop.is_set():
                 self.ownership.changed.clear()
@@ -205,7 +199,7 @@ class ScorerLoop:
         once committed; ended early by `stop`; None (counted and logged) when it failed."""
         started = time.perf_counter()
         try:
-            conn = self._conn = connect(self.db)
+            conn = connect(self.db)
 
             def publish(chunk: CycleResult) -> None:
                 with_hostnames(conn, chunk.messages)
@@ -222,7 +216,6 @@ class ScorerLoop:
                 with translated(conn):
                     conn.commit()
             finally:
-                self._conn = None
                 conn.close()
         except (GpuHealthError, OSError) as e:
             self.metrics.failures.inc()

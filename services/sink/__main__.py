@@ -37,7 +37,7 @@ def main() -> int:
     cfg = settings.sink
     registry = CollectorRegistry()
     metrics = SinkMetrics(registry)
-    with Lifecycle("sink") as life:
+    with Lifecycle("sink", settings.shutdown) as life:
         try:
             life.serve_metrics(registry, cfg.metrics_port, cfg.metrics_bind, database=settings.db)
         except (GpuHealthError, OSError) as e:

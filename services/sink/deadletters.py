@@ -154,10 +154,6 @@ class DeadLetterRelay:
             if len(pending) < self.limit:
                 return delivered
 
-    def open_connections(self) -> list[psycopg.Connection[tuple[object, ...]]]:
-        """The connection open now, if any (the loop cancels its statement when told to stop)."""
-        return [] if self._conn is None else [self._conn]
-
     def _connection(self) -> psycopg.Connection[tuple[object, ...]]:
         if self._conn is None or self._conn.closed or self._conn.broken:
             self.close()

@@ -23,10 +23,8 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import confluent_kafka
-import psycopg
 
 from shared.config import TopicSettings
-from shared.db import statements_cancelled_on
 from shared.errors import DatabaseError
 
 from .deadletters import DeadLetterRelay
@@ -154,17 +152,6 @@ class SinkLoop:
         the GIL. The consumer is only ever touched from this thread.
         """
         self.stop = stop  # the rebalance callbacks and the retries look at it too
-        with statements_cancelled_on(stop, self._open_connections):
-            self._run()
-
-    def _open_connections(self) -> list[psycopg.Connection[tuple[object, ...]]]:
-        return [
-            *self.writer.open_connections(),
-            *self.rollup.open_connections(),
-            *self.relay.open_connections(),
-        ]
-
-    def _run(self) -> None:
         self.subscribe()
         in_flight: dict[int, deque[tuple[Decoded, Future[WriteResult]]]] = {}
         self.rollup.start()
@@ -311,14 +298,14 @@ class SinkLoop:
                         "partitions moved while the batch waited; the new owner resumes from the database"
                     )
                     return None
+                if self.stop.is_set():
+                    # Stopping while the database is away or a statement hangs (cancelled at stop),
+                    # or after the batch before it was given up so: no new attempt. Nothing of this
+                    # batch is stored, so the next run re-reads it from the offsets in the database.
+                    log.warning("stopping with an unstored batch; it will be re-read on restart")
+                    return None
                 if back_off:
                     self.metrics.db_retries.inc()
-                    if self.stop.is_set():
-                        # Stopping while the database is away or a statement hangs (cancelled at
-                        # stop): nothing of this batch is stored, so the next run re-reads it from
-                        # the offsets in the database.
-                        log.warning("stopping with an unstored batch; it will be re-read on restart")
-                        return None
                     if not paused:
                         self.consumer.pause(self.consumer.assignment())
                         paused = True
@@ -335,8 +322,9 @@ class SinkLoop:
                 self.consumer.resume(self.consumer.assignment())
 
     def _wait(self, seconds: float) -> None:
-        """Back off while polling the (paused) consumer, holding what it returns (partitions.poll_paused)."""
-        poll_paused(self.consumer, seconds, self._held, lambda: self._report_lag(paused=True))
+        """Back off while polling the (paused) consumer, holding what it returns (partitions.poll_paused);
+        cut short by `stop`: a backoff grown to `max_backoff_s` would otherwise be waited out at stop."""
+        poll_paused(self.consumer, seconds, self._held, lambda: self._report_lag(paused=True), self.stop)
 
     def _count(self, decoded: Decoded, result: WriteResult) -> None:
         batch = decoded.batch

@@ -53,7 +53,7 @@ def resume_from_database(
                 stored = {}
                 break
             log.warning("cannot read stored offsets, retrying in %.1f s: %s", delay, e)
-            time.sleep(delay)
+            stop.wait(delay)
             delay = min(delay * 2, max_backoff_s)
     for p in partitions:
         p.offset = stored.get((p.topic, p.partition), confluent_kafka.OFFSET_BEGINNING)

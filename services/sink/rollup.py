@@ -127,10 +127,6 @@ class RollupRefresher:
             self._thread = threading.Thread(target=self._run, name="rollup-refresh", daemon=True)
             self._thread.start()
 
-    def open_connections(self) -> list[psycopg.Connection[tuple[object, ...]]]:
-        """The connection open now, if any (the loop cancels its statement when told to stop)."""
-        return [] if self._conn is None else [self._conn]
-
     def close(self, timeout_s: float = 60.0) -> None:
         """Stop the thread, then refresh once more (what the last batches noted)."""
         self._stop.set()

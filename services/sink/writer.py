@@ -332,10 +332,6 @@ class BatchWriter:
         if conn is not None:
             conn.close()
 
-    def open_connections(self) -> list[psycopg.Connection[tuple[object, ...]]]:
-        """The connections open now (the loop cancels their statements when told to stop)."""
-        return [conn for conn in self._conns if conn is not None]
-
     def close(self) -> None:
         for slot in range(len(self._conns)):
             self._close(slot)

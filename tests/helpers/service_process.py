@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -29,6 +30,51 @@ def service_process(name: str, env: dict[str, str]) -> Iterator[subprocess.Popen
     finally:
         proc.kill()
         proc.wait(10)
+
+
+class Watched:
+    """A service process whose output is read as it comes (so a test can wait on a line of it)."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, name="service-output", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    def said(self, text: str) -> bool:
+        return any(text in line for line in list(self.lines))
+
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def sigterm(self, deadline_s: float) -> float:
+        """SIGTERM; it must exit 0 within `deadline_s`, saying it stopped. Returns how long it took."""
+        started = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(deadline_s + 30)  # past the deadline: to say by how much, then fail
+        except subprocess.TimeoutExpired:
+            gone = deadline_s + 30
+            raise AssertionError(f"still running {gone:g} s after SIGTERM\n{self.output()}") from None
+        took = time.monotonic() - started
+        self._reader.join(5)
+        assert self.proc.returncode == 0, f"exit {self.proc.returncode} after {took:.1f} s\n{self.output()}"
+        late = f"exited {took:.1f} s after SIGTERM, past its {deadline_s:g} s"
+        assert took <= deadline_s, f"{late}\n{self.output()}"
+        assert '"msg": "stopped"' in self.output(), self.output()
+        return took
+
+
+@contextmanager
+def watched_service(name: str, env: dict[str, str]) -> Iterator[Watched]:
+    """`service_process`, its output read as it comes."""
+    with service_process(name, env) as proc:
+        yield Watched(proc)
 
 
 def sigterm(proc: subprocess.Popen[str], timeout_s: float = 60) -> str:

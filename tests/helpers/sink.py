@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 from evaluation.pipeline import wait_until
@@ -15,9 +16,10 @@ from services.sink.build import sink_loop_closed
 from services.sink.loop import SinkLoop
 from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
 from shared.db import connect
-from shared.fakes.samples import sample
+from shared.fakes.samples import T0, sample
 from shared.kafka import JsonProducer, make_producer
 from shared.lifecycle import running as running_loop
+from tests.helpers.scorer_fleet import event_message
 from tests.helpers.topics import isolated_topics, topics_env
 from tests.paths import REPO
 
@@ -28,6 +30,55 @@ def produce_samples(settings: KafkaSettings, topic: str, start: int, stop: int, 
         s = sample(i, gpus)
         producer.produce(topic, s["gpu_uuid"], s)
     assert producer.flush(60) == 0
+
+
+EVENT_EVERY = 100  # produce_mix: one gpu-events message per this many samples
+
+
+def produce_mix(settings: KafkaSettings, topics: TopicSettings, start: int, stop: int) -> int:
+    """Samples `start` to `stop`, an XID event every EVENT_EVERY of them, and one message that is no JSON
+    (a dead letter): every table a batch writes. Returns how many messages that was."""
+    raw = make_producer(settings)
+    producer = JsonProducer(raw)
+    sent = 0
+    for i in range(start, stop):
+        s = sample(i)
+        producer.produce(topics.metrics_raw, s["gpu_uuid"], s)
+        sent += 1
+        if i % EVENT_EVERY == 0:
+            at = T0 + timedelta(seconds=i)
+            event = event_message(s["gpu_uuid"], "xid", {"xid": 79}, at)
+            producer.produce(topics.events, s["gpu_uuid"], event)
+            sent += 1
+    raw.produce(topics.metrics_raw, key=b"hostile", value=b"{not json")
+    assert producer.flush(60) == 0
+    return sent + 1
+
+
+def stored_by_topic(db: DatabaseSettings, group: str) -> dict[str, int]:
+    """The next offsets `group` stored, summed per topic: the messages of each it has done."""
+    with connect(db) as conn:
+        rows = conn.execute(
+            "SELECT topic, sum(next_offset) FROM kafka_offsets WHERE consumer_group = %s GROUP BY topic",
+            (group,),
+        ).fetchall()
+    return {str(topic): int(str(n)) for topic, n in rows}
+
+
+def assert_no_offset_past_an_unstored_row(db: DatabaseSettings, topics: TopicSettings, group: str) -> None:
+    """Per topic, what the stored offsets say is done is exactly what is in the tables: its rows and its
+    dead letters (every message of these tests' topics is one of them, and each is stored once)."""
+    stored = stored_by_topic(db, group)
+    with connect(db) as conn:
+        rows = conn.execute(
+            "SELECT source_topic, count(*) FROM sink_dead_letters"
+            " WHERE consumer_group = %s GROUP BY source_topic",
+            (group,),
+        ).fetchall()
+    dead = {str(topic): int(str(n)) for topic, n in rows}
+    for topic, table in ((topics.metrics_raw, "gpu_metrics"), (topics.events, "gpu_events")):
+        in_tables, done = count(db, table) + dead.get(topic, 0), stored.get(topic, 0)
+        assert in_tables == done, f"{topic}: {in_tables} stored, the offsets say {done}"
 
 
 def count(db: DatabaseSettings, table: str) -> int:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
 
-from shared.config import DatabaseSettings
+from shared.config import DatabaseSettings, ShutdownSettings
 from shared.db import wait_for_database
 from shared.errors import DatabaseUnavailableError
 from shared.kafka import JsonProducer, close_consumer, closing_consumer
@@ -199,3 +200,48 @@ def test_a_lifecycle_stopped_while_waiting_serves_no_metrics_and_its_block_ends(
 def test_without_a_stop_the_wait_still_gives_up_with_the_reason() -> None:
     with pytest.raises(DatabaseUnavailableError, match="not reachable in"):
         wait_for_database(DatabaseSettings(host="127.0.0.1", port=1), timeout_s=0.3)
+
+
+HANGS_AFTER_SIGTERM = """
+import os, signal, time
+from shared.config import ShutdownSettings
+from shared.lifecycle import Lifecycle
+with Lifecycle("stuck", ShutdownSettings(timeout_s=2)) as life:
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(60)  # a loop that never looks at `stop`
+"""
+
+
+def test_a_service_still_held_at_the_shutdown_deadline_logs_its_stacks_and_exits_1_there() -> None:
+    """Whatever holds the block (a loop that ignores `stop`, a call that never returns), the process ends
+    at the deadline, before an orchestrator's SIGKILL, saying where it was stuck."""
+    import subprocess
+    import sys
+
+    from tests.paths import REPO
+
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", HANGS_AFTER_SIGTERM], cwd=REPO, capture_output=True, text=True, timeout=30,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    took = time.monotonic() - started
+    assert done.returncode == 1, done.stderr
+    assert "did not stop within 2 s" in done.stdout + done.stderr
+    assert "in <module>" in done.stderr  # the stack of the thread it was stuck in
+    assert took < 10
+
+
+def test_a_thread_is_joined_for_what_is_left_of_the_deadline_not_more() -> None:
+    class Deaf:
+        def run(self, stop: threading.Event) -> None:
+            time.sleep(5)
+
+    started = time.monotonic()
+    with Lifecycle("t", ShutdownSettings(timeout_s=2)) as life:
+        life.start_thread(Deaf(), "deaf")
+        life.stop.set()
+        time.sleep(0.5)
+        joined_from = time.monotonic()
+    assert time.monotonic() - joined_from < 2.0
+    assert time.monotonic() - started < 2.8
