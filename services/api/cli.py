@@ -186,6 +186,30 @@ def mark_repaired(
             "and its counts start again from the next scoring cycle")  # fmt: skip
 
 
+def mark_remedied(
+    client: httpx.Client, uuid: str, key: str | None, *, by: str, reboot: bool, note: str
+) -> str:
+    headers = {"X-API-Key": key} if key else {}
+    body = {"by": by, "remedy": "reboot_node" if reboot else "reset_gpu", "note": note}
+    response = client.post(f"/api/v1/gpus/{uuid}/remedies", headers=headers, json=body)
+    if response.is_error:
+        raise RefusedError(response)
+    done = response.json()
+    return (f"{uuid}: {done['remedy']} by {done['actor']} at {done['at']} recorded: from the next scoring "
+            "cycle the XIDs it resolves count only after it")  # fmt: skip
+
+
+def remedies(client: httpx.Client, uuid: str) -> str:
+    found = get(client, f"/api/v1/gpus/{uuid}/remedies")["remedies"]
+    if not found:
+        return f"{uuid}: no remedy recorded"
+    lines = []
+    for r in found:
+        by = f"plan {r['plan_id']}" if r["plan_id"] is not None else f"{r['source']} {r['actor']}"
+        lines.append(f"{r['at']}  {r['remedy']:<12} by {by}" + (f": {r['note']}" if r["note"] else ""))
+    return "\n".join(lines)
+
+
 def repairs(client: httpx.Client, uuid: str) -> str:
     marks = get(client, f"/api/v1/gpus/{uuid}/repairs")["repairs"]
     if not marks:
@@ -209,10 +233,12 @@ def post(client: httpx.Client, path: str, key: str | None, by: str) -> Any:
     return response.json()
 
 
-def remediations(client: httpx.Client, state: str, limit: int) -> str:
-    body = get(client, "/api/v1/remediations", state=state, limit=limit)
+def remediations(client: httpx.Client, state: str, limit: int, mode: str = "both") -> str:
+    body = get(client, "/api/v1/remediations", state=state, limit=limit, mode=mode)
+    shown = "" if mode == "both" else f" {mode.replace('_', ' ')}"
     lines = [
-        f"{body['total']} {state} remediation(s)" + (f", newest {limit} shown" if body["next_cursor"] else "")
+        f"{body['total']} {state}{shown} remediation(s)"
+        + (f", newest {limit} shown" if body["next_cursor"] else "")
     ]
     for p in body["remediations"]:
         step = p["steps"][p["step"]] if p["step"] < len(p["steps"]) else "end"
@@ -295,7 +321,16 @@ def main(argv: list[str] | None = None) -> int:
     p_actions = commands.add_parser("actions", help="the recommended actions in order, with why")
     p_plans = commands.add_parser("remediations", help="the remediator's plans: pending, running, failed...")
     p_plans.add_argument(
-        "--state", default="open", help="open (default), pending, running, failed, escalated, done, all"
+        "--state",
+        default="all",
+        help="all (default: the newest, whatever became of them), open, pending, running, failed, escalated,"
+        " done, withdrawn",
+    )
+    p_plans.add_argument(
+        "--mode",
+        default="both",
+        choices=("both", "live", "dry_run"),
+        help="what the live run or the dry run did",
     )
     p_plans.add_argument("--limit", type=int, default=50)
     p_status = commands.add_parser("remediator", help="whether the remediator is paused, its breaker open")
@@ -324,6 +359,18 @@ def main(argv: list[str] | None = None) -> int:
     p_fixed.add_argument("--by", default=os.environ.get("USER", "cli"), help="who marks it")
     p_marks = commands.add_parser("repairs", help="a GPU's repair marks, newest first (the audit trail)")
     p_marks.add_argument("uuid")
+    p_reset = commands.add_parser(
+        "remedied", help="record a GPU reset (or --reboot) done by hand (needs the API key)"
+    )
+    p_reset.add_argument("uuid")
+    p_reset.add_argument("--reboot", action="store_true", help="the node was rebooted (default: GPU reset)")
+    p_reset.add_argument("--note", default="", help="what was done")
+    p_reset.add_argument(
+        "--key", default=os.environ.get("GPUHEALTH_API_KEY"), help="default: $GPUHEALTH_API_KEY"
+    )
+    p_reset.add_argument("--by", default=os.environ.get("USER", "cli"), help="who did it")
+    p_remedies = commands.add_parser("remedies", help="a GPU's resets and reboots, newest first")
+    p_remedies.add_argument("uuid")
     p_life = commands.add_parser("lifecycle", help="keep, reset, RMA or repair, repurpose, retire: priced")
     p_life.add_argument("--decision", help="only this decision (keep, reset, rma, repair, repurpose, ...)")
     p_life.add_argument("--host", help="only this host")
@@ -343,6 +390,8 @@ def main(argv: list[str] | None = None) -> int:
         p_usage,
         p_fixed,
         p_marks,
+        p_reset,
+        p_remedies,
     ):  # --url after
         sub.add_argument("--url", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -364,8 +413,14 @@ def main(argv: list[str] | None = None) -> int:
                 )
             elif args.command == "repairs":
                 print(repairs(client, args.uuid))
+            elif args.command == "remedied":
+                print(
+                    mark_remedied(client, args.uuid, args.key, by=args.by, reboot=args.reboot, note=args.note)
+                )
+            elif args.command == "remedies":
+                print(remedies(client, args.uuid))
             elif args.command == "remediations":
-                print(remediations(client, args.state, args.limit))
+                print(remediations(client, args.state, args.limit, args.mode))
             elif args.command == "remediator":
                 print(remediator(client))
             elif args.command in ("pause", "resume", "reset-breaker"):

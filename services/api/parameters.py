@@ -139,7 +139,8 @@ class SystemsQuery(PageQuery):
 # The remediator's plans as listed, in the plans' own states (pending: held for an operator).
 PLAN_STATES: dict[str, tuple[str, ...]] = {
     "pending": ("held",), "running": ("running",), "failed": ("failed",), "escalated": ("escalated",),
-    "done": ("done",), "open": ("held", "running"), "all": ("held", "running", "failed", "escalated", "done"),
+    "done": ("done",), "withdrawn": ("withdrawn",), "open": ("held", "running"),
+    "all": ("held", "running", "failed", "escalated", "done", "withdrawn"),
 }  # fmt: skip
 
 

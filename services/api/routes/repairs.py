@@ -1,4 +1,5 @@
-"""A way back to healthy: an operator marks a GPU repaired or returned (with the key); its marks, listed."""
+"""A way back to healthy: an operator marks a GPU repaired or returned, or records a reset or reboot done by
+hand (with the key); its marks and remedies, listed."""
 
 from __future__ import annotations
 
@@ -6,11 +7,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, HTTPException, Query
 
-from shared.store import repairs
+from shared.store import remedies, repairs
+from shared.store.remedies import Remedy as RemedyKind
 from shared.store.repairs import RepairKind
 
 from ..answers import problems
-from ..answers.repairs import Repair, Repairs
+from ..answers.repairs import Remedies, Remedy, Repair, Repairs
 from ..deps import Db, require_key
 from ..parameters import LABEL, GpuPath, NoQuery
 
@@ -53,3 +55,41 @@ async def repair_marks(db: Db, gpu_uuid: GpuPath, query: Annotated[NoQuery, Quer
     async with db.reading() as conn:
         found = await repairs.listed(conn, gpu_uuid, limit=MARKS_LISTED)
     return Repairs.model_validate({"gpu_uuid": gpu_uuid, "repairs": found})
+
+
+@router.post(
+    "/gpus/{gpu_uuid}/remedies",
+    status_code=201,
+    dependencies=[Depends(require_key)],
+    responses=problems({
+        401: "no X-API-Key, or not the configured one",
+        403: "no API key is configured: recording is disabled",
+        404: "no such GPU in the inventory",
+    }),
+)  # fmt: skip
+async def record_remedy(
+    db: Db,
+    gpu_uuid: GpuPath,
+    query: Annotated[NoQuery, Query()],
+    by: Annotated[str, Body(pattern=LABEL)] = "api",
+    remedy: Annotated[RemedyKind, Body()] = "reset_gpu",
+    note: Note = "",
+) -> Remedy:
+    """Record a GPU reset (`reset_gpu`) or its node's reboot (`reboot_node`) done by hand, needs X-API-Key.
+    It resolves what the remediator's own would: from the next scoring cycle the XIDs its rung covers
+    (NVIDIA's catalogue) count only after it, and one seen again within a day escalates
+    (recurred_after_remedy); the history keeps them."""
+    async with db.acknowledging() as conn:
+        done = await remedies.mark(conn, gpu_uuid, remedy=remedy, by=by, note=note)
+    if done is None:
+        raise HTTPException(404, f"no GPU {gpu_uuid}")
+    return Remedy.model_validate(done)
+
+
+@router.get("/gpus/{gpu_uuid}/remedies")
+async def remedies_of(db: Db, gpu_uuid: GpuPath, query: Annotated[NoQuery, Query()]) -> Remedies:
+    """A GPU's remedies, newest first (at most 1000): the remediator's (its plan), an operator's by hand, the
+    GPU's own (its NVML recovery action back to none)."""
+    async with db.reading() as conn:
+        found = await remedies.listed(conn, gpu_uuid, limit=MARKS_LISTED)
+    return Remedies.model_validate({"gpu_uuid": gpu_uuid, "remedies": found})

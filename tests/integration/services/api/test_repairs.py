@@ -61,3 +61,35 @@ def test_the_cli_marks_and_lists(served_api: str, gpu: str, capsys: pytest.Captu
     assert f"{gpu} marked repaired by oncall" in out
     assert cli.main(["--url", served_api, "repairs", gpu]) == 0
     assert "repaired  by oncall: new HBM" in capsys.readouterr().out
+
+
+def test_a_reset_done_by_hand_needs_the_key_is_kept_and_listed(
+    served_api: str, gpu: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"{served_api}/api/v1/gpus/{gpu}/remedies"
+    assert httpx.post(url, json={"by": "oncall"}).status_code == 401
+    done = httpx.post(url, json={"by": "oncall", "note": "nvidia-smi -r"}, headers={"X-API-Key": KEY})
+    assert done.status_code == 201, done.text
+    assert {k: done.json()[k] for k in ("gpu_uuid", "remedy", "source", "plan_id", "actor", "note")} == {
+        "gpu_uuid": gpu, "remedy": "reset_gpu", "source": "operator", "plan_id": None, "actor": "oncall",
+        "note": "nvidia-smi -r",
+    }  # fmt: skip
+    for hostile in (
+        {"remedy": "prayer"},
+        {"remedy": "reboot"},
+        {"by": "a;b"},
+        {"note": "\x00"},
+        {"note": "x" * 501},
+    ):
+        refused = httpx.post(url, json=hostile, headers={"X-API-Key": KEY})
+        assert refused.status_code == 422, (hostile, refused.text)
+    unknown = "GPU-00000000-0000-0000-0000-00000000dead"
+    assert httpx.post(url.replace(gpu, unknown), headers={"X-API-Key": KEY}).status_code == 404
+    reboot = ["--url", served_api, "remedied", gpu, "--reboot", "--key", KEY, "--by", "dc-tech"]
+    assert cli.main(reboot) == 0
+    assert f"{gpu}: reboot_node by dc-tech at " in capsys.readouterr().out
+    assert [(r["remedy"], r["actor"]) for r in httpx.get(url).json()["remedies"]] == [
+        ("reboot_node", "dc-tech"), ("reset_gpu", "oncall"),
+    ]  # fmt: skip
+    assert cli.main(["--url", served_api, "remedies", gpu]) == 0
+    assert "reset_gpu    by operator oncall: nvidia-smi -r" in capsys.readouterr().out
