@@ -84,6 +84,7 @@ class EventDetector:
     # (hostname, PCI bus id) -> GPU UUID: for XIDs that name their host (a mock fleet node's journal)
     _by_host_pci: dict[tuple[str, str], str] = field(default_factory=dict)
     _pending: list[tuple[str, KernelXid]] = field(default_factory=list)  # (feed, XID)
+    _taken: list[tuple[str, KernelXid]] = field(default_factory=list)  # this poll's, not yet matched
     _fallen: dict[str, datetime] = field(default_factory=dict)  # GPU UUID -> its last fell-off-the-bus line
     xids: XidLedger = field(default_factory=XidLedger)
     # Repeats of one XID on one GPU within this many seconds are one event (xid_fold.py); 0: each its own.
@@ -107,15 +108,19 @@ class EventDetector:
         seen = {s.gpu_uuid for s in samples}
         listed = xids or {}
         for sample in samples:
-            returned = sample.gpu_uuid in self._lost
-            if returned:
-                del self._lost[sample.gpu_uuid]
-                events.append(self._event(sample, EventKind.GPU_BACK, sample.time, {}))
             if sample.pci_bus_id:
                 pci = normalize_pci(sample.pci_bus_id) or sample.pci_bus_id
                 self._by_host_pci[(sample.hostname, pci)] = sample.gpu_uuid
                 if self.local_hostname in (None, sample.hostname):
                     self._by_pci[pci] = sample.gpu_uuid
+        # The kernel log's lines taken this poll go first: their times are the XIDs' own, where the
+        # source's are only when it was read, and the first report of an XID gives its event's time.
+        events += self._match_kernel(at, keep=True)
+        for sample in samples:
+            returned = sample.gpu_uuid in self._lost
+            if returned:
+                del self._lost[sample.gpu_uuid]
+                events.append(self._event(sample, EventKind.GPU_BACK, sample.time, {}))
             codes = listed.get(sample.gpu_uuid)
             since = self._since(sample.gpu_uuid)
             for code in codes or ():
@@ -137,10 +142,21 @@ class EventDetector:
         self._present[target] = seen
         return events
 
+    def take_kernel_xids(self, feed: str, found: list[KernelXid]) -> None:
+        """XIDs read from the kernel log this poll, before the sources are read: `observe` matches them
+        to their GPUs ahead of the sources' own reports, `kernel_xids` whatever is left."""
+        self._taken += [(feed, x) for x in found]
+
     def kernel_xids(self, feed: str, found: list[KernelXid], at: datetime) -> list[GpuEvent]:
         """Events for XIDs read from the kernel log, matched to GPUs by PCI bus id."""
+        self.take_kernel_xids(feed, found)
+        return self._match_kernel(at, keep=False)
+
+    def _match_kernel(self, at: datetime, *, keep: bool) -> list[GpuEvent]:
+        """Events for the kernel XIDs taken and pending whose GPU is known; the others wait (`keep`: in
+        this poll's list; else pending, for at most PENDING_FOR and MAX_PENDING of them)."""
         events: list[GpuEvent] = []
-        waiting, self._pending = [*self._pending, *((feed, x) for x in found)], []
+        waiting, self._pending, self._taken = [*self._pending, *self._taken], [], []
         for origin, xid in waiting:
             if xid.hostname is not None:
                 uuid = self._by_host_pci.get((xid.hostname, xid.pci_bus_id), "")
@@ -159,6 +175,8 @@ class EventDetector:
                     # its own origin: the XID 79 line the driver may also write is the same fall
                     origin = f"{origin}/bus"
                 events += self._xid(last.sample, xid.xid, origin, xid.time, details)
+            elif keep:
+                self._taken.append((origin, xid))
             elif at - xid.time <= PENDING_FOR and len(self._pending) < MAX_PENDING:
                 self._pending.append((origin, xid))
             else:

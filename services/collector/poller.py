@@ -75,6 +75,13 @@ class Collector:
     def poll_once(self) -> tuple[int, int]:
         """Read all sources once; returns (samples, events) queued."""
         samples_queued = events_queued = 0
+        # The kernel log first: its lines carry the XIDs' own times (events.EventDetector.observe).
+        for feed in self.xid_feeds:
+            try:
+                self.detector.take_kernel_xids(feed.name, feed.drain())
+            except SourceError as e:
+                self.metrics.source_errors.labels(feed.name).inc()
+                log.warning("kernel log read failed: %s", e, extra={"target": feed.name})
         for source in self.sources:
             try:
                 with self.metrics.scrape_seconds.labels(source.target).time():
@@ -96,14 +103,7 @@ class Collector:
             events_queued += self._publish(
                 self.detector.observe(source.target, reading.source, samples, at, xids=listed)
             )
-        for feed in self.xid_feeds:
-            try:
-                found = feed.drain()
-            except SourceError as e:
-                self.metrics.source_errors.labels(feed.name).inc()
-                log.warning("kernel log read failed: %s", e, extra={"target": feed.name})
-                continue
-            events_queued += self._publish(self.detector.kernel_xids(feed.name, found, datetime.now(UTC)))
+        events_queued += self._publish(self.detector.kernel_xids("", [], datetime.now(UTC)))  # what is left
         events_queued += self._publish(self.detector.flush(datetime.now(UTC)))  # floods whose window ended
         self.publisher.serve()
         return samples_queued, events_queued
