@@ -87,9 +87,11 @@ docs: venv ## write the generated docs: the configuration reference (from the se
 	@$(PY) -m services.api.openapi
 
 SCENARIO ?=
-evaluate: services venv ## score simulated fleets against their ground truth (SCENARIO=file.json, else the default suite), then a year of lifecycle decisions
+evaluate: services venv ## score simulated fleets against their ground truth (SCENARIO=file.json, else the default suite), the remediator's decisions against outcomes, then a year of lifecycle decisions
 	@GPUHEALTH_LOG__LEVEL=WARNING $(PY) -m evaluation $(if $(SCENARIO),--scenario $(SCENARIO)) $(ARGS)
-	@$(if $(SCENARIO),true,$(PY) -m evaluation.lifecycle)
+	@$(if $(SCENARIO),true,out=$$(mktemp -d) && trap 'rm -rf "$$out"' EXIT && \
+	  GPUHEALTH_LOG__LEVEL=WARNING $(PY) -m evaluation.outcomes --remedy-outcomes "$$out/remedies.json" && \
+	  $(PY) -m evaluation.lifecycle --remedy-outcomes "$$out/remedies.json")
 
 train-predictor: services venv ## fit the failure predictor on simulated fleets (training seeds only) -> config/predictor-weights.toml, then calibrate it
 	@GPUHEALTH_LOG__LEVEL=WARNING $(PY) -m evaluation.train $(ARGS)

@@ -187,16 +187,40 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus", type=int, default=Shape().gpus)
     parser.add_argument("--days", type=int, default=Shape().days)
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
+    parser.add_argument(
+        "--remedy-outcomes", type=Path,
+        help="what resets did in the remediator's outcome runs (evaluation.outcomes --remedy-outcomes): the"
+        " engine reads how often a reset held and how long it kept a GPU out from there",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     shape = Shape(gpus=args.gpus, days=args.days, spares=max(1, round(args.gpus * 0.02)))
     seeds = tuple(args.seeds)
     calibration = load_calibration(PREDICTOR_CALIBRATION_FILE, weights_file=PREDICTOR_WEIGHTS_FILE)
-    results = run(seeds, shape, EconomicsSection(), calibration)
-    found = {**figures(results, calibration), "calibration_file": calibration.name}
+    econ, measured = economics(args.remedy_outcomes)
+    results = run(seeds, shape, econ, calibration)
+    found = {
+        **figures(results, calibration),
+        "calibration_file": calibration.name,
+        "remedy_outcomes": measured,
+    }
     print(render(found, shape, seeds))
+    if measured:
+        print("  read from the remediator's outcome runs: "
+              + ", ".join(f"{k} {v:.3f}" for k, v in sorted(measured.items())))  # fmt: skip
     if args.json:
         args.json.write_text(json.dumps(found, indent=1, default=_plain))
     return 0
+
+
+def economics(remedy_outcomes: Path | None) -> tuple[EconomicsSection, dict[str, float]]:
+    """The engine's economics, with what the remediator's outcome runs measured of a reset in place of the
+    assumed figures (evaluation/outcomes.py; those it could not measure keep their defaults)."""
+    if remedy_outcomes is None:
+        return EconomicsSection(), {}
+    raw = json.loads(remedy_outcomes.read_text())
+    known = ("reset_fix_probability", "reset_fix_probability_after_reset", "reset_downtime_h")
+    measured = {k: float(v) for k, v in raw.items() if k in known}
+    return EconomicsSection.model_validate({**EconomicsSection().model_dump(), **measured}), measured
 
 
 def _plain(x: object) -> object:

@@ -299,6 +299,18 @@ def statuses(conn: SyncConn, gpu_uuids: Sequence[str]) -> list[tuple[str, str, d
     return [(str(u), str(s), a) for u, s, a in found]
 
 
+def approve_plan(conn: SyncConn, plan_id: int, *, at: datetime, by: str) -> bool:
+    """Approve one held plan as of `at`, whatever held it (the evaluation's simulated person, on its clock;
+    the API approves through remediation_approve, as of now); False when it is no longer held."""
+    found = tuple_rows(
+        conn,
+        "UPDATE remediations SET state = 'running', held_for = NULL, approved_by = %s, approved_at = %s,"
+        " next_at = %s, updated_at = %s WHERE id = %s AND state = 'held' AND NOT dry_run RETURNING id",
+        (by, at, at, at, plan_id),
+    )
+    return bool(found)
+
+
 def approve_waiting(conn: SyncConn, *, dry_run: bool, decided_before: datetime, at: datetime, by: str) -> int:
     """Approve, as of `at`, the plans held for approval since before `decided_before` (the evaluation's
     simulated operator; the API approves one plan at a time through remediation_approve)."""

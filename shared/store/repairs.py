@@ -8,6 +8,7 @@ the audit trail.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal
 
 import psycopg
@@ -15,6 +16,7 @@ import psycopg
 from .results import Row, dict_rows_async
 
 AsyncConn = psycopg.AsyncConnection[Any]
+SyncConn = psycopg.Connection[Any]
 RepairKind = Literal["repaired", "returned"]
 
 
@@ -25,6 +27,15 @@ async def mark(conn: AsyncConn, gpu_uuid: str, *, kind: RepairKind, by: str, not
         {"gpu": gpu_uuid, "kind": kind, "by": by, "note": note},
     )  # fmt: skip
     return done[0] if done else None
+
+
+def mark_at(conn: SyncConn, gpu_uuid: str, *, kind: RepairKind, by: str, note: str, at: datetime) -> None:
+    """A mark as of `at` (a simulation's person, on its clock; the API marks as of now), in the caller's
+    transaction."""
+    conn.execute(
+        "INSERT INTO gpu_repairs (gpu_uuid, time, kind, marked_by, note) VALUES (%s, %s, %s, %s, %s)",
+        (gpu_uuid, at, kind, by, note),
+    )
 
 
 async def listed(conn: AsyncConn, gpu_uuid: str, *, limit: int) -> list[Row]:
