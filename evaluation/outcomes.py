@@ -10,8 +10,8 @@ same faults:
   mock fleet's own reset, reboot and compute check (`SimNodeExec`), with the
   committed policy (the breaker's share opened to the small fleet, as in
   evaluation/remediation.py). A person (`Person`: within 4 working hours)
-  approves what waits for approval, and repairs and returns a node left out
-  for a person (marking its GPUs repaired);
+  approves what waits for approval, and repairs a node left out for a person
+  and marks its GPUs repaired (the remediator then validates it and returns it);
 - `loop open`: the same, but no remedy resolves anything (the remediator's
   `gpu_remedies` rows are taken away after each look): the remediator as it
   was before #40;
@@ -269,8 +269,9 @@ class Arm:
 
     def _people(self, t: float) -> None:
         """What a person does that is due by t: approve a held plan; come to a node left out for them and,
-        WORK_S["repair"] later, have repaired what the ground truth says is broken, marked its GPUs repaired
-        (or returned, where nothing was wrong), and returned it."""
+        WORK_S["repair"] later, have repaired what the ground truth says is broken and marked its GPUs
+        repaired (or returned, where nothing was wrong): the remediator then validates the node and returns
+        it (services/remediator/repairs.py), or leaves it for a person again."""
         while self.due and self.due[0][0] <= t:
             at, plan_id, node, what = heapq.heappop(self.due)
             self.feed.hand.t = at - self.fleet.clock.start_s
@@ -290,8 +291,7 @@ class Arm:
                 for gpu in gpus:
                     repairs.mark_at(self.conn, gpu.uuid, kind="repaired" if gpu in broken else "returned",
                                     by="evaluation", note="the person's visit", at=self.now())  # fmt: skip
-                self.conn.commit()
-                self.sched.uncordon(node, by="person")
+                self.conn.commit()  # the remediator answers the marks: it validates the node and returns it
 
     def close(self) -> None:
         self.conn.close()

@@ -60,7 +60,8 @@ def test_the_live_remediator_is_scored_against_the_ground_truth(
     # no node came back with its fault still there; nothing healthy was taken out
     assert sum(x.faulty_returns for x in got.values()) == 0
     assert sum(x.healthy_out for x in got.values()) == 0
-    # the failed remap waits for a person: after their visit (Monday, working hours) and a 2 h repair it is back
+    # the failed remap waits for a person: after their visit (Monday, working hours) and a 2 h repair,
+    # the remediator validates it and it is back
     assert persistent.automatic == 0
     assert persistent.people >= 1
     (remap,) = [i for i in timeline.incidents if i.cls == "persistent"]
