@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -18,7 +19,7 @@ from shared.models_health import AlertResolved
 from shared.models_remediation import parse_remediation
 from tests.helpers.kafka import consume_all
 from tests.helpers.ports import free_port
-from tests.helpers.remediation import T0, add_fleet, gpu_uuid, rows, verdict_finding
+from tests.helpers.remediation import T0, add_fleet, gpu_uuid, node_name, rows, score, verdict_finding
 from tests.helpers.service_process import service_process, sigterm
 
 
@@ -67,14 +68,24 @@ def test_the_service_decides_records_and_publishes_once(
         "GPUHEALTH_REMEDIATOR__DRAIN_LOOK_S": "0.05",
         "GPUHEALTH_REMEDIATOR__GROUP_ID": f"rem-{uuid.uuid4().hex[:8]}",
     }
-    # 3 decisions and 3 plans of 5 dry-run steps each, and their outcomes: 3 * (1 + 5 + 1)
-    expected = 21
     with service_process("remediator", env) as proc:
-        wait_until(
-            lambda: rows(migrated, "SELECT count(*) FROM remediations WHERE state = 'done'") == [(3,)],
-            90,
-            "three plans done",
-        )
+        # a dry run's plan validates as long as the live one would: until its scoring cycles have passed
+        at_validate = "SELECT count(*) FROM remediations WHERE steps[step + 1] = 'validate'"
+        wait_until(lambda: rows(migrated, at_validate) == [(3,)], 90, "three plans validating")
+        cycles = iter(range(1, 10_000))
+        done = "SELECT count(*) FROM remediations WHERE state = 'done'"
+
+        def cycle_then_done() -> bool:  # a scoring cycle of the three nodes, then: are the plans done?
+            at = datetime.now(UTC) + timedelta(seconds=next(cycles))
+            for node in range(3):
+                score(migrated, node_name(node), at)
+            return rows(migrated, done) == [(3,)]
+
+        wait_until(cycle_then_done, 90, "three plans done")
+        # 3 decisions and 3 plans of 5 dry-run steps each (a reset and its remedy), its validation's
+        # records and their outcomes
+        ((expected,),) = rows(migrated, "SELECT count(*) FROM remediation_events")
+        assert expected >= 3 * (1 + 6 + 2 + 1)
         records = [
             parse_remediation(m.value() or b"") for m in consume_all(kafka_settings, out, expected, 60)
         ]
