@@ -20,8 +20,8 @@ def main() -> int:
         return 2
     registry = CollectorRegistry()
     app = create_app(settings.db, settings.api, registry)
-    # SIGTERM: stop accepting, finish the requests in flight (at most shutdown_timeout_s), exit 0.
-    server = api_server(app, settings.api)
+    # SIGTERM: stop accepting, finish the requests in flight (at most half the shutdown deadline), exit 0.
+    server = api_server(app, settings.api, shutdown_s=settings.shutdown.timeout_s)
     with Lifecycle("api", settings.shutdown) as life:
         life.export_otlp(registry)
         ApiLoop(server).run(life.stop)

@@ -118,8 +118,13 @@ class ApiLoop:
         self.server.should_exit = True
 
 
-def api_server(app: Any, api: ApiSection, *, host: str | None = None, port: int | None = None) -> ApiServer:
-    """The server for `app` with the limits of `api` (host/port override api.bind/api.port)."""
+def api_server(
+    app: Any, api: ApiSection, *, host: str | None = None, port: int | None = None, shutdown_s: float = 20.0
+) -> ApiServer:
+    """The server for `app` with the limits of `api` (host/port override api.bind/api.port).
+
+    On SIGTERM the requests in flight get half of `shutdown_s` (the shutdown deadline,
+    GPUHEALTH_SHUTDOWN__TIMEOUT_S) to finish; the rest is for closing the pools."""
     protocol = type("ApiH11Protocol", (GuardedH11Protocol,), {"header_timeout_s": api.header_timeout_s})
     config = uvicorn.Config(
         app,
@@ -132,6 +137,6 @@ def api_server(app: Any, api: ApiSection, *, host: str | None = None, port: int 
         access_log=False,
         h11_max_incomplete_event_size=api.max_header_bytes,
         limit_concurrency=api.max_connections,
-        timeout_graceful_shutdown=api.shutdown_timeout_s,
+        timeout_graceful_shutdown=max(1, int(shutdown_s / 2)),
     )
     return ApiServer(config)

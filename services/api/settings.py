@@ -61,8 +61,6 @@ class ApiSection(Section):
     """A body must arrive within this of its headers, else 408 and the connection closes."""
     max_connections: int = Field(default=1000, ge=1, le=100_000)
     """Connections served at once."""
-    shutdown_timeout_s: int = Field(default=10, ge=1, le=600)
-    """On SIGTERM, how long the requests in flight get to finish."""
     cache_max_age_s: float = Field(default=30.0, ge=0, le=3600)
     """The fleet summary and the GPU list are cached until the scorer's next cycle, and fresh for at most
     this (0: no cache). The scorer's default cycle is 30 s."""
