@@ -217,3 +217,17 @@ def test_the_override_leaves_no_registry_image_to_pull() -> None:
             assert service["image"].startswith("gpu-health-local/"), f"{name} runs {service['image']}"
             if "build" in service:
                 assert service["build"]["args"]["PYTHON_IMAGE"] == "gpu-health-local/python:3.11", name
+
+
+def test_the_stacks_read_the_mock_fleets_kernel_log_as_a_node_reads_its_own(compose: dict[str, Any]) -> None:
+    """`make up` and compose: each collector reads its mock nodes' kernel logs beside their exporters."""
+    import tomllib
+
+    stack = tomllib.loads((REPO / "deploy" / "local-stack.toml").read_text())["process"]["collector"]
+    assert stack["env"]["GPUHEALTH_COLLECTOR__KERNEL_LOG"] == "mock"
+    collectors = [
+        s for name, s in compose["services"].items()
+        if name.startswith("collector-") and s["environment"]["GPUHEALTH_COLLECTOR__SOURCE"] == "mock"
+    ]  # fmt: skip
+    assert collectors
+    assert all(s["environment"]["GPUHEALTH_COLLECTOR__KERNEL_LOG"] == "mock" for s in collectors)
