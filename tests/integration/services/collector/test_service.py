@@ -127,3 +127,35 @@ def test_a_20s_broker_outage_loses_no_sample(
     assert len(messages) == polls * 8
     assert len(keys) == polls * 8  # no duplicates either: the producer is idempotent
     assert polls >= 15
+
+
+def test_the_mock_nodes_kernel_log_is_read_as_make_up_reads_it(
+    fleet: tuple[Fleet, MockServer], kafka_settings: KafkaSettings, topic_factory: Callable[..., str],
+) -> None:  # fmt: skip
+    """KERNEL_LOG=mock (deploy/local-stack.toml): the line's own message reaches the event, and the
+    exporter's gauge seeing the same XID adds no second one."""
+    mock, server = fleet
+    topics = isolated_topics(topic_factory)
+    cfg = CollectorSection(collector_id="itest-k", cluster="c1", interval_s=1, kernel_log="mock",
+                           dcgm_urls=[server.node_url(0)], source="mock")  # fmt: skip
+    producer = JsonProducer(collector_producer(kafka_settings, 100_000))
+    metrics = CollectorMetrics(CollectorRegistry())
+    poller = build_collector(cfg, topics, producer=producer, metrics=metrics, local_hostname="itest-k")
+    try:
+        gpu = mock.nodes[0].gpus[2].uuid
+        poller.poll_once()
+        mock.inject({"kind": "xid", "gpu_uuid": gpu, "params": {"code": 149, "row": 1}})
+        deadline = time.monotonic() + 30
+        while poller.poll_once()[1] == 0 and time.monotonic() < deadline:
+            pass
+        for _ in range(3):  # the gauge's sight of it, a poll or more later
+            poller.poll_once()
+        assert poller.publisher.flush(30) == 0
+        events = [
+            parse_event(m.value() or b"") for m in consume_all(kafka_settings, topics.events, expected=1)
+        ]
+        (xid,) = [e for e in events if e.gpu_uuid == gpu and e.kind is EventKind.XID]
+        assert (xid.details["xid"], xid.details["origin"]) == (149, "journal")
+        assert "Link" in str(xid.details["kernel_message"])
+    finally:
+        poller.close()
