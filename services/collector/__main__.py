@@ -5,11 +5,11 @@ each of `dcgm_urls`; `mock` is the same against the mock fleet (samples say
 source=mock); `nvml` and `smi` read the local GPUs; `auto` tries a reachable
 dcgm-exporter, then NVML, then nvidia-smi, in that order.
 
-GPUHEALTH_COLLECTOR__KERNEL_LOG (`off`, `auto`, `kmsg`, `journal`; default
+GPUHEALTH_COLLECTOR__KERNEL_LOG (`off`, `auto`, `kmsg`, `journal`, `mock`; default
 `off`) adds the kernel log as a second place XIDs come from, beside any source:
 it must be this host's log, so it suits nvml/smi/a local dcgm-exporter, not a
-collector scraping other nodes. Where it cannot be read the collector says so
-and runs without it.
+collector scraping other nodes (`mock`: each mock fleet node's own, as `make up`
+reads them). Where it cannot be read the collector says so and runs without it.
 """
 
 from __future__ import annotations
