@@ -397,27 +397,47 @@ def _arm(db: DatabaseSettings, oscen: OutcomeScenario, seed: int, rules: Rules, 
             arm.close()
 
 
-def run_seed(db: DatabaseSettings, seed: int, rules: Rules, *, days: float = 7.0) -> list[ArmResult]:
-    """The four arms on one seed's week, the simulated ones each in a throwaway schema."""
+def run_seed(
+    db: DatabaseSettings, seed: int, rules: Rules, *, days: float = 7.0, arms: tuple[str, ...] = ARMS
+) -> list[ArmResult]:
+    """The arms asked for on one seed's week, the simulated ones each in a throwaway schema (cordon-and-wait
+    follows the remediator's cordons: it needs that arm)."""
     oscen = outcome_scenario(seed, days=days)
     start_s = monday_before(time.time() - oscen.scenario.hours * 3600 - 7 * 86400) + 17.5
     results: list[ArmResult] = []
     timelines: dict[str, Timeline] = {}
     for name, closed in (("remediator", True), ("loop open", False)):
+        if name not in arms and not (name == "remediator" and "cordon-and-wait" in arms):
+            continue
         began = time.perf_counter()
         with _arm(db, oscen, seed, rules, loop_closed=closed, start_s=start_s) as arm:
             timelines[name] = arm.run(oscen.scenario.hours)
         results.append(ArmResult(name, seed, figures(timelines[name], CLASSES), node_hours(timelines[name]),
                                  time.perf_counter() - began, remedy_outcomes(timelines[name])))  # fmt: skip
-    for name, cordons in (
-        ("cordon-and-wait", first_cordons(timelines["remediator"])),
-        ("no automation", None),
-    ):
+    for name in ("cordon-and-wait", "no automation"):
+        if name not in arms:
+            continue
         began = time.perf_counter()
+        cordons = first_cordons(timelines["remediator"]) if name == "cordon-and-wait" else None
         timelines[name] = replay(name, oscen, seed, start_s, cordons=cordons)
         results.append(ArmResult(name, seed, figures(timelines[name], CLASSES), node_hours(timelines[name]),
                                  time.perf_counter() - began, remedy_outcomes(timelines[name])))  # fmt: skip
     return results
+
+
+def load_results(path: Path) -> list[ArmResult]:
+    """Results written by --json (of runs split over processes: --arms)."""
+    return [
+        ArmResult(
+            r["arm"],
+            r["seed"],
+            {c: ClassFigures(**x) for c, x in r["figures"].items()},
+            r["node_hours"],
+            r["wall_s"],
+            r["remedies"],
+        )
+        for r in json.loads(path.read_text())
+    ]
 
 
 def merged(results: list[ArmResult]) -> dict[str, tuple[dict[str, ClassFigures], float]]:
@@ -500,6 +520,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--days", type=float, default=7.0, help="simulated days per seed (at least 2)")
     parser.add_argument("--rules", type=Path, default=DEFAULT_RULES)
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
+    parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS), help="run only these arms")
+    parser.add_argument("--render", type=Path, nargs="+", help="print the results of earlier --json runs")
     parser.add_argument(
         "--remedy-outcomes", type=Path,
         help="write what the remediator's resets did (for python -m evaluation.lifecycle --remedy-outcomes)",
@@ -507,10 +529,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.days < 2:
         parser.error("--days must be at least 2")
-    rules = load_rules(args.rules)
-    settings = Settings()
-    results = [r for seed in args.seeds for r in run_seed(settings.db, seed, rules, days=args.days)]
-    print(render(results))
+    if args.render:
+        results = [r for path in args.render for r in load_results(path)]
+    else:
+        rules, db = load_rules(args.rules), Settings().db
+        arms = tuple(args.arms)
+        results = [r for seed in args.seeds for r in run_seed(db, seed, rules, days=args.days, arms=arms)]
+    if {r.arm for r in results} >= set(ARMS):
+        print(render(results))
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in results], indent=1))
     if args.remedy_outcomes:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from evaluation.outcome_metrics import (
+    ClassFigures,
     Incident,
     Timeline,
     back_at,
@@ -18,7 +22,7 @@ from evaluation.outcome_metrics import (
     remedy_outcomes,
 )
 from evaluation.outcome_world import OutcomeScenario, add_working_hours, outcome_scenario
-from evaluation.outcomes import replay
+from evaluation.outcomes import ArmResult, load_results, merged, render, replay, targets
 from evaluation.scenario import Scenario
 
 MIN = 60.0
@@ -180,3 +184,24 @@ def test_remedy_outcomes_count_a_reset_that_held_and_one_that_did_not() -> None:
     seen = remedy_outcomes(t)
     assert seen == {"reset_fix_probability": 0.5, "reset_fix_probability_after_reset": 1.0,
                     "reset_downtime_h": pytest.approx(600 / H)}  # fmt: skip
+
+
+def test_the_targets_and_the_table_read_the_figures(tmp_path: Path) -> None:
+    def arm(name: str, reset: ClassFigures, hours: float) -> ArmResult:
+        return ArmResult(name, 301, {"reset": reset}, hours, 1.0, {"reset_fix_probability": 0.9})
+
+    good = ClassFigures(faults=20, automatic=20, within_15min=19, out_s=[300.0] * 20)
+    slow = ClassFigures(faults=20, automatic=20, within_15min=18, out_s=[300.0] * 20)
+    base = ClassFigures(faults=20, out_s=[36000.0] * 20, people=20)
+    results = [arm("remediator", good, 10.0), arm("loop open", base, 50.0),
+               arm("cordon-and-wait", base, 80.0), arm("no automation", base, 100.0)]  # fmt: skip
+    assert all(targets(merged(results)).values())
+    missed = targets(merged([arm("remediator", slow, 26.0), *results[1:]]))
+    assert list(missed.values()) == [False, True, False]  # 18 of 20 within 15 min; 26 % of the node-hours
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps([asdict(r) for r in results]))
+    again = load_results(path)
+    assert again == results
+    table = render(again)
+    assert "[ok] >= 95 % of reset-fixable faults" in table
+    assert "reset_fix_probability" in table
