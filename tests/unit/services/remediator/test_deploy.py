@@ -16,7 +16,8 @@ from services.remediator.settings import RemediatorSettings
 from shared.supervise import expand
 from tests.paths import REPO
 
-CHECK = "GPUHEALTH_REMEDIATOR__EXEC__COMPUTE_CHECK"
+PREFIX = "GPUHEALTH_REMEDIATOR__EXEC__"
+CHECK = f"{PREFIX}COMPUTE_CHECK"
 
 
 def test_make_up_points_the_compute_check_at_its_mock_fleet() -> None:
@@ -28,11 +29,17 @@ def test_make_up_points_the_compute_check_at_its_mock_fleet() -> None:
     assert command.per_gpu  # each GPU checked, each named in the record
 
 
-def test_compose_points_the_compute_check_at_its_mock_fleet() -> None:
+def test_compose_points_the_compute_check_reset_and_reboot_at_its_mock_fleet() -> None:
     services = yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]
-    command = Command.model_validate_json(services["remediator"]["environment"][CHECK])
+    environment = services["remediator"]["environment"]
     admin_port = services["mock"]["environment"].get("GPUHEALTH_MOCK__ADMIN_PORT", MockSettings().admin_port)
-    assert command.url == f"http://mock:{admin_port}/compute-check"
+    for name, path in (
+        (CHECK, "compute-check"),
+        (f"{PREFIX}RESET_GPU", "reset-gpu"),
+        (f"{PREFIX}REBOOT", "reboot"),
+    ):
+        command = Command.model_validate_json(environment[name])
+        assert command.url == f"http://mock:{admin_port}/{path}"
 
 
 def remediator_env(mode: str | None) -> dict[str, str]:
