@@ -14,8 +14,10 @@ a node that still had an active fault. Per incident:
   the fault and then.
 
 Evictions, visits, healthy nodes taken out (a cordon while no fault was active
-on the node) and returns of a faulty node are charged to the incident of that
-node open at the time (else its last one before; else to no class). Node-hours
+on the node and no incident of a broken GPU on it was still open: a GPU that
+falls off again and again is broken between its falls) and returns of a
+faulty node are charged to the incident of that node open at the time (else
+its last one before; else to no class). Node-hours
 out of service are, per node, the time it was cordoned or had an active fault.
 """
 
@@ -28,6 +30,7 @@ from typing import Any
 
 HOUR = 3600.0
 NONE_CLASS = "none"
+HEALTHY_CLASSES = frozenset({"job"})  # a job's crash is the job's: its GPUs are healthy
 
 
 @dataclass(slots=True)
@@ -142,7 +145,9 @@ def figures(timeline: Timeline, classes: Iterable[str]) -> dict[str, ClassFigure
     for node, spans in timeline.out.items():
         for a, _, _ in spans:
             faults = timeline.faults_by_node.get(node, [])
-            if not any(s <= a and (e is None or a < e) for s, e in faults):
+            broken = [i for i in timeline.incidents if node in i.nodes and i.cls not in HEALTHY_CLASSES
+                      and i.start_s <= a <= (backs[i.id] or timeline.end_s)]  # fmt: skip
+            if not broken and not any(s <= a and (e is None or a < e) for s, e in faults):
                 charge(node, a).healthy_out += 1
     return out
 

@@ -205,3 +205,14 @@ def test_the_targets_and_the_table_read_the_figures(tmp_path: Path) -> None:
     table = render(again)
     assert "[ok] >= 95 % of reset-fixable faults" in table
     assert "reset_fix_probability" in table
+
+
+def test_a_cordon_between_the_falls_of_a_gpu_that_keeps_falling_off_is_not_of_a_healthy_node() -> None:
+    falls = Incident(1, "persistent", ("n0",), 0.0, [(0.0, 600.0), (1200.0, 1800.0), (2400.0, 5000.0)])
+    t = told(incidents=[falls], out={"n0": [(60.0, 900.0, "remediator"), (1000.0, 1300.0, "remediator"),
+                                            (6000.0, 6100.0, "remediator")]},
+             faults_by_node={"n0": falls.faults})  # fmt: skip
+    got = figures(t, CLASSES)
+    # the first two cordons fall within the broken GPU's incident (between its falls); the third, past its
+    # return at 5000 s, took a healthy node out
+    assert (got["persistent"].healthy_out, got["none"].healthy_out) == (1, 0)
