@@ -95,8 +95,11 @@ def run(settings: Settings, gpus: int) -> tuple[list[float], list[float]]:
     for kube_name in (n["kubernetes"] for n in names.values()):
         admin.post(
             "/api/v1/nodes",
-            json={"apiVersion": "v1", "kind": "Node",
-                  "metadata": {"name": kube_name, "labels": {"nvidia.com/gpu.present": "true"}}},
+            json={
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": kube_name, "labels": {"nvidia.com/gpu.present": "true"}},
+            },
         )
     policy = load_policy()
     policy = policy.model_copy(update={
