@@ -57,10 +57,11 @@ class OutcomeScenario:
 def outcome_scenario(
     seed: int, *, days: float = 7.0, nodes: int = 8, gpus_per_node: int = 2
 ) -> OutcomeScenario:
-    """A week of the mix (`MIX`, scaled to `days`), at random times in the first days - 1 (the last day lets
-    the slowest return), each on a node with no other fault of the mix within 12 h before it."""
+    """A week of the mix (`MIX`, scaled to `days`), at random times in its days, each on a node with no other
+    fault of the mix within 12 h of it; the run goes on for 2 more days, so that a fault of the weekend sees
+    its person on the Monday after (the week starts on a Monday)."""
     rng = random.Random(f"outcomes:{seed}")  # noqa: S311 - reproducible, not secret
-    hours = days * 24
+    hours = days * 24 + 48
     faults: list[dict[str, Any]] = []
     classes: list[FaultClass] = []
     incidents: list[int] = []
@@ -71,7 +72,7 @@ def outcome_scenario(
     for incident, cls in enumerate(plan):
         for _ in range(200):
             node = rng.choice(remap_nodes if cls == "persistent" else range(nodes))
-            at = round(rng.uniform(1, hours - 24) * HOUR + rng.uniform(1, 59), 3)
+            at = round(rng.uniform(1, days * 24 - 1) * HOUR + rng.uniform(1, 59), 3)
             if all(abs(at - t) > 12 * HOUR for t in busy[node]):
                 break
         busy[node].append(at)

@@ -15,9 +15,9 @@ same faults:
 - `loop open`: the same, but no remedy resolves anything (the remediator's
   `gpu_remedies` rows are taken away after each look): the remediator as it
   was before #40;
-- `cordon-and-wait`: the remediator's cordons (when it first took each node
-  out in the `remediator` run), then a person, who drains, remedies what the
-  ground truth says and returns the node;
+- `cordon-and-wait`: each fault's node cordoned as soon as the remediator
+  cordons (its median delay in the `remediator` run), then a person, who
+  drains, remedies what the ground truth says and returns the node;
 - `no automation`: a person, paged by the alert (2 minutes after the fault),
   acts within 4 working hours: drains, remedies and returns.
 
@@ -38,6 +38,7 @@ import argparse
 import heapq
 import json
 import logging
+import statistics
 import sys
 import time
 from collections.abc import Iterator
@@ -307,13 +308,15 @@ class ArmResult:
     node_hours: float
     wall_s: float
     remedies: dict[str, float]  # what the lifecycle engine assumes of a reset, as this run saw it
+    timeline: Timeline | None = None  # what happened (--json keeps it, to see why a figure is what it is)
 
 
 def replay(arm: str, oscen: OutcomeScenario, seed: int, start_s: float, *,
-           cordons: dict[str, list[float]] | None = None) -> Timeline:  # fmt: skip
-    """A baseline on a fresh mock fleet: a person paged ALERT_S after each fault (after the remediator's
-    cordon of the node, given `cordons`) arrives within 4 working hours, drains, does what the ground truth
-    says the node's active faults need (reset, reboot, repair: the largest), and returns the node."""
+           cordon_after_s: float | None = None) -> Timeline:  # fmt: skip
+    """A baseline on a fresh mock fleet: a person paged ALERT_S after each fault (with `cordon_after_s`: the
+    node cordoned that long after it, the remediator's median, and the person paged then) arrives within 4
+    working hours, drains, does what the ground truth says the node's active faults need (reset, reboot,
+    repair: the largest; a repair for a GPU whose fault came back twice after a remedy), and returns it."""
     clock = _Hand()
     fleet = _fleet(oscen, seed, start_s, clock)
     owner = _inject(fleet, oscen)
@@ -324,10 +327,6 @@ def replay(arm: str, oscen: OutcomeScenario, seed: int, start_s: float, *,
     queue: list[tuple[float, str, str]] = []
     paged: set[int] = set()
     busy_until: dict[str, float] = {}
-    for node, times in (cordons or {}).items():  # every cordon of the remediator's, and a person to see it
-        for c in times:
-            heapq.heappush(queue, (c, node, "cordon"))
-            heapq.heappush(queue, (person.due(c, f"{node}:{c}"), node, "visit"))
     while True:
         faults = [
             f
@@ -339,28 +338,29 @@ def replay(arm: str, oscen: OutcomeScenario, seed: int, start_s: float, *,
         for f in faults:
             paged.add(f.id)
             node = fleet.nodes[f.node].hostname
-            taken = [c for c in (cordons or {}).get(node, []) if c >= f.start_s]
-            needed = min(taken) if taken else f.start_s + ALERT_S
-            heapq.heappush(
-                queue, (max(person.due(needed, f"{node}:{f.id}"), busy_until.get(node, 0.0)), node, "visit")
-            )
+            needed = f.start_s + (ALERT_S if cordon_after_s is None else cordon_after_s)
+            if cordon_after_s is not None:
+                heapq.heappush(queue, (needed, node, "cordon"))
+            due = max(person.due(needed, f"{node}:{f.id}"), busy_until.get(node, 0.0))
+            heapq.heappush(queue, (due, node, "visit"))
         if not queue:
             break
         at, node, what = heapq.heappop(queue)
         if at >= end:
             break
         clock.t = at - start_s
-        if what == "cordon":
-            sched.cordon(node, by_remediator=True)
-            continue
         gpus = [g for n in fleet.nodes if n.hostname == node for g in n.gpus]
         active = [f for g in gpus for f in g.faults if f.active(at) and f.job_crash is None]
+        if what == "cordon":
+            if active:
+                sched.cordon(node, by_remediator=True)
+            continue
         if not active and not sched.cordoned(node):
             continue  # over before anyone came (or already seen to)
         visits.append((at, node, what))
         sched.cordon(node, by_remediator=False)
         sched.evict(node)
-        need = max((f.fixed_by for f in active), key=list(WORK_S).index, default="reset_gpu")
+        need = max((_need(f, fleet) for f in active), key=list(WORK_S).index, default="reset_gpu")
         clock.t += WORK_S[need]
         for gpu in {(f.node, f.gpu): fleet.nodes[f.node].gpus[f.gpu] for f in active}.values():
             if need == "repair":
@@ -374,6 +374,15 @@ def replay(arm: str, oscen: OutcomeScenario, seed: int, start_s: float, *,
     return timeline_of(arm, fleet, owner, start_s, end, sched, visits, [])
 
 
+def _need(fault: Any, fleet: Fleet) -> str:
+    """What a person does about a fault: what ends it, or a repair once it came back twice after a remedy."""
+    hops, at = 0, fault
+    by_id = {f.id: f for n in fleet.nodes for g in n.gpus for f in g.faults}
+    while at.recurrence_of is not None and hops < 100:
+        at, hops = by_id[at.recurrence_of], hops + 1
+    return "repair" if hops >= 2 else str(fault.fixed_by)
+
+
 class _Hand:
     def __init__(self) -> None:
         self.t = 0.0
@@ -382,8 +391,14 @@ class _Hand:
         return self.t
 
 
-def first_cordons(timeline: Timeline) -> dict[str, list[float]]:
-    return {node: [a for a, _, _ in spans] for node, spans in timeline.out.items()}
+def cordon_delay(timeline: Timeline) -> float | None:
+    """The median time from a fault to the remediator's first cordon of its node (None: it cordoned none)."""
+    delays = []
+    for i in timeline.incidents:
+        firsts = [a for n in i.nodes for a, _, _ in timeline.out.get(n, []) if i.start_s <= a]
+        if firsts:
+            delays.append(min(firsts) - i.start_s)
+    return statistics.median(delays) if delays else None
 
 
 @contextmanager
@@ -413,15 +428,17 @@ def run_seed(
         with _arm(db, oscen, seed, rules, loop_closed=closed, start_s=start_s) as arm:
             timelines[name] = arm.run(oscen.scenario.hours)
         results.append(ArmResult(name, seed, figures(timelines[name], CLASSES), node_hours(timelines[name]),
-                                 time.perf_counter() - began, remedy_outcomes(timelines[name])))  # fmt: skip
+                                 time.perf_counter() - began, remedy_outcomes(timelines[name]),
+                                 timelines[name]))  # fmt: skip
     for name in ("cordon-and-wait", "no automation"):
         if name not in arms:
             continue
         began = time.perf_counter()
-        cordons = first_cordons(timelines["remediator"]) if name == "cordon-and-wait" else None
-        timelines[name] = replay(name, oscen, seed, start_s, cordons=cordons)
+        delay = cordon_delay(timelines["remediator"]) if name == "cordon-and-wait" else None
+        timelines[name] = replay(name, oscen, seed, start_s, cordon_after_s=delay)
         results.append(ArmResult(name, seed, figures(timelines[name], CLASSES), node_hours(timelines[name]),
-                                 time.perf_counter() - began, remedy_outcomes(timelines[name])))  # fmt: skip
+                                 time.perf_counter() - began, remedy_outcomes(timelines[name]),
+                                 timelines[name]))  # fmt: skip
     return results
 
 
