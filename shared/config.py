@@ -93,9 +93,10 @@ class ShutdownSettings(Section):
     finished; then a database statement still running is cancelled (another session holds a lock it
     waits on); from half of it a connection still waiting on the server is cut and no new one is opened
     (a server or network that stopped answering); at the deadline the process logs every thread's stack
-    and exits 1. Keep it under the orchestrator's kill: Kubernetes' `terminationGracePeriodSeconds`
-    (30 s by default), systemd's `TimeoutStopSec` (90 s), `docker stop`'s 10 s (compose gives these
-    services `stop_grace_period: 30s`)."""
+    and exits 1. A connection attempt already under way at SIGTERM may take its whole
+    `GPUHEALTH_DB__CONNECT_TIMEOUT_S`: keep that under half of this. Keep this under the orchestrator's
+    kill: Kubernetes' `terminationGracePeriodSeconds` (30 s by default), systemd's `TimeoutStopSec`
+    (90 s), `docker stop`'s 10 s (compose gives these services `stop_grace_period: 30s`)."""
 
 
 class LogSettings(Section):

@@ -23,6 +23,7 @@ class TcpProxy:
         self.target = (host, port)
         self.port = 0
         self.held = 0  # bytes read while frozen (delivered only by thaw)
+        self.connections = 0  # accepted so far
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="tcp-proxy", daemon=True)
         self._flowing: asyncio.Event | None = None
@@ -71,6 +72,7 @@ class TcpProxy:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def _accept(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        self.connections += 1
         task = asyncio.ensure_future(self._serve(client_r, client_w))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -1,17 +1,20 @@
 """Every service that writes the database exits 0 within the one shutdown deadline (shared.lifecycle,
-GPUHEALTH_SHUTDOWN__TIMEOUT_S) when SIGTERM comes while its statement waits on another session's lock.
+GPUHEALTH_SHUTDOWN__TIMEOUT_S) when SIGTERM comes while its statement waits on the database.
 
-The scorer's cycle reads gpu_latest, the remediator looks at its plans (remediations) every round, the
-lifecycle service writes its run (lifecycle_runs): another session holds that table, the service's
-statement waits on it, SIGTERM comes. The process exits 0 before the deadline, the lock still held, and
-nothing of the work it gave up is written. (The sink's own cases: tests/integration/services/sink/
-test_shutdown.py.)
+Two ways the database holds a statement up. A lock: the scorer's cycle reads gpu_latest, the remediator
+looks at its plans (remediations) every round, the lifecycle service writes its run (lifecycle_runs);
+another session holds that table, the service's statement waits on it. A server gone quiet: a proxy
+between the service and PostgreSQL stops forwarding while the service is at work, so neither an answer
+nor a cancel request gets through. SIGTERM comes; the process exits 0 before the deadline (the lock
+still held), and nothing of the work it gave up is written. (The sink's own cases, with its offsets:
+tests/integration/services/sink/test_shutdown.py.)
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -19,9 +22,10 @@ from evaluation.pipeline import wait_until
 from shared.config import DatabaseSettings, KafkaSettings
 from shared.db import connect
 from tests.helpers.service_process import waiting_on_a_lock, watched_service
+from tests.helpers.tcp_proxy import TcpProxy
 from tests.helpers.topics import isolated_topics, topics_env
 
-DEADLINE_S = 8.0
+DEADLINE_S = 10.0
 # service: (the table another session holds, the section of its settings, the table it would write)
 HELD = {
     "scorer": ("gpu_latest", "SCORER", "gpu_status"),
@@ -30,28 +34,72 @@ HELD = {
 }
 
 
-@pytest.mark.parametrize("service", sorted(HELD))
-def test_sigterm_while_a_statement_waits_on_a_lock_exits_0_within_the_deadline(
-    service: str, kafka_settings: KafkaSettings, migrated: DatabaseSettings, topic_factory: Callable[..., str]
-) -> None:
-    table, section, written = HELD[service]
-    topics = isolated_topics(topic_factory)
-    env = {
-        "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
-        "GPUHEALTH_DB__HOST": migrated.host, "GPUHEALTH_DB__PORT": str(migrated.port),
-        "GPUHEALTH_DB__SEARCH_PATH": str(migrated.search_path), **topics_env(topics),
+def service_env(
+    service: str, kafka: KafkaSettings, db: DatabaseSettings, topic_factory: Callable[..., str], tmp: Path
+) -> dict[str, str]:
+    section = HELD[service][1]
+    inventory = tmp / "inventory.csv"
+    inventory.write_text("serial,gpu_uuid\n")
+    return {
+        "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS": kafka.bootstrap_servers,
+        "GPUHEALTH_DB__HOST": db.host, "GPUHEALTH_DB__PORT": str(db.port),
+        "GPUHEALTH_DB__SEARCH_PATH": str(db.search_path), **topics_env(isolated_topics(topic_factory)),
         "GPUHEALTH_SHUTDOWN__TIMEOUT_S": str(DEADLINE_S), f"GPUHEALTH_{section}__METRICS_PORT": "0",
         # groups of its own: never a running stack's
         "GPUHEALTH_SCORER__GROUP": f"scorer-{uuid.uuid4().hex[:8]}", "GPUHEALTH_SCORER__INTERVAL_S": "1",
         "GPUHEALTH_REMEDIATOR__GROUP_ID": f"rem-{uuid.uuid4().hex[:8]}",
+        # the lifecycle service runs again when its inventory changes
+        "GPUHEALTH_LIFECYCLE__INVENTORY_FILE": str(inventory), "GPUHEALTH_LIFECYCLE__CHECK_EVERY_S": "0.2",
     }  # fmt: skip
-    with connect(migrated) as locker:
+
+
+def rows(db: DatabaseSettings, table: str) -> int:
+    with connect(db) as conn:
+        row = conn.execute(f"SELECT count(*) FROM {table}").fetchone()
+    return int(str(row[0])) if row else 0
+
+
+def held_by_a_lock(service: str, db: DatabaseSettings, env: dict[str, str]) -> float:
+    """The service's statement waits on a lock another session holds: SIGTERM to exit; the lock is still
+    held then, and nothing of the work given up was written."""
+    table, _, written = HELD[service]
+    with connect(db) as locker:
         locker.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
         with watched_service(service, env) as proc:
-            wait_until(lambda: waiting_on_a_lock(migrated), 60, f"the {service} to wait on the lock")
+            wait_until(lambda: waiting_on_a_lock(db), 60, f"the {service} to wait on the lock")
             took = proc.sigterm(DEADLINE_S)
-            print(f"{service}: SIGTERM to exit {took:.2f} s of the {DEADLINE_S:g} s deadline")
-            assert not waiting_on_a_lock(migrated), "the cancelled statement still waits"
+            assert not waiting_on_a_lock(db), "the cancelled statement still waits"
         locker.rollback()
-    with connect(migrated) as conn:
-        assert conn.execute(f"SELECT count(*) FROM {written}").fetchone() == (0,)
+    assert rows(db, written) == 0
+    return took
+
+
+def held_by_a_quiet_server(service: str, db: DatabaseSettings, env: dict[str, str], tmp: Path) -> float:
+    """Between the service and PostgreSQL, a proxy stops forwarding while the service is at work:
+    SIGTERM to exit."""
+    proxy = TcpProxy(db.host, db.port)
+    with proxy, watched_service(service, env | {"GPUHEALTH_DB__PORT": str(proxy.port)}) as proc:
+        # past its start (the check of the schema, on a connection of its own): at work
+        wait_until(lambda: proxy.connections >= 2, 60, f"the {service} to start")
+        proxy.freeze()
+        (tmp / "inventory.csv").write_text("serial,gpu_uuid\nS1,\n")  # the lifecycle service: run
+        wait_until(lambda: proxy.held > 0, 60, f"the {service} to send what the server never gets")
+        return proc.sigterm(DEADLINE_S)
+
+
+@pytest.mark.parametrize("fault", ["a lock held", "the server quiet"])
+@pytest.mark.parametrize("service", sorted(HELD))
+def test_sigterm_while_the_database_holds_a_statement_up_exits_0_within_the_deadline(
+    service: str,
+    fault: str,
+    kafka_settings: KafkaSettings,
+    migrated: DatabaseSettings,
+    topic_factory: Callable[..., str],
+    tmp_path: Path,
+) -> None:
+    env = service_env(service, kafka_settings, migrated, topic_factory, tmp_path)
+    if fault == "a lock held":
+        took = held_by_a_lock(service, migrated, env)
+    else:
+        took = held_by_a_quiet_server(service, migrated, env, tmp_path)
+    print(f"{service}, {fault}: SIGTERM to exit {took:.2f} s of {DEADLINE_S:g} s")

@@ -35,7 +35,7 @@ from tests.helpers.sink import (
 )
 from tests.helpers.tcp_proxy import TcpProxy
 
-DEADLINE_S = 8.0  # GPUHEALTH_SHUTDOWN__TIMEOUT_S here: cancel from 2 s, cut from 4 s
+DEADLINE_S = 10.0  # GPUHEALTH_SHUTDOWN__TIMEOUT_S here: cancel from 2.5 s, cut from 5 s
 LOCKABLE = {
     "offsets": "kafka_offsets",
     "metrics": "gpu_metrics",
