@@ -4,25 +4,17 @@
   (more than `[xid_repeats] count` separate occurrences in its window). Then 31 is
   a possible hardware fault (run diagnostics); 13 is one when the repeats hit the
   same GPC and TPC, and the application's when they hit different ones.
-- xid_45: alone, the job was torn down (restart it); after another XID, that XID's
-  verdict stands and the 45 is not a finding. A 45 whose message names its cause
-  (`... caused by previous Xid 149`, as the driver writes it) is not alone, wherever
-  the cause's own line is: NVIDIA's workflow follows the cause. Where this GPU has
-  the cause on record, its verdict stands; where its line was never seen (lost,
-  or before this collector read the log), the 45 takes the cause's catalogue action,
-  and the evidence names the cause either way.
+- xid_45: alone, the job was torn down (restart it); after another XID, or naming its
+  cause (`... caused by previous Xid 149`), it follows that XID: its verdict stands
+  (or, its line never seen, its catalogue action), and the evidence names the cause.
 - xid_48: a DBE alone is a reset; with a row remapped (XID 63, a pending remap) a
   reset puts the repair in force; with a remap that failed (XID 64, the remap
   failure flag) the memory cannot be repaired in place: send for repair.
-- nvlink (74): the message's registers, by NVIDIA's NVLink workflow (shared.nvlink_decode
-  gives each bit's class; the catalogue's reason for 74 says why, bit by bit): a reset
-  clears the link error; link-hardware bits seen again mean checking the connections;
-  the third register's bits 16 and 19 seen again mean field diagnostics and a bug
-  report; bits NVIDIA asks to have reported (unexpected, repeated) mean a person looks.
-- nvlink5 (144-150): the message's intrInfo and errorStatus, by NVIDIA's decode table.
-  A message the table cannot decode takes the catalogue's action (a reset), unless
-  the driver itself called it `Nonfatal`: then NVIDIA's action for its non-fatal
-  errors (none), and the evidence says the severity was the driver's word.
+- nvlink (74): the registers' bits by NVIDIA's NVLink workflow (the catalogue's reason
+  for 74 goes bit by bit): a reset; link-hardware bits again: check the connections;
+  the third register's bits 16/19 again: field diagnostics and a bug report.
+- nvlink5 (144-150): intrInfo and errorStatus by NVIDIA's decode table; a message it
+  cannot decode takes the catalogue's reset unless the driver called it `Nonfatal`.
 - xid_154: the recovery action the message names.
 
 Where a decode needs the kernel log's message and there is none (the XID came from
