@@ -16,8 +16,10 @@ An `xid` fault takes, beside its `code`:
 
 Other codes carry the catalogue's mnemonic (config/xid-catalog.csv) as their
 message; 74 carries the seven NVLink registers NVIDIA's workflow reads (a
-mechanical bit set). Each node's log is a ring of `MAX_RECORDS` records, as the
-kernel's is: a reader that falls behind it is told how many it lost.
+mechanical bit set). A 45 (a job's channels torn down) within `CAUSE_S` of
+another XID on its GPU names it, as the driver does: `... caused by previous Xid 48`.
+Each node's log is a ring of `MAX_RECORDS` records, as the kernel's is: a reader
+that falls behind it is told how many it lost.
 
 A node serves its log at ``GET /journal`` as ``journalctl -k -o json`` prints it
 (one JSON entry a line: ``__CURSOR``, ``__REALTIME_TIMESTAMP`` in microseconds,
@@ -51,6 +53,8 @@ NVLINK5_CODES = range(144, 151)
 MAX_RECORDS = 1_000_000  # records a node's ring keeps
 MAX_REPLY = 50_000  # records one read returns; the next read goes on from its cursor
 MAX_LINES = 10_000_000  # lines one fault may log
+CAUSE_S = 30.0  # a 45 this soon after another XID on its GPU names that XID as its cause
+PREEMPTIVE_REMOVAL = 45
 _CURSOR = re.compile(r"^s=(\d{1,18})$")
 _SINCE = re.compile(r"^@(\d{1,12}(?:\.\d{1,6})?)$")
 
@@ -115,6 +119,15 @@ def xid_message(fault: Fault, code: int, driver_version: str) -> str:
     return _mnemonics().get(code, "Unknown error").replace("_", " ").lower()
 
 
+def _cause(gpu: GpuSim, fault: Fault, code: int) -> str:
+    """The driver's note on a 45 that another XID of its GPU caused, else nothing."""
+    if code != PREEMPTIVE_REMOVAL:
+        return ""
+    before = [f for f in gpu.faults if f is not fault and xid_of(f) not in (None, code)
+              and 0 <= fault.start_s - f.start_s <= CAUSE_S]  # fmt: skip
+    return f" caused by previous Xid {xid_of(max(before, key=lambda f: f.start_s))}" if before else ""
+
+
 def _lines(fault: Fault) -> tuple[int, float]:
     if fault.kind is not FaultKind.XID:
         return 1, 0.0
@@ -167,8 +180,9 @@ class NodeLog:
                 done, due = self._written.get(fault.id, 0), lines_due(fault, t)
                 if due <= done:
                     continue
+                said = xid_message(fault, code, driver_version) + _cause(gpu, fault, code)
                 text = (f"NVRM: Xid (PCI:{kernel_pci(gpu.pci_bus_id)}): {code}, pid={2000 + gpu.index * 17},"
-                        f" name=python3, {xid_message(fault, code, driver_version)}")  # fmt: skip
+                        f" name=python3, {said}")  # fmt: skip
                 new += [(line_time(fault, k), fault.id, text) for k in range(done, due)]
                 self._written[fault.id] = due
         for time_s, _, text in sorted(new, key=lambda line: (line[0], line[1])):

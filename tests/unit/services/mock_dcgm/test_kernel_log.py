@@ -16,7 +16,7 @@ from services.collector.events import EventDetector
 from services.collector.kernel_log import JournalFeed, mock_journal, parse_xid_line
 from services.mock_dcgm.faults import FaultError
 from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
-from services.mock_dcgm.kernel_log import NodeLog, _mnemonics, nvlink5_message, nvlink5_rows
+from services.mock_dcgm.kernel_log import NodeLog, _mnemonics, kernel_pci, nvlink5_message, nvlink5_rows
 from services.mock_dcgm.server import MockServer
 from shared.models import Source
 from shared.nvlink_decode import decode_nvlink5, generation_of, load_nvlink5_table
@@ -186,3 +186,19 @@ def test_any_cursor_or_time_reads_records_or_says_why_not(cursor: str | None, si
     records, lost = log.read(after_cursor=cursor, since=since)
     assert records == []
     assert lost >= 0
+
+
+def test_a_45_soon_after_another_xid_names_it_as_the_driver_does() -> None:
+    fleet, hand = make_fleet(nodes=1, gpus=8)
+    fleet.inject({"kind": "dbe", "node": 0, "gpu": 3, "after_s": 10})
+    fleet.inject({"kind": "job_crash", "node": 0, "gpu": 0, "after_s": 30, "params": {"gpus": 8, "code": 45}})
+    hand.t = 60
+    body, _ = fleet.journal(0, after_cursor=None, since=f"@{T0:.0f}")
+    lines = [json.loads(entry)["MESSAGE"] for entry in body.splitlines()]
+    dbe_pci = kernel_pci(fleet.nodes[0].gpus[3].pci_bus_id)
+    named = [m for m in lines if ": 45, " in m and "caused by previous Xid 48" in m]
+    assert [m.split("PCI:")[1][:10] for m in named] == [dbe_pci]  # only the DBE GPU's 45 names a cause
+    parsed = parse_xid_line(named[0], datetime.now(UTC))
+    assert parsed is not None
+    assert parsed.message.endswith("caused by previous Xid 48")
+    assert sum(": 45, " in m for m in lines) == 8
