@@ -71,9 +71,10 @@ class XidLedger:
         found = entry.occurrences
         while found and found[0].hi < at - self.horizon:
             found.popleft()
-        if found:
+        cursor = entry.cursors.get(origin, 0)
+        if found and cursor < entry.next_seq:  # else everything held is this origin's already (a flood)
             first = found[0].seq
-            cursor = max(entry.cursors.get(origin, first), first)
+            cursor = max(cursor, first)
             done = True  # every occurrence before the one looked at is settled for this origin
             for occurrence in _from(found, cursor - first):
                 settled = origin in occurrence.origins or occurrence.hi < lo - self.window
@@ -89,6 +90,8 @@ class XidLedger:
             entry.cursors[origin] = cursor
         found.append(_Occurrence(entry.next_seq, lo, at, {origin}))
         entry.next_seq += 1
+        if cursor == entry.next_seq - 1:  # all before it settled for this origin, and it is its own
+            entry.cursors[origin] = entry.next_seq
         return True
 
     def stamp(self, gpu_uuid: str, at: datetime) -> datetime:
