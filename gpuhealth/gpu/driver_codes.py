@@ -29,13 +29,17 @@ class ClockEventReason(IntFlag):
 
 
 class GpuRecoveryAction(IntEnum):
-    """NVML's GPU recovery action (field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, driver r570+)."""
+    """NVML's GPU recovery action (nvmlDeviceGetGpuRecoveryAction, field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION,
+    driver r570+; 5-7 in newer drivers). NONE: the GPU can be used again (after the action it asked for)."""
 
     NONE = 0
     GPU_RESET = 1
     NODE_REBOOT = 2
     DRAIN_P2P = 3
     DRAIN_AND_RESET = 4
+    RECOVER_IMEX_DOMAIN = 5
+    BUS_RESET = 6
+    SYSTEM_REBOOT = 7
 
     @classmethod
     def name_of(cls, code: int) -> str:

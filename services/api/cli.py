@@ -173,15 +173,19 @@ def shared_line(f: dict[str, Any]) -> str:
             f"{' '.join(f['gpus'])}{more}")  # fmt: skip
 
 
+def _mark(client: httpx.Client, path: str, key: str | None, body: dict[str, str]) -> Any:
+    """POST a mark with the key; the row it made, RefusedError when the API refused it."""
+    response = client.post(path, headers={"X-API-Key": key} if key else {}, json=body)
+    if response.is_error:
+        raise RefusedError(response)
+    return response.json()
+
+
 def mark_repaired(
     client: httpx.Client, uuid: str, key: str | None, *, by: str, returned: bool, note: str
 ) -> str:
-    headers = {"X-API-Key": key} if key else {}
     body = {"by": by, "kind": "returned" if returned else "repaired", "note": note}
-    response = client.post(f"/api/v1/gpus/{uuid}/repairs", headers=headers, json=body)
-    if response.is_error:
-        raise RefusedError(response)
-    done = response.json()
+    done = _mark(client, f"/api/v1/gpus/{uuid}/repairs", key, body)
     return (f"{uuid} marked {done['kind']} by {done['marked_by']} at {done['time']}: its findings resolve "
             "and its counts start again from the next scoring cycle")  # fmt: skip
 
@@ -189,12 +193,8 @@ def mark_repaired(
 def mark_remedied(
     client: httpx.Client, uuid: str, key: str | None, *, by: str, reboot: bool, note: str
 ) -> str:
-    headers = {"X-API-Key": key} if key else {}
     body = {"by": by, "remedy": "reboot_node" if reboot else "reset_gpu", "note": note}
-    response = client.post(f"/api/v1/gpus/{uuid}/remedies", headers=headers, json=body)
-    if response.is_error:
-        raise RefusedError(response)
-    done = response.json()
+    done = _mark(client, f"/api/v1/gpus/{uuid}/remedies", key, body)
     return (f"{uuid}: {done['remedy']} by {done['actor']} at {done['at']} recorded: from the next scoring "
             "cycle the XIDs it resolves count only after it")  # fmt: skip
 

@@ -153,33 +153,9 @@ def decide(
         outcome, reason = "ignored", f"the policy never acts on {finding.action}"
     elif not valid_node(node):
         outcome, reason = "unmapped", f"GPU {finding.gpu_uuid} maps to no node ({node!r})"
-    elif (active := store.active_plan(conn, node, dry_run)) is not None and outranks(finding, active, policy):
-        # a remedy not yet tried that this finding needs more than: the node's plan goes one rung up now
-        store.escalate_plan(conn, int(active["id"]), now)
-        plan_id, held_for, why = open_plan(
-            conn,
-            policy=policy,
-            node=node,
-            gpu_uuids=list(dict.fromkeys([*active["gpu_uuids"], finding.gpu_uuid])),
-            action=finding.action,
-            finding=finding.name,
-            decision_key=finding.decision_key,
-            answers=answers,
-            dry_run=dry_run,
-            now=now,
-            escalated_from=int(active["id"]),
-        )
-        outcome = "held" if held_for else "act"
-        reason = (
-            f"{finding.action} outranks plan {active['id']}'s {active['action']}, not yet carried out:"
-            f" escalated to plan {plan_id}" + (f"; {why}" if why else "")
-        )
-        escalated = f"{finding.name} needs {finding.action}: escalated before its remedy (plan {plan_id})"
-        ended = event(
-            "outcome", at=now, status="escalated", dry_run=dry_run, plan=active, reason=escalated, seconds=0.0
-        )
-        ledger.insert_events(conn, [ended])
-    elif active is not None:
+    elif (active := store.active_plan(conn, node, dry_run)) is not None and not outranks(
+        finding, active, policy
+    ):
         plan_id = int(active["id"])
         store.join_plan(conn, plan_id, finding.gpu_uuid, now)
         outcome, reason = (
@@ -187,20 +163,39 @@ def decide(
             f"the node's plan {plan_id} ({active['action']}, {active['state']}) takes it in",
         )
     else:
+        if active is not None:  # a remedy not yet tried that this finding needs more than: one rung up now
+            store.escalate_plan(conn, int(active["id"]), now)
         plan_id, held_for, why = open_plan(
             conn,
             policy=policy,
             node=node,
-            gpu_uuids=[finding.gpu_uuid],
+            gpu_uuids=list(dict.fromkeys([*(active or {}).get("gpu_uuids", []), finding.gpu_uuid])),
             action=finding.action,
             finding=finding.name,
             decision_key=finding.decision_key,
             answers=answers,
             dry_run=dry_run,
             now=now,
+            escalated_from=None if active is None else int(active["id"]),
         )
         outcome = "held" if held_for else "act"
         reason = why if held_for else f"{finding.action}: {', '.join(rules.steps)}"
+        if active is not None:
+            reason = (
+                f"{finding.action} outranks plan {active['id']}'s {active['action']}, not yet carried out:"
+                f" escalated to plan {plan_id}" + (f"; {why}" if why else "")
+            )
+            escalated = f"{finding.name} needs {finding.action}: escalated before its remedy (plan {plan_id})"
+            ended = event(
+                "outcome",
+                at=now,
+                status="escalated",
+                dry_run=dry_run,
+                plan=active,
+                reason=escalated,
+                seconds=0.0,
+            )
+            ledger.insert_events(conn, [ended])
     if not store.insert_decision(
         conn,
         decision_key=finding.decision_key,

@@ -56,6 +56,9 @@ RECOVERY: dict[int, tuple[XidSeverity, Action]] = {
     Recovery.NODE_REBOOT: ("unhealthy", "reboot_node"),
     Recovery.DRAIN_P2P: ("degraded", "restart_workload"),
     Recovery.DRAIN_AND_RESET: ("degraded", "reset_gpu"),
+    Recovery.RECOVER_IMEX_DOMAIN: ("degraded", "inspect"),  # the IMEX domain, not this GPU: a person
+    Recovery.BUS_RESET: ("unhealthy", "reset_gpu"),  # a reset of the GPU's PCIe bus
+    Recovery.SYSTEM_REBOOT: ("unhealthy", "reboot_node"),
 }
 _RECOVERY_TO = re.compile(r"\bto\s+0x(?P<code>[0-9A-Fa-f]{1,8})\b")
 _LOCATION = re.compile(r"\(GPC\s*(?P<gpc>\d{1,3}),\s*TPC\s*(?P<tpc>\d{1,3})")

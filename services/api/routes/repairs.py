@@ -19,18 +19,19 @@ from ..parameters import LABEL, GpuPath, NoQuery
 router = APIRouter(tags=["gpus"])
 Note = Annotated[str, Body(max_length=500, pattern=r"^[^\x00-\x1f\x7f]*$")]
 MARKS_LISTED = 1000  # a GPU's marks are few: the newest this many, no paging
+REFUSED = problems({
+    401: "no X-API-Key, or not the configured one",
+    403: "no API key is configured: marking is disabled",
+    404: "no such GPU in the inventory",
+})  # fmt: skip
 
 
 @router.post(
     "/gpus/{gpu_uuid}/repairs",
     status_code=201,
     dependencies=[Depends(require_key)],
-    responses=problems({
-        401: "no X-API-Key, or not the configured one",
-        403: "no API key is configured: marking is disabled",
-        404: "no such GPU in the inventory",
-    }),
-)  # fmt: skip
+    responses=REFUSED,
+)
 async def mark_repaired(
     db: Db,
     gpu_uuid: GpuPath,
@@ -61,12 +62,8 @@ async def repair_marks(db: Db, gpu_uuid: GpuPath, query: Annotated[NoQuery, Quer
     "/gpus/{gpu_uuid}/remedies",
     status_code=201,
     dependencies=[Depends(require_key)],
-    responses=problems({
-        401: "no X-API-Key, or not the configured one",
-        403: "no API key is configured: recording is disabled",
-        404: "no such GPU in the inventory",
-    }),
-)  # fmt: skip
+    responses=REFUSED,
+)
 async def record_remedy(
     db: Db,
     gpu_uuid: GpuPath,

@@ -26,7 +26,10 @@ GPU = GpuFeatures(
         (2, "unhealthy", "driver_recovery_node_reboot", "reboot_node"),
         (3, "degraded", "driver_recovery_drain_p2p", "restart_workload"),
         (4, "degraded", "driver_recovery_drain_and_reset", "reset_gpu"),
-        (7, "degraded", "driver_recovery_unknown_7", "inspect"),
+        (5, "degraded", "driver_recovery_recover_imex_domain", "inspect"),
+        (6, "unhealthy", "driver_recovery_bus_reset", "reset_gpu"),
+        (7, "unhealthy", "driver_recovery_system_reboot", "reboot_node"),
+        (9, "degraded", "driver_recovery_unknown_9", "inspect"),
     ],
 )
 def test_the_recovery_action_decides_the_recommended_action(
