@@ -175,18 +175,18 @@ def statements_cancelled_on(
         if done.wait(phases.grace_s):
             return
         while not done.is_set():
-            late = time.monotonic() - stopped >= phases.cut_s
             for conn in list(connections()):
                 if not _busy(conn):
                     continue
+                # a deaf server makes each cancel wait out its timeout: the cut point is not put off
+                left = stopped + phases.cut_s - time.monotonic()
                 try:
-                    if late:
+                    if left <= 0:
                         log.warning("a statement still waits on the server at stop: cutting its connection")
                         cut(conn)
                     else:
-                        left = stopped + phases.cut_s - time.monotonic()
                         conn.cancel_safe(timeout=max(0.1, min(every_s, left)))
-                except (psycopg.Error, OSError) as e:  # the server is away: the cut comes next
+                except (psycopg.Error, OSError, ValueError) as e:  # the server is away: the cut comes next
                     log.debug("cancelling a statement at stop failed: %s", e)
             done.wait(every_s)
 

@@ -24,8 +24,10 @@ class PgConn:
 class Connection:
     """What the watcher uses of a psycopg connection: closed, whether busy, cancel_safe() and its socket."""
 
-    def __init__(self, *, closed: bool = False, fails: bool = False, busy: bool = True) -> None:
-        self.closed, self.fails = closed, fails
+    def __init__(
+        self, *, closed: bool = False, fails: bool = False, busy: bool = True, deaf: bool = False
+    ) -> None:
+        self.closed, self.fails, self.deaf = closed, fails, deaf
         self.ours, self.server = socket.socketpair()  # the connection's end, and the server's
         status = pq.TransactionStatus.ACTIVE if busy else pq.TransactionStatus.IDLE
         self.pgconn = PgConn(status, self.ours.fileno())
@@ -33,6 +35,9 @@ class Connection:
 
     def cancel_safe(self, timeout: float) -> None:
         self.cancelled.append(time.monotonic())
+        if self.deaf:  # the cancel request gets no answer: it waits out its timeout
+            time.sleep(timeout)
+            raise psycopg.errors.ConnectionTimeout("cancellation timeout expired")
         if self.fails:
             raise psycopg.OperationalError("server gone")
 
@@ -95,6 +100,19 @@ def test_past_the_cut_point_a_busy_connection_is_cut_and_an_idle_one_is_not() ->
         cut_after = time.monotonic() - started
     assert cut_after >= 0.2 - 0.01
     assert not idle.was_cut()
+
+
+def test_cancels_a_deaf_server_never_answers_do_not_put_off_the_cut() -> None:
+    """Ten statements waiting on a server that does not answer: each cancel waits out its timeout, yet
+    every connection is cut soon after the cut point, not ten timeouts later."""
+    stop = threading.Event()
+    deaf = [Connection(deaf=True) for _ in range(10)]
+    with statements_cancelled_on(stop, lambda: deaf, phases=StopPhases(0.1, 0.6), every_s=0.5):  # type: ignore[arg-type,return-value]
+        stop.set()
+        started = time.monotonic()
+        for conn in deaf:
+            while not conn.was_cut():
+                assert time.monotonic() - started < 2.0, "a connection was not cut in time"
 
 
 def test_a_stopping_process_opens_no_connection_past_the_cut_point() -> None:
