@@ -403,9 +403,9 @@ def cordon_delay(timeline: Timeline) -> float | None:
 
 @contextmanager
 def _arm(db: DatabaseSettings, oscen: OutcomeScenario, seed: int, rules: Rules, *, loop_closed: bool,
-         start_s: float) -> Iterator[Arm]:  # fmt: skip
+         start_s: float, policy: Policy | None = None) -> Iterator[Arm]:  # fmt: skip
     with migrated_schema(db, "outcomes") as scoped:
-        arm = Arm(scoped, oscen, seed, rules, loop_closed=loop_closed, start_s=start_s)
+        arm = Arm(scoped, oscen, seed, rules, loop_closed=loop_closed, start_s=start_s, policy=policy)
         try:
             yield arm
         finally:
@@ -413,7 +413,13 @@ def _arm(db: DatabaseSettings, oscen: OutcomeScenario, seed: int, rules: Rules, 
 
 
 def run_seed(
-    db: DatabaseSettings, seed: int, rules: Rules, *, days: float = 7.0, arms: tuple[str, ...] = ARMS
+    db: DatabaseSettings,
+    seed: int,
+    rules: Rules,
+    *,
+    days: float = 7.0,
+    arms: tuple[str, ...] = ARMS,
+    policy: Policy | None = None,
 ) -> list[ArmResult]:
     """The arms asked for on one seed's week, the simulated ones each in a throwaway schema (cordon-and-wait
     follows the remediator's cordons: it needs that arm)."""
@@ -425,7 +431,7 @@ def run_seed(
         if name not in arms and not (name == "remediator" and "cordon-and-wait" in arms):
             continue
         began = time.perf_counter()
-        with _arm(db, oscen, seed, rules, loop_closed=closed, start_s=start_s) as arm:
+        with _arm(db, oscen, seed, rules, loop_closed=closed, start_s=start_s, policy=policy) as arm:
             timelines[name] = arm.run(oscen.scenario.hours)
         results.append(ArmResult(name, seed, figures(timelines[name], CLASSES), node_hours(timelines[name]),
                                  time.perf_counter() - began, remedy_outcomes(timelines[name]),
@@ -536,6 +542,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
     parser.add_argument("--days", type=float, default=7.0, help="simulated days per seed (at least 2)")
     parser.add_argument("--rules", type=Path, default=DEFAULT_RULES)
+    parser.add_argument("--policy", type=Path, help="the remediator's policy (default: the committed one)")
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS), help="run only these arms")
     parser.add_argument("--render", type=Path, nargs="+", help="print the results of earlier --json runs")
@@ -550,8 +557,9 @@ def main(argv: list[str] | None = None) -> int:
         results = [r for path in args.render for r in load_results(path)]
     else:
         rules, db = load_rules(args.rules), Settings().db
-        arms = tuple(args.arms)
-        results = [r for seed in args.seeds for r in run_seed(db, seed, rules, days=args.days, arms=arms)]
+        arms, policy = tuple(args.arms), load_policy(args.policy) if args.policy else None
+        results = [r for seed in args.seeds
+                   for r in run_seed(db, seed, rules, days=args.days, arms=arms, policy=policy)]  # fmt: skip
     if {r.arm for r in results} >= set(ARMS):
         print(render(results))
     if args.json:
