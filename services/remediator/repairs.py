@@ -100,7 +100,8 @@ def answer(conn: SyncConn, mark: Row, *, dry_run: bool, now: datetime) -> list[d
             f"GPU {gpu} {said}: {node}, left out by plan {left['id']}, is validated and returns if it passes"
         )
     else:
-        outcome, action, reason = "ignored", "none", f"GPU {gpu} {said}: {node} is not held out"
+        withdrew = f"plan {records[0]['remediation_id']} withdrawn; " if records else ""
+        outcome, action, reason = "ignored", "none", f"GPU {gpu} {said}: {withdrew}{node} is not held out"
     if not store.insert_decision(
         conn,
         decision_key=key,

@@ -203,3 +203,34 @@ def test_a_pause_holds_every_plan_until_resumed(remediator_factory: Callable[...
         if k == "control"
     ] == ["paused", "resumed"]
     assert gpu_uuid(0, 0)
+
+
+def test_a_repair_mark_withdraws_the_held_plan_it_made_moot_once_per_mode_and_nothing_else(
+    remediator_factory: Callable[..., Remediator],
+) -> None:
+    live, dry = remediator_factory(dry_run=False), remediator_factory(dry_run=True)
+    add_fleet(live.db, 40)
+    before = datetime.now(UTC) - timedelta(minutes=1)
+    findings = [verdict_finding(n, action="reboot_node") for n in (0, 1)]  # each held for approval
+    decide_all(live, findings, dry_run=False, at=before)
+    decide_all(dry, findings[1:], dry_run=True, at=before)
+    with connect(live.db) as conn:  # as the API marks it
+        conn.execute(
+            "SELECT * FROM mark_gpu_repaired(%s, 'repaired', 'oncall', 'new board')", (gpu_uuid(0, 0),)
+        )
+        conn.commit()
+    for _ in range(2):  # answered once, however often it is looked at
+        live.executor.run_due()
+        dry.executor.run_due()
+    assert rows(live.db, "SELECT node, state, dry_run FROM remediations ORDER BY id") == [
+        ("gpu-node-00", "withdrawn", False),  # the repaired GPU's: moot
+        ("gpu-node-01", "held", False),  # another node's: stays held
+        ("gpu-node-01", "held", True),
+    ]
+    # the node was never taken out: nothing to validate; the dry run had no plan on it: nothing to answer
+    assert rows(
+        live.db, "SELECT outcome, dry_run FROM remediation_decisions WHERE decision_key LIKE 'gpu_repairs/%'"
+    ) == [("ignored", False)]
+    ((reason,),) = rows(live.db, "SELECT reason FROM remediation_events WHERE status = 'withdrawn'")
+    assert reason.startswith(f"GPU {gpu_uuid(0, 0)} repaired by oncall at ")
+    assert reason.endswith("the repair made this reboot_node moot")
