@@ -32,6 +32,7 @@ from statistics import quantiles
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from prometheus_client import CollectorRegistry
 
 from bench._common import report, scratch_topic
@@ -41,11 +42,13 @@ from services.remediator.drivers.node_exec import NodeExec
 from services.remediator.executor import Executor
 from services.remediator.findings import NodeMap
 from services.remediator.loop import RemediatorLoop
-from services.remediator.policy import Breaker, load_policy
+from services.remediator.policy import Breaker, NodesOut, load_policy
 from services.remediator.steps import Steps
+from services.remediator.trust import Trust
 from services.scorer.loop import ScorerLoop, ScorerSection
 from services.scorer.rules_config import load_rules
 from shared.config import Settings
+from shared.contract.signing import Keyring, Signer
 from shared.db import connect
 from shared.kafka import JsonProducer, make_consumer, make_producer
 from shared.lifecycle import running
@@ -104,6 +107,7 @@ def run(settings: Settings, gpus: int) -> tuple[list[float], list[float]]:
     policy = load_policy()
     policy = policy.model_copy(update={
         "breaker": Breaker(max_nodes=nodes, max_fleet_percent=100, window_s=60),
+        "nodes_out": NodesOut(max_nodes=nodes, max_fleet_percent=100),
         "actions": {a: p.model_copy(update={"max_per_window": None}) for a, p in policy.actions.items()},
     })  # fmt: skip
     verdicts: list[float] = []
@@ -119,8 +123,10 @@ def run(settings: Settings, gpus: int) -> tuple[list[float], list[float]]:
                 update={"health": health, "alerts": alerts, "remediations": out}
             )
             producer = JsonProducer(make_producer(settings.kafka))
+            key = Ed25519PrivateKey.generate()  # the scorer signs, the remediator verifies: as deployed
             scorer = ScorerLoop(cfg=ScorerSection(as_of=NOW.isoformat()), rules=load_rules(), db=db,
-                                topics=topics, producer=producer, registry=CollectorRegistry())  # fmt: skip
+                                topics=topics, producer=producer, registry=CollectorRegistry(),
+                                signer=Signer(key))  # fmt: skip
             scorer.score_once()  # the first cycle writes every GPU's first verdict
             driver = KubernetesDriver(load_kubeconfig(KUBE / "remediator.kubeconfig"), drain=policy.drain)
             node_map = NodeMap(hosts=names)
@@ -133,6 +139,7 @@ def run(settings: Settings, gpus: int) -> tuple[list[float], list[float]]:
                 producer=JsonProducer(make_producer(settings.kafka)),
                 executor=Executor(db=db, policy=policy, steps=steps, dry_run=False, retry_s=1.0),
                 registry=CollectorRegistry(), poll_timeout_s=0.05, on_close=driver.close,
+                trust=Trust(Keyring.of(key.public_key()), max_age_s=900, max_future_s=60),
             )  # fmt: skip
             watch = Cordons(admin, prefix)
             watch.thread.start()

@@ -8,7 +8,7 @@ same faults:
   each minute's poll, and the real remediator runs live on the
   simulation's clock, through a scheduler standing in (`SimScheduler`) and the
   mock fleet's own reset, reboot and compute check (`SimNodeExec`), with the
-  committed policy (the breaker's share opened to the small fleet, as in
+  committed policy (the breaker's and the cap's shares opened to the small fleet, as in
   evaluation/remediation.py). A person (`Person`: within 4 working hours)
   approves what waits for approval, and repairs a node left out for a person
   and marks its GPUs repaired (the remediator then validates it and returns it);
@@ -152,8 +152,11 @@ class Arm:
     def __init__(self, db: DatabaseSettings, oscen: OutcomeScenario, seed: int, rules: Rules, *,
                  loop_closed: bool, start_s: float, policy: Policy | None = None) -> None:  # fmt: skip
         committed = policy or load_policy()
-        self.policy = committed.model_copy(
-            update={"breaker": committed.breaker.model_copy(update={"max_fleet_percent": 100.0})}
+        self.policy = committed.model_copy(  # the breaker's and the cap's shares opened to the small fleet
+            update={
+                "breaker": committed.breaker.model_copy(update={"max_fleet_percent": 100.0}),
+                "nodes_out": committed.nodes_out.model_copy(update={"max_fleet_percent": 100.0}),
+            }
         )
         self.db, self.oscen, self.rules, self.loop_closed = db, oscen, rules, loop_closed
         sc = oscen.scenario

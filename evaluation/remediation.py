@@ -6,9 +6,9 @@ and its executor steps the plans on the simulation's clock, in dry-run: what
 it would have cordoned and drained, and when, is recorded in the run's schema
 and read back at the end (`timeline`). Two things differ from a deployment, on
 purpose: an on-call operator approves what waits for approval after
-`approve_after_s` (30 simulated minutes), and the breaker's share of the fleet
-is all of it, since a simulated fleet of four nodes would trip the committed
-10 % at its first node (the breaker's bound is shown on 1,000 nodes by the
+`approve_after_s` (30 simulated minutes), and the breaker's and the cap's share
+of the fleet is all of it, since a simulated fleet of four nodes would trip the
+committed 10 % at its first node (the breaker's bound is shown on 1,000 nodes by the
 integration tests). evaluation/metrics.py scores it against
 the ground truth: healthy GPUs taken out (the goal is none), hard faults acted
 on, and the time from the fault to the cordon and to the drain.
@@ -40,8 +40,11 @@ class ShadowRemediator:
         self, db: DatabaseSettings, policy: Policy | None = None, approve_after_s: float = 1800
     ) -> None:
         committed = policy or load_policy()
-        self.policy = committed.model_copy(
-            update={"breaker": committed.breaker.model_copy(update={"max_fleet_percent": 100.0})}
+        self.policy = committed.model_copy(  # the breaker's and the cap's shares opened to the small fleet
+            update={
+                "breaker": committed.breaker.model_copy(update={"max_fleet_percent": 100.0}),
+                "nodes_out": committed.nodes_out.model_copy(update={"max_fleet_percent": 100.0}),
+            }
         )
         self.db, self.approve_after = db, timedelta(seconds=approve_after_s)
         self.now = datetime.fromtimestamp(0, UTC)

@@ -49,6 +49,8 @@ case ${1:-status} in
   up)
     mkdir -p "$logs"
     remediator_mode
+    # The scorer's signing key and the remediator's keyring, made once (kept across restarts, never logged)
+    (cd "$root" && PYTHONPATH=$root "$py" -m shared.contract.signing keygen "$GPUHEALTH_RUN/keys" --if-missing >/dev/null)
     if running; then
       echo "stack: already running (supervisor pid $(cat "$pidfile"))" >&2
     else

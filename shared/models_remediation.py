@@ -5,7 +5,9 @@ them: a *decision* answering one verdict or alert (what it will do, or why
 not), each *action* of a remediation (a step on one driver: cordon, drain,
 reset, reboot, compute check, return to service), the remediation's *outcome*,
 each *validation* before a node returns, the *breaker* tripping or being reset,
-and an operator's *control* (pause, resume, approve). Each carries the verdict
+an operator's *control* (pause, resume, approve), and each *refusal* of a verdict
+or alert the remediator could not believe (services/remediator/trust.py: no
+decision, no plan; `reason` says why, `response` where it was read). Each carries the verdict
 or alert it answers (`answers`), the driver's response and the time the step
 took. The same record is a row of the `remediation_events` hypertable
 (schema/0030); `record_id` is that row's key, so a consumer drops a record it
@@ -28,7 +30,7 @@ from gpuhealth.contract.base import (
 )
 from shared.models_health import Evidence, Hostname, Name, Text
 
-RecordKind = Literal["decision", "action", "outcome", "validation", "breaker", "control"]
+RecordKind = Literal["decision", "action", "outcome", "validation", "breaker", "control", "refusal"]
 RECORD_KINDS: tuple[RecordKind, ...] = get_args(RecordKind)
 # What a remediation does, in the order a plan may hold them (the policy file lists them per action);
 # keep_out ends a plan that leaves the node out of service for a person (inspection, repair).
@@ -60,10 +62,12 @@ Status = Literal[
     "paused",
     "resumed",
     "approved",
+    # a verdict or alert not believed
+    "refused",
 ]
 STATUSES: tuple[Status, ...] = get_args(Status)
 # Why a decision or a remediation waits for an operator.
-HeldFor = Literal["approval", "breaker", "rate_limit", "class_limit"]
+HeldFor = Literal["approval", "breaker", "rate_limit", "class_limit", "nodes_out"]
 HELD_FOR: tuple[HeldFor, ...] = get_args(HeldFor)
 
 

@@ -1,4 +1,5 @@
-"""The remediator its settings describe: the policy, the node map, the drivers, the consumer and the producer.
+"""The remediator its settings describe: the policy, the keyring, the node map, the drivers, the consumer and
+the producer.
 
 Drivers are built only when enabled, and only for a live run: a dry run
 reaches no scheduler, so it needs no kubeconfig and no Slurm. A driver
@@ -23,6 +24,7 @@ from .loop import RemediatorLoop
 from .policy import Policy, load_policy
 from .settings import RemediatorSection, RemediatorSettings
 from .steps import Steps
+from .trust import Trust
 
 
 def build_schedulers(cfg: RemediatorSection, policy: Policy) -> list[SchedulerDriver]:
@@ -55,6 +57,7 @@ def build_remediator(
     """The loop `settings` describe; ConfigError for an invalid policy, node map or driver setting."""
     cfg = settings.remediator
     policy = load_policy(cfg.policy_file)
+    trust = Trust.from_settings(cfg.signing)
     nodes = load_node_map(cfg.node_map_file)
     schedulers = build_schedulers(cfg, policy)
     steps = Steps(
@@ -82,6 +85,7 @@ def build_remediator(
         producer=JsonProducer(make_producer(settings.kafka)) if producer is None else producer,
         executor=executor,
         registry=registry,
+        trust=trust,
         batch_size=cfg.batch_size,
         poll_timeout_s=cfg.poll_timeout_s,
         on_close=close,

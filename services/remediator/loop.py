@@ -7,26 +7,33 @@ decisions are, so a crash re-reads at most one batch, and the decisions' keys
 make the second reading change nothing. A batch the database could not take
 is read again from where it failed (its partitions are sought back) after a
 pause. Between batches the executor looks at the due plans and the outbox
-sends the new records to gpu-remediations.
+sends the new records to gpu-remediations. Nothing is decided on a message
+the remediator cannot believe (trust.py: its signature, its time, its GPU and
+host): it is refused, counted, logged and recorded instead.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import confluent_kafka
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from gpuhealth.contract.training import TrainingAlert
 from shared.config import DatabaseSettings, TopicSettings
+from shared.contract.signing import KID_HEADER, UntrustedError
 from shared.errors import ContractError, DataRefusedError, GpuHealthError
 from shared.kafka import JsonProducer, close_consumer, take
-from shared.models_health import parse_alert, parse_health_verdict
+from shared.models_health import GpuAlert, HealthVerdict, parse_alert, parse_health_verdict
 from shared.store import remediation_ledger as ledger
 from shared.store.errors import translated
+from shared.store.remediation import SyncConn
 
 from .decide import Decided, decide
 from .executor import Executor
@@ -34,6 +41,7 @@ from .findings import Finding, NodeMap, from_alert, from_verdict
 from .held import HeldConnection
 from .policy import Policy
 from .record import Outbox
+from .trust import REASONS, Refusal, Trust, placed, refusal_record
 
 log = logging.getLogger("services.remediator")
 
@@ -47,6 +55,14 @@ class RemediatorMetrics:
             p + "messages", "Verdicts and alerts read", ["topic", "result"], registry=registry
         )
         self.decisions = Counter(p + "decisions", "Decisions taken", ["outcome"], registry=registry)
+        self.refused = Counter(
+            p + "refused",
+            "Verdicts and alerts not believed, by why (no decision)",
+            ["reason"],
+            registry=registry,
+        )
+        for reason in REASONS:
+            self.refused.labels(reason)
         self.steps = Counter(p + "steps", "Looks at a plan's step", ["step", "next"], registry=registry)
         self.published = Counter(
             p + "records_published", "Records sent to gpu-remediations", registry=registry
@@ -80,12 +96,13 @@ class RemediatorLoop:
         producer: JsonProducer,
         executor: Executor,
         registry: CollectorRegistry,
+        trust: Trust,
         batch_size: int = 200,
         poll_timeout_s: float = 0.5,
         on_close: Callable[[], None] = lambda: None,
     ) -> None:
         self.db, self.topics, self.policy, self.nodes, self.dry_run = db, topics, policy, nodes, dry_run
-        self.consumer, self.producer, self.executor = consumer, producer, executor
+        self.consumer, self.producer, self.executor, self.trust = consumer, producer, executor, trust
         self.outbox = Outbox(db=db, producer=producer, topic=topics.remediations)
         self.held = HeldConnection(db)
         self.metrics = RemediatorMetrics(registry)
@@ -138,21 +155,28 @@ class RemediatorLoop:
         self.metrics.round_seconds.observe(time.perf_counter() - started)
         return ok
 
-    def findings(self, message: confluent_kafka.Message) -> Finding | None:
+    def findings(self, message: confluent_kafka.Message) -> Finding | Refusal | None:
+        """The message as a finding, once its signature and time hold; a Refusal says why not; None for
+        a training job's alert, which is unsigned and never acted on."""
         topic, value = str(message.topic()), message.value() or b""
         try:
+            self.trust.verify(message)
+        except UntrustedError as e:
+            parsed = _parsed(topic == self.topics.health, value)
+            if e.reason == "unsigned" and isinstance(parsed, TrainingAlert):
+                return None
+            return Refusal(e.reason, e.detail, parsed.gpu_uuid if parsed is not None else None)
+        try:
             if topic == self.topics.health:
-                return from_verdict(parse_health_verdict(value), topic)
-            return from_alert(parse_alert(value), topic, self.policy)
+                verdict = parse_health_verdict(value)
+                found, at = from_verdict(verdict, topic), verdict.time
+            else:
+                alert = parse_alert(value)
+                found, at = from_alert(alert, topic, self.policy), alert.time
         except ContractError as e:
-            self.metrics.messages.labels(topic, "refused").inc()
-            log.warning(
-                "%s message refused: %s",
-                topic,
-                e,
-                extra={"partition": message.partition(), "offset": message.offset()},
-            )
-            return None
+            return Refusal("invalid", str(e)[:300])
+        late = self.trust.timely(at, datetime.now(UTC))
+        return found if late is None else replace(late, gpu_uuid=found.gpu_uuid)
 
     def take_batch(self) -> None:
         messages = take(self.consumer, self.batch_size, self.poll_timeout_s)
@@ -177,18 +201,28 @@ class RemediatorLoop:
                 self.consumer.seek(confluent_kafka.TopicPartition(topic, partition, offset))
 
     def _decide_one(self, message: confluent_kafka.Message) -> None:
+        topic = str(message.topic())
         finding = self.findings(message)
         if finding is None:
+            self.metrics.messages.labels(topic, "unauthenticated").inc()
+            return
+        if isinstance(finding, Refusal):
+            with self.held.session() as conn:
+                self._refuse(conn, message, finding)
             return
         if finding.action == "none":  # most verdicts: healthy again, or nothing to do; no database asked
-            self._count(str(message.topic()), Decided(""))
+            self._count(topic, Decided(""))
             return
         for attempt in (1, 2):
             try:
                 with self.held.session() as conn:
                     now = datetime.now(UTC)
+                    where = placed(conn, finding, self.nodes)
+                    if isinstance(where, Refusal):
+                        self._refuse(conn, message, where)
+                        return
                     decided = decide(
-                        conn, finding, policy=self.policy, nodes=self.nodes, dry_run=self.dry_run, now=now
+                        conn, where, policy=self.policy, nodes=self.nodes, dry_run=self.dry_run, now=now
                     )
                     with translated(conn):
                         conn.commit()
@@ -197,7 +231,24 @@ class RemediatorLoop:
                 # another remediator opened the node's plan meanwhile: decide again, joining it
                 if attempt == 2:
                     raise
-        self._count(str(message.topic()), decided)
+        self._count(topic, decided)
+
+    def _refuse(self, conn: SyncConn, message: confluent_kafka.Message, refusal: Refusal) -> None:
+        """No decision: the refusal counted, logged (never the signature) and recorded, committed."""
+        kid = _kid(message)
+        record = refusal_record(refusal, message, kid=kid, at=datetime.now(UTC), dry_run=self.dry_run)
+        ledger.insert_events(conn, [record])
+        with translated(conn):
+            conn.commit()
+        self.metrics.refused.labels(refusal.reason).inc()
+        self.metrics.messages.labels(str(message.topic()), "refused").inc()
+        log.warning(
+            "%s message refused, nothing decided: %s: %s",
+            message.topic(),
+            refusal.reason,
+            refusal.detail,
+            extra={"partition": message.partition(), "offset": message.offset(), "kid": kid},
+        )
 
     def _count(self, topic: str, decided: Decided) -> None:
         self.metrics.messages.labels(topic, "decided" if decided.outcome else "no_decision").inc()
@@ -226,6 +277,23 @@ class RemediatorLoop:
             self.metrics.published.inc(sent)
             if sent < self.outbox.batch:
                 return
+
+
+def _parsed(health: bool, value: bytes) -> HealthVerdict | GpuAlert | None:
+    """The message as its topic's model, for naming its GPU in a refusal; None when it is not one."""
+    try:
+        return parse_health_verdict(value) if health else parse_alert(value)
+    except ContractError:
+        return None
+
+
+def _kid(message: confluent_kafka.Message) -> str | None:
+    """The message's key id when it is one (16 hex digits), for the log and the record; else None."""
+    headers = message.headers()
+    for header, value in headers.items() if isinstance(headers, dict) else headers or ():
+        if header == KID_HEADER and isinstance(value, bytes) and re.fullmatch(rb"[0-9a-f]{16}", value):
+            return value.decode()
+    return None
 
 
 def _where(message: confluent_kafka.Message) -> tuple[str, int]:

@@ -5,10 +5,11 @@ The policy says, per recommended action of the scorer's ladder
 (``automatic``), waits for an operator's approval (``approval``) or never acts
 (``never``), which steps its plan takes, and how many plans of that class may
 start within a window before the next waits for approval. It also holds the
-circuit breaker's bounds, the per-node rate limit, the drain modes per
-namespace and deadline, and what a node must show before it returns to
-service. Every action of the ladder must be listed: a new rung added to the
-ladder without a reviewed policy is an error at start, not a silent default.
+circuit breaker's bounds, the cap on the nodes it holds out at once, the
+per-node rate limit, the drain modes per namespace and deadline, and what a
+node must show before it returns to service. Every action of the ladder must
+be listed: a new rung added to the ladder without a reviewed policy is an
+error at start, not a silent default.
 """
 
 from __future__ import annotations
@@ -50,6 +51,21 @@ class Breaker(_Section):
         The smaller of the two bounds, rounded down; at least one node, so that one bad node in a
         small fleet can still be taken out (the breaker exists for the mass failure, not the first).
         """
+        by_share = math.floor(max(fleet_nodes, 0) * self.max_fleet_percent / 100)
+        return max(1, min(self.max_nodes, by_share))
+
+
+class NodesOut(_Section):
+    """At most `max_nodes` nodes, or `max_fleet_percent` of the inventory's nodes, held out by the remediator
+    at once, however slowly they went out (the breaker bounds a rate; this bounds the total): the nodes of
+    its plans past their cordon, its own cordons, and the nodes its plans left out for a person."""
+
+    max_nodes: int = Field(ge=1, le=1_000_000)
+    max_fleet_percent: float = Field(gt=0, le=100)
+
+    def bound(self, fleet_nodes: int) -> int:
+        """How many nodes may be out at once for a fleet of `fleet_nodes`: the smaller bound, rounded down,
+        at least one (one bad node of a small fleet can still be taken out)."""
         by_share = math.floor(max(fleet_nodes, 0) * self.max_fleet_percent / 100)
         return max(1, min(self.max_nodes, by_share))
 
@@ -127,6 +143,7 @@ class ActionPolicy(_Section):
 class Policy(_Section):
     version: Literal[1]
     breaker: Breaker
+    nodes_out: NodesOut
     rate_limit: RateLimit
     drain: Drain
     validation: Validation
@@ -148,6 +165,12 @@ class Policy(_Section):
         wrong = {kind: action for kind, action in self.alerts.items() if action not in LADDER}
         if wrong:
             raise ValueError(f"[alerts] names actions not on the ladder: {wrong}")
+        training = [kind for kind in self.alerts if kind.startswith("training:")]
+        if training:
+            raise ValueError(
+                f"[alerts] lists training jobs' alerts {training}: they are not signed by the scorer, and the"
+                " remediator acts on nothing it cannot verify"
+            )
         for action, rules in self.actions.items():
             after = rules.on_failure
             if after is not None and (after not in LADDER or LADDER.index(after) <= LADDER.index(action)):

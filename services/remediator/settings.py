@@ -1,7 +1,9 @@
 """GPUHEALTH_REMEDIATOR__*: dry-run, the policy file, the node map, and how each driver reaches its system.
 
-Dry-run is the default: the remediator then records every decision and step it
-would have carried out and touches no scheduler and no node. Acting needs
+The keyring of the scorer's public keys is needed: the remediator acts only on
+verdicts and alerts it can verify (trust.py). Dry-run is the default: the
+remediator then records every decision and step it would have carried out
+and touches no scheduler and no node. Acting needs
 ``GPUHEALTH_REMEDIATOR__DRY_RUN=false`` and at least one driver enabled.
 """
 
@@ -12,6 +14,7 @@ from pathlib import Path
 from pydantic import Field
 
 from shared.config import Section, Settings
+from shared.contract.signing import SigningSettings
 
 from .drivers.node_exec import Command, Operation
 from .policy import DEFAULT_POLICY
@@ -53,6 +56,8 @@ class RemediatorSection(Section):
     node_map_file: Path | None = None
     """TOML mapping GPUs to hosts (`[gpus]`) and hosts to scheduler node names (`[hosts."h"]`); unset:
     each verdict's hostname, named the same in every scheduler."""
+    signing: SigningSettings = Field(default_factory=SigningSettings)
+    """What the remediator believes (`trusted_keys_file`, needed) and how old a message may be."""
     group_id: str = "gpu-health-remediator"
     """The consumer group reading gpu-health and gpu-alerts; a dry run's is this with `.dry-run` after
     it, so a dry run beside a live remediator reads every message the live one reads."""

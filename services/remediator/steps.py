@@ -149,6 +149,7 @@ class Steps:
             dry_run=ctx.dry_run,
             plan_id=ctx.plan_id,
             policy=self.policy.breaker,
+            cap=self.policy.nodes_out,
             now=ctx.now,
         )
         if answer != "admit":
@@ -156,7 +157,7 @@ class Steps:
                 [ctx.record("breaker", "tripped", driver="database", reason=why)] if answer == "trip" else []
             )
             events.append(ctx.record("action", "held", reason=f"not taken out: {why}"))
-            return StepResult("hold", events, why, held_for="breaker")
+            return StepResult("hold", events, why, held_for="nodes_out" if answer == "cap" else "breaker")
         finding = str(ctx.plan["finding"])
         answers = self._each_scheduler(
             ctx, lambda s, name: s.take_out(name, finding=finding, plan_id=ctx.plan_id)

@@ -35,17 +35,18 @@ from confluent_kafka import TopicPartition
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from shared.config import DatabaseSettings, KafkaSettings
+from shared.contract.signing import Signer
 from shared.db import connect
 from shared.errors import ContractError, GpuHealthError
 from shared.kafka import JsonProducer, closing_consumer, make_consumer, take
-from shared.models import GpuEvent, parse_event, to_json
+from shared.models import GpuEvent, parse_event
 from shared.store import events as event_store
 from shared.store.errors import translated
 
 from . import cycle
 from .alert_hosts import with_hostnames
 from .features import Conn
-from .messages import Message
+from .messages import Message, publish
 from .ownership import Ownership
 from .rules_config import Rules
 
@@ -102,7 +103,9 @@ class EventPath:
         as_of: Callable[[Conn, Sequence[GpuEvent]], datetime],
         lookback_s: float,
         registry: CollectorRegistry,
+        signer: Signer | None = None,
     ) -> None:
+        self.signer = signer
         self.rules, self.db, self.kafka, self.topic, self.group = rules, db, kafka, topic, group
         self.consumer_overrides, self.batch, self.producer = consumer_overrides, batch, producer
         self.publish_to, self.ownership, self.as_of = publish_to, ownership, as_of
@@ -222,9 +225,7 @@ class EventPath:
         with_hostnames(conn, messages)
         with translated(conn):
             conn.rollback()  # the hostnames' read
-        for kind, key, value in messages:
-            self.producer.produce(self.publish_to[kind], key, to_json(value))
-        self.producer.poll(0)
+        publish(self.producer, self.signer, self.publish_to, messages)
         took["publish"] += time.perf_counter() - started
         return messages
 

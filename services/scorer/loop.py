@@ -30,10 +30,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from pydantic import Field, field_validator
 
 from shared.config import DatabaseSettings, Section, Settings, TopicSettings
+from shared.contract.signing import Signer, SigningSettings, load_signer
 from shared.db import connect
 from shared.errors import GpuHealthError
 from shared.kafka import JsonProducer, make_producer
-from shared.models import GpuEvent, to_json
+from shared.models import GpuEvent
 from shared.models_health import HEALTH_STATES
 from shared.store import fleet, judging
 from shared.store.errors import translated
@@ -42,6 +43,7 @@ from .alert_hosts import with_hostnames
 from .cycle import CycleResult, judge_in_chunks
 from .event_path import EventPath
 from .features import Conn
+from .messages import publish
 from .ownership import Ownership
 from .predict import Prediction
 from .rules_config import DEFAULT_RULES, Rules, load_rules
@@ -79,6 +81,8 @@ class ScorerSection(Section):
     off, this process judges every GPU, and only every cycle."""
     group: str = Field(default="gpuhealth-scorer", min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._-]+$")
     """The scorers' consumer group on gpu-events: its members share the fleet by the topic's partitions."""
+    signing: SigningSettings = Field(default_factory=SigningSettings)
+    """How the scorer signs what it publishes (`private_key_file`): a remediator acts on nothing unsigned."""
     session_timeout_s: float = Field(default=10.0, ge=6, le=300)
     """How long the group waits on a silent scorer before its GPUs move to the others. Kept under
     `interval_s`, a scorer that dies leaves its GPUs unjudged for at most two intervals."""
@@ -158,8 +162,10 @@ class ScorerLoop:
         producer: JsonProducer,
         registry: CollectorRegistry,
         ownership: Ownership | None = None,
+        signer: Signer | None = None,
     ) -> None:
-        self.cfg, self.rules, self.db, self.producer = cfg, rules, db, producer
+        """`signer`: signs each message (None: they go unsigned, and a remediator refuses them)."""
+        self.cfg, self.rules, self.db, self.producer, self.signer = cfg, rules, db, producer, signer
         self.topic = {"health": topics.health, "alerts": topics.alerts}
         self.metrics = ScorerMetrics(registry)
         self.verdicts = VerdictCollector()
@@ -201,17 +207,15 @@ class ScorerLoop:
         try:
             conn = connect(self.db)
 
-            def publish(chunk: CycleResult) -> None:
+            def emit(chunk: CycleResult) -> None:
                 with_hostnames(conn, chunk.messages)
-                for kind, key, value in chunk.messages:
-                    self.producer.produce(self.topic[kind], key, to_json(value))
-                self.producer.poll(0)
+                publish(self.producer, self.signer, self.topic, chunk.messages)
 
             try:  # the store translates its statements' errors; a bug here still raises as itself
                 as_of = resolve_as_of(conn, self.cfg.as_of)
                 share = self.ownership.share
                 gpus = share.select(judging.inventory_gpus(conn))
-                result = self._judge(conn, as_of, gpus, None if share.everything else gpus, stop, publish)
+                result = self._judge(conn, as_of, gpus, None if share.everything else gpus, stop, emit)
                 self.verdicts.refresh(conn, as_of, gpus)
                 with translated(conn):
                     conn.commit()
@@ -280,11 +284,17 @@ def build_scorer(
     """The scorer `settings` describe; ConfigError when the rules file is invalid."""
     cfg = settings.scorer
     rules = load_rules(cfg.rules_file)
+    signer = load_signer(cfg.signing)
+    if signer is None:
+        log.warning("no signing key (GPUHEALTH_SCORER__SIGNING__PRIVATE_KEY_FILE): verdicts and alerts go"
+                    " unsigned, and a remediator refuses them")  # fmt: skip
+    else:
+        log.info("verdicts and alerts are signed with key %s", signer.kid)
     producer = JsonProducer(make_producer(settings.kafka)) if producer is None else producer
     in_group = cfg.events and cfg.as_of in ("now", "latest")
     ownership = Ownership(everything=not in_group)
     cycle = ScorerLoop(cfg=cfg, rules=rules, db=settings.db, topics=settings.topics, producer=producer,
-                       registry=registry, ownership=ownership)  # fmt: skip
+                       registry=registry, ownership=ownership, signer=signer)  # fmt: skip
     if not in_group:
         return Scorer(cycle, None)
     session_ms = int(cfg.session_timeout_s * 1000)
@@ -295,6 +305,6 @@ def build_scorer(
         },
         batch=cfg.event_batch, producer=producer, publish_to=cycle.topic, ownership=ownership,
         as_of=event_as_of(cfg.as_of), lookback_s=max(60.0, 2 * cfg.interval_s + cfg.session_timeout_s),
-        registry=registry,
+        registry=registry, signer=signer,
     )  # fmt: skip
     return Scorer(cycle, events)

@@ -2,7 +2,8 @@
 
 A message the contract refuses (a GPU id or hostname in the database that the
 topic cannot carry) is logged and left out; the cycle's database writes stand,
-and no other message is held back by it.
+and no other message is held back by it. Each message is signed as it is
+produced (`publish`, shared/contract/signing.py) when the scorer has a key.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from shared.contract.signing import Signer
+from shared.kafka import JsonProducer
+from shared.models import to_json
 from shared.models_health import AlertOpened, AlertResolved, HealthVerdict
 
 log = logging.getLogger(__name__)
@@ -75,3 +79,14 @@ def named(messages: Iterable[Message], hostnames: Mapping[str, str]) -> list[Mes
         if (renamed := _built(kind, type(message), fields)) is not None:
             out.append(renamed)
     return out
+
+
+def publish(
+    producer: JsonProducer, signer: Signer | None, topics: Mapping[str, str], messages: Iterable[Message]
+) -> None:
+    """Queue the messages on their topics, each signed for its topic and key (unsigned without a signer)."""
+    for kind, key, message in messages:
+        value, topic = to_json(message), topics[kind]
+        headers = signer.headers(topic, key, value) if signer is not None else None
+        producer.produce(topic, key, value, headers=headers)
+    producer.poll(0)

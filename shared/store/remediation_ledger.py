@@ -102,6 +102,28 @@ def breaker_window(conn: SyncConn, dry_run: bool, since: datetime) -> set[str]:
     return {str(node) for (node,) in found}
 
 
+def nodes_held_out(conn: SyncConn, dry_run: bool) -> set[str]:
+    """The nodes the remediator holds out of service in a mode: its own cordons (live), the nodes of its
+    plans in hand past their cordon, and those its newest finished plan on the node left out for a person
+    (failed, escalated with no plan after it, or done with keep_out)."""
+    found = tuple_rows(
+        conn,
+        "SELECT node FROM remediation_ownership WHERE dry_run = %(d)s"
+        " UNION SELECT node FROM remediations WHERE dry_run = %(d)s AND state IN ('held', 'running')"
+        "  AND step > 0 AND steps[1] = 'cordon'"
+        " UNION SELECT node FROM ("
+        "  SELECT DISTINCT ON (node) id, node, state, steps FROM remediations"
+        "  WHERE dry_run = %(d)s AND state IN ('done', 'failed', 'escalated')"
+        "  ORDER BY node, updated_at DESC, id DESC) AS newest"
+        "  WHERE steps[1] = 'cordon' AND (state = 'failed'"
+        "   OR (state = 'done' AND steps[array_upper(steps, 1)] = 'keep_out')"
+        "   OR (state = 'escalated'"
+        "    AND NOT EXISTS (SELECT 1 FROM remediations AS later WHERE later.escalated_from = newest.id)))",
+        {"d": dry_run},
+    )
+    return {str(node) for (node,) in found}
+
+
 def admit(conn: SyncConn, *, node: str, dry_run: bool, plan_id: int, at: datetime) -> None:
     with translated(conn):
         conn.execute(

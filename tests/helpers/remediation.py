@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -14,8 +15,10 @@ from services.remediator.drivers.node_exec import Command
 from services.remediator.executor import Executor
 from services.remediator.findings import Finding, NodeMap, from_verdict
 from services.remediator.policy import Policy
-from shared.config import DatabaseSettings
+from shared.config import DatabaseSettings, KafkaSettings
+from shared.contract.signing import Signer, keygen
 from shared.db import connect
+from shared.kafka import JsonProducer
 from shared.models_health import HealthVerdict
 
 T0 = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
@@ -109,6 +112,40 @@ def verdict_finding(
         evidence={"xid": 79},
     )
     return from_verdict(verdict, "gpu-health")
+
+
+@dataclass(frozen=True)
+class ScorerKey:
+    """A test's scorer signing key (generated, never committed) and the keyring the remediator is given."""
+
+    signer: Signer
+    signer_file: Path  # the private key, for a service's settings
+    trusted: Path
+
+    def produce(self, producer: JsonProducer, topic: str, key: str, value: dict[str, Any]) -> None:
+        """`value` on `topic` under `key`, signed as the scorer signs it."""
+        producer.produce(topic, key, value, headers=self.signer.headers(topic, key, value))
+
+
+def service_env(
+    kafka: KafkaSettings, db: DatabaseSettings, topics: dict[str, str], *, port: int, trusted: Path
+) -> dict[str, str]:
+    """`python -m services.remediator`'s environment in a test: the test's broker, schema and topics
+    (`health`, `alerts`, `remediations`), its /metrics port, a group of its own, the keyring."""
+    return {
+        "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS": kafka.bootstrap_servers,
+        **{f"GPUHEALTH_TOPICS__{kind.upper()}": topic for kind, topic in topics.items()},
+        "GPUHEALTH_DB__SEARCH_PATH": str(db.search_path),
+        "GPUHEALTH_REMEDIATOR__METRICS_PORT": str(port),
+        "GPUHEALTH_REMEDIATOR__GROUP_ID": f"rem-{uuid.uuid4().hex[:8]}",
+        "GPUHEALTH_REMEDIATOR__SIGNING__TRUSTED_KEYS_FILE": str(trusted),
+    }
+
+
+def scorer_key(directory: Path) -> ScorerKey:
+    """A new key pair under `directory`, as `python -m shared.contract.signing keygen` makes it."""
+    _, private, _ = keygen(directory)
+    return ScorerKey(Signer.load(private), private, directory / "trusted")
 
 
 def rows(db: DatabaseSettings, query: str, params: Any = None) -> list[tuple[Any, ...]]:

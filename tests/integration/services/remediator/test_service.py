@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -19,7 +20,16 @@ from shared.models_health import AlertResolved
 from shared.models_remediation import parse_remediation
 from tests.helpers.kafka import consume_all
 from tests.helpers.ports import free_port
-from tests.helpers.remediation import T0, add_fleet, gpu_uuid, node_name, rows, score, verdict_finding
+from tests.helpers.remediation import (
+    add_fleet,
+    gpu_uuid,
+    node_name,
+    rows,
+    score,
+    scorer_key,
+    service_env,
+    verdict_finding,
+)
 from tests.helpers.service_process import service_process, sigterm
 
 
@@ -39,7 +49,10 @@ def messages_read(port: int) -> float:
 
 
 def test_the_service_decides_records_and_publishes_once(
-    kafka_settings: KafkaSettings, migrated: DatabaseSettings, topic_factory: Callable[..., str]
+    kafka_settings: KafkaSettings,
+    migrated: DatabaseSettings,
+    topic_factory: Callable[..., str],
+    tmp_path: Path,
 ) -> None:
     health, alerts, out = (
         topic_factory(prefix="health"),
@@ -47,27 +60,21 @@ def test_the_service_decides_records_and_publishes_once(
         topic_factory(prefix="rem"),
     )
     add_fleet(migrated, 30)  # the breaker's 10 % of the fleet: 3 nodes
-    port = free_port()
+    port, key, now = free_port(), scorer_key(tmp_path / "keys"), datetime.now(UTC)
     with JsonProducer(make_producer(kafka_settings)) as producer:
         for node in range(3):
-            finding = verdict_finding(node)
-            producer.produce(health, finding.gpu_uuid, finding.message)
-        producer.produce(health, gpu_uuid(0, 0), verdict_finding(0).message)  # the same verdict, again
+            finding = verdict_finding(node, at=now)
+            key.produce(producer, health, finding.gpu_uuid, finding.message)
+        again = verdict_finding(0, at=now)  # the same verdict, again
+        key.produce(producer, health, gpu_uuid(0, 0), again.message)
         producer.produce(health, "x", {"schema_version": 1, "hostile": "\u0000"})  # refused, never blocks
         resolved = AlertResolved(
-            time=T0, alert_id=1, gpu_uuid=gpu_uuid(1, 0), hostname="", kind="thermal", state="resolved"
+            time=now, alert_id=1, gpu_uuid=gpu_uuid(1, 0), hostname="", kind="thermal", state="resolved"
         )
-        producer.produce(alerts, resolved.gpu_uuid, to_json(resolved))
-    env = {
-        "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
-        "GPUHEALTH_TOPICS__HEALTH": health,
-        "GPUHEALTH_TOPICS__ALERTS": alerts,
-        "GPUHEALTH_TOPICS__REMEDIATIONS": out,
-        "GPUHEALTH_DB__SEARCH_PATH": str(migrated.search_path),
-        "GPUHEALTH_REMEDIATOR__METRICS_PORT": str(port),
-        "GPUHEALTH_REMEDIATOR__DRAIN_LOOK_S": "0.05",
-        "GPUHEALTH_REMEDIATOR__GROUP_ID": f"rem-{uuid.uuid4().hex[:8]}",
-    }
+        key.produce(producer, alerts, resolved.gpu_uuid, to_json(resolved))
+    topics = {"health": health, "alerts": alerts, "remediations": out}
+    env = service_env(kafka_settings, migrated, topics, port=port, trusted=key.trusted)
+    env["GPUHEALTH_REMEDIATOR__DRAIN_LOOK_S"] = "0.05"
     with service_process("remediator", env) as proc:
         # a dry run's plan validates as long as the live one would: until its scoring cycles have passed
         at_validate = "SELECT count(*) FROM remediations WHERE steps[step + 1] = 'validate'"
@@ -83,9 +90,9 @@ def test_the_service_decides_records_and_publishes_once(
 
         wait_until(cycle_then_done, 90, "three plans done")
         # 3 decisions and 3 plans of 5 dry-run steps each (a reset and its remedy), its validation's
-        # records and their outcomes
+        # records and their outcomes; and the refusal of the unsigned message
         ((expected,),) = rows(migrated, "SELECT count(*) FROM remediation_events")
-        assert expected >= 3 * (1 + 6 + 2 + 1)
+        assert expected >= 3 * (1 + 6 + 2 + 1) + 1
         records = [
             parse_remediation(m.value() or b"") for m in consume_all(kafka_settings, out, expected, 60)
         ]
@@ -94,6 +101,8 @@ def test_the_service_decides_records_and_publishes_once(
     assert "dry run: every decision and step is recorded" in out_text
     assert len(records) == expected
     assert {r.dry_run for r in records} == {True}
+    (refusal,) = [r for r in records if r.kind == "refusal"]
+    assert (refusal.status, refusal.node, refusal.response["reason"]) == ("refused", "", "unsigned")
     assert sorted(r.node for r in records if r.kind == "decision") == [
         "gpu-node-00",
         "gpu-node-01",
@@ -106,5 +115,6 @@ def test_the_service_decides_records_and_publishes_once(
         wait_until(lambda: messages_read(port) >= 6, 60, "every verdict and alert read again")
         sigterm(proc)
     assert rows(migrated, "SELECT count(*) FROM remediation_decisions") == [(3,)]
-    assert rows(migrated, "SELECT count(*) FROM remediation_events") == [(expected,)]
+    # nothing decided again; the unsigned message refused again (a refusal is recorded each time it is read)
+    assert rows(migrated, "SELECT count(*) FROM remediation_events") == [(expected + 1,)]
     assert len({r.record_id for r in records}) == expected

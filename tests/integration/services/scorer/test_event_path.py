@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -22,12 +23,14 @@ from prometheus_client import CollectorRegistry
 from evaluation.pipeline import wait_until
 from services.scorer.loop import Scorer, ScorerSection, ScorerSettings, build_scorer
 from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
+from shared.contract.signing import Keyring, SigningSettings
 from shared.db import connect
 from shared.kafka import JsonProducer, make_producer
 from shared.lifecycle import running
 from shared.models import SCHEMA_VERSION
 from shared.models_health import parse_alert
 from tests.helpers.kafka import consume_all
+from tests.helpers.remediation import ScorerKey, scorer_key
 from tests.helpers.scorer_fleet import add_fleet, event_message
 from tests.helpers.topics import isolated_topics
 
@@ -47,6 +50,7 @@ class Running:
     scorer: Scorer
     registry: CollectorRegistry
     topics: TopicSettings
+    key: ScorerKey
 
     def sample(self, name: str) -> float:
         return self.registry.get_sample_value(name) or 0.0
@@ -54,18 +58,22 @@ class Running:
 
 @pytest.fixture
 def scorer(
-    kafka_settings: KafkaSettings, migrated: DatabaseSettings, topic_factory: Callable[..., str]
+    kafka_settings: KafkaSettings,
+    migrated: DatabaseSettings,
+    topic_factory: Callable[..., str],
+    tmp_path: Path,
 ) -> Iterator[Running]:
-    topics = isolated_topics(topic_factory, events=6)
+    topics, key = isolated_topics(topic_factory, events=6), scorer_key(tmp_path / "keys")
     settings = ScorerSettings(
         kafka=kafka_settings, db=migrated, topics=topics,
-        scorer=ScorerSection(as_of="now", interval_s=INTERVAL_S, group=f"scorer-{uuid.uuid4().hex[:8]}"),
+        scorer=ScorerSection(as_of="now", interval_s=INTERVAL_S, group=f"scorer-{uuid.uuid4().hex[:8]}",
+                             signing=SigningSettings(private_key_file=key.signer_file)),
     )  # fmt: skip
     registry = CollectorRegistry()
     built = build_scorer(settings, registry=registry)
     assert built.events is not None
     with running(built.events, name="events") as stop, running(built.cycle, name="cycle", stop=stop):
-        up = Running(built, registry, topics)
+        up = Running(built, registry, topics, key)
         wait_until(lambda: built.cycle.ownership.share.partitions == set(range(6)), 60, "all partitions")
         wait_until(lambda: up.sample("gpuhealth_scorer_cycles_total") >= 1, 60, "a cycle")
         yield up
@@ -86,6 +94,10 @@ def test_an_event_is_its_alert_at_once_and_once(
     opened = consume_all(kafka_settings, scorer.topics.alerts, expected=2, timeout_s=INTERVAL_S / 2)
     took = time.monotonic() - sent
     alerts = [parse_alert(m.value() or b"").model_dump() for m in opened]
+    keyring = Keyring.load(scorer.key.trusted)  # the fast path signs what it publishes, as the cycle does
+    for m in opened:
+        signed = keyring.verify(topic=str(m.topic()), key=m.key(), value=m.value(), headers=m.headers())
+        assert signed.kid == scorer.key.signer.kid
     assert {(a["gpu_uuid"], a["kind"], a["state"]) for a in alerts} == {
         (xid_gpu, "unhealthy_xid", "open"),
         (dbe_gpu, "unhealthy_memory", "open"),

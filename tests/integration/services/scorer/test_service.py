@@ -7,15 +7,18 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from evaluation.pipeline import pipeline
 from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
+from shared.contract.signing import Keyring
 from shared.models import to_json
 from shared.models_health import parse_alert, parse_health_verdict
 from tests.helpers.kafka import consume_all
+from tests.helpers.remediation import scorer_key
 from tests.helpers.topics import isolated_topics, topics_env
 from tests.paths import REPO
 
@@ -129,11 +132,11 @@ def test_the_same_xid_after_repeated_resets_escalates(
         assert xids == [(3,)]
 
 
-def test_the_scorer_process_publishes_verdicts_and_exits_cleanly(
+def test_the_scorer_process_publishes_signed_verdicts_and_exits_cleanly(
     kafka_settings: KafkaSettings, migrated: DatabaseSettings, topics: TopicSettings,
-    topic_factory: Callable[..., str],
+    topic_factory: Callable[..., str], tmp_path: Path,
 ) -> None:  # fmt: skip
-    health, alerts = topics.health, topics.alerts
+    health, alerts, key = topics.health, topics.alerts, scorer_key(tmp_path / "keys")
     with pipeline(kafka_settings, migrated, topics, nodes=1, gpus=2, hours_back=1) as p:
         p.inject(node=0, gpu=0, kind="dbe", after_s=300)
         p.run(1200)
@@ -146,16 +149,19 @@ def test_the_scorer_process_publishes_verdicts_and_exits_cleanly(
         **topics_env(topics),
         "GPUHEALTH_SCORER__GROUP": f"scorer-{topics.events}",  # its own group: never the running stack's
         "GPUHEALTH_SCORER__METRICS_PORT": "0", "GPUHEALTH_SCORER__AS_OF": as_of.isoformat(),
+        "GPUHEALTH_SCORER__SIGNING__PRIVATE_KEY_FILE": str(key.signer_file),
     }  # fmt: skip
     once = subprocess.run([sys.executable, "-m", "services.scorer"], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     assert once.returncode == 0, once.stderr
-    verdicts = [
-        to_json(parse_health_verdict(m.value() or b""))
-        for m in consume_all(kafka_settings, health, expected=2)
-    ]
+    read = consume_all(kafka_settings, health, expected=2) + consume_all(kafka_settings, alerts, expected=2)
+    keyring = Keyring.load(key.trusted)  # what a remediator trusts: every message verifies under it
+    for m in read:
+        signed = keyring.verify(topic=str(m.topic()), key=m.key(), value=m.value(), headers=m.headers())
+        assert signed.kid == key.signer.kid
+    verdicts = [to_json(parse_health_verdict(m.value() or b"")) for m in read if m.topic() == health]
     assert {(v["subsystem"], v["state"]) for v in verdicts} >= {("memory", "unhealthy"), ("xid", "unhealthy")}
-    opened = [to_json(parse_alert(m.value() or b"")) for m in consume_all(kafka_settings, alerts, expected=2)]
+    opened = [to_json(parse_alert(m.value() or b"")) for m in read if m.topic() == alerts]
     assert {a["kind"] for a in opened} == {"unhealthy_memory", "unhealthy_xid"}
     assert {a["state"] for a in opened} == {"open"}
 

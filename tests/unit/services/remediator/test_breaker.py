@@ -1,5 +1,6 @@
 """The breaker's rule over any sequence of attempts, resets and timings: never more nodes than the bound
-within a window, nothing admitted while open, and no trip while there is room."""
+within a window, nothing admitted while open, and no trip while there is room; and the cap beside it:
+never more nodes held out at once than the cap, however slowly they go out."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from dataclasses import dataclass, field
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.remediator.breaker import judge
+from services.remediator.breaker import judge, within_cap
+from services.remediator.policy import load_policy
 
 WINDOW = 100.0
 
@@ -89,3 +91,58 @@ def test_the_window_slides() -> None:
     model = Model(1)
     assert model.attempt(0, "a") == "admit"
     assert model.attempt(WINDOW + 1, "b") == "admit"  # a's admission has left the window
+
+
+@dataclass
+class Fleet:
+    """The breaker and the cap together, as admit_node applies them: the cap first, then the window."""
+
+    breaker: Model
+    cap: int
+    out: set[str] = field(default_factory=set)  # the nodes the remediator holds out
+
+    def take_out(self, now: float, node: str) -> str:
+        if not within_cap(held_out=self.out, node=node, cap=self.cap):
+            return "cap"
+        answer = self.breaker.attempt(now, node)
+        if answer == "admit":
+            self.out.add(node)
+        return answer
+
+
+def test_the_issues_slow_drip_trips_no_breaker_but_stops_at_the_cap() -> None:
+    """One new node every 91 s: the breaker (10 nodes within 900 s) never trips; before the cap, 950 nodes
+    were out within a day. With the committed cap (20 nodes or 10 % of the fleet) no more than 20 are."""
+    policy = load_policy()
+    window = policy.breaker.window_s
+    fleet = Fleet(Model(policy.breaker.bound(10_000)), cap=policy.nodes_out.bound(10_000))
+    answers = []
+    for i in range(950):
+        now = i * 91.0
+        fleet.breaker.admitted = [(at, n) for at, n in fleet.breaker.admitted if at > now - window]
+        answers.append(fleet.take_out(now, f"node-{i}"))
+    assert "trip" not in answers
+    assert answers.count("admit") == len(fleet.out) == 20
+    assert set(answers[20:]) == {"cap"}
+
+
+@given(
+    cap=st.integers(1, 15),
+    sequence=st.lists(
+        st.tuples(st.sampled_from(["out", "back"]), st.sampled_from([f"node-{i}" for i in range(40)])),
+        max_size=300,
+    ),
+)
+def test_the_nodes_held_out_never_exceed_the_cap(cap: int, sequence: list[tuple[str, str]]) -> None:
+    fleet = Fleet(Model(bound=1_000), cap=cap)
+    for step, (what, node) in enumerate(sequence):
+        if what == "back":
+            fleet.out.discard(node)  # validated and returned, or an operator took it
+            continue
+        before = set(fleet.out)
+        answer = fleet.take_out(float(step) * 1_000, node)
+        assert len(fleet.out) <= cap
+        if node in before:
+            assert answer == "admit"  # a node already out is no new node (its drain after its cordon)
+        elif answer == "cap":
+            assert len(before) == cap  # held only when the cap is reached

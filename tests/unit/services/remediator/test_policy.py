@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.remediator.policy import DEFAULT_POLICY, Breaker, load_policy
+from services.remediator.policy import DEFAULT_POLICY, Breaker, NodesOut, load_policy
 from shared.errors import ConfigError
 from shared.models_health import LADDER
 
@@ -101,11 +101,34 @@ def test_an_unreadable_or_malformed_file_is_a_config_error(tmp_path: Path) -> No
     percent=st.floats(0.001, 100, allow_nan=False),
     fleet=st.integers(-5, 1_000_000),
 )
-def test_the_breaker_bound_is_the_smaller_bound_and_never_below_one(
+def test_the_breaker_bound_and_the_cap_are_the_smaller_bound_and_never_below_one(
     max_nodes: int, percent: float, fleet: int
 ) -> None:
-    bound = Breaker(max_nodes=max_nodes, max_fleet_percent=percent, window_s=60).bound(fleet)
-    assert 1 <= bound <= max_nodes
-    assert bound == 1 or bound <= max(fleet, 0) * percent / 100
-    bigger = Breaker(max_nodes=max_nodes, max_fleet_percent=percent, window_s=60).bound(fleet + 100)
-    assert bigger >= bound  # a bigger fleet never lowers the bound
+    for bounds in (
+        Breaker(max_nodes=max_nodes, max_fleet_percent=percent, window_s=60),
+        NodesOut(max_nodes=max_nodes, max_fleet_percent=percent),
+    ):
+        bound = bounds.bound(fleet)
+        assert 1 <= bound <= max_nodes
+        assert bound == 1 or bound <= max(fleet, 0) * percent / 100
+        assert bounds.bound(fleet + 100) >= bound  # a bigger fleet never lowers the bound
+
+
+def test_the_committed_cap_bounds_the_nodes_out_beside_the_breaker() -> None:
+    policy = load_policy()
+    assert (policy.nodes_out.max_nodes, policy.nodes_out.max_fleet_percent) == (20, 10.0)
+    assert policy.nodes_out.bound(40) == 4
+    assert policy.nodes_out.bound(10_000) == 20
+
+
+def test_a_policy_without_the_cap_is_refused(tmp_path: Path) -> None:
+    text = POLICY_TEXT.replace("[nodes_out]", "[unused]")
+    with pytest.raises(ConfigError, match="nodes_out"):
+        load_policy(write(tmp_path, text))
+
+
+def test_a_training_jobs_alert_can_never_be_made_to_act(tmp_path: Path) -> None:
+    """Training jobs publish their alerts unsigned: the policy cannot name one."""
+    text = POLICY_TEXT + '"training:thermal" = "inspect"\n'
+    with pytest.raises(ConfigError, match="not signed"):
+        load_policy(write(tmp_path, text))
