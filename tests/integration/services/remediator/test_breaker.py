@@ -9,7 +9,7 @@ from collections.abc import Callable
 from services.remediator.policy import Breaker, NodesOut
 from shared.db import connect
 from shared.store import remediation_ledger as ledger
-from tests.helpers.remediation import Remediator, add_fleet, decide_all, rows, verdict_finding
+from tests.helpers.remediation import Remediator, add_fleet, decide_all, returned, rows, verdict_finding
 
 
 def test_the_cap_holds_the_next_node_and_trips_nothing(remediator_factory: Callable[..., Remediator]) -> None:
@@ -41,8 +41,11 @@ def test_a_node_returned_frees_its_room(remediator_factory: Callable[..., Remedi
     breaker = Breaker(max_nodes=10, max_fleet_percent=100, window_s=900)  # room: the cap is what binds
     r = remediator_factory(dry_run=True, policy_changes={"nodes_out": cap, "breaker": breaker})
     add_fleet(r.db, 3)
-    for node, action in ((0, "run_diagnostics"), (1, "inspect"), (2, "inspect")):
-        decide_all(r, [verdict_finding(node, action=action)], dry_run=True)
+    decide_all(r, [verdict_finding(0, action="run_diagnostics")], dry_run=True)
+    r.run_until_settled()
+    returned(r, "gpu-node-00")  # its GPUs seen again and healthy cycles: validated, returned
+    for node in (1, 2):
+        decide_all(r, [verdict_finding(node, action="inspect")], dry_run=True)
         r.run_until_settled()
     assert rows(r.db, "SELECT node, action, state, held_for FROM remediations ORDER BY id") == [
         ("gpu-node-00", "run_diagnostics", "done", None),  # validated and returned
