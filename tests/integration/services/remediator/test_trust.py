@@ -1,6 +1,7 @@
 """Forged, replayed, stale and wrong-host verdicts against `python -m services.remediator`, live on the real
 API server, through the real broker: each makes no decision and no plan and is a counted, recorded refusal;
-the one genuine verdict among them cordons its node, once."""
+the one genuine verdict among them cordons its node, once. And a key rotated: old and new both believed,
+then the old one dropped and refused."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from evaluation.pipeline import wait_until
 from services.remediator.drivers.kubernetes import MARK, OWNER
 from shared.config import DatabaseSettings, KafkaSettings
-from shared.contract.signing import KID_HEADER, SIG_HEADER, Signer
+from shared.contract.signing import KID_HEADER, SIG_HEADER, Signer, keygen
 from shared.kafka import JsonProducer, make_producer
 from shared.models import to_json
 from shared.models_health import AlertOpened, HealthVerdict
@@ -25,7 +26,15 @@ from shared.models_remediation import parse_remediation
 from tests.helpers.kafka import consume_all
 from tests.helpers.kube import KubeAdmin
 from tests.helpers.ports import free_port
-from tests.helpers.remediation import add_nodes, gpu_uuid, rows, scorer_key, service_env
+from tests.helpers.remediation import (
+    add_fleet,
+    add_nodes,
+    gpu_uuid,
+    node_name,
+    rows,
+    scorer_key,
+    service_env,
+)
 from tests.helpers.service_process import service_process, sigterm
 
 
@@ -178,3 +187,41 @@ def test_forged_replayed_stale_and_wrong_host_verdicts_make_no_plan_and_are_coun
     # logged, without the signatures
     assert output.count("message refused, nothing decided") == 9
     assert not [s for s in sent if s.decode() in output]
+
+
+def test_a_key_rotated_out_is_trusted_beside_the_new_then_dropped(
+    kafka_settings: KafkaSettings,
+    migrated: DatabaseSettings,
+    topic_factory: Callable[..., str],
+    tmp_path: Path,
+) -> None:
+    """Rotation as docs/services/remediator.md has it: both keys in the keyring, then the old one gone."""
+    health, alerts = topic_factory(prefix="health"), topic_factory(prefix="alerts")
+    add_fleet(migrated, 40)
+    old = scorer_key(tmp_path / "keys")
+    _, new_private, _ = keygen(tmp_path / "keys", "scorer-2")
+    new, now, port = Signer.load(new_private), datetime.now(UTC), free_port()
+    topics = {"health": health, "alerts": alerts, "remediations": topic_factory(prefix="rem")}
+    env = service_env(kafka_settings, migrated, topics, port=port, trusted=old.trusted)
+
+    def send(signer: Signer, node: int) -> None:
+        value = verdict(gpu_uuid(node, 0), node_name(node), now)
+        with JsonProducer(make_producer(kafka_settings)) as producer:
+            producer.produce(
+                health, gpu_uuid(node, 0), value, headers=signer.headers(health, gpu_uuid(node, 0), value)
+            )
+
+    decided = "SELECT node FROM remediation_decisions ORDER BY node"
+    send(old.signer, 0)  # in flight when the scorer moved to the new key
+    send(new, 1)
+    with service_process("remediator", env) as proc:
+        wait_until(lambda: len(rows(migrated, decided)) == 2, 60, "both keys believed")
+        sigterm(proc)
+    (old.trusted / "scorer.pem").unlink()  # max_age_s later: the old key leaves the keyring
+    send(old.signer, 2)
+    send(new, 3)
+    with service_process("remediator", env) as proc:
+        wait_until(lambda: refused_by_reason(port).get("unknown_key") == 1, 60, "the old key refused")
+        wait_until(lambda: len(rows(migrated, decided)) == 3, 60, "the new key believed")
+        sigterm(proc)
+    assert rows(migrated, decided) == [(node_name(0),), (node_name(1),), (node_name(3),)]
