@@ -31,8 +31,19 @@ class KafkaSettings(BaseModel):
     """SASL user name."""
     sasl_password: SecretStr | None = None
     """SASL password."""
+    ssl_ca_location: str | None = None
+    """The CA certificate(s) (PEM file) the brokers' certificates are checked against; unset: the system's.
+    `make up` and compose: the local stack's CA (`$GPUHEALTH_RUN/tls/ca.pem`)."""
+    ssl_certificate_location: str | None = None
+    """This client's certificate (PEM file), when the brokers take mTLS principals: its `CN` is the
+    Kafka principal (`make up`: one per service, `$GPUHEALTH_RUN/tls/<service>.pem`)."""
+    ssl_key_location: str | None = None
+    """The private key (PEM file) of `ssl_certificate_location`."""
+    ssl_key_password: SecretStr | None = None
+    """The password of `ssl_key_location`, if the key is encrypted."""
     extra: dict[str, str] = Field(default_factory=dict)
-    """Further librdkafka properties, e.g. `{"ssl.ca.location": "/etc/ca.pem"}`."""
+    """Further librdkafka properties, e.g. `{"ssl.endpoint.identification.algorithm": "none"}` (secrets
+    among them, such as `sasl.password`, are masked in logs)."""
 
 
 PRODUCER_DEFAULTS: dict[str, Any] = {
@@ -77,5 +88,14 @@ def client_config(settings: KafkaSettings) -> dict[str, Any]:
         config["sasl.username"] = settings.sasl_username
     if settings.sasl_password:
         config["sasl.password"] = settings.sasl_password.get_secret_value()
+    for key, value in (
+        ("ssl.ca.location", settings.ssl_ca_location),
+        ("ssl.certificate.location", settings.ssl_certificate_location),
+        ("ssl.key.location", settings.ssl_key_location),
+    ):
+        if value:
+            config[key] = value
+    if settings.ssl_key_password:
+        config["ssl.key.password"] = settings.ssl_key_password.get_secret_value()
     config.update(settings.extra)
     return config

@@ -87,6 +87,13 @@ for try in 1 2; do  # a second try for a registry that dropped a download
 done
 images_s=$((SECONDS - t))
 
+# Secrets of this run's own: the services refuse the well-known defaults off loopback (and the
+# containers reach each other off loopback). Set after env.sh, whose defaults are the native stack's.
+secret() { head -c 24 /dev/urandom | base64 | tr -d '/+='; }
+GPUHEALTH_DB__PASSWORD=$(secret); GPUHEALTH_API__READER_PASSWORD=$(secret)
+GPUHEALTH_API__ACKNOWLEDGER_PASSWORD=$(secret)
+export GPUHEALTH_DB__PASSWORD GPUHEALTH_API__READER_PASSWORD GPUHEALTH_API__ACKNOWLEDGER_PASSWORD
+
 t=$SECONDS
 log "docker compose up -d --wait"
 timeout 660 "${compose[@]}" up -d --wait --wait-timeout 600 >"$work/logs/compose-up.log" 2>&1 ||

@@ -56,26 +56,43 @@ kafka_running() {
     grep -q kafka.Kafka "/proc/$(cat "$kafka_pidfile")/cmdline" 2>/dev/null
 }
 
-kafka_start() {
-  if kafka_running; then
-    port_open "$GPUHEALTH_KAFKA_PORT" && { log "kafka already running (pid $(cat "$kafka_pidfile"))"; return 0; }
-    wait_for 90 "kafka" port_open "$GPUHEALTH_KAFKA_PORT" || die "kafka pid $(cat "$kafka_pidfile") is not listening"
-    return 0
-  fi
-  port_open "$GPUHEALTH_KAFKA_PORT" && die "port $GPUHEALTH_KAFKA_PORT is taken by another process; set GPUHEALTH_KAFKA_PORT"
-  command -v java >/dev/null || die "a JDK (java 17+) is needed to run Kafka"
-  kafka_jars
-  mkdir -p "$kafka_dir/data" "$kafka_dir/logs"
-  cat > "$kafka_dir/server.properties" <<PROPS
-# Written by scripts/services.sh at every start; edit env.sh variables instead.
+# The servers' TLS material and Kafka's identities (shared/plumbing/local_pki.py): a local CA, the
+# broker's and PostgreSQL's certificates, and one client certificate per Kafka principal (CN = principal),
+# made once and kept. The Python settings of `make up`'s services point at them (env.sh, local-stack.toml).
+local_pki() {
+  local venv; venv=$("$here/pyenv.sh")
+  (cd "$root" && PYTHONPATH=$root "$venv/bin/python" -m shared.plumbing.local_pki "$GPUHEALTH_TLS" \
+    --hosts 127.0.0.1,localhost) >&2
+}
+
+# server.properties as this checkout wants it, on stdout.
+kafka_properties() {
+  cat <<PROPS
+# Written by scripts/services.sh; edit env.sh variables instead. A broker running with other
+# settings (an older checkout's, without TLS and ACLs) is restarted with these by \`make services\`.
 process.roles=broker,controller
 node.id=1
 controller.quorum.bootstrap.servers=127.0.0.1:$GPUHEALTH_KAFKA_CONTROLLER_PORT
-listeners=PLAINTEXT://127.0.0.1:$GPUHEALTH_KAFKA_PORT,CONTROLLER://127.0.0.1:$GPUHEALTH_KAFKA_CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://127.0.0.1:$GPUHEALTH_KAFKA_PORT
+listeners=BROKER://127.0.0.1:$GPUHEALTH_KAFKA_PORT,CONTROLLER://127.0.0.1:$GPUHEALTH_KAFKA_CONTROLLER_PORT
+advertised.listeners=BROKER://127.0.0.1:$GPUHEALTH_KAFKA_PORT
 controller.listener.names=CONTROLLER
-inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+inter.broker.listener.name=BROKER
+# Identities: TLS on both listeners, and every client shows a certificate of the local CA (mTLS); its
+# CN is the principal (CN=scorer -> User:scorer). No certificate, no connection: nobody is anonymous.
+listener.security.protocol.map=BROKER:SSL,CONTROLLER:SSL
+ssl.client.auth=required
+ssl.endpoint.identification.algorithm=https
+ssl.keystore.type=PKCS12
+ssl.keystore.location=$GPUHEALTH_TLS/broker.p12
+ssl.keystore.password=$(cat "$GPUHEALTH_TLS/broker.p12.password")
+ssl.truststore.type=PEM
+ssl.truststore.location=$GPUHEALTH_TLS/ca.pem
+ssl.principal.mapping.rules=RULE:^CN=([A-Za-z0-9._-]+)\$/\$1/,DEFAULT
+# Authorisation: what each principal may do is the topic registry's ACLs (\`make topics\` applies them);
+# anything no ACL allows is refused. The broker itself and the admin (topic set-up, tests) may anything.
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+allow.everyone.if.no.acl.found=false
+super.users=User:broker;User:admin
 log.dirs=$kafka_dir/data
 # One broker: internal topics cannot be replicated.
 offsets.topic.replication.factor=1
@@ -89,6 +106,26 @@ group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=false
 num.partitions=6
 PROPS
+}
+
+kafka_start() {
+  mkdir -p "$kafka_dir/data" "$kafka_dir/logs"
+  local_pki
+  local want; want=$(kafka_properties)
+  if kafka_running; then
+    if [[ $want != "$(cat "$kafka_dir/server.properties" 2>/dev/null)" ]]; then
+      log "kafka runs with other settings than this checkout's (TLS, ACLs): restarting it"
+      kafka_stop
+    else
+      port_open "$GPUHEALTH_KAFKA_PORT" && { log "kafka already running (pid $(cat "$kafka_pidfile"))"; return 0; }
+      wait_for 90 "kafka" port_open "$GPUHEALTH_KAFKA_PORT" || die "kafka pid $(cat "$kafka_pidfile") is not listening"
+      return 0
+    fi
+  fi
+  port_open "$GPUHEALTH_KAFKA_PORT" && die "port $GPUHEALTH_KAFKA_PORT is taken by another process; set GPUHEALTH_KAFKA_PORT"
+  command -v java >/dev/null || die "a JDK (java 17+) is needed to run Kafka"
+  kafka_jars
+  (umask 077; printf '%s\n' "$want" > "$kafka_dir/server.properties")
   local java=(java -Xms256m "-Xmx$GPUHEALTH_KAFKA_HEAP" -XX:+UseG1GC -Djava.awt.headless=true
               "-Dkafka.logs.dir=$kafka_dir/logs"
               "-Dlog4j2.configurationFile=$root/deploy/kafka/log4j2.properties"
@@ -168,6 +205,8 @@ CONF
     log "postgresql already running"
   fi
   wait_for 60 "postgresql" "$GPUHEALTH_PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$GPUHEALTH_PG_PORT" || die "postgresql is not ready"
+  local_pki
+  postgres_tls
   # Role, database and extension: idempotent, cheap, so done at every start.
   pg_psql -d postgres -v user="$GPUHEALTH_DB_USER" -v pass="$GPUHEALTH_DB_PASSWORD" -v db="$GPUHEALTH_DB_NAME" \
     -v reader_pass="$GPUHEALTH_DB_READER_PASSWORD" -v ack_pass="$GPUHEALTH_DB_ACKNOWLEDGER_PASSWORD" <<'SQL'
@@ -198,6 +237,33 @@ SQL
   pg_psql -d "$GPUHEALTH_DB_NAME" < "$root/deploy/timescaledb-init/20-least-privilege.sql"
   log "database $GPUHEALTH_DB_NAME ready: $(pg_psql -d "$GPUHEALTH_DB_NAME" -At -c \
     "SELECT 'timescaledb ' || extversion || ', license ' || current_setting('timescaledb.license') FROM pg_extension WHERE extname = 'timescaledb'")"
+}
+
+# TLS with the local CA's certificate for PostgreSQL (the services connect with sslmode=verify-full):
+# at every start, so a cluster an older checkout made gets it too; reloaded (not restarted) on a change.
+postgres_tls() {
+  local changed=0 ext src dst
+  for ext in crt key; do
+    src=$GPUHEALTH_TLS/postgres.$([[ $ext == crt ]] && echo pem || echo key) dst=$GPUHEALTH_PG_DATA/server.$ext
+    cmp -s "$src" "$dst" 2>/dev/null && continue
+    if [[ $(id -u) -eq 0 ]]; then install -m 0600 -o postgres -g postgres "$src" "$dst"; else install -m 0600 "$src" "$dst"; fi
+    changed=1
+  done
+  local want="# Written by scripts/services.sh at every start: TLS with the local CA's certificate.
+ssl = on
+ssl_cert_file = 'server.crt'
+ssl_key_file = 'server.key'
+ssl_min_protocol_version = 'TLSv1.2'"
+  if [[ $(cat "$GPUHEALTH_PG_DATA/gpu-health-tls.conf" 2>/dev/null) != "$want" ]]; then
+    printf '%s\n' "$want" | as_pg tee "$GPUHEALTH_PG_DATA/gpu-health-tls.conf" >/dev/null
+    changed=1
+  fi
+  grep -q "^include_if_exists 'gpu-health-tls.conf'" "$GPUHEALTH_PG_DATA/postgresql.conf" ||
+    { echo "include_if_exists 'gpu-health-tls.conf'" | as_pg tee -a "$GPUHEALTH_PG_DATA/postgresql.conf" >/dev/null; changed=1; }
+  if ((changed)); then
+    log "postgresql: TLS with the local CA's certificate (reloading)"
+    as_pg "$GPUHEALTH_PG_BIN/pg_ctl" -D "$GPUHEALTH_PG_DATA" reload >/dev/null
+  fi
 }
 
 postgres_stop() {

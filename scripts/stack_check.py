@@ -5,6 +5,10 @@ mock's ground truth says was broken must not be judged healthy), and the scorer 
 since it started. The API lists no other GPU (a test that wrote into the stack's own tables or topics
 would show up here). `--timeout` waits that long
 for it; CI runs it after `make up` and again after `make test`, which must leave the stack as it found it.
+
+Then Kafka's identities: the broker refuses a write to the verdicts' topic by any principal but the
+scorer's (the collector's and the remediator's are tried, with their certificates of the local stack),
+and any client without a certificate (#41).
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ import sys
 import time
 import urllib.request
 from datetime import UTC, datetime
+from pathlib import Path
 
+import confluent_kafka
 from prometheus_client.parser import text_string_to_metric_families
 
 
@@ -81,6 +87,51 @@ def _scorer_cycles() -> float:
     )
 
 
+def _tls_dir() -> Path:
+    if os.environ.get("GPUHEALTH_TLS"):
+        return Path(os.environ["GPUHEALTH_TLS"])
+    cache = Path(os.environ.get("GPUHEALTH_CACHE") or Path.home() / ".cache" / "gpu-health")
+    return Path(os.environ.get("GPUHEALTH_RUN") or cache / "run") / "tls"
+
+
+def write_outcome(principal: str | None, topic: str) -> str:
+    """One record to `topic` as `principal` (None: no certificate): "written", or the error's name."""
+    tls = _tls_dir()
+    bootstrap = f"127.0.0.1:{os.environ.get('GPUHEALTH_KAFKA_PORT', '9092')}"
+    config = {
+        "bootstrap.servers": bootstrap,
+        "security.protocol": "SSL",
+        "ssl.ca.location": str(tls / "ca.pem"),
+        "message.timeout.ms": 10_000,
+        "error_cb": lambda _: None,  # an anonymous client's refused handshakes: its outcome says so
+        "log_level": 0,
+    }
+    if principal:
+        config |= {"ssl.certificate.location": str(tls / f"{principal}.pem"),
+                   "ssl.key.location": str(tls / f"{principal}.key")}  # fmt: skip
+    outcome: list[confluent_kafka.KafkaError | None] = []
+    producer = confluent_kafka.Producer(config)
+    producer.produce(topic, b'{"probe": "stack_check"}', key=b"GPU-stack-check",
+                     on_delivery=lambda err, _: outcome.append(err))  # fmt: skip
+    producer.flush(20)
+    if not outcome:
+        return "no delivery report"
+    return "written" if outcome[0] is None else outcome[0].name()
+
+
+def kafka_problems() -> list[str]:
+    """What Kafka let through that it must refuse: verdicts written by another principal, or anonymously."""
+    if not (_tls_dir() / "ca.pem").is_file():
+        return [f"no {_tls_dir()}/ca.pem: the local broker runs without identities (make services)"]
+    verdicts = os.environ.get("GPUHEALTH_TOPICS__HEALTH", "gpu-health")
+    found = []
+    for who in ("collector", "remediator", None):
+        outcome = write_outcome(who, verdicts)
+        if outcome == "written":
+            found.append(f"{who or 'a client without a certificate'} wrote to {verdicts}")
+    return found
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--timeout", type=float, default=180, help="seconds to wait for a good answer")
@@ -97,6 +148,12 @@ def main() -> int:
         if not found:
             took = time.monotonic() - start
             print(f"stack_check: every simulated GPU seen and judged, no other listed ({took:.0f} s)")
+            if refused := kafka_problems():
+                print(f"stack_check: Kafka: {'; '.join(refused)}", file=sys.stderr)
+                return 1
+            print(
+                "stack_check: Kafka refused the collector's and the remediator's verdicts, and anonymous ones"
+            )
             return 0
         time.sleep(2)
     print(f"stack_check: after {args.timeout:.0f} s: {'; '.join(found)}", file=sys.stderr)

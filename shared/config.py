@@ -13,13 +13,14 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, Self, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from gpuhealth.kafka_settings import KafkaSettings as KafkaSettings  # shared with the training library
 from shared.errors import ConfigError
+from shared.plumbing.secrets import masked as mask_settings
 
 # every topic's name: the topics' table is shared/topic_registry.py
 from shared.topic_registry import TopicSettings as TopicSettings
@@ -52,8 +53,12 @@ class DatabaseSettings(Section):
     """Login: the tables' owner for the writing services."""
     password: SecretStr = SecretStr("gpuhealth")
     """The login's password."""
-    sslmode: str = "prefer"
-    """libpq's `sslmode`: `disable`, `prefer`, `require`, `verify-ca` or `verify-full`."""
+    sslmode: Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] = "prefer"
+    """libpq's `sslmode`. With `sslrootcert` set it is `verify-full` unless set otherwise, and only
+    `verify-ca` or `verify-full` may go with a CA: the server's certificate and name are checked."""
+    sslrootcert: str | None = None
+    """The CA (PEM file) the server's certificate must chain to (`make up`: the local CA,
+    `$GPUHEALTH_RUN/tls/ca.pem`, and PostgreSQL serves TLS with its certificate)."""
     connect_timeout_s: int = Field(default=5, ge=1, le=300)
     """How long one connection attempt may take."""
     application_name: str = "gpu-health"
@@ -62,6 +67,16 @@ class DatabaseSettings(Section):
     """The one schema a service reaches (tests, tenants); unset: the role's default (`public`). A bound
     service sees no table of any other schema, `public` included: a table missing from its schema is an
     error, never a read or write elsewhere. TimescaleDB's functions are called as `public.*`."""
+
+    @model_validator(mode="after")
+    def _verify_where_tls_is_configured(self) -> Self:
+        """A CA means TLS is configured: then the server is verified, name and all (verify-full)."""
+        if self.sslrootcert:
+            if "sslmode" not in self.model_fields_set:
+                self.sslmode = "verify-full"
+            elif self.sslmode not in ("verify-ca", "verify-full"):
+                raise ValueError(f"sslmode {self.sslmode} with an sslrootcert: the CA would not be checked")
+        return self
 
     def conninfo(self, **overrides: Any) -> str:
         """A libpq connection string; values are quoted so no setting can inject another."""
@@ -75,6 +90,8 @@ class DatabaseSettings(Section):
             "connect_timeout": self.connect_timeout_s,
             "application_name": self.application_name,
         }
+        if self.sslrootcert:
+            params["sslrootcert"] = self.sslrootcert
         if self.search_path:
             params["options"] = f"-c search_path={self.search_path}"
         params.update(overrides)
@@ -143,8 +160,9 @@ def load_settings(cls: type[S], **overrides: Any) -> S:
 
 
 def masked(settings: BaseModel) -> dict[str, Any]:
-    """The settings as a dict fit for a log line: secrets stay `**********`."""
-    return settings.model_dump(mode="json")
+    """The settings as a dict fit for a log line: secrets stay `**********`, also inside mappings
+    (`GPUHEALTH_KAFKA__EXTRA`'s `sasl.password`) and URLs' user info (shared/plumbing/secrets.py)."""
+    return mask_settings(settings)
 
 
 def log_settings(settings: BaseModel, service: str) -> None:

@@ -68,6 +68,12 @@ OTHER_VARIABLES: tuple[OtherVariable, ...] = (
         _NATIVE,
         "Set by the scripts: the Kafka jars `bin/` runs.",
     ),
+    OtherVariable(
+        "GPUHEALTH_TLS",
+        "`$GPUHEALTH_RUN/tls`",
+        _NATIVE,
+        "Set by the scripts: the local CA, each Kafka principal's certificate and key, the servers'.",
+    ),
     OtherVariable("GPUHEALTH_PG_PORT", "`55432`", f"{_NATIVE}, {_COMPOSE}", "PostgreSQL's port on the host."),
     OtherVariable(
         "GPUHEALTH_PG_DATA",

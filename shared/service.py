@@ -23,6 +23,7 @@ from shared.config import Settings, load_settings, log_settings
 from shared.config_env import warn_unknown_variables
 from shared.errors import GpuHealthError
 from shared.logging import setup_logging
+from shared.plumbing.secrets import default_secrets_off_loopback
 
 S = TypeVar("S", bound=Settings)
 log = logging.getLogger(__name__)
@@ -54,6 +55,9 @@ def start_service(cls: type[S], name: str, argv: Sequence[str] | None = None) ->
         return None
     setup_logging(settings.log.level, json_format=settings.log.json_format, service=name)
     log_settings(settings, name)
+    if defaults := default_secrets_off_loopback(settings):
+        log.error("%s refuses to start: %s (set your own)", name, "; ".join(defaults))
+        return None
     warn_unknown_variables(os.environ, cls, otlp.OtlpSettings)
     try:
         otlp.start_export(name, otlp_section)

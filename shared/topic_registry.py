@@ -31,7 +31,7 @@ import sys
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Literal, NamedTuple, Self
+from typing import Annotated, Any, Literal, NamedTuple, Self, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.json_schema import JsonSchemaMode
@@ -63,6 +63,23 @@ class Keep(StrEnum):
     FOREVER = "forever"  # never deleted, by time or by size: an audit log (retention.ms and .bytes -1)
 
 
+# The Kafka principals, one per service, and `admin` (topic set-up, the tests' and operators' tools; a
+# super user, with `broker`). Each topic below names which may write and which may read it; shared/topics.py
+# turns that into the broker's ACLs (the StandardAuthorizer refuses everything else).
+Principal = Literal[
+    "collector", "sink", "scorer", "remediator", "verifier", "lifecycle", "llm-monitor", "api"
+]
+PRINCIPALS: tuple[str, ...] = (*get_args(Principal), "admin")
+# The consumer groups each principal may join (group ids starting with these): the services' default group
+# ids. A service whose group id is configured otherwise needs a grant for it (docs/operating.md, Security).
+CONSUMER_GROUPS: dict[str, tuple[str, ...]] = {
+    "collector": ("gpu-health-spool-check-",),
+    "sink": ("gpu-health-sink",),
+    "scorer": ("gpuhealth-scorer",),
+    "remediator": ("gpu-health-remediator",),
+    "verifier": ("gpu-health-audit-",),
+}
+
 # The sink's loops (services/sink): SinkLoop (metrics), VerificationLoop and WorkloadLoop.
 SinkLoopName = Literal["metrics", "verification", "workload"]
 
@@ -91,21 +108,29 @@ class Topic:
     # with the fleet alike.
     partitions: int | None = None
     stored_by: SinkLoopName | None = None  # the sink loop that stores it; None: the sink does not read it
+    writers: tuple[Principal, ...] = ()  # the principals that may write it (the ACLs; admin may anything)
+    readers: tuple[Principal, ...] = ()  # the principals that may read it
 
     def __init__(
         self,
         *messages: Message,
         key: str,
         keep: Keep,
+        writers: tuple[Principal, ...],
+        readers: tuple[Principal, ...] = (),
         cleanup_policy: Literal["delete", "compact", "compact,delete"] = "delete",
         partitions: int | None = None,
         stored_by: SinkLoopName | None = None,
     ) -> None:
         if not messages:
             raise TypeError("a topic carries at least one kind of message")
+        if not writers:
+            raise TypeError("a topic has at least one writer")
+        if stored_by is not None and "sink" not in readers:
+            raise TypeError("the sink reads the topics it stores")
         for name, value in (
             ("messages", messages), ("key", key), ("keep", keep), ("cleanup_policy", cleanup_policy),
-            ("partitions", partitions), ("stored_by", stored_by),
+            ("partitions", partitions), ("stored_by", stored_by), ("writers", writers), ("readers", readers),
         ):  # fmt: skip
             object.__setattr__(self, name, value)
 
@@ -131,6 +156,8 @@ class TopicSettings(BaseModel):
             key="gpu_uuid",
             keep=Keep.RAW,
             stored_by="metrics",
+            writers=("collector",),
+            readers=("sink", "collector"),
         ),
     ] = "gpu-metrics-raw"
     """One sample per GPU per poll, every metric its source reported."""
@@ -141,11 +168,20 @@ class TopicSettings(BaseModel):
             key="gpu_uuid",
             keep=Keep.AUDIT,
             stored_by="metrics",
+            writers=("collector",),
+            readers=("sink", "scorer", "collector"),
         ),
     ] = "gpu-events"
     """What happened between two polls: XIDs, ECC DBE increments, throttling, GPUs lost and back."""
     health: Annotated[
-        TopicName, Topic(Message(HealthVerdict, "gpu-health.v1.schema.json"), key="gpu_uuid", keep=Keep.AUDIT)
+        TopicName,
+        Topic(
+            Message(HealthVerdict, "gpu-health.v1.schema.json"),
+            key="gpu_uuid",
+            keep=Keep.AUDIT,
+            writers=("scorer",),
+            readers=("remediator",),
+        ),
     ] = "gpu-health"
     """The scorer's health verdicts, one message per change of a GPU subsystem's state."""
     alerts: Annotated[
@@ -156,6 +192,8 @@ class TopicSettings(BaseModel):
             Message(TrainingAlert, "gpu-alert-training.v1.schema.json"),
             key="gpu_uuid",
             keep=Keep.AUDIT,
+            writers=("scorer",),
+            readers=("remediator",),
         ),
     ] = "gpu-alerts"
     """Alerts opened and resolved, by the scorer and by training jobs (told apart by `source`)."""
@@ -165,6 +203,8 @@ class TopicSettings(BaseModel):
             Message(DeadLetterHeaders, "gpu-dead-letter-headers.v1.schema.json", part="headers"),
             key=ORIGINAL_KEY,
             keep=Keep.AUDIT,
+            writers=("sink",),
+            readers=("sink",),
         ),
     ] = "gpu-dead-letters"
     """Records the sink refused, from every topic it reads: the record's own bytes, headers saying why."""
@@ -175,6 +215,8 @@ class TopicSettings(BaseModel):
             key="gpu_uuid",
             keep=Keep.RAW,
             stored_by="workload",
+            writers=("collector",),
+            readers=("sink", "collector"),
         ),
     ] = "gpu-processes"
     """Each GPU's processes at a poll, each classified (training, inference, ...)."""
@@ -186,6 +228,8 @@ class TopicSettings(BaseModel):
             key="server",
             keep=Keep.RAW,
             stored_by="workload",
+            writers=("llm-monitor",),
+            readers=("sink", "llm-monitor"),
         ),
     ] = "llm-sessions"
     """LLM requests as the proxy saw them, and each LLM server's status at a poll."""
@@ -196,6 +240,8 @@ class TopicSettings(BaseModel):
             key="gpu_uuid",
             keep=Keep.FOREVER,
             stored_by="verification",
+            writers=("verifier",),
+            readers=("sink", "verifier"),
         ),
     ] = "gpu-verifications"
     """Compute checks and logged operations, chained per GPU by SHA-256: an audit log, kept for ever."""
@@ -206,17 +252,29 @@ class TopicSettings(BaseModel):
             key="hostname",
             keep=Keep.AUDIT,
             stored_by="verification",
+            writers=("collector",),
+            readers=("sink", "collector"),
         ),
     ] = "gpu-systems"
     """Each node's hardware and driver identity, at collector start and on change."""
     lifecycle: Annotated[
         TopicName,
-        Topic(Message(LifecycleDecision, "gpu-lifecycle.v1.schema.json"), key="gpu_uuid", keep=Keep.AUDIT),
+        Topic(
+            Message(LifecycleDecision, "gpu-lifecycle.v1.schema.json"),
+            key="gpu_uuid",
+            keep=Keep.AUDIT,
+            writers=("lifecycle",),
+        ),
     ] = "gpu-lifecycle"
     """Each GPU's lifecycle decision at each run (keep, reset, RMA or repair, repurpose, retire), priced."""
     remediations: Annotated[
         TopicName,
-        Topic(Message(RemediationRecord, "gpu-remediation.v1.schema.json"), key="gpu_uuid", keep=Keep.AUDIT),
+        Topic(
+            Message(RemediationRecord, "gpu-remediation.v1.schema.json"),
+            key="gpu_uuid",
+            keep=Keep.AUDIT,
+            writers=("remediator",),
+        ),
     ] = "gpu-remediations"
     """The remediator's decisions, actions, outcomes and validations (keyed by GPU, else node, else fleet)."""
 
@@ -229,6 +287,9 @@ class TopicSettings(BaseModel):
     """Retention of the `Keep.RAW` topics (samples, processes, LLM sessions; 7 days)."""
     audit_retention_ms: int = Field(default=30 * 24 * 3600 * 1000, ge=60_000)
     """Retention of the `Keep.AUDIT` topics (events, verdicts, alerts, dead letters, identities; 30 days)."""
+    acls: bool = True
+    """Apply each topic's ACLs (who writes, who reads) at set-up; the broker must run an authorizer. Only
+    `false` for a broker that has none (a test's throwaway broker): then anyone can write anything."""
 
     dlq: str | None = Field(
         default=None, pattern=TOPIC_NAME_PATTERN, deprecated="the dead letters' topic is `dead_letters` now"

@@ -1,9 +1,12 @@
-"""Creates the project's Kafka topics with their partitions and retention, idempotently.
+"""Creates the project's Kafka topics with their partitions and retention, and their ACLs, idempotently.
 
 The topics are the registry's (shared/topic_registry.py). A missing topic is
 created; an existing one with fewer partitions than configured is grown (Kafka
-cannot shrink); its retention is set to the configured value. Running it
-twice changes nothing the second time. Command line: ``python -m shared.topics``.
+cannot shrink); its retention is set to the configured value. Each topic's ACLs
+are the registry's writers and readers (plus each service's consumer groups): a
+missing ACL is created, and an ACL of a project principal on a project topic or
+group that the registry no longer grants is deleted. Running it twice changes
+nothing the second time. Command line: ``python -m shared.topics``.
 """
 
 from __future__ import annotations
@@ -17,12 +20,18 @@ from typing import Any
 
 import confluent_kafka
 from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
     AdminClient,
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
     NewPartitions,
     NewTopic,
+    ResourcePatternType,
+    ResourceType,
 )
 
 from shared.config import Settings, load_settings
@@ -30,7 +39,7 @@ from shared.errors import GpuHealthError, KafkaTopicError
 from shared.kafka import make_admin, translate_error, wait_for_kafka
 from shared.logging import setup_logging
 from shared.service import refuse_arguments
-from shared.topic_registry import Keep, TopicSettings
+from shared.topic_registry import CONSUMER_GROUPS, PRINCIPALS, Keep, TopicSettings
 
 log = logging.getLogger(__name__)
 
@@ -197,17 +206,135 @@ def _wait_for_configs(admin: AdminClient, wanted: dict[str, dict[str, str]], tim
         time.sleep(0.2)
 
 
+def _allow(
+    kind: ResourceType, name: str, pattern: ResourcePatternType, who: str, op: AclOperation
+) -> AclBinding:
+    return AclBinding(kind, name, pattern, f"User:{who}", "*", op, AclPermissionType.ALLOW)
+
+
+def project_acls(
+    topics: TopicSettings, groups: dict[str, tuple[str, ...]] = CONSUMER_GROUPS
+) -> list[AclBinding]:
+    """What the registry grants: WRITE to each topic's writers, READ to its readers (each implies DESCRIBE),
+    and READ on the consumer groups each principal's services join (by prefix)."""
+    literal, prefixed = ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
+    acls = []
+    for r in topics.registry():
+        name = getattr(topics, r.setting)
+        acls += [
+            _allow(ResourceType.TOPIC, name, literal, who, AclOperation.WRITE) for who in r.topic.writers
+        ]
+        acls += [_allow(ResourceType.TOPIC, name, literal, who, AclOperation.READ) for who in r.topic.readers]
+    for who, prefixes in groups.items():
+        acls += [_allow(ResourceType.GROUP, prefix, prefixed, who, AclOperation.READ) for prefix in prefixes]
+    return acls
+
+
+def _key(acl: AclBinding) -> tuple[Any, ...]:
+    return (acl.restype, acl.name, acl.resource_pattern_type, acl.principal, acl.host, acl.operation,
+            acl.permission_type)  # fmt: skip
+
+
+_ANY: Any = None  # an ACL filter's "any" (the stubs type these arguments as str)
+
+
+def _existing_acls(admin: AdminClient, topic_names: list[str], timeout_s: float) -> list[AclBinding]:
+    """The ACLs of the project's principals on `topic_names` and on any consumer group."""
+    principals = {f"User:{p}" for p in PRINCIPALS}
+    filters = [
+        AclBindingFilter(
+            ResourceType.TOPIC,
+            name,
+            ResourcePatternType.LITERAL,
+            _ANY,
+            _ANY,
+            AclOperation.ANY,
+            AclPermissionType.ANY,
+        )
+        for name in topic_names
+    ]
+    filters.append(
+        AclBindingFilter(
+            ResourceType.GROUP,
+            _ANY,
+            ResourcePatternType.ANY,
+            _ANY,
+            _ANY,
+            AclOperation.ANY,
+            AclPermissionType.ANY,
+        )
+    )
+    found: list[AclBinding] = []
+    for f in filters:
+        try:
+            found += admin.describe_acls(f, request_timeout=timeout_s).result()
+        except confluent_kafka.KafkaException as e:
+            raise translate_error(e.args[0], f"describe the ACLs of {f.name or 'the groups'}") from e
+    return [a for a in found if a.principal in principals]
+
+
+def ensure_acls(
+    admin: AdminClient, wanted: list[AclBinding], topic_names: list[str], timeout_s: float = 30.0
+) -> dict[str, int]:
+    """Bring the ACLs of the project's principals on `topic_names` (and on groups) to `wanted`; counts of
+    what was created and deleted. A broker without an authorizer is an error (KafkaTopicError)."""
+    have = {_key(a): a for a in _existing_acls(admin, topic_names, timeout_s)}
+    want = {_key(a): a for a in wanted}
+    create = [a for k, a in want.items() if k not in have]
+    stale = [a for k, a in have.items() if k not in want]
+    if create:
+        for acl, future in zip(
+            create, admin.create_acls(create, request_timeout=timeout_s).values(), strict=True
+        ):
+            try:
+                future.result()
+            except confluent_kafka.KafkaException as e:
+                raise translate_error(e.args[0], f"create ACL {acl}") from e
+    if stale:
+        filters = [
+            AclBindingFilter(
+                a.restype,
+                a.name,
+                a.resource_pattern_type,
+                a.principal,
+                a.host,
+                a.operation,
+                a.permission_type,
+            )
+            for a in stale
+        ]
+        for flt, future in admin.delete_acls(filters, request_timeout=timeout_s).items():
+            try:
+                future.result()
+            except confluent_kafka.KafkaException as e:
+                raise translate_error(e.args[0], f"delete ACL {flt}") from e
+    if create or stale:  # the controller commits them before the broker's authorizer has them
+        deadline = time.monotonic() + timeout_s
+        while {_key(a) for a in _existing_acls(admin, topic_names, timeout_s)} != set(want):
+            if time.monotonic() > deadline:
+                raise KafkaTopicError("the broker does not show the ACLs as set in time")
+            time.sleep(0.2)
+    return {"created": len(create), "deleted": len(stale)}
+
+
 def main() -> int:
     refuse_arguments(Settings, "topics", sys.argv[1:])
     try:
         settings = load_settings(Settings)
         setup_logging(settings.log.level, json_format=settings.log.json_format, service="topics")
         wait_for_kafka(settings.kafka, timeout_s=60)
-        done = ensure_topics(make_admin(settings.kafka), project_topics(settings.topics))
+        admin = make_admin(settings.kafka)
+        specs = project_topics(settings.topics)
+        done = ensure_topics(admin, specs)
+        acls = (
+            ensure_acls(admin, project_acls(settings.topics), [s.name for s in specs])
+            if settings.topics.acls
+            else {"skipped": 1}
+        )
     except GpuHealthError as e:
         log.error("%s", e)
         return 1
-    log.info("topics ready", extra={"topics": done})
+    log.info("topics ready", extra={"topics": done, "acls": acls})
     return 0
 
 

@@ -138,5 +138,7 @@ def api_server(
         h11_max_incomplete_event_size=api.max_header_bytes,
         limit_concurrency=api.max_connections,
         timeout_graceful_shutdown=max(1, int(shutdown_s / 2)),
+        ssl_certfile=str(api.tls_cert_file) if api.tls_cert_file else None,
+        ssl_keyfile=str(api.tls_key_file) if api.tls_key_file else None,
     )
     return ApiServer(config)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
 from shared.config import HEALTH_RULES_FILE, Section, Settings
 from shared.errors import ConfigError
@@ -44,6 +44,11 @@ class ApiSection(Section):
     """The acknowledging login's password."""
     api_key: SecretStr | None = None
     """Acknowledging an alert needs this in `X-API-Key`; unset, acknowledging is refused (403)."""
+    tls_cert_file: Path | None = None
+    """The API's TLS certificate chain (PEM): set with `tls_key_file`, the API speaks HTTPS only. Unset:
+    plain HTTP, for loopback or behind an ingress that terminates TLS (docs/operating.md, Security)."""
+    tls_key_file: Path | None = None
+    """The private key (PEM) of `tls_cert_file`."""
     pool_size: int = Field(default=10, ge=1, le=100)
     """Database connections held for queries."""
     max_range_days: int = Field(default=31, ge=1, le=3650)
@@ -82,6 +87,13 @@ class ApiSection(Section):
         except ConfigError as e:
             raise ValueError(str(e)) from None
         return value
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> ApiSection:
+        """A certificate without its key, or a key without its certificate, is a mistake, not plain HTTP."""
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_cert_file and tls_key_file go together")
+        return self
 
 
 class ApiSettings(Settings):

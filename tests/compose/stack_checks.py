@@ -137,13 +137,41 @@ def test_an_injected_fault_becomes_an_open_alert(fleet: dict[str, Any]) -> None:
 def test_kafka_console_consumer_in_the_kafka_container_reads_a_sample() -> None:
     out = compose(
         "exec", "-T", "kafka", "/opt/kafka/bin/kafka-console-consumer.sh",
-        "--bootstrap-server", "kafka:29092", "--topic", "gpu-metrics-raw", "--from-beginning",
+        "--bootstrap-server", "kafka:29092", "--command-config", "/tls/broker.properties",
+        "--topic", "gpu-metrics-raw", "--from-beginning",
         "--max-messages", "1", "--timeout-ms", "60000", timeout=120,
     )  # fmt: skip
     sample = json.loads(out.strip().splitlines()[-1])
     assert sample["gpu_uuid"].startswith("GPU-")
     assert sample["source"] == "mock"
     assert "schema_version" in sample
+
+
+# One record to gpu-health with the container's own Kafka settings; prints "written" or the error's name.
+PROBE = """
+import confluent_kafka
+from shared.config import Settings
+from shared.kafka import client_config
+out = []
+quiet = {"message.timeout.ms": 10000, "log_level": 0, "error_cb": lambda e: None}
+producer = confluent_kafka.Producer(client_config(Settings().kafka) | quiet)
+producer.produce("gpu-health", b"{}", key=b"GPU-compose-check", on_delivery=lambda err, msg: out.append(err))
+producer.flush(20)
+print("written" if out and out[0] is None else out[0].name() if out else "no report")
+"""
+
+
+def test_kafka_refuses_verdicts_from_a_collector_and_from_anyone_without_a_certificate() -> None:
+    as_collector = compose("exec", "-T", "collector-0", "python", "-c", PROBE, timeout=60)
+    assert as_collector.strip().splitlines()[-1] == "TOPIC_AUTHORIZATION_FAILED", as_collector
+    no_certificate = (
+        "-e",
+        "GPUHEALTH_KAFKA__SSL_CERTIFICATE_LOCATION=",
+        "-e",
+        "GPUHEALTH_KAFKA__SSL_KEY_LOCATION=",
+    )
+    anonymous = compose("exec", "-T", *no_certificate, "collector-0", "python", "-c", PROBE, timeout=60)
+    assert anonymous.strip().splitlines()[-1] == "_MSG_TIMED_OUT", anonymous
 
 
 def psql(query: str) -> str:

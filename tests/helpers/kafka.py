@@ -1,9 +1,11 @@
-"""Reading topics back in integration tests."""
+"""Reading topics back in integration tests, and the local stack's Kafka identities."""
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
+from pathlib import Path
 
 import confluent_kafka
 
@@ -42,3 +44,55 @@ def consume_all(
     finally:
         consumer.close()
     return messages
+
+
+def local_tls_dir() -> Path:
+    """Where `make services` keeps the broker's CA and each principal's certificate (scripts/env.sh)."""
+    if os.environ.get("GPUHEALTH_TLS"):
+        return Path(os.environ["GPUHEALTH_TLS"])
+    cache = Path(os.environ.get("GPUHEALTH_CACHE") or Path.home() / ".cache" / "gpu-health")
+    return Path(os.environ.get("GPUHEALTH_RUN") or cache / "run") / "tls"
+
+
+def local_stack_env() -> dict[str, str]:
+    """The admin's client settings for the local broker (GPUHEALTH_KAFKA__*), and the local database's TLS
+    (GPUHEALTH_DB__SSL*), when `make services` made them (none else: plain connections, as before)."""
+    tls = local_tls_dir()
+    env: dict[str, str] = {}
+    if (tls / "admin.key").is_file():
+        env |= {
+            "GPUHEALTH_KAFKA__SECURITY_PROTOCOL": "SSL",
+            "GPUHEALTH_KAFKA__SSL_CA_LOCATION": str(tls / "ca.pem"),
+            "GPUHEALTH_KAFKA__SSL_CERTIFICATE_LOCATION": str(tls / "admin.pem"),
+            "GPUHEALTH_KAFKA__SSL_KEY_LOCATION": str(tls / "admin.key"),
+        }
+    if (tls / "postgres.pem").is_file():  # the local PostgreSQL serves TLS with it: verified, name and all
+        env |= {"GPUHEALTH_DB__SSLMODE": "verify-full", "GPUHEALTH_DB__SSLROOTCERT": str(tls / "ca.pem")}
+    return env
+
+
+def as_principal(settings: KafkaSettings, principal: str | None) -> KafkaSettings:
+    """`settings` with the local stack's certificate of `principal` (None: no certificate at all)."""
+    tls = local_tls_dir()
+    assert (tls / "ca.pem").is_file(), f"no {tls}/ca.pem: the broker has no identities; run `make services`"
+    cert, key = (str(tls / f"{principal}.pem"), str(tls / f"{principal}.key")) if principal else (None, None)
+    return settings.model_copy(
+        update={
+            "security_protocol": "SSL",
+            "ssl_ca_location": str(tls / "ca.pem"),
+            "ssl_certificate_location": cert,
+            "ssl_key_location": key,
+            "client_id": f"test-{principal or 'anonymous'}",
+        }
+    )
+
+
+def kafka_env(settings: KafkaSettings) -> dict[str, str]:
+    """`settings` as the GPUHEALTH_KAFKA__* variables of a service a test starts in a clean environment:
+    the brokers, and the TLS identity the local broker asks for (the admin's, as the tests')."""
+    env = {"GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+           "GPUHEALTH_KAFKA__SECURITY_PROTOCOL": settings.security_protocol}  # fmt: skip
+    for name in ("ssl_ca_location", "ssl_certificate_location", "ssl_key_location"):
+        if value := getattr(settings, name):
+            env[f"GPUHEALTH_KAFKA__{name.upper()}"] = value
+    return env

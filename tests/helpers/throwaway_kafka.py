@@ -73,6 +73,17 @@ class ThrowawayBroker:
     def settings(self) -> KafkaSettings:
         return KafkaSettings(bootstrap_servers=f"127.0.0.1:{self.port}")
 
+    def client_env(self) -> dict[str, str]:
+        """The GPUHEALTH_KAFKA__* variables of a service reaching this broker: plain connections, so the
+        local stack's TLS identity a test's environment may hold is cleared (an empty variable is unset)."""
+        return {
+            "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS": self.settings.bootstrap_servers,
+            "GPUHEALTH_KAFKA__SECURITY_PROTOCOL": "PLAINTEXT",
+            "GPUHEALTH_KAFKA__SSL_CA_LOCATION": "",
+            "GPUHEALTH_KAFKA__SSL_CERTIFICATE_LOCATION": "",
+            "GPUHEALTH_KAFKA__SSL_KEY_LOCATION": "",
+        }
+
     def start(self) -> None:
         assert self.process is None, "already running"
         with (self.folder / "logs" / "kafka.out").open("ab") as out:

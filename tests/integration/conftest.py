@@ -1,7 +1,8 @@
 """Fixtures on the real Kafka broker and the real TimescaleDB.
 
 Addresses come from pytest options, then GPUHEALTH_* variables, then the
-defaults of the stack `make services` starts. If a server is not reachable the
+defaults of the stack `make services` starts; so does the Kafka identity (the
+local stack's admin certificate, tests/helpers/kafka.py). If a server is not reachable the
 test fails with a message saying so; it is never skipped, so a broken setup
 cannot pass CI. Each test gets its own uuid-named topics and its own schema,
 dropped afterwards.
@@ -25,6 +26,7 @@ from shared.db import connect
 from shared.errors import GpuHealthError
 from shared.kafka import make_admin, wait_for_kafka
 from shared.topics import TopicSpec, ensure_topics
+from tests.helpers.kafka import local_stack_env
 from tests.helpers.topics import isolated_topics
 
 
@@ -37,6 +39,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def settings(request: pytest.FixtureRequest) -> Settings:
+    # The local broker takes only clients with a certificate of its CA: unless told otherwise the tests,
+    # and the services they start (which inherit this environment), are its admin.
+    for name, value in local_stack_env().items():
+        os.environ.setdefault(name, value)
     base = Settings()
     bootstrap = request.config.getoption("--kafka-bootstrap-servers")
     if bootstrap:

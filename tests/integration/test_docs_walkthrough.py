@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from shared.config import DatabaseSettings, KafkaSettings
+from tests.helpers.kafka import kafka_env
 from tests.helpers.ports import free_ports
 from tests.helpers.topics import isolated_topics, topics_env
 from tests.paths import REPO
@@ -49,7 +50,7 @@ def pipeline(
     run = uuid.uuid4().hex[:12]
     common = clean | {
         "PYTHONPATH": str(REPO),
-        "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
+        **kafka_env(kafka_settings),
         "GPUHEALTH_DB__HOST": migrated.host,
         "GPUHEALTH_DB__PORT": str(migrated.port),
         "GPUHEALTH_DB__SEARCH_PATH": migrated.search_path or "",

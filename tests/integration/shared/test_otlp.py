@@ -26,7 +26,7 @@ from services.mock_dcgm.fleet import Fleet
 from services.mock_dcgm.server import MockServer
 from shared.config import DatabaseSettings, KafkaSettings
 from shared.otlp import project_version
-from tests.helpers.kafka import consume_all
+from tests.helpers.kafka import consume_all, kafka_env
 from tests.helpers.mock_fleet import served_fleet
 from tests.helpers.otlp_receiver import Point, grpc_receiver, http_receiver
 from tests.helpers.sink import count, produce_samples
@@ -69,7 +69,7 @@ def test_collector_exports_gpu_gauges_and_its_own_metrics_over_grpc(
     raw = topics.metrics_raw
     with grpc_receiver() as (endpoint, received):
         proc = service("services.collector", {
-            "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
+            **kafka_env(kafka_settings),
             **topics_env(topics),
             "GPUHEALTH_COLLECTOR__SOURCE": "mock", "GPUHEALTH_COLLECTOR__INTERVAL_S": "0.5",
             "GPUHEALTH_COLLECTOR__DCGM_URLS": json.dumps([server.node_url(0), server.node_url(1)]),
@@ -127,7 +127,7 @@ def test_sink_exports_its_metrics_over_http_and_flushes_them_on_sigterm(
     produce_samples(kafka_settings, raw, 0, n, gpus=10)
     with http_receiver() as (endpoint, received):
         proc = service("services.sink", {
-            "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
+            **kafka_env(kafka_settings),
             "GPUHEALTH_DB__HOST": migrated.host, "GPUHEALTH_DB__PORT": str(migrated.port),
             "GPUHEALTH_DB__SEARCH_PATH": migrated.search_path or "",
             **topics_env(topics),

@@ -112,3 +112,17 @@ def test_a_bound_schema_is_the_only_one_on_the_search_path(schema: str) -> None:
 
 def test_an_unbound_service_keeps_the_roles_search_path() -> None:
     assert "options" not in psycopg.conninfo.conninfo_to_dict(DatabaseSettings().conninfo())
+
+
+def test_a_ca_means_verify_full_and_nothing_weaker() -> None:
+    db = DatabaseSettings(sslrootcert="/etc/ca.pem")
+    assert db.sslmode == "verify-full"
+    assert "sslrootcert='/etc/ca.pem'" in db.conninfo()
+    assert "sslmode='verify-full'" in db.conninfo()
+    assert DatabaseSettings(sslrootcert="/etc/ca.pem", sslmode="verify-ca").sslmode == "verify-ca"
+    for weaker in ("disable", "allow", "prefer", "require"):
+        with pytest.raises(ValueError, match="would not be checked"):
+            DatabaseSettings(sslrootcert="/etc/ca.pem", sslmode=weaker)
+    with pytest.raises(ValueError, match="sslmode"):
+        DatabaseSettings(sslmode="verify-everything")
+    assert DatabaseSettings().sslmode == "prefer"

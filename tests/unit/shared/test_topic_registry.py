@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated, get_args
 
 import pytest
+from confluent_kafka.admin import AclOperation, ResourceType
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, Field
@@ -16,7 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from shared.config import Settings, load_settings
 from shared.errors import ConfigError
 from shared.topic_registry import (
+    CONSUMER_GROUPS,
     ORIGINAL_KEY,
+    PRINCIPALS,
     SCHEMA_DIR,
     Keep,
     Message,
@@ -28,7 +31,7 @@ from shared.topic_registry import (
     schema_text,
     write_json_schemas,
 )
-from shared.topics import project_topics
+from shared.topics import project_acls, project_topics
 from tests.paths import REPO
 
 
@@ -46,7 +49,14 @@ class GpuFlight(BaseModel):
 class WithFlights(TopicSettings):
     flights: Annotated[
         TopicName,
-        Topic(Message(GpuFlight, "gpu-flight.v1.schema.json"), key="gpu_uuid", keep=Keep.RAW, partitions=2),
+        Topic(
+            Message(GpuFlight, "gpu-flight.v1.schema.json"),
+            key="gpu_uuid",
+            keep=Keep.RAW,
+            partitions=2,
+            writers=("collector",),
+            readers=("scorer",),
+        ),
     ] = "gpu-flights"
     """Where each GPU flew, one message per hop."""
 
@@ -147,13 +157,64 @@ def test_the_old_dead_letters_setting_still_works_and_says_so(
 def test_an_entry_without_a_line_on_what_it_carries_is_refused() -> None:
     class Unsaid(TopicSettings):
         quiet: Annotated[
-            TopicName, Topic(Message(GpuFlight, "gpu-quiet.v1.schema.json"), key="gpu_uuid", keep=Keep.RAW)
+            TopicName,
+            Topic(
+                Message(GpuFlight, "gpu-quiet.v1.schema.json"),
+                key="gpu_uuid",
+                keep=Keep.RAW,
+                writers=("scorer",),
+            ),
         ] = "gpu-quiet"
 
     with pytest.raises(TypeError, match="quiet"):
         Unsaid.registry()
     with pytest.raises(TypeError, match="at least one"):
-        Topic(key="gpu_uuid", keep=Keep.RAW)
+        Topic(key="gpu_uuid", keep=Keep.RAW, writers=("scorer",))
+    with pytest.raises(TypeError, match="at least one writer"):
+        Topic(Message(GpuFlight, "gpu-quiet.v1.schema.json"), key="gpu_uuid", keep=Keep.RAW, writers=())
+    with pytest.raises(TypeError, match="the sink reads"):
+        Topic(
+            Message(GpuFlight, "gpu-quiet.v1.schema.json"),
+            key="gpu_uuid",
+            keep=Keep.RAW,
+            writers=("scorer",),
+            stored_by="metrics",
+        )
+
+
+def test_only_the_scorer_writes_verdicts_and_alerts_and_the_remediator_only_its_records() -> None:
+    entries = {r.setting: r.topic for r in TopicSettings.registry()}
+    assert entries["health"].writers == entries["alerts"].writers == ("scorer",)
+    assert entries["remediations"].writers == ("remediator",)
+    written = {who for t in entries.values() for who in t.writers}
+    assert {s for s, t in entries.items() if "collector" in t.writers} == {
+        "metrics_raw",
+        "events",
+        "processes",
+        "systems",
+    }
+    assert [s for s, t in entries.items() if "remediator" in t.writers] == ["remediations"]
+    assert {s for s, t in entries.items() if "remediator" in t.readers} == {"health", "alerts"}
+    assert written <= set(PRINCIPALS)
+
+
+def test_the_acls_are_the_registry_s_grants() -> None:
+    topics = WithFlights()
+    acls = {
+        (a.name, a.principal, str(a.operation))
+        for a in project_acls(topics)
+        if a.restype == ResourceType.TOPIC
+    }
+    assert ("gpu-flights", "User:collector", str(AclOperation.WRITE)) in acls
+    assert ("gpu-flights", "User:scorer", str(AclOperation.READ)) in acls
+    assert ("gpu-health", "User:scorer", str(AclOperation.WRITE)) in acls
+    assert not {a for a in acls if a[0] == "gpu-health" and a[2] == str(AclOperation.WRITE)} - {
+        ("gpu-health", "User:scorer", str(AclOperation.WRITE))
+    }
+    groups = {(a.name, a.principal) for a in project_acls(topics) if a.restype == ResourceType.GROUP}
+    assert groups == {
+        (prefix, f"User:{who}") for who, prefixes in CONSUMER_GROUPS.items() for prefix in prefixes
+    }
 
 
 KAFKA_ALPHABET = "abcxyzABCXYZ0189._-"

@@ -91,7 +91,7 @@ def test_stopped_while_the_broker_is_away_it_spools_and_resends_first_without_lo
                                                 for t in (raw, events)])  # fmt: skip
     spool = tmp_path / "spool" / "collector.jsonl"
     env = os.environ | {
-        "PYTHONPATH": str(REPO), "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS": broker.settings.bootstrap_servers,
+        "PYTHONPATH": str(REPO), **broker.client_env(),
         "GPUHEALTH_TOPICS__METRICS_RAW": raw, "GPUHEALTH_TOPICS__EVENTS": events,
         "GPUHEALTH_COLLECTOR__SOURCE": "mock",
         "GPUHEALTH_COLLECTOR__DCGM_URLS": json.dumps([node.node_url(0)]),

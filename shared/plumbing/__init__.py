@@ -1,0 +1,1 @@
+"""Service plumbing shared between services: identities, TLS material, secrets helpers."""
