@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 
 import pytest
 
+from evaluation.outcome_arm import Arm, replay
 from evaluation.outcome_metrics import back_at, figures, node_hours
 from evaluation.outcome_world import OutcomeScenario
-from evaluation.outcomes import Arm, replay
 from evaluation.scenario import Scenario
 from services.scorer.rules_config import load_rules
 from shared.config import DatabaseSettings

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from evaluation.outcome_arm import replay
 from evaluation.outcome_metrics import (
     ClassFigures,
     Incident,
@@ -22,7 +23,7 @@ from evaluation.outcome_metrics import (
     remedy_outcomes,
 )
 from evaluation.outcome_world import OutcomeScenario, add_working_hours, outcome_scenario
-from evaluation.outcomes import ArmResult, load_results, merged, render, replay, targets
+from evaluation.outcomes import ArmResult, load_results, merged, render, targets
 from evaluation.scenario import Scenario
 
 MIN = 60.0
