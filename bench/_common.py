@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import atexit
+import functools
+import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
 from shared.config import KafkaSettings
 from shared.kafka import make_admin
 from shared.topics import TopicSpec, ensure_topics
+
+if TYPE_CHECKING:
+    from services.api.auth import AuthSection
 
 
 def best_of(runs: int, fn: Callable[[], object]) -> float:
@@ -57,3 +66,43 @@ def wait_http(url: str, timeout_s: float = 60) -> None:
         if time.monotonic() > deadline:
             raise RuntimeError(f"{url} did not answer in {timeout_s:.0f} s")
         time.sleep(0.5)
+
+
+class Callers:
+    """The local issuer's callers for a bench (services.api.local_tokens) in a throwaway folder."""
+
+    def __init__(self, directory: Path) -> None:
+        from services.api.local_tokens import write_local
+
+        self.directory = directory
+        self.files = write_local(directory, days=1)
+        self.env = {"GPUHEALTH_AUTH__JWKS_FILE": str(directory / "jwks.json")}
+
+    def auth(self) -> AuthSection:
+        from services.api.auth import AuthSection
+
+        return AuthSection(jwks_file=self.directory / "jwks.json")
+
+    def headers(self, role: str = "viewer") -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.files[role].read_text().strip()}"}
+
+    def wrk_script(self, role: str = "viewer") -> str:
+        """A wrk Lua script that sends the role's token (so it is on no command line)."""
+        script = self.directory / f"{role}.lua"
+        script.write_text(f'wrk.headers["Authorization"] = "{self.headers(role)["Authorization"]}"\n')
+        script.chmod(0o600)
+        return str(script)
+
+
+@contextmanager
+def callers() -> Iterator[Callers]:
+    with tempfile.TemporaryDirectory(prefix="bench-auth-") as tmp:
+        yield Callers(Path(tmp) / "auth")
+
+
+@functools.cache
+def bench_callers() -> Callers:
+    """This process's callers, made once; their folder goes when the process ends."""
+    tmp = tempfile.mkdtemp(prefix="bench-auth-")
+    atexit.register(shutil.rmtree, tmp, True)
+    return Callers(Path(tmp) / "auth")

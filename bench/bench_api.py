@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx
 import uvicorn
 
-from bench._common import report
+from bench._common import callers, report
 from services.api.app import create_app, reader_settings
 from services.api.deps import state_of
 from services.api.settings import ApiSection, missing_after_s
@@ -57,13 +57,12 @@ def serve(app: Any, port: int) -> tuple[uvicorn.Server, threading.Thread]:
     return server, thread
 
 
-def wrk(url: str, seconds: int = 10) -> tuple[float, float]:
-    """Requests/s and p99 (ms) of `wrk -t2 -c32` against url."""
+def wrk(url: str, script: str, seconds: int = 10) -> tuple[float, float]:
+    """Requests/s and p99 (ms) of `wrk -t2 -c32` against url, its requests as `script` makes them."""
     if shutil.which("wrk") is None:
         raise RuntimeError("wrk is not installed: scripts/install-tools.sh")
-    out = subprocess.run(
-        ["wrk", "-t2", "-c32", f"-d{seconds}s", "--latency", url], check=True, capture_output=True, text=True
-    ).stdout
+    out = subprocess.run(["wrk", "-t2", "-c32", f"-d{seconds}s", "--latency", "-s", script, url],
+                         check=True, capture_output=True, text=True).stdout  # fmt: skip
     rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
     value, unit = re.search(r"99%\s+([\d.]+)(us|ms|s)", out).groups()  # type: ignore[union-attr]
     p99 = float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
@@ -74,7 +73,7 @@ def wrk(url: str, seconds: int = 10) -> tuple[float, float]:
 
 def main() -> int:
     settings = Settings()
-    with migrated_schema(settings.db, "bench") as db:
+    with migrated_schema(settings.db, "bench") as db, callers() as who:
         started = time.perf_counter()
         with connect(db) as conn:
             fleet.fill_api_bench_fleet(conn, as_of=NOW, gpus=GPUS, rollup_minutes=HOURS * 60)
@@ -84,8 +83,10 @@ def main() -> int:
         api = ApiSection()
         # The same app twice: without its cache (every request reads the database), and as
         # deployed (answers kept until the scorer's next cycle; the pipeline is idle here).
-        servers = [serve(create_app(db, api.model_copy(update={"cache_max_age_s": 0})), 8765)]
-        cached_app = create_app(db, api)
+        servers = [
+            serve(create_app(db, api.model_copy(update={"cache_max_age_s": 0}), auth=who.auth()), 8765)
+        ]
+        cached_app = create_app(db, api, auth=who.auth())
         servers.append(serve(cached_app, 8766))
         while not state_of(cached_app).cache.listening:
             time.sleep(0.05)
@@ -106,8 +107,8 @@ def main() -> int:
                                               end=NOW + timedelta(minutes=1), bucket_s=300)),
         ]  # fmt: skip
         with (
-            httpx.Client(base_url="http://127.0.0.1:8765", timeout=60) as http,
-            httpx.Client(base_url="http://127.0.0.1:8766", timeout=60) as http_cached,
+            httpx.Client(base_url="http://127.0.0.1:8765", timeout=60, headers=who.headers()) as http,
+            httpx.Client(base_url="http://127.0.0.1:8766", timeout=60, headers=who.headers()) as http_cached,
             connect(reader_settings(db, api)) as conn,
         ):
             for name, path, params, direct_read in cases:
@@ -134,9 +135,9 @@ def main() -> int:
                 if name != cases[-1][0]:  # the series is not cached
                     report(f"{name}, cached p50", c50, "ms", "same SQL via psycopg p50", d50)
                     report(f"{name}, cached p99", c99, "ms", "same SQL via psycopg p99", d99)
-        health_rate, health_p99 = wrk("http://127.0.0.1:8766/healthz")
+        health_rate, health_p99 = wrk("http://127.0.0.1:8766/healthz", who.wrk_script())
         for label, port in (("cached", 8766), ("no cache", 8765)):
-            rate, p99 = wrk(f"http://127.0.0.1:{port}/api/v1/fleet/summary")
+            rate, p99 = wrk(f"http://127.0.0.1:{port}/api/v1/fleet/summary", who.wrk_script())
             report(
                 f"fleet summary under wrk -t2 -c32 ({label}), req/s", rate, "req/s", "/healthz", health_rate
             )

@@ -22,13 +22,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
 
-from bench._common import report
+from bench._common import callers, report
 from shared.config import Settings
 from shared.migrate import migrated_schema
 
 REPO = Path(__file__).resolve().parents[1]
 BODY = 200_000_000
-KEY = "bench-key"
 
 
 def memory_mib(pid: int, field: str) -> float:
@@ -66,11 +65,12 @@ def push(port: int, headers: list[str], chunked: bool) -> tuple[str, int]:
 
 def main() -> int:
     settings = Settings()
-    with migrated_schema(settings.db, "bench_api_body") as db:
+    with migrated_schema(settings.db, "bench_api_body") as db, callers() as who:
         port = free_port()
         env = os.environ | {
             "GPUHEALTH_DB__SEARCH_PATH": db.search_path or "", "GPUHEALTH_API__PORT": str(port),
-            "GPUHEALTH_API__API_KEY": KEY, "GPUHEALTH_LOG__LEVEL": "WARNING", "PYTHONPATH": str(REPO),
+            "GPUHEALTH_LOG__LEVEL": "WARNING", "PYTHONPATH": str(REPO),
+            "GPUHEALTH_API__TRUSTED_HOSTS": '["127.0.0.1", "bench"]', **who.env,
         }  # fmt: skip
         api = subprocess.Popen([sys.executable, "-m", "services.api"], env=env, cwd=REPO)
         try:
@@ -84,12 +84,19 @@ def main() -> int:
                     raise RuntimeError("the API did not start")
                 time.sleep(0.1)
             for path in ("/api/v1/fleet/summary", "/api/v1/gpus", "/api/v1/alerts", "/metrics"):
-                httpx.get(url + path, timeout=10).raise_for_status()
+                httpx.get(url + path, headers=who.headers(), timeout=10).raise_for_status()
             at_rest = memory_mib(api.pid, "VmRSS")
             cases = [
-                ("declared 200 MB, no key", [f"Content-Length: {BODY}"], False),
-                ("chunked 200 MB, no key", ["Transfer-Encoding: chunked"], True),
-                ("chunked 200 MB, right key", ["Transfer-Encoding: chunked", f"X-API-Key: {KEY}"], True),
+                ("declared 200 MB, no token", [f"Content-Length: {BODY}"], False),
+                ("chunked 200 MB, no token", ["Transfer-Encoding: chunked"], True),
+                (
+                    "chunked 200 MB, an operator's token",
+                    [
+                        "Transfer-Encoding: chunked",
+                        f"Authorization: {who.headers('operator')['Authorization']}",
+                    ],
+                    True,
+                ),
             ]
             for name, headers, chunked in cases:
                 status, sent = push(port, headers, chunked)

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench._common import report
+from bench._common import Callers, callers, report
 from shared.config import DatabaseSettings, Settings
 from shared.db import connect
 from shared.migrate import migrated_schema
@@ -49,10 +49,14 @@ PORT = 18320
 URL = f"http://127.0.0.1:{PORT}"
 
 
+WHO: Callers | None = None  # the bench's callers (main sets it): wrk's requests carry a viewer's token
+
+
 def wrk(path: str, seconds: int) -> tuple[float, float, float]:
     """Requests/s, p50 and p99 (ms) of `wrk -t2 -c32` against path."""
+    assert WHO is not None
     out = subprocess.run(
-        ["wrk", "-t2", "-c32", f"-d{seconds}s", "--latency", URL + path],
+        ["wrk", "-t2", "-c32", f"-d{seconds}s", "--latency", "-s", WHO.wrk_script(), URL + path],
         check=True,
         capture_output=True,
         text=True,
@@ -133,7 +137,8 @@ def main() -> int:
     settings = Settings()
     print(f"  the API of {args.tree.resolve()} over {args.gpus:,} GPUs; load average at start"
           f" {os.getloadavg()[0]:.2f}")  # fmt: skip
-    with migrated_schema(settings.db, "bench") as db:
+    global WHO
+    with migrated_schema(settings.db, "bench") as db, callers() as WHO:
         with connect(db) as conn:
             # As many rollup rows whatever the size (the summary reads none; they only take time to write).
             minutes = max(1, 60 * GPUS // args.gpus)
@@ -141,13 +146,19 @@ def main() -> int:
             fleet.fill_api_bench_fleet(conn, as_of=as_of, gpus=args.gpus, rollup_minutes=minutes)
         env = {**os.environ, "PYTHONPATH": str(args.tree.resolve()), "GPUHEALTH_DB__HOST": db.host,
                "GPUHEALTH_DB__PORT": str(db.port), "GPUHEALTH_DB__SEARCH_PATH": db.search_path or "",
-               "GPUHEALTH_API__PORT": str(args.port), "GPUHEALTH_LOG__LEVEL": "WARNING"}  # fmt: skip
+               "GPUHEALTH_API__PORT": str(args.port), "GPUHEALTH_LOG__LEVEL": "WARNING",
+               **WHO.env}  # fmt: skip
         api = subprocess.Popen([sys.executable, "-m", "services.api"], cwd=args.tree.resolve(), env=env)
         try:
             deadline = time.monotonic() + 60
             while True:
                 try:
-                    if httpx.get(URL + "/api/v1/fleet/summary", timeout=30).status_code == 200:
+                    if (
+                        httpx.get(
+                            URL + "/api/v1/fleet/summary", headers=WHO.headers(), timeout=30
+                        ).status_code
+                        == 200
+                    ):
                         break
                 except httpx.HTTPError:
                     pass

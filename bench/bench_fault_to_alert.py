@@ -39,7 +39,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench._common import report, wait_http  # noqa: E402
+from bench._common import bench_callers, report, wait_http  # noqa: E402
 from shared.config import Settings, TopicSettings  # noqa: E402
 from shared.kafka import make_admin, wait_for_kafka  # noqa: E402
 from shared.migrate import migrated_schema  # noqa: E402
@@ -155,7 +155,7 @@ def run(nodes: int, poll_s: float, interval_s: float, faults: int, spread_s: flo
             "sink": {"GPUHEALTH_SINK__GROUP_ID": f"sink-{tag}", "GPUHEALTH_SINK__METRICS_PORT": "0"},
             "scorer": {"GPUHEALTH_SCORER__GROUP": f"scorer-{tag}", "GPUHEALTH_SCORER__METRICS_PORT": "0",
                        "GPUHEALTH_SCORER__INTERVAL_S": str(interval_s)},
-            "api": {"GPUHEALTH_API__PORT": str(api_port)},
+            "api": {"GPUHEALTH_API__PORT": str(api_port), **bench_callers().env},
         }  # fmt: skip
         stack.enter_context(pipeline(env, logs, wanted))
         admin_url, api = f"http://127.0.0.1:{admin_port}", f"http://127.0.0.1:{api_port}"
@@ -180,7 +180,8 @@ def run(nodes: int, poll_s: float, interval_s: float, faults: int, spread_s: flo
                     injected[str(fault["gpu_uuid"])] = (at, what)
                     next_at = time.monotonic() + rng.uniform(0, 2 * spread_s / faults)
                 wanted_alerts: dict[str, str | int] = {"state": "open", "severity": "critical", "limit": 500}
-                listed = client.get(f"{api}/api/v1/alerts", params=wanted_alerts).raise_for_status().json()
+                listed = client.get(f"{api}/api/v1/alerts", params=wanted_alerts,
+                                    headers=bench_callers().headers()).raise_for_status().json()  # fmt: skip
                 now = time.time()
                 for alert in listed["alerts"]:
                     uid = str(alert["gpu_uuid"])

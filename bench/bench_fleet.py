@@ -59,7 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import confluent_kafka
 import httpx
 
-from bench._common import report
+from bench._common import bench_callers, report
 from bench.cpu import MACHINE, CpuMeter
 from gpuhealth.contract.wire_time import wire_time
 from gpuhealth.kafka import encode_json
@@ -201,6 +201,7 @@ class Run:
             "GPUHEALTH_SCORER__INTERVAL_S": str(self.interval_s),
             "GPUHEALTH_API__PORT": str(PORT),
             "GPUHEALTH_LOG__LEVEL": "INFO",
+            **bench_callers().env,
         }
         for r in TopicSettings.registry():
             env[f"GPUHEALTH_TOPICS__{r.setting.upper()}"] = getattr(topics, r.setting)
@@ -341,7 +342,9 @@ def inject_faults(
 
 def watch_api_alerts(w: Watch) -> None:
     """Ask the API for each fault's open alert until it is listed."""
-    with httpx.Client(base_url=f"http://127.0.0.1:{PORT}", timeout=10) as http:
+    with httpx.Client(
+        base_url=f"http://127.0.0.1:{PORT}", timeout=10, headers=bench_callers().headers()
+    ) as http:
         while not w.stop.wait(0.05):
             for gpu in [g for g in list(w.faults) if g not in w.listed]:
                 try:
@@ -365,7 +368,9 @@ def probe_api(db: DatabaseSettings, w: Watch) -> None:
         "gpus": ("/api/v1/gpus", {"sort": "score", "limit": 100}),
     }
     with (
-        httpx.Client(base_url=f"http://127.0.0.1:{PORT}", timeout=30) as http,
+        httpx.Client(
+            base_url=f"http://127.0.0.1:{PORT}", timeout=30, headers=bench_callers().headers()
+        ) as http,
         connect(reader_settings(db, api), autocommit=True) as conn,
     ):
         while not w.stop.wait(0.5):

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx
 import uvicorn
 
-from bench._common import report, scratch_topic
+from bench._common import callers, report, scratch_topic
 from gpuhealth.contract.wire_time import wire_time
 from services.api.app import create_app
 from services.api.settings import ApiSection
@@ -43,9 +43,15 @@ GPUS, POLL_S, POLLS = 1000, 1.0, 30
 WATCHED = gpu_uuid(7)
 
 
-def watch(url: str, polls: list[datetime], seen: dict[datetime, float], stop: threading.Event) -> None:
+def watch(
+    url: str,
+    headers: dict[str, str],
+    polls: list[datetime],
+    seen: dict[datetime, float],
+    stop: threading.Event,
+) -> None:
     """Note when each poll's sample is first the watched GPU's latest in the API."""
-    with httpx.Client(timeout=10) as http:
+    with httpx.Client(timeout=10, headers=headers) as http:
         while not stop.is_set():
             latest = (http.get(url).json().get("latest") or {}).get("time")
             now = time.time()
@@ -60,7 +66,11 @@ def watch(url: str, polls: list[datetime], seen: dict[datetime, float], stop: th
 def main() -> int:
     settings = Settings()
     wait_for_kafka(settings.kafka)
-    with migrated_schema(settings.db, "bench") as db, scratch_topic(settings.kafka) as topic:
+    with (
+        migrated_schema(settings.db, "bench") as db,
+        scratch_topic(settings.kafka) as topic,
+        callers() as who,
+    ):
         env = {
             **os.environ, "PYTHONPATH": str(REPO),
             "GPUHEALTH_KAFKA__BOOTSTRAP_SERVERS": settings.kafka.bootstrap_servers,
@@ -77,7 +87,11 @@ def main() -> int:
         )  # fmt: skip
         server = uvicorn.Server(
             uvicorn.Config(
-                create_app(db, ApiSection()), host="127.0.0.1", port=8767, log_config=None, access_log=False
+                create_app(db, ApiSection(), auth=who.auth()),
+                host="127.0.0.1",
+                port=8767,
+                log_config=None,
+                access_log=False,
             )
         )
         thread = threading.Thread(target=server.run, daemon=True)
@@ -91,7 +105,8 @@ def main() -> int:
             while not server.started:
                 time.sleep(0.05)
             watcher = threading.Thread(
-                target=watch, args=(f"http://127.0.0.1:8767/api/v1/gpus/{WATCHED}", polls, seen, stop)
+                target=watch,
+                args=(f"http://127.0.0.1:8767/api/v1/gpus/{WATCHED}", who.headers(), polls, seen, stop),
             )
             # one warm-up poll: the sink joins its group and the API its pool
             publish(producer, topic, datetime.now(UTC))

@@ -51,6 +51,8 @@ case ${1:-status} in
     remediator_mode
     # The scorer's signing key and the remediator's keyring, made once (kept across restarts, never logged)
     (cd "$root" && PYTHONPATH=$root "$py" -m shared.contract.signing keygen "$GPUHEALTH_RUN/keys" --if-missing >/dev/null)
+    # The local issuer: a signing key (kept) and a token per role, under $GPUHEALTH_RUN/auth (0700).
+    (cd "$root" && PYTHONPATH=$root "$py" -m services.api.local_tokens "$GPUHEALTH_RUN/auth")
     if running; then
       echo "stack: already running (supervisor pid $(cat "$pidfile"))" >&2
     else
@@ -79,7 +81,8 @@ case ${1:-status} in
     echo "  logs:         $logs/"
     echo "  watch Kafka:  make kafka-console-consumer TOPIC=gpu-metrics-raw"
     echo "  database:     make psql   (try: SELECT * FROM v_fleet_health_summary;)"
-    echo "  CLI:          ${GPUHEALTH_VENV:-$GPUHEALTH_CACHE/venv}/bin/gpuhealth fleet   (also: gpu UUID, alerts, ack ID --key KEY)"
+    echo "  log in:       tokens per role in $GPUHEALTH_RUN/auth/ (viewer.token, operator.token, admin.token): the page's form takes one"
+    echo "  CLI:          GPUHEALTH_TOKEN_FILE=$GPUHEALTH_RUN/auth/viewer.token ${GPUHEALTH_VENV:-$GPUHEALTH_CACHE/venv}/bin/gpuhealth fleet   (also: gpu UUID, alerts; ack ID with operator.token)"
     echo "  stop:         make down"
     ;;
   down)

@@ -200,7 +200,11 @@ OTHER_VARIABLES: tuple[OtherVariable, ...] = (
         "GPUHEALTH_URL", "`http://127.0.0.1:8000`", "the `gpuhealth` CLI", "The API the CLI talks to."
     ),
     OtherVariable(
-        "GPUHEALTH_API_KEY", "unset", "the `gpuhealth` CLI", "The key `gpuhealth ack` sends (secret)."
+        "GPUHEALTH_TOKEN_FILE",
+        "unset (the CLI prompts, on a terminal)",
+        "the `gpuhealth` CLI",
+        "A file holding the caller's bearer token (`make up` writes one per role under"
+        " `$GPUHEALTH_RUN/auth/`).",
     ),
     OtherVariable(
         "GPUHEALTH_JOB_ID",

@@ -1,9 +1,11 @@
 """The FastAPI app factory: pools for the read-only and the acknowledging logins, health, metrics, errors.
 
 Every answer to a bad request is a 4xx with a message in `detail`; a database
-that is down is a 503, never a stack trace. The outermost layer is
-:class:`services.api.guard.RequestGuard`: body limit, key check and body deadline
-before the application reads or parses anything.
+that is down is a 503, never a stack trace. Around it, outermost first: the security
+headers every answer carries (services.api.headers), the trusted-host check (a `Host` not in
+`trusted_hosts` is a 400: no DNS rebinding), and :class:`services.api.guard.RequestGuard`:
+body limit, methods, the caller's token and role, and body deadline before the application
+reads or parses anything.
 """
 
 from __future__ import annotations
@@ -19,15 +21,18 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from shared.config import DatabaseSettings
 from shared.errors import DatabaseUnavailableError
 from shared.store import fleet
 
 from .answers import NotReady, Ready
+from .auth import Authenticator, AuthSection
 from .cache import CacheMetrics, CycleCache
 from .deps import ApiState, Database, Db, attach
 from .guard import RequestGuard
+from .headers import SecurityHeaders
 from .routes import router
 from .settings import ApiSection, missing_after_s
 from .web import add_web
@@ -47,9 +52,17 @@ def acknowledger_settings(db: DatabaseSettings, api: ApiSection) -> DatabaseSett
                                  "application_name": "gpu-health-api-ack"})  # fmt: skip
 
 
-def create_app(db: DatabaseSettings, api: ApiSection, registry: CollectorRegistry | None = None) -> FastAPI:
+def create_app(
+    db: DatabaseSettings, api: ApiSection, registry: CollectorRegistry | None = None,
+    auth: AuthSection | None = None,
+) -> FastAPI:  # fmt: skip
+    """The app; `auth` says how callers are known (default: GPUHEALTH_AUTH__*'s defaults, which know none)."""
     registry = registry or CollectorRegistry()
     requests = Counter("gpuhealth_api_requests", "Requests", ["route", "status"], registry=registry)
+    refusals = Counter("gpuhealth_api_auth_refusals", "Requests refused for who sent them, by reason:"
+                       " missing, invalid, expired, no_role, forbidden, throttled, unavailable", ["reason"],
+                       registry=registry)  # fmt: skip
+    authenticator = Authenticator(auth or AuthSection(), on_refusal=lambda why: refusals.labels(why).inc())
     latency = Histogram("gpuhealth_api_request_seconds", "Request latency", ["route"], registry=registry)
     pool = AsyncConnectionPool(
         reader_settings(db, api).conninfo(), min_size=1, max_size=api.pool_size, open=False,
@@ -71,6 +84,7 @@ def create_app(db: DatabaseSettings, api: ApiSection, registry: CollectorRegistr
         await ack_pool.open(wait=False)
         cache.start()
         yield
+        await authenticator.close()
         await cache.close()
         await ack_pool.close()
         await pool.close()
@@ -84,10 +98,12 @@ def create_app(db: DatabaseSettings, api: ApiSection, registry: CollectorRegistr
         redoc_url=None,
     )
     attach(app, ApiState(db=Database(pool=pool, ack_pool=ack_pool), cache=cache, settings=api,
+                         authenticator=authenticator,
                          missing_after_s=missing_after_s(api.rules_file)))  # fmt: skip
     app.add_middleware(
         RequestGuard,
-        api_key=api.api_key,
+        authenticator=authenticator,
+        routes=lambda: app.routes,
         max_body_bytes=api.max_body_bytes,
         body_timeout_s=api.body_timeout_s,
         on_refusal=lambda status: requests.labels("refused", str(status)).inc(),
@@ -141,6 +157,8 @@ def create_app(db: DatabaseSettings, api: ApiSection, registry: CollectorRegistr
         """The API's own metrics: requests by route and status, latency by route, the cache's answers."""
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=api.trusted_hosts, www_redirect=False)
+    app.add_middleware(SecurityHeaders)
     app.include_router(router)
     add_web(app)
     return app

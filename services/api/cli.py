@@ -1,11 +1,15 @@
 """`gpuhealth`: the fleet, one GPU, the alerts, the action ladder, the remediator and lifecycle decisions.
 
 A thin client of the REST API (--url or GPUHEALTH_URL, default
-http://127.0.0.1:8000; --key or GPUHEALTH_API_KEY for acknowledging and for
-pausing, resuming, resetting the breaker of and approving the remediator): the same
-numbers as the web page, as plain text, with sparklines of the worst GPUs' last
-hour. The venv installs it as `gpuhealth` (scripts/pyenv.sh);
-`python -m services.api.cli` is the same program.
+http://127.0.0.1:8000): the same numbers as the web page, as plain text, with
+sparklines of the worst GPUs' last hour. Every call carries the caller's bearer
+token, read from --token-file or $GPUHEALTH_TOKEN_FILE (`make up` writes one per
+role under $GPUHEALTH_RUN/auth/), else asked for on the terminal; never taken on
+the command line. Reading needs a viewer's token; acknowledging and marking
+repaired, an operator's; pausing, resuming, resetting the breaker of and approving
+the remediator, an admin's. The API records the token's subject as who did it.
+The venv installs it as `gpuhealth` (scripts/pyenv.sh); `python -m
+services.api.cli` is the same program.
 
 Exit status: 0 done, 1 the API could not be reached, 2 the API refused the
 request (the status and the API's own message are printed).
@@ -14,6 +18,7 @@ request (the status and the API's own message are printed).
 from __future__ import annotations
 
 import argparse
+import getpass
 import os
 import sys
 from datetime import datetime, timedelta
@@ -173,28 +178,24 @@ def shared_line(f: dict[str, Any]) -> str:
             f"{' '.join(f['gpus'])}{more}")  # fmt: skip
 
 
-def _mark(client: httpx.Client, path: str, key: str | None, body: dict[str, str]) -> Any:
-    """POST a mark with the key; the row it made, RefusedError when the API refused it."""
-    response = client.post(path, headers={"X-API-Key": key} if key else {}, json=body)
+def _mark(client: httpx.Client, path: str, body: dict[str, str]) -> Any:
+    """POST a mark (an operator's); the row it made, RefusedError when the API refused it."""
+    response = client.post(path, json=body)
     if response.is_error:
         raise RefusedError(response)
     return response.json()
 
 
-def mark_repaired(
-    client: httpx.Client, uuid: str, key: str | None, *, by: str, returned: bool, note: str
-) -> str:
-    body = {"by": by, "kind": "returned" if returned else "repaired", "note": note}
-    done = _mark(client, f"/api/v1/gpus/{uuid}/repairs", key, body)
+def mark_repaired(client: httpx.Client, uuid: str, *, returned: bool, note: str) -> str:
+    body = {"kind": "returned" if returned else "repaired", "note": note}
+    done = _mark(client, f"/api/v1/gpus/{uuid}/repairs", body)
     return (f"{uuid} marked {done['kind']} by {done['marked_by']} at {done['time']}: its findings resolve "
             "and its counts start again from the next scoring cycle")  # fmt: skip
 
 
-def mark_remedied(
-    client: httpx.Client, uuid: str, key: str | None, *, by: str, reboot: bool, note: str
-) -> str:
-    body = {"by": by, "remedy": "reboot_node" if reboot else "reset_gpu", "note": note}
-    done = _mark(client, f"/api/v1/gpus/{uuid}/remedies", key, body)
+def mark_remedied(client: httpx.Client, uuid: str, *, reboot: bool, note: str) -> str:
+    body = {"remedy": "reboot_node" if reboot else "reset_gpu", "note": note}
+    done = _mark(client, f"/api/v1/gpus/{uuid}/remedies", body)
     return (f"{uuid}: {done['remedy']} by {done['actor']} at {done['at']} recorded: from the next scoring "
             "cycle the XIDs it resolves count only after it")  # fmt: skip
 
@@ -220,14 +221,14 @@ def repairs(client: httpx.Client, uuid: str) -> str:
     )
 
 
-def acknowledge(client: httpx.Client, alert_id: int, key: str | None, by: str) -> str:
-    done = post(client, f"/api/v1/alerts/{alert_id}/acknowledge", key, by)
+def acknowledge(client: httpx.Client, alert_id: int) -> str:
+    done = post(client, f"/api/v1/alerts/{alert_id}/acknowledge")
     return f"alert #{done['id']} on {done['hostname']} acknowledged by {done['acknowledged_by']}"
 
 
-def post(client: httpx.Client, path: str, key: str | None, by: str) -> Any:
-    """A write: needs the API key (X-API-Key), says who did it."""
-    response = client.post(path, headers={"X-API-Key": key} if key else {}, json={"by": by})
+def post(client: httpx.Client, path: str) -> Any:
+    """A write: the token's subject is who did it, its role whether it may."""
+    response = client.post(path)
     if response.is_error:
         raise RefusedError(response)
     return response.json()
@@ -259,13 +260,13 @@ def remediator(client: httpx.Client) -> str:
     return "\n".join(lines)
 
 
-def operate(client: httpx.Client, what: str, key: str | None, by: str) -> str:
-    post(client, f"/api/v1/remediator/{what}", key, by)
+def operate(client: httpx.Client, what: str) -> str:
+    post(client, f"/api/v1/remediator/{what}")
     return remediator(client)
 
 
-def approve(client: httpx.Client, plan_id: int, key: str | None, by: str) -> str:
-    done = post(client, f"/api/v1/remediations/{plan_id}/approve", key, by)
+def approve(client: httpx.Client, plan_id: int) -> str:
+    done = post(client, f"/api/v1/remediations/{plan_id}/approve")
     return f"remediation #{done['id']} ({done['action']} on {done['node']}) approved by {done['approved_by']}"
 
 
@@ -304,11 +305,36 @@ def lifecycle_csv(client: httpx.Client, decision: str | None, host: str | None) 
     return response.content
 
 
+class TokenError(GpuHealthError):
+    """No token to call the API with."""
+
+
+def read_token(token_file: str | None) -> str:
+    """The bearer token: from `token_file` (the first line), else asked for on a terminal."""
+    if token_file:
+        try:
+            token = Path(token_file).read_text().strip()
+        except OSError as e:
+            raise TokenError(f"cannot read the token file {token_file}: {e.strerror}") from e
+        if not token:
+            raise TokenError(f"the token file {token_file} is empty")
+        return token
+    if sys.stdin.isatty():
+        token = getpass.getpass("gpu-health bearer token: ").strip()
+        if token:
+            return token
+    raise TokenError("no token: set --token-file or $GPUHEALTH_TOKEN_FILE (`make up` writes "
+                     "$GPUHEALTH_RUN/auth/viewer.token, operator.token, admin.token)")  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpuhealth", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("--url", default=os.environ.get("GPUHEALTH_URL", "http://127.0.0.1:8000"),
                         help="the gpu-health API (default: $GPUHEALTH_URL or %(default)s)")  # fmt: skip
+    parser.add_argument("--token-file", default=os.environ.get("GPUHEALTH_TOKEN_FILE"),
+                        help="a file holding your bearer token (default: $GPUHEALTH_TOKEN_FILE; "
+                             "else asked for on the terminal)")  # fmt: skip
     commands = parser.add_subparsers(dest="command", required=True)
     p_fleet = commands.add_parser("fleet", help="fleet summary and the worst GPUs")
     p_fleet.add_argument("--top", type=int, default=10, help="how many of the worst GPUs to list")
@@ -316,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     p_gpu.add_argument("uuid")
     p_alerts = commands.add_parser("alerts", help="unresolved alerts, most severe first")
     p_alerts.add_argument("--limit", type=int, default=50)
-    p_ack = commands.add_parser("ack", help="acknowledge an alert (needs the API key)")
+    p_ack = commands.add_parser("ack", help="acknowledge an alert (an operator's)")
     p_ack.add_argument("alert_id", type=int)
     p_actions = commands.add_parser("actions", help="the recommended actions in order, with why")
     p_plans = commands.add_parser("remediations", help="the remediator's plans: pending, running, failed...")
@@ -335,40 +361,25 @@ def main(argv: list[str] | None = None) -> int:
     p_plans.add_argument("--limit", type=int, default=50)
     p_status = commands.add_parser("remediator", help="whether the remediator is paused, its breaker open")
     writes = [commands.add_parser(name, help=why) for name, why in (
-        ("pause", "pause the remediator (needs the API key)"), ("resume", "resume it (needs the API key)"),
-        ("reset-breaker", "close its circuit breaker (needs the API key)"),
-        ("approve", "approve a pending remediation (needs the API key)"),
+        ("pause", "pause the remediator (an admin's)"), ("resume", "resume it (an admin's)"),
+        ("reset-breaker", "close its circuit breaker (an admin's)"),
+        ("approve", "approve a pending remediation (an admin's)"),
     )]  # fmt: skip
     writes[-1].add_argument("plan_id", type=int)
-    for sub in (p_ack, *writes):
-        sub.add_argument(
-            "--key", default=os.environ.get("GPUHEALTH_API_KEY"), help="default: $GPUHEALTH_API_KEY"
-        )
-        sub.add_argument("--by", default=os.environ.get("USER", "cli"), help="who does it")
-    p_fixed = commands.add_parser(
-        "repaired", help="mark a GPU repaired (needs the API key): its counts restart"
-    )
+    p_fixed = commands.add_parser("repaired", help="mark a GPU repaired (an operator's): its counts restart")
     p_fixed.add_argument("uuid")
     p_fixed.add_argument(
         "--returned", action="store_true", help="back from repair (default: repaired in place)"
     )
     p_fixed.add_argument("--note", default="", help="what was done")
-    p_fixed.add_argument(
-        "--key", default=os.environ.get("GPUHEALTH_API_KEY"), help="default: $GPUHEALTH_API_KEY"
-    )
-    p_fixed.add_argument("--by", default=os.environ.get("USER", "cli"), help="who marks it")
     p_marks = commands.add_parser("repairs", help="a GPU's repair marks, newest first (the audit trail)")
     p_marks.add_argument("uuid")
     p_reset = commands.add_parser(
-        "remedied", help="record a GPU reset (or --reboot) done by hand (needs the API key)"
+        "remedied", help="record a GPU reset (or --reboot) done by hand (an operator's)"
     )
     p_reset.add_argument("uuid")
     p_reset.add_argument("--reboot", action="store_true", help="the node was rebooted (default: GPU reset)")
     p_reset.add_argument("--note", default="", help="what was done")
-    p_reset.add_argument(
-        "--key", default=os.environ.get("GPUHEALTH_API_KEY"), help="default: $GPUHEALTH_API_KEY"
-    )
-    p_reset.add_argument("--by", default=os.environ.get("USER", "cli"), help="who did it")
     p_remedies = commands.add_parser("remedies", help="a GPU's resets and reboots, newest first")
     p_remedies.add_argument("uuid")
     p_life = commands.add_parser("lifecycle", help="keep, reset, RMA or repair, repurpose, retire: priced")
@@ -392,11 +403,19 @@ def main(argv: list[str] | None = None) -> int:
         p_marks,
         p_reset,
         p_remedies,
-    ):  # --url after
+    ):  # --url and --token-file after the command too
         sub.add_argument("--url", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        sub.add_argument("--token-file", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:
-        with httpx.Client(base_url=args.url, timeout=10) as client:
+        token = read_token(args.token_file)
+    except TokenError as e:
+        print(f"gpuhealth: {e}", file=sys.stderr)
+        return 2
+    try:
+        with httpx.Client(
+            base_url=args.url, timeout=10, headers={"Authorization": f"Bearer {token}"}
+        ) as client:
             if args.command == "fleet":
                 print(fleet(client, args.top))
             elif args.command == "gpu":
@@ -406,17 +425,11 @@ def main(argv: list[str] | None = None) -> int:
             elif args.command == "actions":
                 print(actions(client))
             elif args.command == "repaired":
-                print(
-                    mark_repaired(
-                        client, args.uuid, args.key, by=args.by, returned=args.returned, note=args.note
-                    )
-                )
+                print(mark_repaired(client, args.uuid, returned=args.returned, note=args.note))
             elif args.command == "repairs":
                 print(repairs(client, args.uuid))
             elif args.command == "remedied":
-                print(
-                    mark_remedied(client, args.uuid, args.key, by=args.by, reboot=args.reboot, note=args.note)
-                )
+                print(mark_remedied(client, args.uuid, reboot=args.reboot, note=args.note))
             elif args.command == "remedies":
                 print(remedies(client, args.uuid))
             elif args.command == "remediations":
@@ -424,9 +437,9 @@ def main(argv: list[str] | None = None) -> int:
             elif args.command == "remediator":
                 print(remediator(client))
             elif args.command in ("pause", "resume", "reset-breaker"):
-                print(operate(client, args.command, args.key, args.by))
+                print(operate(client, args.command))
             elif args.command == "approve":
-                print(approve(client, args.plan_id, args.key, args.by))
+                print(approve(client, args.plan_id))
             elif args.command == "lifecycle" and args.csv:
                 exported = lifecycle_csv(client, args.decision, args.host)
                 if args.csv == "-":
@@ -445,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     Path(args.export).write_bytes(said)
             else:
-                print(acknowledge(client, args.alert_id, args.key, args.by))
+                print(acknowledge(client, args.alert_id))
     except RefusedError as e:
         print(f"gpuhealth: {e}", file=sys.stderr)
         return 2

@@ -4,8 +4,10 @@
 `app.state`. `Db` hands out connections only when a handler asks (`async with
 db.reading() as conn`), so a request is validated before it takes one, and a
 cached answer takes none. A pool that cannot hand one out (the database is down)
-is DatabaseUnavailableError, a 503. Acknowledging needs `require_key` first, then
-`db.acknowledging()`: a connection of the one login that may acknowledge.
+is DatabaseUnavailableError, a 503. Every /api/v1 route needs a caller (`Caller`: the Identity
+services.api.guard verified); a write asks for its role (`Operator`, `Admin`), then
+`db.acknowledging()`: a connection of the one login that may write. The actor a write records is
+the caller's subject, never a body field.
 """
 
 from __future__ import annotations
@@ -16,14 +18,16 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 import psycopg
-from fastapi import Depends, FastAPI, Header, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from shared.errors import DatabaseUnavailableError
 
+from .auth import Authenticator, Identity, Role
 from .cache import CycleCache
-from .guard import key_refusal
+from .guard import IDENTITY
 from .settings import ApiSection
 
 
@@ -58,6 +62,7 @@ class ApiState:
     db: Database
     cache: CycleCache  # the fleet-wide answers, until the scorer's next cycle
     settings: ApiSection
+    authenticator: Authenticator
     missing_after_s: float  # the scorer's rules: seconds without a sample after which a GPU is missing
 
 
@@ -89,15 +94,37 @@ def settings(state: State) -> ApiSection:
     return state.settings
 
 
-def require_key(state: State, x_api_key: Annotated[str | None, Header(max_length=512)] = None) -> None:
-    """Refuse a write without the configured X-API-Key (401), or any write when none is configured (403).
-
-    services.api.guard checked the key already, on the headers alone, before the body was read;
-    it is checked again here so a write never depends on the order of layers."""
-    if refusal := key_refusal(state.settings.api_key, x_api_key):
-        raise HTTPException(refusal.status, refusal.detail)
+# Declares the bearer scheme in the OpenAPI document; the token itself was checked by the guard.
+BEARER = HTTPBearer(auto_error=False, description="a token of the configured issuer (GPUHEALTH_AUTH__*)")
 
 
+def caller(
+    request: Request, _: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)] = None
+) -> Identity:
+    """The caller services.api.guard verified; 401 where it let none through (never, on /api/v1)."""
+    identity: Identity | None = request.scope.get(IDENTITY)
+    if identity is None:
+        raise HTTPException(401, "a bearer token is required", headers={"WWW-Authenticate": "Bearer"})
+    return identity
+
+
+def role(needed: Role) -> Any:
+    """A dependency: the caller, refused (403) unless their role is `needed` or above."""
+
+    def check(request: Request, who: Annotated[Identity, Depends(caller)]) -> Identity:
+        if not who.may(needed):
+            api_state(request).authenticator.refused(
+                request.client.host if request.client else "unknown", "forbidden"
+            )
+            raise HTTPException(403, f"this needs the {needed} role; {who.subject} is a {who.role}")
+        return who
+
+    return check
+
+
+Caller = Annotated[Identity, Depends(caller)]
+Operator = Annotated[Identity, Depends(role("operator"))]
+Admin = Annotated[Identity, Depends(role("admin"))]
 Db = Annotated[Database, Depends(database)]
 Cache = Annotated[CycleCache, Depends(cycle_cache)]
 Settings = Annotated[ApiSection, Depends(settings)]

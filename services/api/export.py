@@ -3,14 +3,17 @@
 One row per group (`kind` = group) and one per total (`kind` = total, `key`
 empty), each with the window, the dimension and, for a timeline, the period.
 CSV writes floats in Python's shortest exact form (what the JSON answer
-holds); Parquet types every column (timestamps in UTC microseconds, float64
-figures) and is zstd-compressed, as the sink's archive writes its files.
+holds) and times in the answer's format; a string a spreadsheet would run as a
+formula is neutralised (:func:`csv_cell`, which the lifecycle export uses too);
+Parquet types every column (timestamps in UTC microseconds, float64 figures)
+and is zstd-compressed, as the sink's archive writes its files.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -18,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .answers.usage import Usage, UsageFigures, UsageTimeline
+from .paging import z_time
 
 FIGURES = list(UsageFigures.model_fields)
 COLUMNS = ["from", "to", "by", "period", "kind", "key", *FIGURES]
@@ -45,19 +49,35 @@ def export_rows(answer: Usage | UsageTimeline) -> list[dict[str, Any]]:
     return rows
 
 
-def _text(value: Any) -> str:
+# What makes a spreadsheet read a cell as a formula (OWASP's CSV injection list).
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def iso_z(value: datetime) -> str:
+    """A time as ISO 8601 with `Z`, no fraction when it has none (the usage export's)."""
+    return value.isoformat().replace("+00:00", "Z")
+
+
+def csv_cell(value: Any, time: Callable[[datetime], str] = z_time) -> str:
+    """A value as a CSV cell: None empty, a time as `time` writes it (the API's format unless told),
+    a float exactly; a string that would start a formula gets a leading `'` (strings only: a negative
+    number stays a number)."""
     if value is None:
         return ""
     if isinstance(value, datetime):
-        return value.isoformat().replace("+00:00", "Z")
-    return repr(value) if isinstance(value, float) else str(value)
+        return time(value)
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, str):
+        return "'" + value if value.startswith(FORMULA_START) else value
+    return str(value)
 
 
 def to_csv(rows: list[dict[str, Any]]) -> bytes:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(COLUMNS)
-    writer.writerows([_text(r[c]) for c in COLUMNS] for r in rows)
+    writer.writerows([csv_cell(r[c], iso_z) for c in COLUMNS] for r in rows)
     return out.getvalue().encode()
 
 

@@ -26,10 +26,13 @@ from fastapi import HTTPException
 
 
 def z_time(value: datetime) -> str:
-    """The API's time format: always six fraction digits (the topics' is gpuhealth.contract.wire_time)."""
+    """The API's time format: always four year digits (strftime's %Y writes 999, not the RFC 3339
+    0999) and six fraction digits (the topics' is gpuhealth.contract.wire_time)."""
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    v = value.astimezone(UTC)
+    return (f"{v.year:04d}-{v.month:02d}-{v.day:02d}T{v.hour:02d}:{v.minute:02d}:{v.second:02d}"
+            f".{v.microsecond:06d}Z")  # fmt: skip
 
 
 def encode_cursor(key: Sequence[Any]) -> str:

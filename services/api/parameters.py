@@ -11,11 +11,12 @@ cursor against the endpoint's sort key) is a 400 from the handler.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from fastapi import HTTPException, Path
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from shared.models import GPU_UUID_PATTERN, EventKind
@@ -37,8 +38,22 @@ Cursor = Annotated[
     Field(max_length=512, pattern=r"^[A-Za-z0-9_-]+$",
           description="the `next_cursor` of the previous page; omit for the first"),
 ]  # fmt: skip
-From = Annotated[datetime | None, Field(alias="from", description="default: `to` less the endpoint's window")]
-To = Annotated[datetime | None, Field(alias="to", description="default: now")]
+ISO_DATE_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}")  # a date first (a date alone is its midnight, UTC)
+
+
+def _date_time_only(value: Any) -> Any:
+    """A time as the schema says (RFC 3339 text): pydantic would also take a number such as `0.5` as
+    a Unix time, which the schema does not allow."""
+    if isinstance(value, str) and not ISO_DATE_TIME.match(value):
+        raise ValueError("a date-time such as 2026-05-01T12:00:00Z is expected")
+    return value
+
+
+From = Annotated[datetime | None, BeforeValidator(_date_time_only),
+                 Field(alias="from", description="default: `to` less the endpoint's window")]  # fmt: skip
+To = Annotated[
+    datetime | None, BeforeValidator(_date_time_only), Field(alias="to", description="default: now")
+]
 
 Bucket = Literal["10s", "1m", "5m", "15m", "1h", "6h", "1d"]
 BUCKET_SECONDS: dict[Bucket, int] = {

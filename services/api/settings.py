@@ -1,4 +1,5 @@
-"""GPUHEALTH_API__*: where the API listens, how it reaches the database, its secrets and its limits."""
+"""GPUHEALTH_API__* and GPUHEALTH_AUTH__*: where the API listens, how it reaches the database, who may
+call it, and its limits."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 
 from shared.config import HEALTH_RULES_FILE, Section, Settings
 from shared.errors import ConfigError
+
+from .auth import AuthSection
 
 # The scorer's rules (shared.config.HEALTH_RULES_FILE unless moved): the API counts a GPU as
 # missing by the rules' own threshold, so the summary and the verdicts never disagree.
@@ -28,7 +31,7 @@ def missing_after_s(rules_file: Path) -> int:
 
 
 class ApiSection(Section):
-    """GPUHEALTH_API__*: where the API listens, its logins and key, and its limits."""
+    """GPUHEALTH_API__*: where the API listens, its logins, the hosts it answers to, and its limits."""
 
     bind: str = "127.0.0.1"
     """Address the API listens on."""
@@ -39,16 +42,18 @@ class ApiSection(Section):
     reader_password: SecretStr = SecretStr("gpuhealth_reader")
     """The read-only login's password."""
     acknowledger_user: str = "gpuhealth_acknowledger"
-    """The only login that may acknowledge an alert (migration 0012); used after the API key was checked."""
+    """The only login that may write (acknowledge, approve, mark repaired); used after the caller's role
+    was checked."""
     acknowledger_password: SecretStr = SecretStr("gpuhealth_acknowledger")
     """The acknowledging login's password."""
-    api_key: SecretStr | None = None
-    """Acknowledging an alert needs this in `X-API-Key`; unset, acknowledging is refused (403)."""
     tls_cert_file: Path | None = None
     """The API's TLS certificate chain (PEM): set with `tls_key_file`, the API speaks HTTPS only. Unset:
     plain HTTP, for loopback or behind an ingress that terminates TLS (docs/operating.md, Security)."""
     tls_key_file: Path | None = None
     """The private key (PEM) of `tls_cert_file`."""
+    trusted_hosts: list[str] = Field(default_factory=lambda: ["127.0.0.1", "localhost", "[::1]"])
+    """The `Host` names the API answers to (a DNS name pointed at it by someone else is refused, 400);
+    `*.example.com` covers subdomains. Add the name clients use behind an ingress."""
     pool_size: int = Field(default=10, ge=1, le=100)
     """Database connections held for queries."""
     max_range_days: int = Field(default=31, ge=1, le=3650)
@@ -98,3 +103,4 @@ class ApiSection(Section):
 
 class ApiSettings(Settings):
     api: ApiSection = Field(default_factory=ApiSection)
+    auth: AuthSection = Field(default_factory=AuthSection)

@@ -6,6 +6,11 @@ page's first paint is HTML rendered from the same queries the REST endpoints run
 so it reads without JavaScript (a plain screenshot, a text browser, a slow wall
 screen); its script then refreshes it live and adds the detail, charts and
 acknowledging.
+
+The page needs a caller too: without one it is only its shell, with a form to log in
+(paste a token, or pick the local mode's token file). `POST /login` checks the token
+and keeps it in an HttpOnly, SameSite=Strict cookie, which reads may carry; the page's
+writes send it in `Authorization` (services.api.guard takes no cookie for a write).
 """
 
 from __future__ import annotations
@@ -18,14 +23,17 @@ from pathlib import Path
 from typing import Any
 
 import swagger_ui_bundle  # type: ignore[import-untyped]
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import HTMLResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from shared.models_health import ACTION_REASONS, LADDER
 
+from .auth import COOKIE, AuthError, Identity
 from .deps import State
+from .guard import IDENTITY, client_address
+from .headers import policy
 from .parameters import AlertsQuery, GpuListQuery, LifecycleQuery
 from .routes.alerts import alert_list
 from .routes.fleet import summary_json
@@ -145,7 +153,14 @@ def ladder_items() -> str:
     return "".join(f'<li data-action="{a}" data-why="{why[a]}"><b>{a}</b>: {why[a]}</li>' for a in LADDER)
 
 
-async def render_page(state: State, template: str) -> str:
+def who_line(identity: Identity) -> str:
+    return f"{escape(identity.subject)} ({identity.role})"
+
+
+async def render_page(state: State, template: str, identity: Identity | None) -> str:
+    if identity is None:  # the shell: no fleet data without a caller
+        return template.replace("<body>", '<body class="anonymous">', 1)
+    template = template.replace('<span id="who"></span>', f'<span id="who">{who_line(identity)}</span>')
     # the same (cached) answers the API gives, as JSON
     summary = json.loads((await summary_json(state.db, state.cache, state.missing_after_s)).body)
     gpus: list[dict[str, Any]] = []
@@ -179,18 +194,55 @@ def add_web(app: FastAPI) -> None:
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     @app.get("/", include_in_schema=False)
-    async def fleet_page(state: State) -> HTMLResponse:
-        """The fleet at a glance, drawn on the server; its script keeps it live."""
-        return HTMLResponse(await render_page(state, template))
+    async def fleet_page(state: State, request: Request) -> HTMLResponse:
+        """The fleet at a glance, drawn on the server; its script keeps it live. No caller: the shell."""
+        return HTMLResponse(await render_page(state, template, request.scope.get(IDENTITY)),
+                            headers={"Cache-Control": "no-store"})  # fmt: skip
+
+    @app.post("/login", include_in_schema=False)
+    async def login(state: State, request: Request) -> JSONResponse:
+        """Check a token (JSON `{"token": ...}`) and keep it in the page's cookie; refusals count as any."""
+        auth, client = state.authenticator, client_address(request.scope)
+        if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+            return JSONResponse({"detail": 'send JSON: {"token": "..."}'}, status_code=415)
+        if wait := auth.throttle.throttled_for(client):
+            auth.refused(client, "throttled")
+            return JSONResponse({"detail": "too many refused requests from this address"}, status_code=429,
+                                headers={"Retry-After": str(int(wait) + 1)})  # fmt: skip
+        try:
+            sent = json.loads(await request.body())
+            token = sent.get("token") if isinstance(sent, dict) else None
+            if not isinstance(token, str) or not token.strip():
+                raise AuthError("missing", 'send the token as {"token": "..."}')
+            identity = await auth.identity(token.strip())
+        except ValueError:
+            return JSONResponse({"detail": "the body is not JSON"}, status_code=400)
+        except AuthError as e:
+            auth.refused(client, e.reason)
+            return JSONResponse({"detail": e.detail}, status_code=e.status)
+        done = JSONResponse({"subject": identity.subject, "role": identity.role})
+        done.set_cookie(COOKIE, token.strip(), httponly=True, samesite="strict", path="/",
+                        secure=request.url.scheme == "https")  # fmt: skip
+        return done
+
+    @app.post("/logout", include_in_schema=False)
+    async def logout() -> Response:
+        """Forget the page's cookie."""
+        done = Response(status_code=204)
+        done.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
+        return done
 
     @app.get("/favicon.ico", include_in_schema=False)
     async def favicon_ico() -> Response:
         return Response(icon, media_type="image/x-icon", headers={"Cache-Control": "max-age=86400"})
 
+    swagger = get_swagger_ui_html(
+        openapi_url="/openapi.json", title="gpu-health API",
+        swagger_js_url="/static/swagger-ui/swagger-ui-bundle.js",
+        swagger_css_url="/static/swagger-ui/swagger-ui.css", swagger_favicon_url="/favicon.ico",
+    )  # fmt: skip
+    swagger_csp = policy(bytes(swagger.body).decode())  # its one inline script, allowed by its hash
+
     @app.get("/docs", include_in_schema=False)
     async def docs() -> HTMLResponse:
-        return get_swagger_ui_html(
-            openapi_url="/openapi.json", title="gpu-health API",
-            swagger_js_url="/static/swagger-ui/swagger-ui-bundle.js",
-            swagger_css_url="/static/swagger-ui/swagger-ui.css", swagger_favicon_url="/favicon.ico",
-        )  # fmt: skip
+        return HTMLResponse(bytes(swagger.body), headers={"Content-Security-Policy": swagger_csp})

@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from .launcher import ENVIRON_MAX, Launch, LaunchError, Stat, launch_from, parents, parse_environ, parse_stat
+from .redact import redact_argv
 
 MAX_TEXT = 4096
 MAX_KEPT = 4096  # processes whose launch is kept; a GPU node runs far fewer GPU processes
@@ -159,8 +160,11 @@ class ProcReader:
     is read afresh. `retain` forgets the processes a poll no longer saw.
     """
 
-    def __init__(self, root: Path = Path("/proc"), hostname: str | None = None) -> None:
+    def __init__(
+        self, root: Path = Path("/proc"), hostname: str | None = None, *, full_command_lines: bool = False
+    ) -> None:
         self.root = root
+        self.full_command_lines = full_command_lines  # else secrets are masked (services.collector.redact)
         self.hostname = hostname or socket.gethostname()
         self.btime = boot_time(root)
         self.ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -173,9 +177,10 @@ class ProcReader:
         except OSError:
             exe = None
         raw_cmd = _read(base / "cmdline")
-        command = (
-            _clean(raw_cmd.rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace")) if raw_cmd else None
-        )
+        command = None
+        if raw_cmd:
+            argv = raw_cmd.rstrip(b"\0").decode(errors="replace").split("\0")
+            command = _clean(" ".join(argv if self.full_command_lines else redact_argv(argv)))
         if exe is None and command:
             exe = command.split(" ", 1)[0]
         raw_stat = _read(base / "stat")

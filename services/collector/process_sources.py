@@ -21,6 +21,7 @@ from gpuhealth.gpu.nvml import NvmlSession
 from gpuhealth.gpu.readings import SourceError
 
 from .proc_info import CgroupInfo, ProcInfo, ProcReader, parse_cgroup
+from .redact import redact_command
 
 log = logging.getLogger(__name__)
 _NOT_AVAILABLE = 2**63  # NVML's "not available" memory is 2^64-1; anything this big is not a reading
@@ -146,9 +147,15 @@ class MockProcesses:
 
     kind: Literal["mock"] = "mock"
 
-    def __init__(self, metrics_url: str, timeout_s: float = 5.0) -> None:
+    def __init__(self, metrics_url: str, timeout_s: float = 5.0, *, full_command_lines: bool = False) -> None:
         self.url = metrics_url.rsplit("/metrics", 1)[0] + "/processes"
+        self.full_command_lines = full_command_lines
         self.client = httpx.Client(timeout=timeout_s)
+
+    def _command(self, command: Any) -> str | None:
+        if not isinstance(command, str) or self.full_command_lines:
+            return command if isinstance(command, str) else None
+        return redact_command(command)
 
     def read(self) -> list[GpuObservation]:
         try:
@@ -168,7 +175,7 @@ class MockProcesses:
                     mem_util_pct=p.get("mem_util_pct"),
                     info=ProcInfo(
                         executable=p.get("executable"),
-                        command_line=p.get("command_line"),
+                        command_line=self._command(p.get("command_line")),
                         user=p.get("user"),
                         start_time=_time(p.get("start_time")),
                         cgroup=parse_cgroup(p.get("cgroup", "")) if p.get("cgroup") else CgroupInfo(),

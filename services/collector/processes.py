@@ -26,6 +26,7 @@ from shared.models import to_json
 from shared.models_workload import GpuProcess, GpuProcesses
 from shared.process_rules import DEFAULT_RULES, ProcessFacts, ProcessRules
 
+from .proc_info import ProcReader
 from .process_sources import (
     GpuObservation,
     MockProcesses,
@@ -52,6 +53,9 @@ class ProcessSection(Section):
     """The ordered rules that classify a process (training, inference, LLM serving, gaming, compute)."""
     proc_root: Path = Path("/proc")
     """Where the processes' executables, command lines, users and cgroups are read."""
+    full_command_lines: bool = False
+    """Publish command lines whole. Off, the values of secret-named flags (token, key, password...),
+    of `KEY=VALUE` arguments and URLs' user information are masked (`***`) on the node."""
 
 
 def classify_process(rules: ProcessRules, p: ObservedProcess) -> GpuProcess:
@@ -171,12 +175,15 @@ class ProcessWatch:
         return thread
 
 
-def process_sources(collector_source: str, dcgm_urls: Sequence[str], timeout_s: float) -> list[ProcessSource]:
-    """The mock fleet's nodes for a mock collector; otherwise the local GPUs through NVML, where it loads."""
+def process_sources(
+    collector_source: str, dcgm_urls: Sequence[str], timeout_s: float, *, full_command_lines: bool = False
+) -> list[ProcessSource]:
+    """The mock fleet's nodes for a mock collector; otherwise the local GPUs through NVML, where it loads.
+    Their command lines are redacted unless `full_command_lines`."""
     if collector_source == "mock":
-        return [MockProcesses(url, timeout_s) for url in dcgm_urls]
+        return [MockProcesses(url, timeout_s, full_command_lines=full_command_lines) for url in dcgm_urls]
     try:
-        return [NvmlProcesses()]
+        return [NvmlProcesses(proc=ProcReader(full_command_lines=full_command_lines))]
     except (SourceError, ImportError, OSError) as e:
         log.warning("no process listing: NVML is not usable here (%s)", e)
         return []
@@ -196,7 +203,9 @@ def start_process_watch(
     """The collector's one registration line: start listing processes on a thread, when enabled."""
     if not section.enabled:
         return None
-    sources = process_sources(collector_source, dcgm_urls, timeout_s)
+    sources = process_sources(
+        collector_source, dcgm_urls, timeout_s, full_command_lines=section.full_command_lines
+    )
     if not sources:
         return None
     try:

@@ -19,7 +19,7 @@ import threading
 
 import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from shared.config import Section, Settings
 from shared.kafka import JsonProducer, make_producer
@@ -29,7 +29,7 @@ from shared.models_workload import LlmServerStatus, LlmSession
 from shared.service import start_service
 
 from .probe import probe_once
-from .proxy import OllamaProxy
+from .proxy import DEFAULT_ALLOW, Allowed, OllamaProxy
 from .servers import VllmScraper, poll_ollama
 
 log = logging.getLogger("services.llm_monitor")
@@ -44,6 +44,19 @@ class LlmSection(Section):
     """Address of the proxy that clients use in place of Ollama."""
     listen_port: int = Field(default=11435, ge=0, le=65535)
     """Port of the proxy that clients use in place of Ollama's."""
+    proxy_allow: list[str] = Field(default_factory=lambda: list(DEFAULT_ALLOW), min_length=1, max_length=200)
+    """The requests the proxy relays, as `METHOD /path` (a trailing `*`: any path under it), as JSON.
+    The default is Ollama's inference and read-only endpoints: model management (/api/pull,
+    /api/delete, /api/create, /api/push, /api/copy) is refused (403)."""
+    proxy_max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024)
+    """The largest request body the proxy takes (413 past it)."""
+    proxy_head_timeout_s: float = Field(default=10.0, gt=0, le=600)
+    """A request's head must arrive within this of the connection opening or of the previous answer
+    (408; an idle kept-alive connection is closed)."""
+    proxy_body_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    """A request's body must arrive within this of its head (408)."""
+    proxy_max_connections: int = Field(default=256, ge=1, le=100_000)
+    """Client connections served at once; one more gets a 503 and is closed."""
     poll_interval_s: float = Field(default=15.0, ge=1, le=3600)
     """How often Ollama's version and loaded models, and vLLM's metrics, are recorded."""
     vllm_urls: list[str] = Field(default_factory=list, max_length=64)
@@ -64,6 +77,12 @@ class LlmSection(Section):
     """Port of the monitor's own `/metrics`."""
     metrics_bind: str = "127.0.0.1"
     """Address of the monitor's own `/metrics`."""
+
+    @field_validator("proxy_allow")
+    @classmethod
+    def _allow(cls, value: list[str]) -> list[str]:
+        Allowed(value)  # ValueError names a malformed entry
+        return value
 
 
 class LlmSettings(Settings):
@@ -138,9 +157,13 @@ class Monitor:
                 loop.call_soon_threadsafe(stop.set)
 
         threading.Thread(target=bridge, daemon=True).start()
+        cfg = self.cfg
         proxy = OllamaProxy(
-            upstream=self.cfg.ollama_url, on_session=self.publish, monitor_id=self.cfg.monitor_id
-        )
+            upstream=cfg.ollama_url, on_session=self.publish, monitor_id=cfg.monitor_id,
+            allow=cfg.proxy_allow, max_body_bytes=cfg.proxy_max_body_bytes,
+            head_timeout_s=cfg.proxy_head_timeout_s, body_timeout_s=cfg.proxy_body_timeout_s,
+            max_connections=cfg.proxy_max_connections,
+        )  # fmt: skip
         port = await proxy.start(self.cfg.listen_host, self.cfg.listen_port)
         log.info(
             "proxying", extra={"listen": f"{self.cfg.listen_host}:{port}", "ollama": self.cfg.ollama_url}

@@ -9,7 +9,14 @@ other than chunked) and the connection is closed, so no two parsers can
 disagree on where a request ends. A streamed answer's payload goes to the
 client as soon as a read from Ollama brings it, re-framed as one chunk per
 read, while a copy feeds the request's SessionMeter. Requests other than POST
-/api/generate and /api/chat are relayed without measuring. Over asyncio
+/api/generate and /api/chat are relayed without measuring.
+
+A narrow door: only the methods and paths of `allow` are relayed (Ollama's inference and
+read-only endpoints by default: no /api/pull, /api/delete, /api/create, /api/push, /api/copy);
+anything else is a 403 that closes the connection. A request's head must arrive within
+`head_timeout_s` of the connection opening (or of the previous answer) and its body within
+`body_timeout_s` of its head, else 408 (an idle kept-alive connection is just closed);
+past `max_connections` at once a new connection gets a 503 and is closed. Over asyncio
 streams rather than an HTTP framework, to add as little as it can to a
 request (bench/bench_llm_proxy.py; docs/performance.md has the figures).
 Ollama unreachable gets a 502 (and a failed session).
@@ -23,7 +30,7 @@ import contextvars
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from urllib.parse import urlsplit
 
 import h11
@@ -54,6 +61,14 @@ _RESPONSE_DROPPED = frozenset(
     {b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"te", b"trailer", b"upgrade"}
 )
 MAX_HEAD = 64 * 1024
+# What Ollama serves that a client of a model needs: inference, embeddings, and what is loaded.
+# Model management (pull, push, create, copy, delete, blobs) is the operator's, on Ollama itself.
+DEFAULT_ALLOW = (
+    "POST /api/generate", "POST /api/chat", "POST /api/embed", "POST /api/embeddings", "POST /api/show",
+    "GET /api/tags", "GET /api/ps", "GET /api/version", "GET /", "HEAD /",
+    "POST /v1/chat/completions", "POST /v1/completions", "POST /v1/embeddings", "GET /v1/models",
+    "GET /v1/models/*",
+)  # fmt: skip
 READ_SIZE = 65536
 LINGER_S = 2.0
 _DEADLINE: contextvars.ContextVar[asyncio.Timeout | None] = contextvars.ContextVar("deadline", default=None)
@@ -63,6 +78,32 @@ class BadRequestError(Exception):
     def __init__(self, status: int, reason: str) -> None:
         super().__init__(reason)
         self.status = status
+
+
+class Allowed:
+    """`METHOD /path` entries; a path ending in `*` allows what starts with what precedes it."""
+
+    def __init__(self, entries: Sequence[str]) -> None:
+        self.exact: set[tuple[bytes, bytes]] = set()
+        self.prefixes: list[tuple[bytes, bytes]] = []
+        for entry in entries:
+            method, _, path = entry.strip().partition(" ")
+            if not method or not path.startswith("/"):
+                raise ValueError(f"an allowed request is `METHOD /path`, not {entry!r}")
+            key = (method.upper().encode(), path.encode())
+            if path.endswith("*"):
+                self.prefixes.append((key[0], key[1][:-1]))
+            else:
+                self.exact.add(key)
+
+    def __contains__(self, request: tuple[bytes, bytes]) -> bool:
+        method, target = request
+        path = target.split(b"?", 1)[0]
+        if b"/../" in path + b"/" or b"/./" in path + b"/" or b"%" in path or b"//" in path:
+            return False  # no spelling of a path that Ollama could read as another
+        if (method, path) in self.exact:
+            return True
+        return any(method == m and path.startswith(p) for m, p in self.prefixes)
 
 
 class _Upstream:
@@ -111,9 +152,13 @@ class OllamaProxy:
         upstream: str,
         on_session: Callable[[LlmSession], None],
         monitor_id: str,
-        max_body_bytes: int = 64 * 1024 * 1024,
+        max_body_bytes: int = 8 * 1024 * 1024,
         upstream_timeout_s: float = 600.0,
         pool_size: int = 32,
+        allow: Sequence[str] = DEFAULT_ALLOW,
+        head_timeout_s: float = 10.0,
+        body_timeout_s: float = 30.0,
+        max_connections: int = 256,
     ) -> None:
         parts = urlsplit(upstream)
         if parts.scheme != "http" or not parts.hostname:
@@ -121,6 +166,9 @@ class OllamaProxy:
         self.host, self.port = parts.hostname, parts.port or 80
         self.upstream, self.on_session, self.monitor_id = upstream.rstrip("/"), on_session, monitor_id
         self.max_body_bytes, self.timeout_s, self.pool_size = max_body_bytes, upstream_timeout_s, pool_size
+        self.allowed = Allowed(allow)
+        self.head_timeout_s, self.body_timeout_s = head_timeout_s, body_timeout_s
+        self.max_connections, self.connections = max_connections, 0
         self._host_header = b"%s:%d" % (self.host.encode(), self.port)
         self._idle: list[_Upstream] = []
         self.server: asyncio.Server | None = None
@@ -140,6 +188,12 @@ class OllamaProxy:
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         http = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+        if self.connections >= self.max_connections:  # refused at once, before any of its request is read
+            busy = f"the proxy serves at most {self.max_connections} connections at once"
+            await _linger(reader, writer, _refusal(http, 503, busy))
+            writer.close()
+            return
+        self.connections += 1
         refusal = b""
         try:
             while await self._one(http, reader, writer):
@@ -151,6 +205,7 @@ class OllamaProxy:
         except BadRequestError as e:
             refusal = _refusal(http, e.status, str(e))
         finally:
+            self.connections -= 1
             if refusal:
                 await _linger(reader, writer, refusal)
             writer.close()
@@ -159,7 +214,15 @@ class OllamaProxy:
         self, http: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> tuple[h11.Request, bytes] | None:
         """The client's next request and its whole body; None once the client is done."""
-        event = await self._client_event(http, reader, writer)
+        try:
+            async with asyncio.timeout(self.head_timeout_s):
+                event = await self._client_event(http, reader, writer)
+        except TimeoutError:
+            if http.trailing_data[0]:  # part of a head came, and no more
+                raise BadRequestError(
+                    408, f"the request head did not arrive within {self.head_timeout_s:g} s"
+                ) from None
+            return None  # an idle kept-alive connection: closed without a word
         if type(event) is not h11.Request:
             return None  # ConnectionClosed (h11 raises on anything else)
         if event.method == b"CONNECT":
@@ -174,11 +237,20 @@ class OllamaProxy:
                 has_chunked = True
         if has_length and has_chunked:  # RFC 9112 6.1: the classic smuggling shape; refuse and close
             raise BadRequestError(400, "both Content-Length and Transfer-Encoding")
+        if (event.method, event.target) not in self.allowed:
+            asked = f"{event.method.decode('latin-1')} {event.target.decode('latin-1')[:200]}"
+            raise BadRequestError(403, f"{asked} is not proxied (GPUHEALTH_LLM__PROXY_ALLOW)")
         body = bytearray()
-        while type(part := await self._client_event(http, reader, writer)) is h11.Data:
-            body += part.data
-            if len(body) > self.max_body_bytes:
-                raise BadRequestError(413, f"request body over {self.max_body_bytes} bytes")
+        try:
+            async with asyncio.timeout(self.body_timeout_s):
+                while type(part := await self._client_event(http, reader, writer)) is h11.Data:
+                    body += part.data
+                    if len(body) > self.max_body_bytes:
+                        raise BadRequestError(413, f"request body over {self.max_body_bytes} bytes")
+        except TimeoutError:
+            raise BadRequestError(
+                408, f"the request body did not arrive within {self.body_timeout_s:g} s"
+            ) from None
         return event, bytes(body)  # EndOfMessage: h11 raises on a body cut short
 
     async def _client_event(

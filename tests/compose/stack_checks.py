@@ -53,6 +53,12 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float, every_s
     pytest.fail(f"{what}: not within {timeout_s:.0f} s (last error: {last})", pytrace=False)
 
 
+def viewer() -> dict[str, str]:
+    """A viewer's token, from the API container's local issuer (docker-compose.yml's api)."""
+    token = compose("exec", "-T", "api", "cat", "/auth/viewer.token").strip()
+    return {"Authorization": f"Bearer {token}"}
+
+
 def url(service: str, port: int) -> str:
     host_port = compose("port", service, str(port)).strip()
     assert host_port, f"{service}:{port} is not published"
@@ -106,12 +112,14 @@ def test_the_api_counts_every_mock_gpu_with_a_verdict(fleet: dict[str, Any]) -> 
     api = url("api", 8000)
 
     def scored() -> dict[str, Any] | None:
-        summary: dict[str, Any] = httpx.get(f"{api}/api/v1/fleet/summary", timeout=10).json()
+        summary: dict[str, Any] = httpx.get(
+            f"{api}/api/v1/fleet/summary", headers=viewer(), timeout=10
+        ).json()
         return summary if summary["gpus"] == len(gpus) and summary["not_scored"] == 0 else None
 
     summary = wait_for("every mock GPU counted and scored by the API", scored, timeout_s=240)
     assert summary["healthy"] + summary["degraded"] + summary["unhealthy"] == len(gpus)
-    listed = httpx.get(f"{api}/api/v1/gpus", params={"limit": 1000}, timeout=10).json()
+    listed = httpx.get(f"{api}/api/v1/gpus", params={"limit": 1000}, headers=viewer(), timeout=10).json()
     assert {g["gpu_uuid"] for g in listed["gpus"]} == set(gpus)
 
 
@@ -126,7 +134,7 @@ def test_an_injected_fault_becomes_an_open_alert(fleet: dict[str, Any]) -> None:
 
     def alert() -> list[dict[str, Any]] | None:
         found: list[dict[str, Any]] = httpx.get(
-            f"{api}/api/v1/alerts", params={"state": "open", "gpu": gpu_uuid}, timeout=10
+            f"{api}/api/v1/alerts", params={"state": "open", "gpu": gpu_uuid}, headers=viewer(), timeout=10
         ).json()["alerts"]
         return found or None
 

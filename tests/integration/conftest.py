@@ -169,21 +169,19 @@ def migrated(db_settings: DatabaseSettings, db_schema: str) -> DatabaseSettings:
 @pytest.fixture
 def served_api(migrated: DatabaseSettings, request: pytest.FixtureRequest) -> Iterator[str]:
     """The query API on a real port, served as `python -m services.api` serves it (uvicorn in a thread,
-    lifespan, limits and all), over a fresh schema. Indirect parametrisation overrides ApiSection fields."""
+    lifespan, limits and all), over a fresh schema. Indirect parametrisation overrides ApiSection fields.
+    Callers need a token: tests.helpers.identities (VIEWER.get, as_role("admin")...)."""
     import socket
     import threading
 
-    from pydantic import SecretStr
-
-    from services.api.app import create_app
     from services.api.server import api_server
-    from services.api.settings import ApiSection
+    from tests.helpers.identities import api_app, api_section
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    api = ApiSection(api_key=SecretStr("test-key-123"), **getattr(request, "param", {}))
-    server = api_server(create_app(migrated, api), api, host="127.0.0.1", port=port)
+    api = api_section(**getattr(request, "param", {}))
+    server = api_server(api_app(migrated, api), api, host="127.0.0.1", port=port)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20

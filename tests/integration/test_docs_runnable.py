@@ -2,7 +2,8 @@
 a scored fleet.
 
 The only rewrites are the addresses a test cannot own: the API's port (the test
-serves its own) and the venv (the test's own, which `make venv` built the same way).
+serves its own), the venv (the test's own, which `make venv` built the same way)
+and `make up`'s token files (the test session's own issuer's).
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tests.helpers.identities import identities
 from tests.paths import REPO
 
-KEY = "test-key-123"  # the served_api fixture's key
 RUNNABLE = re.compile(r"^<!-- runnable -->\n```sh\n(.*?)^```", re.M | re.S)
 
 
@@ -41,10 +42,13 @@ def test_every_runnable_block_runs_as_written(served_api: str, scored: dict[str,
     api = served_api.removeprefix("http://")
     venv_bin = str(Path(sys.executable).parent) + "/"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GPUHEALTH_URL")}
-    env |= {"GPUHEALTH_API__API_KEY": KEY, "GPUHEALTH_URL": served_api}
+    env |= {"GPUHEALTH_URL": served_api}
+    tokens = f"{identities().directory}/"
     outputs = []
     for doc, block in runnable_blocks():
         script = block.replace("localhost:8000", api).replace("~/.cache/gpu-health/venv/bin/", venv_bin)
+        script = script.replace("~/.cache/gpu-health/run/auth/", tokens)
+        script = script.replace("$HOME/.cache/gpu-health/run/auth/", tokens)
         run = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=REPO, env=env,
                              capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
         assert run.returncode == 0, (
@@ -54,7 +58,9 @@ def test_every_runnable_block_runs_as_written(served_api: str, scored: dict[str,
         outputs.append(run.stdout)
     text = "\n".join(outputs)
     assert '"unhealthy":1' in text.replace(" ", "")  # the fleet summary
-    assert '"acknowledged_by":"oncall"' in text.replace(" ", "")  # the acknowledge example, with the key
+    assert '"acknowledged_by":"local-operator"' in text.replace(
+        " ", ""
+    )  # the acknowledge example: the token's subject
     assert "GPUs 4  healthy 3" in text  # gpuhealth fleet
     assert "volatile_dbe" in text  # gpuhealth gpu, the worst GPU
     assert "SUCCESS" in text  # promtool test rules

@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from shared.config import DatabaseSettings, KafkaSettings
+from tests.helpers.identities import api_env, identities
 from tests.helpers.kafka import kafka_env
 from tests.helpers.ports import free_ports
 from tests.helpers.topics import isolated_topics, topics_env
@@ -70,7 +71,7 @@ def pipeline(
         "sink": {"GPUHEALTH_SINK__METRICS_PORT": str(sink_metrics)},
         "scorer": {"GPUHEALTH_SCORER__INTERVAL_S": "3",
                    "GPUHEALTH_SCORER__METRICS_PORT": str(scorer_metrics)},
-        "api": {"GPUHEALTH_API__PORT": str(api)},
+        "api": {"GPUHEALTH_API__PORT": str(api), **api_env()},
     }  # fmt: skip
     running: dict[str, subprocess.Popen[bytes]] = {}
     try:
@@ -112,6 +113,8 @@ def test_a_fault_becomes_an_alert_as_the_readme_says(pipeline: dict[str, int]) -
         block.replace("localhost:9399", f"localhost:{pipeline['admin']}")
         .replace("localhost:8000", f"localhost:{pipeline['api']}")
         .replace("~/.cache/gpu-health/venv/bin/", str(Path(sys.executable).parent) + "/")
+        .replace("~/.cache/gpu-health/run/auth/", f"{identities().directory}/")
+        .replace("$HOME/.cache/gpu-health/run/auth/", f"{identities().directory}/")
     )
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GPUHEALTH_URL")}
     env["GPUHEALTH_URL"] = f"http://127.0.0.1:{pipeline['api']}"

@@ -1,20 +1,20 @@
-"""Alerts: the list, most severe then newest first, and acknowledging one (the API's one write)."""
+"""Alerts: the list, most severe then newest first, and acknowledging one (an operator's)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, HTTPException, Path, Query
+from fastapi import APIRouter, HTTPException, Path, Query
 
 from shared.store import alerts as alert_store
 from shared.store import fleet
 
 from ..answers import problems
 from ..answers.alerts import Alert, Alerts
-from ..deps import Database, Db, require_key
+from ..deps import Database, Db, Operator
 from ..paging import decode_cursor, page
-from ..parameters import LABEL, AlertsQuery, NoQuery
+from ..parameters import AlertsQuery, NoQuery
 
 router = APIRouter(tags=["alerts"])
 
@@ -39,10 +39,9 @@ async def alerts(db: Db, query: Annotated[AlertsQuery, Query()]) -> Alerts:
 
 @router.post(
     "/alerts/{alert_id}/acknowledge",
-    dependencies=[Depends(require_key)],
     responses=problems({
-        401: "no X-API-Key, or not the configured one",
-        403: "no API key is configured: acknowledging is disabled",
+        401: "no bearer token, or one refused",
+        403: "the caller is not an operator",
         404: "no such alert",
         409: "the alert is not open (acknowledged or resolved already)",
     }),
@@ -51,11 +50,12 @@ async def acknowledge(
     db: Db,
     alert_id: Annotated[int, Path(ge=1, le=2**62)],
     query: Annotated[NoQuery, Query()],
-    by: Annotated[str, Body(embed=True, pattern=LABEL)] = "api",
+    who: Operator,
 ) -> Alert:
-    """Acknowledge an open alert (needs X-API-Key); it still resolves when its evidence is gone."""
+    """Acknowledge an open alert (an operator's); it still resolves when its evidence is gone. The
+    acknowledger recorded is the token's subject (a body is ignored)."""
     async with db.acknowledging() as conn:
-        done = await alert_store.acknowledge(conn, alert_id, by)
+        done = await alert_store.acknowledge(conn, alert_id, who.subject)
     async with db.reading() as conn:
         if done is not None:
             where: dict[str, Any] = {"hostname": "", "gpu_index": None, "rack": None}

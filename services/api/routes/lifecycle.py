@@ -22,7 +22,8 @@ from shared.store import lifecycle
 
 from ..answers.lifecycle import GpuLifecycle, LifecycleDecisions, LifecycleInventory
 from ..deps import Db
-from ..paging import decode_cursor, page, z_time
+from ..export import csv_cell
+from ..paging import decode_cursor, page
 from ..parameters import GpuPath, LifecycleFilters, LifecycleQuery, NoQuery, PageQuery
 
 router = APIRouter(tags=["lifecycle"])
@@ -37,7 +38,6 @@ CSV_COLUMNS = (
     "decision", "hostname", "gpu_uuid", "serial", "model", "cost_of_waiting_per_day", "expected_cost",
     "keep_cost", "currency", "p_fail_30d", "warranty_end", "why", "missing_inputs", "decided_at",
 )  # fmt: skip
-_FORMULA = ("=", "+", "-", "@", "\t", "\r")
 
 
 def _said(by_decision: list[dict[str, Any]], currency: str) -> list[str]:
@@ -81,11 +81,6 @@ async def lifecycle_decisions(db: Db, query: Annotated[LifecycleQuery, Query()])
     return LifecycleDecisions.model_validate({"run": found["run"], "totals": totals, **listed})
 
 
-def _cell(value: Any) -> str:
-    text = "" if value is None else z_time(value) if isinstance(value, datetime) else str(value)
-    return "'" + text if text.startswith(_FORMULA) else text
-
-
 @router.get(
     "/lifecycle/export.csv", response_class=Response,
     responses={200: {"content": {"text/csv": {"schema": {"type": "string"}}},
@@ -101,7 +96,7 @@ async def lifecycle_csv(db: Db, query: Annotated[LifecycleFilters, Query()]) -> 
     for r in found["rows"]:
         missing = "; ".join(f"{m['input']} (assumed {m['assumed']})" for m in r["missing"])
         values = {**r, "currency": currency, "missing_inputs": missing, "decided_at": r["time"]}
-        writer.writerow([_cell(values[c]) for c in CSV_COLUMNS])
+        writer.writerow([csv_cell(values[c]) for c in CSV_COLUMNS])
     stamp = found["run"]["time"].strftime("%Y%m%dT%H%MZ") if found["run"] else "none"
     return Response(
         "\ufeff" + out.getvalue(), media_type="text/csv; charset=utf-8",

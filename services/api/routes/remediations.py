@@ -1,28 +1,24 @@
 """The remediator: its plans (pending, running, failed), one plan's record, its pause and breaker, and an
-operator's pause, resume, breaker reset and approval (each needs X-API-Key)."""
+admin's pause, resume, breaker reset and approval (each recorded under the token's subject)."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends, HTTPException, Path, Query
+from fastapi import APIRouter, HTTPException, Path, Query
 
 from shared.store import remediation_ledger as ledger
 
 from ..answers import problems
 from ..answers.remediations import Plan, PlanDetail, Plans, Remediator
-from ..deps import Db, require_key
+from ..deps import Admin, Db
 from ..paging import decode_cursor, page
-from ..parameters import LABEL, PLAN_STATES, NoQuery, PlansQuery
+from ..parameters import PLAN_STATES, NoQuery, PlansQuery
 
 router = APIRouter(tags=["remediations"])
 
-KEY_REFUSALS = {
-    401: "no X-API-Key, or not the configured one",
-    403: "no API key is configured: writes are disabled",
-}
+ADMIN_REFUSALS = {401: "no bearer token, or one refused", 403: "the caller is not an admin"}
 PlanId = Annotated[int, Path(ge=1, le=2**62)]
-By = Annotated[str, Body(embed=True, pattern=LABEL)]
 
 
 @router.get("/remediations")
@@ -55,13 +51,12 @@ async def remediation(db: Db, plan_id: PlanId, query: Annotated[NoQuery, Query()
 
 @router.post(
     "/remediations/{plan_id}/approve",
-    dependencies=[Depends(require_key)],
-    responses=problems({**KEY_REFUSALS, 404: "no such plan", 409: "the plan is not pending"}),
+    responses=problems({**ADMIN_REFUSALS, 404: "no such plan", 409: "the plan is not pending"}),
 )
-async def approve(db: Db, plan_id: PlanId, query: Annotated[NoQuery, Query()], by: By = "api") -> Plan:
-    """Approve a pending plan (needs X-API-Key): it runs from the step it waited at."""
+async def approve(db: Db, plan_id: PlanId, query: Annotated[NoQuery, Query()], who: Admin) -> Plan:
+    """Approve a pending plan (an admin's): it runs from the step it waited at."""
     async with db.acknowledging() as conn:
-        done = await ledger.approve(conn, plan_id, by)
+        done = await ledger.approve(conn, plan_id, who.subject)
     async with db.reading() as conn:
         if done is not None:
             return Plan.model_validate(await ledger.plan_brief(conn, plan_id))
@@ -84,21 +79,19 @@ async def _operate(db: Db, what: str, by: str) -> Remediator:
     return Remediator.model_validate({"modes": sorted(modes, key=lambda m: m["dry_run"])})
 
 
-@router.post("/remediator/pause", dependencies=[Depends(require_key)], responses=problems(KEY_REFUSALS))
-async def pause(db: Db, query: Annotated[NoQuery, Query()], by: By = "api") -> Remediator:
-    """Pause the remediator (needs X-API-Key): no plan moves on until it is resumed."""
-    return await _operate(db, "pause", by)
+@router.post("/remediator/pause", responses=problems(ADMIN_REFUSALS))
+async def pause(db: Db, query: Annotated[NoQuery, Query()], who: Admin) -> Remediator:
+    """Pause the remediator (an admin's): no plan moves on until it is resumed."""
+    return await _operate(db, "pause", who.subject)
 
 
-@router.post("/remediator/resume", dependencies=[Depends(require_key)], responses=problems(KEY_REFUSALS))
-async def resume(db: Db, query: Annotated[NoQuery, Query()], by: By = "api") -> Remediator:
-    """Resume a paused remediator (needs X-API-Key)."""
-    return await _operate(db, "resume", by)
+@router.post("/remediator/resume", responses=problems(ADMIN_REFUSALS))
+async def resume(db: Db, query: Annotated[NoQuery, Query()], who: Admin) -> Remediator:
+    """Resume a paused remediator (an admin's)."""
+    return await _operate(db, "resume", who.subject)
 
 
-@router.post(
-    "/remediator/reset-breaker", dependencies=[Depends(require_key)], responses=problems(KEY_REFUSALS)
-)
-async def reset_breaker(db: Db, query: Annotated[NoQuery, Query()], by: By = "api") -> Remediator:
-    """Close the circuit breaker (needs X-API-Key); the plans it held stay pending until each is approved."""
-    return await _operate(db, "reset", by)
+@router.post("/remediator/reset-breaker", responses=problems(ADMIN_REFUSALS))
+async def reset_breaker(db: Db, query: Annotated[NoQuery, Query()], who: Admin) -> Remediator:
+    """Close the circuit breaker (an admin's); the plans it held stay pending until each is approved."""
+    return await _operate(db, "reset", who.subject)

@@ -1,11 +1,11 @@
 """A way back to healthy: an operator marks a GPU repaired or returned, or records a reset or reboot done by
-hand (with the key); its marks and remedies, listed."""
+hand; its marks and remedies, listed. Each write is recorded under the token's subject."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends, HTTPException, Query
+from fastapi import APIRouter, Body, HTTPException, Query
 
 from shared.store import remedies, repairs
 from shared.store.remedies import Remedy as RemedyKind
@@ -13,15 +13,15 @@ from shared.store.repairs import RepairKind
 
 from ..answers import problems
 from ..answers.repairs import Remedies, Remedy, Repair, Repairs
-from ..deps import Db, require_key
-from ..parameters import LABEL, GpuPath, NoQuery
+from ..deps import Db, Operator
+from ..parameters import GpuPath, NoQuery
 
 router = APIRouter(tags=["gpus"])
 Note = Annotated[str, Body(max_length=500, pattern=r"^[^\x00-\x1f\x7f]*$")]
 MARKS_LISTED = 1000  # a GPU's marks are few: the newest this many, no paging
 REFUSED = problems({
-    401: "no X-API-Key, or not the configured one",
-    403: "no API key is configured: marking is disabled",
+    401: "no bearer token, or one refused",
+    403: "the caller is not an operator",
     404: "no such GPU in the inventory",
 })  # fmt: skip
 
@@ -29,22 +29,22 @@ REFUSED = problems({
 @router.post(
     "/gpus/{gpu_uuid}/repairs",
     status_code=201,
-    dependencies=[Depends(require_key)],
     responses=REFUSED,
 )
 async def mark_repaired(
     db: Db,
     gpu_uuid: GpuPath,
     query: Annotated[NoQuery, Query()],
-    by: Annotated[str, Body(pattern=LABEL)] = "api",
+    who: Operator,
     kind: Annotated[RepairKind, Body()] = "repaired",
     note: Note = "",
 ) -> Repair:
-    """Mark a GPU repaired (in place) or returned (from repair), needs X-API-Key. From the next
+    """Mark a GPU repaired (in place) or returned (from repair), an operator's, recorded under the
+    token's subject (a `by` in the body is ignored). From the next
     scoring cycle its findings resolve and its counts (XIDs, losses, error rates, pattern rules)
     start again; its verdict history stays as it was."""
     async with db.acknowledging() as conn:
-        done = await repairs.mark(conn, gpu_uuid, kind=kind, by=by, note=note)
+        done = await repairs.mark(conn, gpu_uuid, kind=kind, by=who.subject, note=note)
     if done is None:
         raise HTTPException(404, f"no GPU {gpu_uuid}")
     return Repair.model_validate(done)
@@ -61,23 +61,23 @@ async def repair_marks(db: Db, gpu_uuid: GpuPath, query: Annotated[NoQuery, Quer
 @router.post(
     "/gpus/{gpu_uuid}/remedies",
     status_code=201,
-    dependencies=[Depends(require_key)],
     responses=REFUSED,
 )
 async def record_remedy(
     db: Db,
     gpu_uuid: GpuPath,
     query: Annotated[NoQuery, Query()],
-    by: Annotated[str, Body(pattern=LABEL)] = "api",
+    who: Operator,
     remedy: Annotated[RemedyKind, Body()] = "reset_gpu",
     note: Note = "",
 ) -> Remedy:
-    """Record a GPU reset (`reset_gpu`) or its node's reboot (`reboot_node`) done by hand, needs X-API-Key.
+    """Record a GPU reset (`reset_gpu`) or its node's reboot (`reboot_node`) done by hand, an operator's,
+    recorded under the token's subject (a `by` in the body is ignored).
     It resolves what the remediator's own would: from the next scoring cycle the XIDs its rung covers
     (NVIDIA's catalogue) count only after it, and one seen again within a day escalates
     (recurred_after_remedy); the history keeps them."""
     async with db.acknowledging() as conn:
-        done = await remedies.mark(conn, gpu_uuid, remedy=remedy, by=by, note=note)
+        done = await remedies.mark(conn, gpu_uuid, remedy=remedy, by=who.subject, note=note)
     if done is None:
         raise HTTPException(404, f"no GPU {gpu_uuid}")
     return Remedy.model_validate(done)

@@ -194,15 +194,38 @@ function drawChart(box, points, key, from, to) {
   svg.append(svgEl("polyline", { points: present.map((p) => `${x(p.t).toFixed(1)},${y(p[key]).toFixed(1)}`).join(" ") }));
 }
 
+// Logging in: the token (pasted, or read from the local mode's token file) goes to POST /login, which
+// checks it and keeps it in an HttpOnly cookie for the page's reads; writes send it themselves
+// (Authorization), so it is also kept for this tab's session. The server records the token's subject.
+async function logIn(ev) {
+  ev.preventDefault();
+  const file = $("token-file").files[0];
+  const token = (file ? await file.text() : $("token").value).trim();
+  const result = $("login-result");
+  try {
+    const who = await call("/login", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ token }) });
+    sessionStorage.setItem("gpuhealth-token", token);
+    text(result, `signed in as ${who.subject} (${who.role})`);
+    location.reload();
+  } catch (e) {
+    result.className = "err"; text(result, "login refused: " + e.message);
+  }
+}
+
+async function logOut() {
+  sessionStorage.removeItem("gpuhealth-token");
+  await fetch("/logout", { method: "POST" });
+  location.reload();
+}
+
 async function acknowledge(alertId, button) {
-  const key = $("api-key").value;
-  sessionStorage.setItem("gpuhealth-key", key);
+  const token = sessionStorage.getItem("gpuhealth-token");
   const result = $("ack-result");
+  if (!token) { result.className = "err"; text(result, "log in again in this tab to acknowledge"); return; }
   button.disabled = true;
   try {
     const done = await call(`/api/v1/alerts/${alertId}/acknowledge`, {
-      method: "POST", headers: { "Content-Type": "application/json", ...(key ? { "X-API-Key": key } : {}) },
-      body: JSON.stringify({ by: "fleet-page" }),
+      method: "POST", headers: { Authorization: "Bearer " + token },
     });
     result.className = ""; text(result, `alert #${done.id} on ${done.hostname} acknowledged`);
     await refresh();
@@ -296,14 +319,16 @@ $("alerts").addEventListener("click", opener);
 $("lc-table").addEventListener("click", opener);
 $("filter").addEventListener("input", applyFilter);
 $("state-filter").addEventListener("change", applyFilter);
-$("api-key").value = sessionStorage.getItem("gpuhealth-key") || "";
+$("login").addEventListener("submit", logIn);
+$("logout").addEventListener("click", logOut);
 const params = new URLSearchParams(location.search);
 if (params.get("q")) $("filter").value = params.get("q");
 if (params.get("state")) $("state-filter").value = params.get("state");
 applyFilter();
-refresh().catch((e) => text($("s-updated"), "refresh failed: " + e.message));
+const signedIn = !document.body.classList.contains("anonymous");  // the shell: nothing to refresh
+if (signedIn) refresh().catch((e) => text($("s-updated"), "refresh failed: " + e.message));
 // Live refresh every 15 s; `/?refresh_s=N` sets another period, and 0 turns it off (a paused screen).
 const refreshS = Number(new URLSearchParams(location.search).get("refresh_s") ?? 15);
-if (refreshS > 0) {
+if (signedIn && refreshS > 0) {
   setInterval(() => refresh().catch((e) => text($("s-updated"), "refresh failed: " + e.message)), refreshS * 1000);
 }

@@ -16,7 +16,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from evaluation.pipeline import wait_until
-from services.api.app import create_app
 from services.api.deps import state_of
 from services.api.settings import ApiSection
 from services.scorer.cycle import run_cycle
@@ -24,6 +23,7 @@ from services.scorer.rules_config import load_rules
 from shared.config import DatabaseSettings
 from shared.db import connect
 from shared.store.notify import announce_scored
+from tests.helpers.identities import api_app, api_env, as_role
 from tests.helpers.ports import free_port
 from tests.helpers.service_process import service_process, waiting_on_a_lock
 
@@ -48,8 +48,8 @@ def gpus(client: TestClient) -> tuple[int, int]:
 
 @pytest.fixture
 def cached(migrated: DatabaseSettings) -> Iterator[TestClient]:
-    app = create_app(migrated, ApiSection(cache_max_age_s=600))
-    with TestClient(app) as client:
+    app = api_app(migrated, ApiSection(cache_max_age_s=600))
+    with TestClient(app, headers=as_role("viewer")) as client:
         wait_until(lambda: state_of(app).cache.listening, 30, "the cache to listen")
         yield client
 
@@ -92,8 +92,8 @@ def summary(client: TestClient | httpx.Client, url: str = "") -> tuple[int, str,
 
 
 def test_after_a_cycle_the_old_answer_is_served_at_once_then_the_new_one(migrated: DatabaseSettings) -> None:
-    app = create_app(migrated, ApiSection(cache_max_age_s=600, cache_max_stale_s=60))
-    with TestClient(app) as client:
+    app = api_app(migrated, ApiSection(cache_max_age_s=600, cache_max_stale_s=60))
+    with TestClient(app, headers=as_role("viewer")) as client:
         wait_until(lambda: state_of(app).cache.listening, 30, "the cache to listen")
         add_gpu(migrated, 1)
         assert summary(client)[:2] == (1, "gpu-health; fwd=miss; stored")
@@ -118,11 +118,11 @@ def test_sigterm_ends_the_api_with_status_0_while_a_refresh_waits_on_the_databas
     env = {
         "GPUHEALTH_DB__HOST": migrated.host, "GPUHEALTH_DB__PORT": str(migrated.port),
         "GPUHEALTH_DB__SEARCH_PATH": migrated.search_path or "", "GPUHEALTH_API__PORT": str(port),
-        "GPUHEALTH_API__CACHE_MAX_STALE_S": "60",
+        "GPUHEALTH_API__CACHE_MAX_STALE_S": "60", **api_env(),
     }  # fmt: skip
     add_gpu(migrated, 1)
     url = f"http://127.0.0.1:{port}"
-    with service_process("api", env) as api, httpx.Client(timeout=10) as client:
+    with service_process("api", env) as api, httpx.Client(timeout=10, headers=as_role("viewer")) as client:
 
         def cached() -> bool:
             assert api.poll() is None, api.stdout.read() if api.stdout else ""
@@ -143,7 +143,9 @@ def test_sigterm_ends_the_api_with_status_0_while_a_refresh_waits_on_the_databas
 
 
 def test_no_cache_reads_the_database_every_time(migrated: DatabaseSettings) -> None:
-    with TestClient(create_app(migrated, ApiSection(cache_max_age_s=0))) as client:
+    with TestClient(
+        headers=as_role("viewer"), app=api_app(migrated, ApiSection(cache_max_age_s=0))
+    ) as client:
         add_gpu(migrated, 1)
         assert gpus(client) == (1, 1)
         add_gpu(migrated, 2)
@@ -151,8 +153,8 @@ def test_no_cache_reads_the_database_every_time(migrated: DatabaseSettings) -> N
 
 
 def test_an_answer_is_never_older_than_its_max_age(migrated: DatabaseSettings) -> None:
-    app = create_app(migrated, ApiSection(cache_max_age_s=0.2))
-    with TestClient(app) as client:
+    app = api_app(migrated, ApiSection(cache_max_age_s=0.2))
+    with TestClient(app, headers=as_role("viewer")) as client:
         wait_until(lambda: state_of(app).cache.listening, 30, "the cache to listen")
         add_gpu(migrated, 1)
         assert gpus(client) == (1, 1)
@@ -171,8 +173,11 @@ def two_apps(migrated: DatabaseSettings) -> Iterator[tuple[TestClient, TestClien
             " ascii(substr(md5(gpu_uuid), 2)) % 100, 'A', 'none', now() FROM gpu_assets"
         )
         conn.commit()
-    app = create_app(migrated, ApiSection(cache_max_age_s=600))
-    with TestClient(app) as cached, TestClient(create_app(migrated, ApiSection(cache_max_age_s=0))) as plain:
+    app = api_app(migrated, ApiSection(cache_max_age_s=600))
+    with (
+        TestClient(app, headers=as_role("viewer")) as cached,
+        TestClient(headers=as_role("viewer"), app=api_app(migrated, ApiSection(cache_max_age_s=0))) as plain,
+    ):
         wait_until(lambda: state_of(app).cache.listening, 30, "the cache to listen")
         yield cached, plain
 

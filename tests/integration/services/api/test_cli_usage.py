@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import httpx
 import pyarrow.parquet as pq
 import pytest
 
 from services.api import cli
 from shared.config import DatabaseSettings
 from shared.db import connect
+from tests.helpers.identities import VIEWER, token_args
 from tests.helpers.usage_fleet import T0, hand_fleet, store
 
 WINDOW = ["--from", T0.isoformat(), "--to", T0.replace(hour=2).isoformat()]
@@ -24,7 +24,7 @@ def api(served_api: str, migrated: DatabaseSettings) -> str:
 
 
 def run(capsys: pytest.CaptureFixture[str], url: str, *args: str) -> tuple[int, str, str]:
-    code = cli.main(["--url", url, "usage", *args])
+    code = cli.main([*token_args("viewer"), "--url", url, "usage", *args])
     out = capsys.readouterr()
     return code, out.out, out.err
 
@@ -71,7 +71,9 @@ def test_export_writes_the_apis_rows(api: str, tmp_path: Path, capsys: pytest.Ca
     code, _, err = run(capsys, api, *WINDOW, "--by", "class", "--export", str(target))
     assert code == 0, err
     table = pq.read_table(target).to_pylist()
-    body = httpx.get(api + "/api/v1/usage", params={"from": WINDOW[1], "to": WINDOW[3], "by": "class"}).json()
+    body = VIEWER.get(
+        api + "/api/v1/usage", params={"from": WINDOW[1], "to": WINDOW[3], "by": "class"}
+    ).json()
     assert [(r["key"], r["gpu_hours"]) for r in table] == [
         *((g["key"], g["gpu_hours"]) for g in body["groups"]),
         (None, body["total"]["gpu_hours"]),
@@ -86,6 +88,6 @@ def test_a_refused_or_malformed_question_says_why(api: str, capsys: pytest.Captu
     assert code == 2
     assert "400 Bad Request: the range may span at most 31 days" in err
     with pytest.raises(SystemExit) as bad:
-        cli.main(["--url", api, "usage", "--where", "team=x"])
+        cli.main([*token_args("viewer"), "--url", api, "usage", "--where", "team=x"])
     assert bad.value.code == 2
     assert "DIMENSION=VALUE" in capsys.readouterr().err

@@ -10,10 +10,10 @@ from fastapi.testclient import TestClient
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from services.api.app import create_app
 from services.api.deps import attach, state_of
 from services.api.settings import ApiSection
 from shared.config import DatabaseSettings
+from tests.helpers.identities import api_app, as_role
 
 UUID = "GPU-11111111-2222-3333-4444-555555555555"
 
@@ -44,7 +44,9 @@ def data_endpoints(openapi: dict[str, Any]) -> list[str]:
 
 
 def test_every_data_endpoint_answers_503_when_the_database_is_away(migrated: DatabaseSettings) -> None:
-    with TestClient(create_app(migrated, ApiSection(cache_max_age_s=0))) as client:
+    with TestClient(
+        headers=as_role("viewer"), app=api_app(migrated, ApiSection(cache_max_age_s=0))
+    ) as client:
         paths = data_endpoints(client.get("/openapi.json").json())
         assert len(paths) >= 15, paths
         # the pool now points at a port nothing listens on: each checkout fails after its timeout

@@ -23,9 +23,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shared.config import DatabaseSettings
+from tests.helpers.identities import VIEWER, api_env, identities
 from tests.paths import REPO
 
-KEY = b"test-key-123"
+AUTH = b"Authorization"
+KEY = b"Bearer " + identities().tokens["operator"].encode()  # a token that may acknowledge
 ACK = b"/api/v1/alerts/1/acknowledge"
 LIMIT = 65_536
 fast = pytest.mark.parametrize(
@@ -96,7 +98,7 @@ def pushed_before_refused(sock: socket.socket, total: int) -> int:
     ("framing", "status", "reason"),
     [
         ((b"Content-Length", b"200000000"), 413, b"at most 65536 bytes"),  # the size is checked first
-        ((b"Transfer-Encoding", b"chunked"), 401, b"X-API-Key"),  # no size declared: the key decides
+        ((b"Transfer-Encoding", b"chunked"), 401, b"bearer token"),  # no size declared: the token decides
     ],
 )
 def test_an_unauthenticated_200_mb_body_is_refused_on_its_headers_and_never_read(
@@ -117,7 +119,7 @@ def test_an_unauthenticated_200_mb_body_is_refused_on_its_headers_and_never_read
 def test_a_declared_body_over_the_limit_is_413_before_any_of_it_arrives(
     served_api: str, key: bytes | None, length: int
 ) -> None:
-    headers = [(b"Content-Length", str(length).encode())] + ([(b"X-API-Key", key)] if key else [])
+    headers = [(b"Content-Length", str(length).encode())] + ([(AUTH, key)] if key else [])
     with connection(served_api) as sock:
         sock.sendall(request(b"POST", ACK, headers))
         assert read_response(sock)[0] == 413
@@ -128,7 +130,7 @@ def test_a_declared_body_over_the_limit_is_413_before_any_of_it_arrives(
 def test_a_chunked_body_is_counted_as_it_arrives_and_refused_past_the_limit(served_api: str) -> None:
     chunk = b"4000\r\n" + b" " * 0x4000 + b"\r\n"
     with connection(served_api) as sock:
-        sock.sendall(request(b"POST", ACK, [(b"X-API-Key", KEY), (b"Transfer-Encoding", b"chunked")]))
+        sock.sendall(request(b"POST", ACK, [(AUTH, KEY), (b"Transfer-Encoding", b"chunked")]))
         with contextlib.suppress(OSError):
             for _ in range(LIMIT // 0x4000 + 2):
                 sock.sendall(chunk)
@@ -140,7 +142,7 @@ def test_a_body_at_the_limit_reaches_the_endpoint_and_the_acknowledging_login(se
     body = b'{"by": "oncall"}'
     body += b" " * (LIMIT - len(body))
     headers = [
-        (b"X-API-Key", KEY),
+        (AUTH, KEY),
         (b"Content-Type", b"application/json"),
         (b"Content-Length", str(LIMIT).encode()),
     ]
@@ -153,7 +155,11 @@ def test_a_body_at_the_limit_reaches_the_endpoint_and_the_acknowledging_login(se
 @fast
 @pytest.mark.parametrize(
     "partial",
-    [b"", b"GET /healthz HTTP/1.1\r\nHost: te", b"POST /api/v1/alerts/1/acknowledge HTTP/1.1\r\nX-API-Key: "],
+    [
+        b"",
+        b"GET /healthz HTTP/1.1\r\nHost: te",
+        b"POST /api/v1/alerts/1/acknowledge HTTP/1.1\r\nAuthorization: Bearer ",
+    ],
 )
 def test_headers_that_never_finish_get_a_408_and_the_connection_closes(
     served_api: str, partial: bytes
@@ -178,7 +184,7 @@ def test_the_next_request_on_a_kept_alive_connection_has_the_same_deadline(serve
 @pytest.mark.parametrize("framing", [[(b"Content-Length", b"100")], [(b"Transfer-Encoding", b"chunked")]])
 def test_a_body_that_never_finishes_gets_a_408(served_api: str, framing: list[tuple[bytes, bytes]]) -> None:
     with connection(served_api) as sock:
-        sock.sendall(request(b"POST", ACK, [(b"X-API-Key", KEY), *framing]) + b'{"by": ')
+        sock.sendall(request(b"POST", ACK, [(AUTH, KEY), *framing]) + b'{"by": ')
         assert read_response(sock)[0] == 408
         assert closed_by_server(sock)
 
@@ -187,7 +193,7 @@ HEADER_NAMES = st.sampled_from(
     [
         b"Content-Length",
         b"Transfer-Encoding",
-        b"X-API-Key",
+        AUTH,
         b"Content-Type",
         b"Expect",
         b"Connection",
@@ -219,7 +225,7 @@ def test_hostile_requests_get_a_4xx_or_a_close_never_a_5xx_nor_a_hang(
             sock.sendall(request(method, path, headers) + body)
         status, _ = read_response(sock)
     assert status is None or status < 500
-    assert httpx.get(served_api + "/healthz", timeout=10).status_code == 200
+    assert VIEWER.get(served_api + "/healthz", timeout=10).status_code == 200
 
 
 def test_sigterm_stops_the_api_with_status_0_even_with_a_stalled_client(migrated: DatabaseSettings) -> None:
@@ -229,7 +235,8 @@ def test_sigterm_stops_the_api_with_status_0_even_with_a_stalled_client(migrated
     env = os.environ | {
         "GPUHEALTH_DB__HOST": migrated.host, "GPUHEALTH_DB__PORT": str(migrated.port),
         "GPUHEALTH_DB__SEARCH_PATH": migrated.search_path or "", "GPUHEALTH_API__PORT": str(port),
-        "GPUHEALTH_API__BODY_TIMEOUT_S": "2", "GPUHEALTH_API__API_KEY": KEY.decode(), "PYTHONPATH": str(REPO),
+        "GPUHEALTH_API__BODY_TIMEOUT_S": "2", "PYTHONPATH": str(REPO),
+        **api_env(),
     }  # fmt: skip
     api = subprocess.Popen([sys.executable, "-m", "services.api"], env=env, cwd=REPO,
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
@@ -239,13 +246,13 @@ def test_sigterm_stops_the_api_with_status_0_even_with_a_stalled_client(migrated
         while True:
             assert api.poll() is None, api.stderr.read() if api.stderr else ""
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(url + "/healthz", timeout=2).status_code == 200:
+                if VIEWER.get(url + "/healthz", timeout=2).status_code == 200:
                     break
             assert time.monotonic() < deadline, "the API did not come up"
             threading.Event().wait(0.1)
         with connection(url) as stalled:
             # A request whose body never comes is in flight: shutdown waits for it, until its deadline.
-            stalled.sendall(request(b"POST", ACK, [(b"X-API-Key", KEY), (b"Content-Length", b"10")]))
+            stalled.sendall(request(b"POST", ACK, [(AUTH, KEY), (b"Content-Length", b"10")]))
             api.send_signal(signal.SIGTERM)
             assert api.wait(timeout=60) == 0
     finally:

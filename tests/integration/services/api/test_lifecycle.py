@@ -25,6 +25,7 @@ from shared.config import DatabaseSettings
 from shared.db import connect
 from shared.store import lifecycle as store
 from shared.store.lifecycle import GpuInputs
+from tests.helpers.identities import VIEWER, as_role, token_args
 
 FAILED, FAILING, WELL = (f"GPU-{n}aaaaaaa-0000-4000-8000-00000000000{n}" for n in (1, 2, 3))
 T1 = datetime(2026, 6, 1, 12, tzinfo=UTC)
@@ -79,7 +80,7 @@ def decided(migrated: DatabaseSettings) -> dict[str, Any]:
 def test_the_newest_run_is_ranked_by_what_waiting_costs_with_totals(
     served_api: str, decided: dict[str, Any]
 ) -> None:
-    with httpx.Client(base_url=served_api, timeout=10) as client:
+    with httpx.Client(headers=as_role("viewer"), base_url=served_api, timeout=10) as client:
         body = client.get("/api/v1/lifecycle").json()
     assert body["run"]["time"] == "2026-06-01T13:00:00.000000Z"
     assert body["run"]["missing_inputs"][0]["input"] == "the remediation history"
@@ -103,7 +104,7 @@ def test_the_newest_run_is_ranked_by_what_waiting_costs_with_totals(
 
 
 def test_filters_and_pages(served_api: str, decided: dict[str, Any]) -> None:
-    with httpx.Client(base_url=served_api, timeout=10) as client:
+    with httpx.Client(headers=as_role("viewer"), base_url=served_api, timeout=10) as client:
         keep = client.get("/api/v1/lifecycle", params={"decision": "keep"}).json()
         host = client.get("/api/v1/lifecycle", params={"host": "node-b", "min_waiting": 1}).json()
         first = client.get("/api/v1/lifecycle", params={"limit": 2}).json()
@@ -125,12 +126,12 @@ def test_filters_and_pages(served_api: str, decided: dict[str, Any]) -> None:
 
 
 def client_all(url: str) -> list[dict[str, Any]]:
-    decisions: list[dict[str, Any]] = httpx.get(url + "/api/v1/lifecycle", timeout=10).json()["decisions"]
+    decisions: list[dict[str, Any]] = VIEWER.get(url + "/api/v1/lifecycle", timeout=10).json()["decisions"]
     return decisions
 
 
 def test_the_csv_opens_in_a_spreadsheet_and_runs_nothing(served_api: str, decided: dict[str, Any]) -> None:
-    response = httpx.get(served_api + "/api/v1/lifecycle/export.csv", params={"min_waiting": 0}, timeout=10)
+    response = VIEWER.get(served_api + "/api/v1/lifecycle/export.csv", params={"min_waiting": 0}, timeout=10)
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/csv")
     assert 'filename="gpu-lifecycle-20260601T1300Z.csv"' in response.headers["content-disposition"]
@@ -153,7 +154,7 @@ def test_the_csv_opens_in_a_spreadsheet_and_runs_nothing(served_api: str, decide
 def test_the_inventory_shows_its_rows_its_refusals_and_the_assumptions(
     served_api: str, decided: dict[str, Any]
 ) -> None:
-    body = httpx.get(served_api + "/api/v1/lifecycle/inventory", timeout=10).json()
+    body = VIEWER.get(served_api + "/api/v1/lifecycle/inventory", timeout=10).json()
     assert [(r["line"], r["serial"], r["gpu_uuid"]) for r in body["rows"]] == [
         (2, "1650000000001", None),
         (3, None, FAILING),
@@ -164,7 +165,7 @@ def test_the_inventory_shows_its_rows_its_refusals_and_the_assumptions(
 
 
 def test_a_gpus_decisions_over_time(served_api: str, decided: dict[str, Any]) -> None:
-    with httpx.Client(base_url=served_api, timeout=10) as client:
+    with httpx.Client(headers=as_role("viewer"), base_url=served_api, timeout=10) as client:
         first = client.get(f"/api/v1/gpus/{FAILING}/lifecycle", params={"limit": 1}).json()
         rest = client.get(f"/api/v1/gpus/{FAILING}/lifecycle", params={"cursor": first["next_cursor"]}).json()
         unknown = client.get("/api/v1/gpus/GPU-00000000-0000-0000-0000-000000000000/lifecycle").json()
@@ -177,7 +178,7 @@ def test_a_gpus_decisions_over_time(served_api: str, decided: dict[str, Any]) ->
 
 
 def test_before_the_first_run_the_answers_are_empty_not_errors(served_api: str) -> None:
-    with httpx.Client(base_url=served_api, timeout=10) as client:
+    with httpx.Client(headers=as_role("viewer"), base_url=served_api, timeout=10) as client:
         body = client.get("/api/v1/lifecycle").json()
         exported = client.get("/api/v1/lifecycle/export.csv")
         inventory = client.get("/api/v1/lifecycle/inventory").json()
@@ -192,7 +193,7 @@ def test_before_the_first_run_the_answers_are_empty_not_errors(served_api: str) 
 def test_gpuhealth_lifecycle_lists_the_totals_and_the_dearest_first_and_exports_the_csv(
     served_api: str, decided: dict[str, Any], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    assert cli.main(["--url", served_api, "lifecycle", "--limit", "2"]) == 0
+    assert cli.main([*token_args("viewer"), "--url", served_api, "lifecycle", "--limit", "2"]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert lines[0].startswith(
@@ -205,10 +206,21 @@ def test_gpuhealth_lifecycle_lists_the_totals_and_the_dearest_first_and_exports_
     assert lines[-1] == "amounts in USD (1 more: --limit)"
     assert "{" not in out
     assert (
-        cli.main(["--url", served_api, "lifecycle", "--decision", "keep", "--csv", str(tmp_path / "x.csv")])
+        cli.main(
+            [
+                *token_args("viewer"),
+                "--url",
+                served_api,
+                "lifecycle",
+                "--decision",
+                "keep",
+                "--csv",
+                str(tmp_path / "x.csv"),
+            ]
+        )
         == 0
     )
     rows = list(csv.DictReader(io.StringIO((tmp_path / "x.csv").read_text("utf-8-sig"))))
     assert [r["gpu_uuid"] for r in rows] == [WELL]
-    assert cli.main(["--url", served_api, "lifecycle", "--decision", "sell"]) == 2
+    assert cli.main([*token_args("viewer"), "--url", served_api, "lifecycle", "--decision", "sell"]) == 2
     assert "422" in capsys.readouterr().err

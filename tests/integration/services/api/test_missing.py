@@ -7,16 +7,18 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from services.api.app import create_app
 from services.api.settings import ApiSection
 from services.scorer.rules_config import load_rules
 from shared.config import DatabaseSettings
 from shared.db import connect
+from tests.helpers.identities import api_app, as_role
 from tests.helpers.store_rows import T0, add_gpu, add_latest
 
 
 def summary_missing(db: DatabaseSettings, api: ApiSection) -> int:
-    with TestClient(create_app(db, api.model_copy(update={"cache_max_age_s": 0}))) as client:
+    with TestClient(
+        headers=as_role("viewer"), app=api_app(db, api.model_copy(update={"cache_max_age_s": 0}))
+    ) as client:
         missing: int = client.get("/api/v1/fleet/summary").json()["missing"]
         return missing
 

@@ -11,12 +11,11 @@ import pytest
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pydantic import SecretStr
 
-from services.api.app import create_app
 from services.api.settings import ApiSection
 from shared.config import DatabaseSettings
 from shared.db import connect
+from tests.helpers.identities import api_app, as_role
 
 T0 = datetime(2026, 4, 1, tzinfo=UTC)
 HOSTS = 5
@@ -61,7 +60,7 @@ def fleet(migrated: DatabaseSettings) -> DatabaseSettings:
 
 @pytest.fixture
 def client(fleet: DatabaseSettings) -> Iterator[TestClient]:
-    with TestClient(create_app(fleet, ApiSection(api_key=SecretStr("k")))) as c:
+    with TestClient(headers=as_role("viewer"), app=api_app(fleet)) as c:
         yield c
 
 
@@ -159,7 +158,7 @@ def test_a_series_too_fine_for_its_range_gets_the_finest_bucket_that_fits(
 
 
 def test_when_even_a_day_is_too_fine_the_range_keeps_its_newest_end(fleet: DatabaseSettings) -> None:
-    with TestClient(create_app(fleet, ApiSection(max_points=10))) as c:
+    with TestClient(headers=as_role("viewer"), app=api_app(fleet, ApiSection(max_points=10))) as c:
         month = {"from": "2026-03-01T00:00:00Z", "to": "2026-04-01T00:00:00Z"}
         body = c.get(f"/api/v1/gpus/{uuid(1)}/series", params=month).json()
     assert body["bucket"] == "1d"
@@ -210,7 +209,7 @@ def test_every_time_is_utc_with_a_z_and_empty_collections_are_lists(client: Test
 
 def test_acknowledging_answers_with_the_host(client: TestClient) -> None:
     alert = client.get("/api/v1/alerts", params={"host": "node-2", "limit": 1}).json()["alerts"][0]
-    done = client.post(f"/api/v1/alerts/{alert['id']}/acknowledge", headers={"X-API-Key": "k"})
+    done = client.post(f"/api/v1/alerts/{alert['id']}/acknowledge", headers=as_role("operator"))
     assert done.status_code == 200, done.text
     assert done.json()["hostname"] == "node-2"
     assert Z_TIME.match(done.json()["acknowledged_at"])
@@ -244,7 +243,7 @@ def verified(fleet: DatabaseSettings) -> DatabaseSettings:
 
 @pytest.mark.parametrize("limit", [1, 2, 5, 100])
 def test_the_verifier_lists_page_with_cursors_and_totals_too(verified: DatabaseSettings, limit: int) -> None:
-    with TestClient(create_app(verified, ApiSection())) as c:
+    with TestClient(headers=as_role("viewer"), app=api_app(verified, ApiSection())) as c:
         systems, total = walk(c, "/api/v1/systems", "systems", {"limit": limit})
         assert total == len(systems) == 7
         assert [s["hostname"] for s in systems] == [f"node-{n}" for n in range(7)]

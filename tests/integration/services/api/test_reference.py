@@ -5,20 +5,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 from fastapi.testclient import TestClient
 
 from services.api import cli
-from services.api.app import create_app
 from services.api.settings import ApiSection
 from shared.config import DatabaseSettings
 from shared.models_health import ACTION_REASONS, LADDER
+from tests.helpers.identities import VIEWER, api_app, as_role, token_args
 
 
 @pytest.fixture
 def client(migrated: DatabaseSettings) -> Iterator[TestClient]:
-    with TestClient(create_app(migrated, ApiSection())) as c:
+    with TestClient(headers=as_role("viewer"), app=api_app(migrated, ApiSection())) as c:
         yield c
 
 
@@ -45,12 +44,12 @@ def test_the_page_lists_the_ladder_for_its_script(client: TestClient) -> None:
 def test_the_cli_prints_the_ladder_and_why_a_gpus_action(
     served_api: str, scored: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli.main(["--url", served_api, "actions"]) == 0
+    assert cli.main([*token_args("viewer"), "--url", served_api, "actions"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "recommended actions, cheapest first:"
     assert [line.split()[1] for line in lines[1:]] == list(LADDER)
-    assert cli.main(["--url", served_api, "gpu", scored["sick"]]) == 0
-    action = httpx.get(f"{served_api}/api/v1/gpus/{scored['sick']}").json()["status"]["action"]
+    assert cli.main([*token_args("viewer"), "--url", served_api, "gpu", scored["sick"]]) == 0
+    action = VIEWER.get(f"{served_api}/api/v1/gpus/{scored['sick']}").json()["status"]["action"]
     assert (
         f"action {action} (rung {LADDER.index(action)}: {ACTION_REASONS[action]})" in capsys.readouterr().out
     )

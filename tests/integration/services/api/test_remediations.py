@@ -1,5 +1,6 @@
 """The remediator through the API: its plans listed by state, one plan's record, its pause and breaker;
-approving, pausing, resuming and resetting need the key and reach the database only through its functions."""
+approving, pausing, resuming and resetting need an admin (each recorded under the token's subject)
+and reach the database only through its functions."""
 
 from __future__ import annotations
 
@@ -14,9 +15,8 @@ from services.remediator.findings import NodeMap
 from services.remediator.policy import load_policy
 from shared.config import DatabaseSettings
 from shared.db import connect
+from tests.helpers.identities import ADMIN, OPERATOR, VIEWER, token_args
 from tests.helpers.remediation import add_fleet, plans_in_every_state, rows, verdict_finding
-
-KEY = {"X-API-Key": "test-key-123"}
 
 
 def plans_for(db: DatabaseSettings) -> None:
@@ -33,88 +33,93 @@ def test_plans_are_listed_by_state_and_shown_with_their_record(
     served_api: str, migrated: DatabaseSettings
 ) -> None:
     plans_for(migrated)
-    listed = httpx.get(f"{served_api}/api/v1/remediations").json()
+    listed = VIEWER.get(f"{served_api}/api/v1/remediations").json()
     assert [(p["id"], p["state"], p["held_for"]) for p in listed["remediations"]] == [
         (2, "held", "approval"), (1, "running", None),
     ]  # fmt: skip
-    pending = httpx.get(
+    pending = VIEWER.get(
         f"{served_api}/api/v1/remediations", params={"state": "pending", "mode": "live"}
     ).json()
     assert [p["id"] for p in pending["remediations"]] == [2]
-    assert httpx.get(f"{served_api}/api/v1/remediations", params={"mode": "dry_run"}).json()["total"] == 0
-    first = httpx.get(f"{served_api}/api/v1/remediations", params={"limit": 1}).json()
-    second = httpx.get(
+    assert VIEWER.get(f"{served_api}/api/v1/remediations", params={"mode": "dry_run"}).json()["total"] == 0
+    first = VIEWER.get(f"{served_api}/api/v1/remediations", params={"limit": 1}).json()
+    second = VIEWER.get(
         f"{served_api}/api/v1/remediations", params={"limit": 1, "cursor": first["next_cursor"]}
     )
     assert [p["id"] for p in second.json()["remediations"]] == [1]
-    detail = httpx.get(f"{served_api}/api/v1/remediations/1").json()
+    detail = VIEWER.get(f"{served_api}/api/v1/remediations/1").json()
     assert detail["steps"] == ["cordon", "drain", "reset_gpu", "validate", "return"]
     assert [(e["kind"], e["status"]) for e in detail["events"]] == [("decision", "act")]
     assert detail["decision_key"].startswith("gpu-health/")
-    assert httpx.get(f"{served_api}/api/v1/remediations/99").status_code == 404
-    refused = httpx.get(f"{served_api}/api/v1/remediations", params={"state": "everything; DROP TABLE x"})
+    assert VIEWER.get(f"{served_api}/api/v1/remediations/99").status_code == 404
+    refused = VIEWER.get(f"{served_api}/api/v1/remediations", params={"state": "everything; DROP TABLE x"})
     assert refused.status_code == 422
 
 
-def test_approving_needs_the_key_and_a_pending_plan(served_api: str, migrated: DatabaseSettings) -> None:
+def test_approving_needs_an_admin_and_a_pending_plan(served_api: str, migrated: DatabaseSettings) -> None:
     plans_for(migrated)
     url = f"{served_api}/api/v1/remediations/2/approve"
     assert httpx.post(url, json={"by": "oncall"}).status_code == 401
-    assert httpx.post(url, json={"by": "oncall"}, headers={"X-API-Key": "wrong"}).status_code == 401
-    approved = httpx.post(url, json={"by": "oncall"}, headers=KEY)
+    assert httpx.post(url, headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert VIEWER.post(url).status_code == 403
+    assert OPERATOR.post(url).status_code == 403
+    approved = ADMIN.post(url, json={"by": "someone-else"})  # the body's `by` is ignored
     assert approved.status_code == 200, approved.text
-    assert (approved.json()["state"], approved.json()["approved_by"]) == ("running", "oncall")
-    again = httpx.post(url, json={"by": "oncall"}, headers=KEY)
+    assert (approved.json()["state"], approved.json()["approved_by"]) == ("running", "local-admin")
+    again = ADMIN.post(url)
     assert (again.status_code, again.json()["detail"]) == (409, "remediation 2 is running, not pending")
-    assert httpx.post(f"{served_api}/api/v1/remediations/99/approve", headers=KEY).status_code == 404
-    assert httpx.post(url, json={"by": "x; rm -rf /"}, headers=KEY).status_code == 422
+    assert ADMIN.post(f"{served_api}/api/v1/remediations/99/approve").status_code == 404
     assert rows(migrated, "SELECT kind, status, response FROM remediation_events WHERE remediation_id = 2"
-                " AND kind = 'control'") == [("control", "approved", {"by": "oncall"})]  # fmt: skip
+                " AND kind = 'control'") == [("control", "approved", {"by": "local-admin"})]  # fmt: skip
 
 
-def test_the_remediator_is_paused_resumed_and_its_breaker_reset_with_the_key(
+def test_the_remediator_is_paused_resumed_and_its_breaker_reset_by_an_admin(
     served_api: str, migrated: DatabaseSettings
 ) -> None:
-    state = httpx.get(f"{served_api}/api/v1/remediator").json()
+    state = VIEWER.get(f"{served_api}/api/v1/remediator").json()
     assert [(m["dry_run"], m["paused"], m["breaker"]) for m in state["modes"]] == [
         (False, False, "closed"), (True, False, "closed"),
     ]  # fmt: skip
     assert httpx.post(f"{served_api}/api/v1/remediator/pause").status_code == 401
-    paused = httpx.post(f"{served_api}/api/v1/remediator/pause", json={"by": "oncall"}, headers=KEY).json()
-    assert {(m["paused"], m["paused_by"]) for m in paused["modes"]} == {(True, "oncall")}
+    for role in (VIEWER, OPERATOR):
+        for what in ("pause", "resume", "reset-breaker"):
+            assert role.post(f"{served_api}/api/v1/remediator/{what}").status_code == 403, (role.role, what)
+    paused = ADMIN.post(f"{served_api}/api/v1/remediator/pause", json={"by": "oncall"}).json()
+    assert {(m["paused"], m["paused_by"]) for m in paused["modes"]} == {(True, "local-admin")}
     with connect(migrated) as conn:
         conn.execute("UPDATE remediation_control SET breaker = 'open', tripped_at = now(), trip_reason = 't'")
         conn.commit()
-    assert {m["breaker"] for m in httpx.get(f"{served_api}/api/v1/remediator").json()["modes"]} == {"open"}
-    reset = httpx.post(
-        f"{served_api}/api/v1/remediator/reset-breaker", json={"by": "oncall"}, headers=KEY
-    ).json()
-    assert {(m["breaker"], m["reset_by"]) for m in reset["modes"]} == {("closed", "oncall")}
-    resumed = httpx.post(f"{served_api}/api/v1/remediator/resume", headers=KEY).json()
+    assert {m["breaker"] for m in VIEWER.get(f"{served_api}/api/v1/remediator").json()["modes"]} == {"open"}
+    reset = ADMIN.post(f"{served_api}/api/v1/remediator/reset-breaker").json()
+    assert {(m["breaker"], m["reset_by"]) for m in reset["modes"]} == {("closed", "local-admin")}
+    resumed = ADMIN.post(f"{served_api}/api/v1/remediator/resume").json()
     assert {m["paused"] for m in resumed["modes"]} == {False}
     controls = rows(migrated, "SELECT status FROM remediation_events WHERE kind = 'control' ORDER BY time")
     assert [s for (s,) in controls] == ["paused", "reset", "resumed"]
 
 
-def test_the_cli_lists_approves_and_operates_with_the_key(
+def test_the_cli_lists_approves_and_operates_with_an_admins_token_file(
     served_api: str, migrated: DatabaseSettings, capsys: pytest.CaptureFixture[str]
 ) -> None:
     plans_for(migrated)
-    assert cli.main(["--url", served_api, "remediations", "--state", "pending"]) == 0
+    assert cli.main([*token_args("viewer"), "--url", served_api, "remediations", "--state", "pending"]) == 0
     listed = capsys.readouterr().out.splitlines()
     assert listed[0] == "1 pending remediation(s)"
     assert listed[1].split()[:5] == ["#2", "held", "(approval)", "gpu-node-01", "reboot_node"]
-    assert cli.main(["--url", served_api, "approve", "2", "--by", "oncall"]) == 2  # no key
-    assert "401" in capsys.readouterr().err
-    assert cli.main(["--url", served_api, "approve", "2", "--key", "test-key-123", "--by", "oncall"]) == 0
-    assert capsys.readouterr().out.strip() == "remediation #2 (reboot_node on gpu-node-01) approved by oncall"
-    assert cli.main(["--url", served_api, "pause", "--key", "test-key-123", "--by", "oncall"]) == 0
+    assert cli.main([*token_args("operator"), "--url", served_api, "approve", "2"]) == 2  # not an admin
+    assert "403" in capsys.readouterr().err
+    assert cli.main([*token_args("admin"), "--url", served_api, "approve", "2"]) == 0
+    assert (
+        capsys.readouterr().out.strip()
+        == "remediation #2 (reboot_node on gpu-node-01) approved by local-admin"
+    )
+    assert cli.main([*token_args("admin"), "--url", served_api, "pause"]) == 0
     status = capsys.readouterr().out.splitlines()
     assert status == [
-        "live     paused by oncall         breaker closed",
-        "dry run  paused by oncall         breaker closed",
+        "live     paused by local-admin    breaker closed",
+        "dry run  paused by local-admin    breaker closed",
     ]
-    assert cli.main(["--url", served_api, "resume", "--key", "test-key-123"]) == 0
+    assert cli.main([*token_args("admin"), "--url", served_api, "resume"]) == 0
     assert "paused" not in capsys.readouterr().out
 
 
@@ -123,17 +128,17 @@ def test_pending_running_and_failed_plans_and_an_open_breaker_show_in_the_api_an
 ) -> None:
     plans_in_every_state(migrated, load_policy())
     for state, expected in (("pending", [2]), ("running", [1]), ("failed", [3]), ("all", [3, 2, 1])):
-        listed = httpx.get(f"{served_api}/api/v1/remediations", params={"state": state}).json()
+        listed = VIEWER.get(f"{served_api}/api/v1/remediations", params={"state": state}).json()
         assert [p["id"] for p in listed["remediations"]] == expected, state
-    modes = httpx.get(f"{served_api}/api/v1/remediator").json()["modes"]
+    modes = VIEWER.get(f"{served_api}/api/v1/remediator").json()["modes"]
     assert [(m["dry_run"], m["breaker"], m["trip_reason"]) for m in modes] == [
         (False, "open", "4 nodes taken out within 900 s (at most 4)"), (True, "closed", None),
     ]  # fmt: skip
-    assert cli.main(["--url", served_api, "remediations", "--state", "failed"]) == 0
+    assert cli.main([*token_args("viewer"), "--url", served_api, "remediations", "--state", "failed"]) == 0
     listed = capsys.readouterr().out.splitlines()
     assert listed[0] == "1 failed remediation(s)"
     assert listed[1].split()[:4] == ["#3", "failed", "gpu-node-02", "reset_gpu"]
-    assert cli.main(["--url", served_api, "remediator"]) == 0
+    assert cli.main([*token_args("viewer"), "--url", served_api, "remediator"]) == 0
     live, dry = capsys.readouterr().out.splitlines()
     assert live.startswith("live ")
     assert "breaker OPEN since " in live

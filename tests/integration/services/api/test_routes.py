@@ -9,21 +9,19 @@ from typing import Any
 import psycopg
 import pytest
 from fastapi.testclient import TestClient
-from pydantic import SecretStr
 
 from services.api import cli
-from services.api.app import create_app, reader_settings
+from services.api.app import reader_settings
 from services.api.settings import ApiSection
 from shared.config import DatabaseSettings
 from shared.db import connect
-
-KEY = "test-key-123"
+from tests.helpers.identities import api_app, as_role, token_args
 
 
 @pytest.fixture
 def client(migrated: DatabaseSettings) -> Iterator[TestClient]:
-    app = create_app(migrated, ApiSection(api_key=SecretStr(KEY)))
-    with TestClient(app) as c:
+    app = api_app(migrated)
+    with TestClient(app, headers=as_role("viewer")) as c:
         yield c
 
 
@@ -80,24 +78,31 @@ def test_fleet_gpus_and_one_gpu_match_what_was_ingested(client: TestClient, scor
     assert ranked[0]["gpu_uuid"] == scored["sick"]
 
 
-def test_acknowledging_needs_the_key_and_an_open_alert(client: TestClient, scored: dict[str, Any]) -> None:
+def test_acknowledging_needs_an_operator_and_an_open_alert(
+    client: TestClient, scored: dict[str, Any]
+) -> None:
     (alert,) = [a for a in client.get("/api/v1/alerts", params={"gpu": scored["sick"]}).json()["alerts"]
                 if a["kind"] == "unhealthy_memory"]  # fmt: skip
     url = f"/api/v1/alerts/{alert['id']}/acknowledge"
-    assert client.post(url).status_code == 401
-    assert client.post(url, headers={"X-API-Key": "wrong"}).status_code == 401
-    done = client.post(url, headers={"X-API-Key": KEY}, json={"by": "oncall@example"})
+    assert client.post(url, headers={"Authorization": ""}).status_code == 401
+    assert client.post(url, headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert client.post(url).status_code == 403  # the client's own token: a viewer's
+    # the actor is the token's subject: a `by` in the body is ignored
+    done = client.post(url, headers=as_role("operator"), json={"by": "oncall@example"})
     assert done.status_code == 200
-    assert (done.json()["state"], done.json()["acknowledged_by"]) == ("acknowledged", "oncall@example")
-    assert client.post(url, headers={"X-API-Key": KEY}).status_code == 409
-    assert client.post("/api/v1/alerts/999999/acknowledge", headers={"X-API-Key": KEY}).status_code == 404
+    assert (done.json()["state"], done.json()["acknowledged_by"]) == ("acknowledged", "local-operator")
+    assert client.post(url, headers=as_role("operator")).status_code == 409
+    assert client.post("/api/v1/alerts/999999/acknowledge", headers=as_role("admin")).status_code == 404
 
 
-def test_without_a_configured_key_acknowledging_is_refused(migrated: DatabaseSettings) -> None:
-    with TestClient(create_app(migrated, ApiSection())) as c:
-        refused = c.post("/api/v1/alerts/1/acknowledge", headers={"X-API-Key": "anything"})
-        assert refused.status_code == 403
-        assert "GPUHEALTH_API__API_KEY" in refused.json()["detail"]  # says why, and what to do
+def test_without_a_configured_issuer_every_caller_is_refused(migrated: DatabaseSettings) -> None:
+    from services.api.app import create_app
+    from tests.helpers.identities import api_section
+
+    with TestClient(create_app(migrated, api_section()), headers=as_role("admin")) as c:
+        refused = c.post("/api/v1/alerts/1/acknowledge")
+        assert refused.status_code == 503
+        assert "GPUHEALTH_AUTH__JWKS" in refused.json()["detail"]  # says why, and what to do
 
 
 @pytest.mark.parametrize(
@@ -174,14 +179,14 @@ def test_the_fleet_page_is_served_and_calls_only_real_endpoints(client: TestClie
 def test_the_cli_prints_the_fleet_and_the_worst_gpus_with_sparklines(
     served_api: str, scored: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli.main(["fleet", "--url", served_api, "--top", "2"]) == 0
+    assert cli.main([*token_args("viewer"), "fleet", "--url", served_api, "--top", "2"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("GPUs 4  healthy 3  degraded 0  unhealthy 1")
     sick = out[4]
     assert "unhealthy" in sick
     assert "reset_gpu" in sick
     assert any(bar in sick for bar in cli.BARS)
-    assert cli.main(["fleet", "--url", "http://127.0.0.1:9"]) == 1
+    assert cli.main([*token_args("viewer"), "fleet", "--url", "http://127.0.0.1:9"]) == 1
     assert "open alerts: 2 critical" in out[1]
 
 

@@ -7,7 +7,6 @@ import json
 from datetime import timedelta
 from typing import Any
 
-import httpx
 import pytest
 from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.common.by import By
@@ -22,7 +21,8 @@ from shared.config import DatabaseSettings
 from shared.db import connect
 from shared.fakes.samples import T0, gpu_uuid, sample
 from shared.models import GpuEvent, parse_event
-from tests.helpers.browser import chromium, shot
+from tests.helpers.browser import chromium, log_in, shot
+from tests.helpers.identities import VIEWER, identities, token_args
 
 GPUS = 16  # node-00: GPUs 0-7, node-01: GPUs 8-15
 JOB = (0, 1, 8, 9)  # one job's workers on two hosts
@@ -61,7 +61,7 @@ def findings(migrated: DatabaseSettings) -> dict[str, Any]:
 def test_the_api_names_the_job_and_the_host_with_all_their_gpus_and_hosts(
     served_api: str, findings: dict[str, Any]
 ) -> None:
-    listed = httpx.get(served_api + "/api/v1/alerts", params={"limit": 100}, timeout=30).json()["alerts"]
+    listed = VIEWER.get(served_api + "/api/v1/alerts", params={"limit": 100}, timeout=30).json()["alerts"]
     by_kind = {a["kind"]: a for a in listed if a["shared"] is not None}
     assert set(by_kind) == {"job_crash", "node_fault"}
     job = by_kind["job_crash"]
@@ -77,30 +77,30 @@ def test_the_api_names_the_job_and_the_host_with_all_their_gpus_and_hosts(
     assert all(
         a["shared"] is None for a in listed if a["kind"] not in ("job_crash", "node_fault", "rack_fault")
     )
-    detail = httpx.get(served_api + f"/api/v1/gpus/{findings['job_holder']}", timeout=30).json()
+    detail = VIEWER.get(served_api + f"/api/v1/gpus/{findings['job_holder']}", timeout=30).json()
     assert [a["shared"]["key"] for a in detail["open_alerts"] if a["shared"]] == ["ml/train-3f2a"]
 
 
 def test_the_cli_lists_the_jobs_gpus_and_hosts(
     served_api: str, findings: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli.main(["--url", served_api, "alerts"]) == 0
+    assert cli.main([*token_args("viewer"), "--url", served_api, "alerts"]) == 0
     listed = capsys.readouterr().out
     assert f"job ml/train-3f2a: 4 GPUs on node-00, node-01: {' '.join(findings['job_gpus'])}" in listed
     assert f"node node-01: 3 GPUs on node-01: {' '.join(findings['host_gpus'])}" in listed
-    assert cli.main(["--url", served_api, "gpu", findings["job_holder"]]) == 0
+    assert cli.main([*token_args("viewer"), "--url", served_api, "gpu", findings["job_holder"]]) == 0
     assert "job ml/train-3f2a: 4 GPUs on node-00, node-01" in capsys.readouterr().out
 
 
 def test_the_page_shows_the_job_and_the_host_not_the_gpu_holding_the_alert(
     served_api: str, findings: dict[str, Any]
 ) -> None:
-    html = httpx.get(served_api + "/", timeout=30).text  # the server's first paint
+    html = VIEWER.get(served_api + "/", timeout=30).text  # the server's first paint
     assert '<span class="shared" data-scope="job"' in html
     assert "job ml/train-3f2a: 4 GPUs on node-00, node-01</span>" in html
     browser = chromium()
     try:
-        browser.get(served_api + "/?refresh_s=0")
+        log_in(browser, served_api, identities().tokens["viewer"])
         wait = WebDriverWait(
             browser, 30, ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)
         )

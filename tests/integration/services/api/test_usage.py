@@ -19,6 +19,7 @@ import pytest
 from shared.config import DatabaseSettings
 from shared.db import connect
 from shared.store import workload
+from tests.helpers.identities import VIEWER, as_role
 from tests.helpers.usage_fleet import T0, hand_fleet, store, uuid_of
 
 HOUR = 3600.0
@@ -42,7 +43,7 @@ TOTAL = {"gpus": 2, "gpu_hours": 2.0, "busy_hours": 1.5, "busy_share": 0.75, "id
 def api(served_api: str, migrated: DatabaseSettings) -> Iterator[httpx.Client]:
     with connect(migrated) as conn:
         store(conn, hand_fleet())
-    with httpx.Client(base_url=served_api, timeout=30) as client:
+    with httpx.Client(headers=as_role("viewer"), base_url=served_api, timeout=30) as client:
         yield client
 
 
@@ -139,7 +140,7 @@ def test_a_question_it_cannot_answer_is_refused_saying_why(
     served_api: str, params: dict[str, str], status: int, said: str
 ) -> None:
     path = "/api/v1/usage/export" if "format" in params else "/api/v1/usage"
-    response = httpx.get(served_api + path, params=params, timeout=30)
+    response = VIEWER.get(served_api + path, params=params, timeout=30)
     assert response.status_code == status
     assert said in response.json()["detail"]
 
@@ -237,7 +238,7 @@ def test_llm_serving_per_model_server_and_hour(served_api: str, migrated: Databa
         workload.insert_session(cur, session(timedelta(hours=5), 1, model="qwen", server="s2"))  # outside
         conn.commit()
     window = {"from": T0.isoformat(), "to": (T0 + timedelta(hours=2)).isoformat()}
-    with httpx.Client(base_url=served_api, timeout=30) as api:
+    with httpx.Client(headers=as_role("viewer"), base_url=served_api, timeout=30) as api:
         body = api.get("/api/v1/llm/timeline", params={**window, "step": "1h"}).json()
         first, second = body["periods"]
         assert (first["period"], first["model"], first["server"]) == (

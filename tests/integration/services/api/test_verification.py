@@ -23,6 +23,7 @@ from shared.db import connect
 from shared.gpu_identity import NvmlReader
 from shared.models_verify import Outcome, RecordKind, record_json
 from shared.store.verifications import LATEST_SQL, SYSTEM_SQL, VERIFICATION_SQL
+from tests.helpers.identities import as_role
 from tests.helpers.verifier_fakes import UUIDS, FakeNvml
 
 ROUTES = ["/api/v1/gpus/{}/verifications", "/api/v1/systems/{}", "/api/v1/systems/{}/history"]
@@ -72,7 +73,7 @@ def check_reply(reply: httpx.Response) -> None:
 
 
 def test_the_stored_records_are_served_with_the_fork_shown(served_api: str, stored: dict[str, Any]) -> None:
-    with httpx.Client(base_url=served_api, timeout=10) as client:
+    with httpx.Client(headers=as_role("viewer"), base_url=served_api, timeout=10) as client:
         answer = client.get(f"/api/v1/gpus/{stored['gpu']}/verifications").json()
         assert [v["seq"] for v in answer["verifications"]] == [2, 1, 1, 0]
         assert [b["seq"] for b in answer["chain_breaks"]] == [1]
@@ -100,7 +101,7 @@ def test_hostile_paths_and_parameters_get_a_4xx_with_a_message_never_a_5xx(
         f"{quote(k.encode('utf-8', 'surrogatepass'))}={quote(v.encode('utf-8', 'surrogatepass'))}"
         for k, v in params
     )
-    with httpx.Client(base_url=served_api, timeout=10) as client:
+    with httpx.Client(headers=as_role("viewer"), base_url=served_api, timeout=10) as client:
         reply = client.get(path + ("?" + query if query else ""))
     check_reply(reply)
     if reply.status_code == 200:

@@ -15,10 +15,9 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from services.remediator.policy import load_policy
 from shared.config import DatabaseSettings
-from tests.helpers.browser import chromium, shot
+from tests.helpers.browser import chromium, log_in, shot, with_cookie
+from tests.helpers.identities import VIEWER, as_role, identities
 from tests.helpers.remediation import plans_in_every_state
-
-KEY = "test-key-123"  # the served_api fixture's key
 
 
 @pytest.fixture
@@ -33,7 +32,7 @@ def browser() -> Iterator[WebDriver]:
 def test_the_first_paint_is_html_from_the_server_with_states_readable_without_colour(
     served_api: str, scored: dict[str, Any]
 ) -> None:
-    html = httpx.get(served_api + "/", timeout=30).text
+    html = VIEWER.get(served_api + "/", timeout=30).text
     assert "loading" not in html
     cells = re.findall(r'<span class="cell (\w+)" data-uuid="([^"]+)"[^>]*><b>(.)</b><i>(\d+)</i>', html)
     assert {uuid for _, uuid, _, _ in cells} == set(scored["uuids"])
@@ -46,6 +45,9 @@ def test_the_first_paint_is_html_from_the_server_with_states_readable_without_co
     )
     driver = chromium(javascript=False)  # what a plain headless screenshot sees
     try:
+        driver.get(served_api + "/")  # not logged in: the shell, no fleet
+        assert driver.find_elements(By.CSS_SELECTOR, "#grid .cell") == []
+        with_cookie(driver, served_api, identities().tokens["viewer"])
         driver.get(served_api + "/")
         assert len(driver.find_elements(By.CSS_SELECTOR, "#grid .cell")) == 4
         assert "✕" in driver.find_element(By.CSS_SELECTOR, f'.cell[data-uuid="{scored["sick"]}"]').text
@@ -55,7 +57,7 @@ def test_the_first_paint_is_html_from_the_server_with_states_readable_without_co
 
 
 def test_every_asset_swagger_ui_and_the_favicon_come_from_the_api_itself(served_api: str) -> None:
-    with httpx.Client(base_url=served_api, timeout=30) as c:
+    with httpx.Client(headers=as_role("viewer"), base_url=served_api, timeout=30) as c:
         icon = c.get("/favicon.ico")
         assert icon.status_code == 200
         assert icon.headers["content-type"] == "image/x-icon"
@@ -83,8 +85,12 @@ def test_an_sre_filters_opens_a_faulted_gpu_reads_its_evidence_and_acknowledges_
     wait = WebDriverWait(
         browser, 30, ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)
     )
-    # No timed refresh while the test reads the page (acknowledging still redraws it).
+    # Logged in as an operator, through the page's form; no timed refresh while the test reads the
+    # page (acknowledging still redraws it).
     browser.get(served_api + "/?refresh_s=0")
+    assert "log in" in browser.find_element(By.ID, "login").text  # the shell, before logging in
+    assert not browser.find_element(By.ID, "grid").is_displayed()
+    log_in(browser, served_api, identities().tokens["operator"])
     wait.until(lambda d: "live" in d.find_element(By.ID, "s-updated").text)
     # the remediator's state and its plans (none yet) are on the page too
     assert browser.find_element(By.ID, "remediator").text == (
@@ -126,37 +132,40 @@ def test_an_sre_filters_opens_a_faulted_gpu_reads_its_evidence_and_acknowledges_
     shot(browser, "fleet-page-2-faulted-gpu.png")
 
     row = "#d-alerts tr[data-alert] button.ack"
-    listed = httpx.get(served_api + "/api/v1/alerts", params={"gpu": scored["sick"]}).json()["alerts"]
+    listed = VIEWER.get(served_api + "/api/v1/alerts", params={"gpu": scored["sick"]}).json()["alerts"]
     (alert_id,) = [a["id"] for a in listed if a["kind"] == "unhealthy_memory"]
     button = browser.find_element(By.CSS_SELECTOR, f'#d-alerts tr[data-alert="{alert_id}"] button.ack')
-    browser.find_element(By.ID, "api-key").send_keys("wrong-key")
-    button.click()
+    browser.execute_script(
+        "sessionStorage.setItem('gpuhealth-token', arguments[0])", identities().tokens["viewer"]
+    )
+    button.click()  # a viewer may not acknowledge
     wait.until(lambda d: "refused" in d.find_element(By.ID, "ack-result").text)
-    assert "401" in browser.find_element(By.ID, "ack-result").text
+    assert "403" in browser.find_element(By.ID, "ack-result").text
     shot(browser, "fleet-page-3-ack-refused.png")
-    browser.find_element(By.ID, "api-key").clear()
-    browser.find_element(By.ID, "api-key").send_keys(KEY)
+    browser.execute_script(
+        "sessionStorage.setItem('gpuhealth-token', arguments[0])", identities().tokens["operator"]
+    )
     browser.find_element(By.CSS_SELECTOR, f'#d-alerts tr[data-alert="{alert_id}"] button.ack').click()
     wait.until(lambda d: "acknowledged" in d.find_element(By.ID, "ack-result").text)
     assert "gpu-node-00" in browser.find_element(By.ID, "ack-result").text
     wait.until(
         lambda d: (
-            "acknowledged by fleet-page"
+            "acknowledged by local-operator"
             in d.find_element(By.CSS_SELECTOR, f'#d-alerts tr[data-alert="{alert_id}"]').text
         )
     )
     shot(browser, "fleet-page-4-acknowledged.png")
-    stored = httpx.get(
+    stored = VIEWER.get(
         served_api + "/api/v1/alerts", params={"gpu": scored["sick"], "state": "acknowledged"}
     ).json()
-    assert [(a["id"], a["acknowledged_by"]) for a in stored["alerts"]] == [(alert_id, "fleet-page")]
+    assert [(a["id"], a["acknowledged_by"]) for a in stored["alerts"]] == [(alert_id, "local-operator")]
     assert len(browser.find_elements(By.CSS_SELECTOR, row)) == 1  # the XID alert is still open to acknowledge
 
 
 def test_the_lifecycle_panel_is_drawn_by_the_server_and_opens_the_gpu_it_names(
     served_api: str, scored: dict[str, Any], browser: WebDriver, lifecycle_decided: dict[str, Any]
 ) -> None:
-    html = httpx.get(served_api + "/", timeout=30).text
+    html = VIEWER.get(served_api + "/", timeout=30).text
     said = re.search(r'<p id="lc-said">(.*?)</p>', html, re.S)
     assert said is not None
     acting = {u: d for u, d in lifecycle_decided.items() if d["decision"] != "keep"}
@@ -166,7 +175,7 @@ def test_the_lifecycle_panel_is_drawn_by_the_server_and_opens_the_gpu_it_names(
     assert "GPU" in said.group(1)
     assert 'href="/api/v1/lifecycle/export.csv"' in html
 
-    browser.get(served_api + "/?refresh_s=0")
+    log_in(browser, served_api, identities().tokens["viewer"])
     wait = WebDriverWait(
         browser, 30, ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)
     )
@@ -183,7 +192,7 @@ def test_the_page_shows_pending_running_and_failed_plans_and_the_open_breaker(
     served_api: str, migrated: DatabaseSettings, browser: WebDriver
 ) -> None:
     plans_in_every_state(migrated, load_policy())
-    browser.get(served_api + "/?refresh_s=0")
+    log_in(browser, served_api, identities().tokens["viewer"])
     WebDriverWait(browser, 30).until(lambda d: "live" in d.find_element(By.ID, "s-updated").text)
     assert browser.find_element(By.ID, "remediator").text == (
         "live: running, breaker open (4 nodes taken out within 900 s (at most 4))"

@@ -18,7 +18,8 @@ from selenium.webdriver.remote.webdriver import WebDriver
 
 from shared.config import DatabaseSettings
 from shared.db import connect
-from tests.helpers.browser import chromium, shot
+from tests.helpers.browser import chromium, log_in, shot, with_cookie
+from tests.helpers.identities import VIEWER, as_role, identities
 from tests.helpers.usage_fleet import hand_fleet, store
 
 
@@ -40,11 +41,15 @@ def cells(driver: WebDriver, table: str) -> dict[str, list[str]]:
 def test_the_usage_view_says_a_weeks_gpu_hours_by_class_namespace_and_day_in_words(
     used: str, javascript: bool
 ) -> None:
-    api = httpx.get(used + "/api/v1/usage", params={"by": "namespace"}, timeout=30).json()
+    api = VIEWER.get(used + "/api/v1/usage", params={"by": "namespace"}, timeout=30).json()
     assert api["total"]["gpu_hours"] == pytest.approx(2.0)
     driver = chromium(javascript=javascript)
     try:
-        driver.get(used + "/?refresh_s=0")
+        if javascript:
+            log_in(driver, used, identities().tokens["viewer"])
+        else:
+            with_cookie(driver, used, identities().tokens["viewer"])
+            driver.get(used + "/?refresh_s=0")
         said = driver.find_element(By.ID, "u-said").text
         assert said.startswith(
             "2.0 GPU-hours on 2 GPUs; busy 75.0 %; idle while allocated 25.0 % (0.5 GPU-hours)"
@@ -78,10 +83,10 @@ def test_the_usage_view_says_a_weeks_gpu_hours_by_class_namespace_and_day_in_wor
 
 
 def test_the_usage_views_links_export_the_week(used: str) -> None:
-    html = httpx.get(used + "/", timeout=30).text
+    html = VIEWER.get(used + "/", timeout=30).text
     links = re.findall(r'href="(/api/v1/usage/export[^"]+)"', html)
     assert len(links) == 2
-    with httpx.Client(base_url=used, timeout=30) as c:
+    with httpx.Client(headers=as_role("viewer"), base_url=used, timeout=30) as c:
         as_csv = c.get(links[0])
         assert as_csv.status_code == 200
         assert as_csv.text.splitlines()[0].startswith("from,to,by,period,kind,key,gpus,gpu_hours")

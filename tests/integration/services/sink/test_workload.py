@@ -21,11 +21,8 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
-from pydantic import SecretStr
 
 from evaluation.pipeline import wait_until
-from services.api.app import create_app
-from services.api.settings import ApiSection
 from services.collector.metrics import CollectorMetrics
 from services.collector.process_sources import MockProcesses
 from services.collector.processes import ProcessWatch
@@ -45,6 +42,7 @@ from shared.lifecycle import running
 from shared.models import to_json
 from shared.models_workload import GpuProcess, GpuProcesses, ProcessClass
 from shared.process_rules import ProcessRules
+from tests.helpers.identities import VIEWER, api_app, as_role
 from tests.helpers.kafka import consume_all, header_map
 from tests.helpers.ports import free_port
 from tests.helpers.topics import isolated_topics
@@ -72,7 +70,7 @@ def sink(
 
 @pytest.fixture
 def api(migrated: DatabaseSettings) -> Iterator[TestClient]:
-    with TestClient(create_app(migrated, ApiSection(api_key=SecretStr("test-key-123")))) as client:
+    with TestClient(headers=as_role("viewer"), app=api_app(migrated)) as client:
         yield client
 
 
@@ -332,7 +330,7 @@ def test_the_monitor_and_mock_ollama_run_as_services_probe_serve_metrics_and_sto
 
         def answers(url: str) -> bool:
             try:
-                return httpx.get(url, timeout=2).status_code == 200
+                return VIEWER.get(url, timeout=2).status_code == 200
             except httpx.HTTPError:
                 return False
 

@@ -25,6 +25,7 @@ from shared.db import connect
 from shared.gpu_identity import NvmlReader
 from shared.kafka import make_admin, make_consumer, make_producer
 from shared.models_verify import Outcome, RecordKind, record_bytes, record_json
+from tests.helpers.identities import as_role
 from tests.helpers.kafka import consume_all, header_map
 from tests.helpers.topics import isolated_topics
 from tests.helpers.verifier_fakes import UUIDS, FakeNvml
@@ -252,7 +253,7 @@ def test_sink_stores_records_dead_letters_bad_ones_and_the_api_serves_them(
     assert wait_for_rows(migrated, "SELECT count(*) FROM gpu_verifications", 5) == 5
     assert again.generation >= 1
 
-    with httpx.Client(base_url=served_api, timeout=10) as client:
+    with httpx.Client(headers=as_role("viewer"), base_url=served_api, timeout=10) as client:
         answer = client.get(f"/api/v1/gpus/{UUIDS[0]}/verifications").json()
         assert [v["seq"] for v in answer["verifications"]] == [2, 1, 0]
         assert answer["chain_breaks"] == []

@@ -18,7 +18,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from services.api.app import create_app
 from services.api.parameters import (
     BUCKET_SECONDS,
     LABEL,
@@ -46,8 +45,8 @@ from services.api.parameters import (
     time_range,
 )
 from services.api.routes.history import fit_bucket
-from services.api.settings import ApiSection
 from shared.config import DatabaseSettings
+from tests.helpers.identities import api_app, as_role
 
 MODELS: list[type[QueryModel]] = [
     NoQuery, GpuListQuery, SeriesQuery, EventsQuery, AlertsQuery, PredictionsQuery, PageQuery,
@@ -217,7 +216,7 @@ def test_the_series_bucket_is_widened_to_fit_max_points(bucket: Bucket, span_s: 
 @pytest.fixture(scope="module")
 def client() -> TestClient:
     """The app, never started: validation answers before any connection is asked for."""
-    return TestClient(create_app(DatabaseSettings(), ApiSection()))
+    return TestClient(api_app(DatabaseSettings()), headers=as_role("viewer"))
 
 
 def query_names(client: TestClient) -> dict[str, list[str]]:

@@ -21,9 +21,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.llm_monitor.proxy import MAX_HEAD, READ_SIZE, OllamaProxy
+from services.llm_monitor.proxy import DEFAULT_ALLOW, MAX_HEAD, READ_SIZE, OllamaProxy
 
 MAX_BODY = 4096
+ECHO = [
+    *DEFAULT_ALLOW,
+    "GET /echo/*",
+    "POST /echo/*",
+    "POST /smuggled",
+    "GET /smuggled",
+]  # and what the recording echo server answers
 
 
 @dataclass(frozen=True)
@@ -260,6 +267,7 @@ async def _proxy_before(ollama: RecordingOllama) -> AsyncIterator[int]:
         on_session=lambda s: None,
         monitor_id="t",
         max_body_bytes=MAX_BODY,
+        allow=ECHO,
     )
     try:
         yield await proxy.start("127.0.0.1", 0)

@@ -92,12 +92,13 @@ def test_default_passwords_are_refused_off_loopback_only() -> None:
     assert len(default_secrets_off_loopback(same_as_user)) == 1
     api_section = {
         "bind": "0.0.0.0",
-        "api_key": "change-me",
         "reader_password": "r-1x",
-        "acknowledger_password": "a-2",
+        "acknowledger_password": "change-me",
     }
     api = ApiSettings.model_validate({"api": api_section})
-    assert [p.split(" ")[0] for p in default_secrets_off_loopback(api)] == ["GPUHEALTH_API__API_KEY"]
+    assert [p.split(" ")[0] for p in default_secrets_off_loopback(api)] == [
+        "GPUHEALTH_API__ACKNOWLEDGER_PASSWORD"
+    ]
 
 
 def test_a_service_with_a_default_password_off_loopback_does_not_start(
