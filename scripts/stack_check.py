@@ -5,6 +5,7 @@ mock's ground truth says was broken must not be judged healthy), and the scorer 
 since it started. The API lists no other GPU (a test that wrote into the stack's own tables or topics
 would show up here). `--timeout` waits that long
 for it; CI runs it after `make up` and again after `make test`, which must leave the stack as it found it.
+It reads the API as `make up`'s viewer (`$GPUHEALTH_RUN/auth/viewer.token`, or `--token-file`).
 
 Then Kafka's identities: the broker refuses a write to the verdicts' topic by any principal but the
 scorer's (the collector's and the remediator's are tried, with their certificates of the local stack),
@@ -25,9 +26,12 @@ from pathlib import Path
 import confluent_kafka
 from prometheus_client.parser import text_string_to_metric_families
 
+HEADERS: dict[str, str] = {}  # the viewer's Authorization, for the API (main sets it)
+
 
 def get(url: str) -> object:
-    with urllib.request.urlopen(url, timeout=5) as answer:  # noqa: S310 (loopback, from our own settings)
+    request = urllib.request.Request(url, headers=HEADERS)  # noqa: S310 (loopback, from our own settings)
+    with urllib.request.urlopen(request, timeout=5) as answer:  # noqa: S310 (loopback, from our own settings)
         return json.load(answer)
 
 
@@ -135,7 +139,11 @@ def kafka_problems() -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--timeout", type=float, default=180, help="seconds to wait for a good answer")
+    run = Path(os.environ.get("GPUHEALTH_RUN") or Path.home() / ".cache" / "gpu-health" / "run")
+    parser.add_argument("--token-file", type=Path, default=run / "auth" / "viewer.token",
+                        help="a viewer's token (default: %(default)s, which `make up` writes)")  # fmt: skip
     args = parser.parse_args()
+    HEADERS["Authorization"] = f"Bearer {args.token_file.read_text().strip()}"
     api = f"http://127.0.0.1:{os.environ.get('GPUHEALTH_API_PORT', '8000')}"
     mock_admin = f"http://127.0.0.1:{os.environ.get('GPUHEALTH_MOCK_ADMIN_PORT', '9399')}"
     start = time.monotonic()

@@ -3,7 +3,7 @@ admin's pause, resume, breaker reset and approval (each recorded under the token
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Query
 
@@ -46,7 +46,18 @@ async def remediation(db: Db, plan_id: PlanId, query: Annotated[NoQuery, Query()
         raise HTTPException(404, f"no remediation {plan_id}")
     for record in found["events"]:
         record["record_id"] = str(record["record_id"])
+        record["response"] = without_commands(record["response"])
     return PlanDetail.model_validate(found)
+
+
+def without_commands(response: Any) -> Any:
+    """A record's response without the command lines and URLs the exec driver once kept in its runs
+    (records written before it stopped): they may name hosts and secrets no reader should see."""
+    if isinstance(response, dict) and isinstance(response.get("runs"), list):
+        runs = [{k: v for k, v in run.items() if k not in ("argv", "url")} if isinstance(run, dict) else run
+                for run in response["runs"]]  # fmt: skip
+        return {**response, "runs": runs}
+    return response
 
 
 @router.post(

@@ -7,6 +7,13 @@ janitor or a node agent). Placeholders are the node, a GPU's UUID and index,
 and the plan; each value was checked against its pattern before it gets here.
 Exit 0 or a 2xx answer is success. An operation not configured fails, saying
 so: the remediator never guesses how to reset a GPU.
+
+A webhook's credentials go in `headers` (secrets, masked in logs), never in its
+URL: a URL with user information or a secret-named query parameter is refused at
+start. What a run records (the plan's record, `gpu-remediations`, the API) names
+the operation, how it ran (`exec` or `webhook`), its outcome and output; never the
+command line nor the URL, which may carry hosts and secrets the record's readers
+should not see.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 import httpx
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from shared.config import Section
 
@@ -26,6 +33,7 @@ from .base import DriverResult
 
 Operation = Literal["reset_gpu", "reboot", "compute_check"]
 _PLACEHOLDER = re.compile(r"\{(node|gpu_uuid|gpu_index|plan_id)\}")
+_SECRET_NAME = re.compile(r"token|key|secret|passw|pwd|auth|sig|credential", re.IGNORECASE)
 
 
 def fill(template: str, values: dict[str, str]) -> str:
@@ -41,11 +49,26 @@ class Command(Section):
     argv: list[str] | None = Field(default=None, min_length=1)
     """The command and its arguments, run without a shell; placeholders filled in."""
     url: str | None = Field(default=None, pattern=r"^https?://")
-    """A webhook: POSTed a JSON object naming the operation, the node, the GPU(s) and the plan."""
+    """A webhook: POSTed a JSON object naming the operation, the node, the GPU(s) and the plan. No
+    credentials in it (refused): put them in `headers`."""
+    headers: dict[str, SecretStr] = Field(default_factory=dict)
+    """A webhook's request headers, e.g. `{"Authorization": "Bearer ..."}` (secret: masked in logs)."""
     per_gpu: bool = True
     """Once per GPU of the plan (true) or once for the node (false)."""
     timeout_s: float = Field(default=120.0, gt=0, le=3600)
     """Seconds it may take; past that it has failed."""
+
+    @field_validator("url")
+    @classmethod
+    def _no_credentials(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parsed = httpx.URL(value)
+        secret_query = [k for k in parsed.params if _SECRET_NAME.search(k)]
+        if parsed.userinfo or secret_query:
+            raise ValueError("a webhook URL carries no credentials (user info, token/key query parameters):"
+                             " put them in `headers`")  # fmt: skip
+        return value
 
     @model_validator(mode="after")
     def _one(self) -> Command:
@@ -99,15 +122,14 @@ class NodeExec:
                 argv, capture_output=True, text=True, errors="replace", timeout=command.timeout_s, check=False
             )
         except (OSError, subprocess.TimeoutExpired) as e:
-            return {
-                "argv": argv,
-                "ok": False,
-                "said": str(e)[:300],
-                "seconds": round(time.perf_counter() - started, 3),
-            }
+            # not str(e): a timeout's message repeats the command line
+            if isinstance(e, subprocess.TimeoutExpired):
+                failed = f"timed out after {command.timeout_s:g} s"
+            else:
+                failed = f"{type(e).__name__}: {e.strerror}"
+            return {"ok": False, "said": failed[:300], "seconds": round(time.perf_counter() - started, 3)}
         said = (done.stdout + done.stderr).strip()[-300:]
         return {
-            "argv": argv,
             "ok": done.returncode == 0,
             "exit": done.returncode,
             "said": said,
@@ -119,12 +141,15 @@ class NodeExec:
         assert command.url is not None
         started = time.perf_counter()
         body = {"operation": operation, **values}
+        headers = {name: value.get_secret_value() for name, value in command.headers.items()}
         try:
-            response = httpx.post(command.url, json=body, timeout=command.timeout_s)
+            response = httpx.post(command.url, json=body, headers=headers, timeout=command.timeout_s)
         except httpx.HTTPError as e:
-            return {"url": command.url, "ok": False, "said": str(e)[:300]}
+            return {
+                "ok": False,
+                "said": f"{type(e).__name__}: {str(e).replace(command.url, '<webhook>')}"[:300],
+            }
         return {
-            "url": command.url,
             "ok": response.is_success,
             "status": response.status_code,
             "said": response.text[:300],

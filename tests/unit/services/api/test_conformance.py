@@ -61,3 +61,11 @@ def test_a_number_is_not_taken_as_a_unix_time(client: TestClient, value: str) ->
         refused = client.get("/api/v1/events", params={name: value})
         assert refused.status_code == 422, refused.text
         assert name in refused.json()["detail"]
+
+
+def test_an_old_records_commands_and_urls_are_not_answered() -> None:
+    from services.api.routes.remediations import without_commands
+
+    old = {"runs": [{"argv": ["ssh", "n1", "--token", "x"], "ok": True}, {"url": "https://u:p@j/r", "ok": False}]}
+    assert without_commands(old) == {"runs": [{"ok": True}, {"ok": False}]}
+    assert without_commands({"node": "n1"}) == {"node": "n1"}

@@ -73,9 +73,11 @@ def test_a_webhook_is_posted_the_operation_and_its_answer_decides() -> None:
     from http.server import BaseHTTPRequestHandler, HTTPServer
 
     received: list[dict[str, str]] = []
+    authorized: list[str | None] = []
 
     class Janitor(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
+            authorized.append(self.headers.get("Authorization"))
             received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
             self.send_response(202 if received[-1]["node"] == "n1" else 503)
             self.end_headers()
@@ -88,14 +90,42 @@ def test_a_webhook_is_posted_the_operation_and_its_answer_decides() -> None:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/reboot"
-        janitor = NodeExec({"reboot": Command(url=url, per_gpu=False)})
+        janitor = NodeExec(
+            {"reboot": Command(url=url, per_gpu=False, headers={"Authorization": "Bearer janitor-s3cret"})}
+        )
         done = janitor.run("reboot", node="n1", gpus=GPUS, plan_id=7)
         assert done.status == "ok"
         gpus = {"gpu_uuid": ",".join(sorted(GPUS)), "gpu_index": "0,1"}
         assert received == [{"operation": "reboot", "node": "n1", "plan_id": "7", **gpus}]
+        assert authorized == ["Bearer janitor-s3cret"]  # the credential goes in a header
+        recorded = json.dumps(done.response)
+        assert url not in recorded  # the record names neither the URL nor the credential
+        assert "janitor-s3cret" not in recorded
         refused = janitor.run("reboot", node="n2", gpus=GPUS, plan_id=8)
         assert (refused.status, refused.response["runs"][0]["status"]) == ("failed", 503)
     finally:
         server.shutdown()
     unreachable = NodeExec({"reboot": Command(url=url, per_gpu=False, timeout_s=1)})
-    assert unreachable.run("reboot", node="n1", gpus=GPUS, plan_id=9).status == "failed"
+    failed = unreachable.run("reboot", node="n1", gpus=GPUS, plan_id=9)
+    assert failed.status == "failed"
+    assert url not in json.dumps(failed.response)
+
+
+@pytest.mark.parametrize(
+    "url", ["https://user:pw@janitor/reboot", "https://janitor/reboot?token=abc", "https://j/r?api_key=x&a=1"]
+)
+def test_a_webhook_url_with_credentials_is_refused_at_start(url: str) -> None:
+    with pytest.raises(ValueError, match="headers"):
+        Command(url=url)
+
+
+def test_a_commands_record_holds_no_command_line() -> None:
+    import json
+
+    secret = "--password=hunter2"
+    done = NodeExec({"reboot": Command(argv=["sh", "-c", "exit 0", secret], per_gpu=False)})
+    ran = done.run("reboot", node="n1", gpus=GPUS, plan_id=1)
+    assert ran.status == "ok"
+    assert "hunter2" not in json.dumps(ran.response)
+    slow = NodeExec({"reboot": Command(argv=["sh", "-c", "sleep 5", secret], per_gpu=False, timeout_s=0.2)})
+    assert "hunter2" not in json.dumps(slow.run("reboot", node="n1", gpus=GPUS, plan_id=2).response)
