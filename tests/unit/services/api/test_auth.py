@@ -25,6 +25,7 @@ from tests.helpers.identities import LocalIdentities, api_section, local_identit
 WRITES = {
     "/api/v1/alerts/1/acknowledge": "operator",
     "/api/v1/gpus/GPU-11111111-2222-3333-4444-555555555555/repairs": "operator",
+    "/api/v1/gpus/GPU-11111111-2222-3333-4444-555555555555/remedies": "operator",
     "/api/v1/remediations/1/approve": "admin",
     "/api/v1/remediator/pause": "admin",
     "/api/v1/remediator/resume": "admin",
@@ -50,6 +51,15 @@ def client(ids: LocalIdentities) -> TestClient:
 
 def refusals(registry: CollectorRegistry, reason: str) -> float:
     return registry.get_sample_value("gpuhealth_api_auth_refusals_total", {"reason": reason}) or 0.0
+
+
+def test_every_write_of_the_api_is_in_the_role_table(client: TestClient) -> None:
+    """A write added later without a role here fails this test, not silently."""
+    schema = client.app.openapi()  # type: ignore[attr-defined]
+    posts = {path for path, ops in schema["paths"].items() if "post" in ops}
+    filled = {p.replace("{gpu_uuid}", "GPU-11111111-2222-3333-4444-555555555555").replace("{alert_id}", "1")
+              .replace("{plan_id}", "1") for p in posts}  # fmt: skip
+    assert filled == set(WRITES)
 
 
 @pytest.mark.parametrize("path", sorted(WRITES))
