@@ -66,6 +66,6 @@ def test_a_number_is_not_taken_as_a_unix_time(client: TestClient, value: str) ->
 def test_an_old_records_commands_and_urls_are_not_answered() -> None:
     from services.api.routes.remediations import without_commands
 
-    old = {"runs": [{"argv": ["ssh", "n1", "--token", "x"], "ok": True}, {"url": "https://u:p@j", "ok": False}]}
-    assert without_commands(old) == {"runs": [{"ok": True}, {"ok": False}]}
+    old = {"runs": [{"argv": ["ssh", "n1", "--token", "x"], "ok": True}, {"url": "https://u:p@j", "ok": 0}]}
+    assert without_commands(old) == {"runs": [{"ok": True}, {"ok": 0}]}
     assert without_commands({"node": "n1"}) == {"node": "n1"}
