@@ -26,6 +26,7 @@ import asyncio
 import hashlib
 import json
 import re
+import ssl
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
@@ -286,7 +287,9 @@ class TokenReviewer:
     def client(self) -> httpx.AsyncClient:
         s = self.settings
         if self._client is None:
-            verify: Any = str(s.tokenreview_ca_file) if s.tokenreview_ca_file else True
+            verify: Any = (
+                ssl.create_default_context(cafile=s.tokenreview_ca_file) if s.tokenreview_ca_file else True
+            )
             cert = (
                 (str(s.tokenreview_cert_file), str(s.tokenreview_key_file))
                 if s.tokenreview_cert_file and s.tokenreview_key_file

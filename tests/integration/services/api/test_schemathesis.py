@@ -1,6 +1,9 @@
 """Schemathesis over the committed OpenAPI document (docs/api/openapi.json), against the API served for
 real with an admin's token: every generated request's answer conforms to the document (status code,
-content type, headers, body schema, no 5xx), and the API refuses a call without the token it declares.
+content type, headers, body schema, no 5xx, `Allow` and 405 for a method a path does not take), invalid
+data is refused, and the API refuses a call without the token it declares. One check is left out:
+`positive_data_acceptance`, which counts a documented 400 for a value the schema cannot express (a
+reversed range, a cursor the API did not return) as a failure.
 
 Bounded and seeded, so CI runs the same cases in a few minutes at most: `EXAMPLES` per operation,
 derandomized (Hypothesis' seed comes from each test's name). Schemathesis' pytest plugin does not run
@@ -15,6 +18,8 @@ from typing import Any
 
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from schemathesis.core.failures import FailureGroup
+from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from services.api.openapi import DOCUMENT
 from tests.helpers.identities import as_role
@@ -48,8 +53,11 @@ def test_the_committed_document_holds_for_every_generated_request(served_api: st
             headers = {**(case.headers or {}), **as_role("admin")}
             response = case.call(base_url=served_api, headers=headers, timeout=30)
             try:
-                case.validate_response(response, headers=headers)
-            except Exception as e:  # each check's failure, collected and shown at the end
+                case.validate_response(response, headers=headers, excluded_checks=[positive_data_acceptance])
+            except (
+                AssertionError,
+                FailureGroup,
+            ) as e:  # each check's failure, collected and shown at the end
                 failures.append(f"{case.method} {case.formatted_path} {case.query}: {response.status_code}:"
                                 f" {str(e)[:600]}")  # fmt: skip
 
