@@ -159,9 +159,12 @@ def app_image_misses(
             needed.add(str(workdir / path.relative_to(repo).as_posix()))
         else:
             needed.add(str(workdir / path.as_posix()))  # an absolute path stays itself
-    # What a volume mounts is there whatever the image holds (short "src:dst" or resolved form).
+    # What a volume mounts is there whatever the image holds (short "src:dst" or resolved form), and
+    # what a tmpfs mounts ("dst:options") is written at run time (the API's local issuer's /auth).
     volumes = service.get("volumes", [])
     mounts = [v["target"] if isinstance(v, dict) else str(v).split(":")[1] for v in volumes]
+    tmpfs = service.get("tmpfs", [])
+    mounts += [str(t).split(":")[0] for t in ([tmpfs] if isinstance(tmpfs, str) else tmpfs)]
     return sorted(
         p for p in needed if not files.holds(p) and not any(p == m or p.startswith(m + "/") for m in mounts)
     )
