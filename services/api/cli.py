@@ -18,7 +18,6 @@ request (the status and the API's own message are printed).
 from __future__ import annotations
 
 import argparse
-import getpass
 import os
 import sys
 from datetime import datetime, timedelta
@@ -29,6 +28,7 @@ import httpx
 
 from shared.errors import GpuHealthError
 
+from .cli_token import TokenError, read_token
 from .cli_usage import add_usage_parser, usage_command
 
 BARS = "▁▂▃▄▅▆▇█"
@@ -303,28 +303,6 @@ def lifecycle_csv(client: httpx.Client, decision: str | None, host: str | None) 
     if response.is_error:
         raise RefusedError(response)
     return response.content
-
-
-class TokenError(GpuHealthError):
-    """No token to call the API with."""
-
-
-def read_token(token_file: str | None) -> str:
-    """The bearer token: from `token_file` (the first line), else asked for on a terminal."""
-    if token_file:
-        try:
-            token = Path(token_file).read_text().strip()
-        except OSError as e:
-            raise TokenError(f"cannot read the token file {token_file}: {e.strerror}") from e
-        if not token:
-            raise TokenError(f"the token file {token_file} is empty")
-        return token
-    if sys.stdin.isatty():
-        token = getpass.getpass("gpu-health bearer token: ").strip()
-        if token:
-            return token
-    raise TokenError("no token: set --token-file or $GPUHEALTH_TOKEN_FILE (`make up` writes "
-                     "$GPUHEALTH_RUN/auth/viewer.token, operator.token, admin.token)")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
