@@ -27,7 +27,7 @@ from shared.config import DatabaseSettings
 from shared.db import connect
 from shared.models_health import HealthVerdict
 from shared.store import remediation as store
-from shared.store import repairs
+from shared.store import remedies, repairs
 
 from .feed import SimFeed
 from .outcome_metrics import Incident, Timeline
@@ -173,10 +173,9 @@ class Arm:
         )
 
     def _running(self) -> bool:
-        row = self.conn.execute("SELECT count(*) FROM remediations WHERE state = 'running' AND NOT dry_run")
-        (n,) = row.fetchone() or (0,)
+        running = store.plans_in_state(self.conn, "running", dry_run=False)
         self.conn.commit()
-        return bool(n)
+        return bool(running)
 
     def _step(self) -> None:
         """Every due plan as far as it goes now; the returns it made are checked against the ground truth."""
@@ -194,19 +193,13 @@ class Arm:
 
     def _open_loop(self) -> None:
         """The loop as it was before #40: no remedy of the remediator's resolves anything in the scorer."""
-        (exists,) = self.conn.execute("SELECT to_regclass('gpu_remedies') IS NOT NULL").fetchone() or (False,)
-        if exists:
-            self.conn.execute("DELETE FROM gpu_remedies WHERE source = 'remediator'")
+        remedies.forget_the_remediators(self.conn)
         self.conn.commit()
 
     def _ask(self) -> None:
         """A person is needed for each plan held, and for each node left out for a person."""
         now, conn = self.now_s(), self.conn
-        held = conn.execute(
-            "SELECT id, node FROM remediations WHERE state = 'held' AND NOT dry_run"
-        ).fetchall()
-        for plan, host in held:
-            plan_id, node = int(str(plan)), str(host)
+        for plan_id, node in store.plans_in_state(conn, "held", dry_run=False):
             if (plan_id, "approve") not in self.asked:
                 self.asked.add((plan_id, "approve"))
                 heapq.heappush(

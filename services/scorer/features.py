@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 import psycopg
 
 from gpuhealth.contract.wire_time import wire_time
-from shared.store import correlated_inputs, verdict_inputs
+from shared.store import correlated_inputs, verdict_inputs, verdict_rows
 from shared.store.correlated_inputs import Episode
 from shared.store.verdict_inputs import FeatureWindows
 
@@ -216,7 +216,7 @@ def _correlate(
                 gpus[uuid].episodes.append(episode)
 
 
-def resolved_by(r: verdict_inputs.RemedyRow) -> dict[str, Any]:
+def resolved_by(r: verdict_rows.RemedyRow) -> dict[str, Any]:
     """A remedy as the XID verdict's evidence names it: what it was, when, and by whom."""
     by = {
         "remediator": f"plan {r.plan_id}",

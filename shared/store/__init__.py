@@ -21,6 +21,7 @@ Modules, one per table family:
 - `history`: a GPU's metric series (raw or rollup) and the event list, for the API.
 - `verdict_inputs`: the scorer's feature and prediction windows over the settled 1-minute rollup,
   XID, loss and memory events, the inventory; each over every GPU or the given ones.
+- `verdict_rows`: the rows those statements return, in their column order.
 - `judging`: which GPUs a scorer judges: its share's inventory, and those whose verdict can have changed.
 - `notify`: the scorer's pg_notify at a cycle's commit; the API cache's LISTEN.
 - `samples`: gpu_metrics (the straight binary COPY, the staging tables, ON CONFLICT), gpu_latest, gpu_assets.

@@ -322,3 +322,13 @@ def approve_waiting(conn: SyncConn, *, dry_run: bool, decided_before: datetime, 
         (by, at, at, at, dry_run, decided_before),
     )
     return len(found)
+
+
+def plans_in_state(conn: SyncConn, state: str, *, dry_run: bool) -> list[tuple[int, str]]:
+    """(id, node) of the mode's plans in `state`, oldest first (the evaluation's simulated operator)."""
+    with translated(conn):
+        rows = conn.execute(
+            "SELECT id, node FROM remediations WHERE state = %s AND dry_run = %s ORDER BY id",
+            (state, dry_run),
+        ).fetchall()
+    return [(int(plan_id), str(node)) for plan_id, node in rows]

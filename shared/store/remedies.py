@@ -54,3 +54,9 @@ async def listed(conn: AsyncConn, gpu_uuid: str, *, limit: int) -> list[Row]:
         " WHERE gpu_uuid = %(gpu)s ORDER BY at DESC, id DESC LIMIT %(limit)s",
         {"gpu": gpu_uuid, "limit": limit},
     )
+
+
+def forget_the_remediators(conn: SyncConn) -> None:
+    """Delete the remediator's own remedies (the evaluation's 'loop open' arm: a remedy resolves nothing)."""
+    with translated(conn):
+        conn.execute("DELETE FROM gpu_remedies WHERE source = 'remediator'")
