@@ -110,8 +110,9 @@ class Lifecycle(ExitStack):
             return
         log.error(
             "%s did not stop within %g s of being told to; exiting now (the stacks follow)",
-            self.name, self.timeout_s,
-        )  # fmt: skip
+            self.name,
+            self.timeout_s,
+        )
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
         sys.stdout.flush()
         sys.stderr.flush()

@@ -231,8 +231,15 @@ def project_acls(
 
 
 def _key(acl: AclBinding) -> tuple[Any, ...]:
-    return (acl.restype, acl.name, acl.resource_pattern_type, acl.principal, acl.host, acl.operation,
-            acl.permission_type)  # fmt: skip
+    return (
+        acl.restype,
+        acl.name,
+        acl.resource_pattern_type,
+        acl.principal,
+        acl.host,
+        acl.operation,
+        acl.permission_type,
+    )
 
 
 _ANY: Any = None  # an ACL filter's "any" (the stubs type these arguments as str)

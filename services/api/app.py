@@ -53,15 +53,21 @@ def acknowledger_settings(db: DatabaseSettings, api: ApiSection) -> DatabaseSett
 
 
 def create_app(
-    db: DatabaseSettings, api: ApiSection, registry: CollectorRegistry | None = None,
+    db: DatabaseSettings,
+    api: ApiSection,
+    registry: CollectorRegistry | None = None,
     auth: AuthSection | None = None,
-) -> FastAPI:  # fmt: skip
+) -> FastAPI:
     """The app; `auth` says how callers are known (default: GPUHEALTH_AUTH__*'s defaults, which know none)."""
     registry = registry or CollectorRegistry()
     requests = Counter("gpuhealth_api_requests", "Requests", ["route", "status"], registry=registry)
-    refusals = Counter("gpuhealth_api_auth_refusals", "Requests refused for who sent them, by reason:"
-                       " missing, invalid, expired, no_role, forbidden, throttled, unavailable", ["reason"],
-                       registry=registry)  # fmt: skip
+    refusals = Counter(
+        "gpuhealth_api_auth_refusals",
+        "Requests refused for who sent them, by reason:"
+        " missing, invalid, expired, no_role, forbidden, throttled, unavailable",
+        ["reason"],
+        registry=registry,
+    )
     authenticator = Authenticator(auth or AuthSection(), on_refusal=lambda why: refusals.labels(why).inc())
     latency = Histogram("gpuhealth_api_request_seconds", "Request latency", ["route"], registry=registry)
     pool = AsyncConnectionPool(

@@ -44,8 +44,9 @@ Role = Literal["viewer", "operator", "admin"]
 RANK: dict[str, int] = {"viewer": 1, "operator": 2, "admin": 3}
 ROLE_NAMES: dict[str, Role] = {"viewer": "viewer", "operator": "operator", "admin": "admin"}
 # Asymmetric only: a key that verifies cannot sign. HS* would let whoever can check a token forge one.
-ALLOWED_ALGORITHMS = frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384",
-                                "ES512", "EdDSA"})  # fmt: skip
+ALLOWED_ALGORITHMS = frozenset(
+    {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
+)
 COOKIE = "gpuhealth_token"
 MAX_TOKEN_BYTES = 8192
 SUBJECT = re.compile(r"^[^\x00-\x1f\x7f]{1,253}$")
@@ -157,8 +158,9 @@ class AuthError(Exception):
 
 def highest_role(values: list[str], mapping: dict[str, Role]) -> Role | None:
     """The highest role any of `values` means: a role's own name, or one `mapping` gives."""
-    ranked: list[Role] = [ROLE_NAMES[v] if v in ROLE_NAMES else mapping[v] for v in values
-                          if v in ROLE_NAMES or v in mapping]  # fmt: skip
+    ranked: list[Role] = [
+        ROLE_NAMES[v] if v in ROLE_NAMES else mapping[v] for v in values if v in ROLE_NAMES or v in mapping
+    ]
     if not ranked:
         return None
     best: Role = max(ranked, key=lambda r: RANK[r])
@@ -263,9 +265,14 @@ class JwtVerifier:
         key = await self.keys.key(kid if isinstance(kid, str) else None)
         try:
             claims = jwt.decode(
-                token, key, algorithms=[algorithm], audience=s.audience, issuer=s.issuer, leeway=s.leeway_s,
+                token,
+                key,
+                algorithms=[algorithm],
+                audience=s.audience,
+                issuer=s.issuer,
+                leeway=s.leeway_s,
                 options={"require": ["exp", "iss", "aud", "sub"]},
-            )  # fmt: skip
+            )
         except jwt.ExpiredSignatureError as e:
             raise AuthError("expired", "the token has expired") from e
         except jwt.PyJWTError as e:

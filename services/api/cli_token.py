@@ -31,5 +31,7 @@ def read_token(token_file: str | None) -> str:
         token = getpass.getpass("gpu-health bearer token: ").strip()
         if token:
             return token
-    raise TokenError("no token: set --token-file or $GPUHEALTH_TOKEN_FILE (`make up` writes "
-                     "$GPUHEALTH_RUN/auth/viewer.token, operator.token, admin.token)")  # fmt: skip
+    raise TokenError(
+        "no token: set --token-file or $GPUHEALTH_TOKEN_FILE (`make up` writes "
+        "$GPUHEALTH_RUN/auth/viewer.token, operator.token, admin.token)"
+    )

@@ -35,8 +35,9 @@ from .auth import COOKIE, Authenticator, AuthError, Identity
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 IDENTITY = "gpuhealth.identity"  # the scope key the verified caller is left under
-PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/favicon.ico", "/openapi.json", "/docs",
-                          "/login", "/logout", "/"})  # fmt: skip
+PUBLIC_PATHS = frozenset(
+    {"/healthz", "/readyz", "/metrics", "/favicon.ico", "/openapi.json", "/docs", "/login", "/logout", "/"}
+)
 PUBLIC_PREFIXES = ("/static/",)
 
 
@@ -63,8 +64,14 @@ def path_methods(routes: Iterable[BaseRoute], path: str) -> frozenset[str] | Non
     """Every method some route takes at `path`; None where no route has it, or a mount decides."""
     methods: set[str] = set()
     for method in ROUTED_METHODS:
-        scope = {"type": "http", "path": path, "method": method, "root_path": "", "headers": [],
-                 "query_string": b""}  # fmt: skip
+        scope = {
+            "type": "http",
+            "path": path,
+            "method": method,
+            "root_path": "",
+            "headers": [],
+            "query_string": b"",
+        }
         for route in routes:
             if route.matches(scope)[0] is Match.FULL:
                 if isinstance(route, Mount):
@@ -171,8 +178,11 @@ class RequestGuard:
         auth = self.authenticator
         if not public and (wait := auth.throttle.throttled_for(client)):
             auth.refused(client, "throttled")
-            raise RefusalError(429, "too many refused requests from this address: try again later",
-                               [(b"retry-after", str(int(wait) + 1).encode())])  # fmt: skip
+            raise RefusalError(
+                429,
+                "too many refused requests from this address: try again later",
+                [(b"retry-after", str(int(wait) + 1).encode())],
+            )
         token = bearer(scope, cookie_too=method in SAFE_METHODS)
         try:
             if token is None:
@@ -224,8 +234,12 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 
 async def refuse(send: Send, refusal: RefusalError) -> None:
     payload = json.dumps({"detail": refusal.detail}).encode()
-    await answer(send, refusal.status, payload, [(b"content-type", b"application/json"),
-                                                 (b"connection", b"close"), *refusal.headers])  # fmt: skip
+    await answer(
+        send,
+        refusal.status,
+        payload,
+        [(b"content-type", b"application/json"), (b"connection", b"close"), *refusal.headers],
+    )
 
 
 async def answer(send: Send, status: int, payload: bytes, headers: list[tuple[bytes, bytes]]) -> None:

@@ -50,8 +50,9 @@ def signing_key(directory: Path) -> Ed25519PrivateKey:
             raise SystemExit(f"{path} is not an Ed25519 key")
         return key
     key = Ed25519PrivateKey.generate()
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                            serialization.NoEncryption())  # fmt: skip
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
     _write(path, pem)
     return key
 
@@ -62,13 +63,26 @@ def jwks(key: Ed25519PrivateKey) -> dict[str, Any]:
 
 
 def issue(
-    key: Ed25519PrivateKey, subject: str, role: str, *, days: float = 30, issuer: str = ISSUER,
-    audience: str = AUDIENCE, now: float | None = None,
-) -> str:  # fmt: skip
+    key: Ed25519PrivateKey,
+    subject: str,
+    role: str,
+    *,
+    days: float = 30,
+    issuer: str = ISSUER,
+    audience: str = AUDIENCE,
+    now: float | None = None,
+) -> str:
     """A token for `subject` with `role`, signed by `key`."""
     now = time.time() if now is None else now
-    claims = {"iss": issuer, "aud": audience, "sub": subject, "gpuhealth_role": role,
-              "iat": int(now), "nbf": int(now), "exp": int(now + days * 86400)}  # fmt: skip
+    claims = {
+        "iss": issuer,
+        "aud": audience,
+        "sub": subject,
+        "gpuhealth_role": role,
+        "iat": int(now),
+        "nbf": int(now),
+        "exp": int(now + days * 86400),
+    }
     return jwt.encode(claims, key, algorithm="EdDSA", headers={"kid": KID})
 
 
@@ -88,8 +102,11 @@ def write_local(directory: Path, *, days: float = 30) -> dict[str, Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m services.api.local_tokens", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m services.api.local_tokens",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("directory", type=Path)
     parser.add_argument("--days", type=float, default=30, help="how long the tokens are valid")
     args = parser.parse_args(argv)

@@ -31,8 +31,10 @@ def z_time(value: datetime) -> str:
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     v = value.astimezone(UTC)
-    return (f"{v.year:04d}-{v.month:02d}-{v.day:02d}T{v.hour:02d}:{v.minute:02d}:{v.second:02d}"
-            f".{v.microsecond:06d}Z")  # fmt: skip
+    return (
+        f"{v.year:04d}-{v.month:02d}-{v.day:02d}T{v.hour:02d}:{v.minute:02d}:{v.second:02d}"
+        f".{v.microsecond:06d}Z"
+    )
 
 
 def encode_cursor(key: Sequence[Any]) -> str:

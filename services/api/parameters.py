@@ -49,8 +49,11 @@ def _date_time_only(value: Any) -> Any:
     return value
 
 
-From = Annotated[datetime | None, BeforeValidator(_date_time_only),
-                 Field(alias="from", description="default: `to` less the endpoint's window")]  # fmt: skip
+From = Annotated[
+    datetime | None,
+    BeforeValidator(_date_time_only),
+    Field(alias="from", description="default: `to` less the endpoint's window"),
+]
 To = Annotated[
     datetime | None, BeforeValidator(_date_time_only), Field(alias="to", description="default: now")
 ]

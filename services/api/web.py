@@ -196,8 +196,10 @@ def add_web(app: FastAPI) -> None:
     @app.get("/", include_in_schema=False)
     async def fleet_page(state: State, request: Request) -> HTMLResponse:
         """The fleet at a glance, drawn on the server; its script keeps it live. No caller: the shell."""
-        return HTMLResponse(await render_page(state, template, request.scope.get(IDENTITY)),
-                            headers={"Cache-Control": "no-store"})  # fmt: skip
+        return HTMLResponse(
+            await render_page(state, template, request.scope.get(IDENTITY)),
+            headers={"Cache-Control": "no-store"},
+        )
 
     @app.post("/login", include_in_schema=False)
     async def login(state: State, request: Request) -> JSONResponse:
@@ -207,8 +209,11 @@ def add_web(app: FastAPI) -> None:
             return JSONResponse({"detail": 'send JSON: {"token": "..."}'}, status_code=415)
         if wait := auth.throttle.throttled_for(client):
             auth.refused(client, "throttled")
-            return JSONResponse({"detail": "too many refused requests from this address"}, status_code=429,
-                                headers={"Retry-After": str(int(wait) + 1)})  # fmt: skip
+            return JSONResponse(
+                {"detail": "too many refused requests from this address"},
+                status_code=429,
+                headers={"Retry-After": str(int(wait) + 1)},
+            )
         try:
             sent = json.loads(await request.body())
             token = sent.get("token") if isinstance(sent, dict) else None
@@ -221,8 +226,14 @@ def add_web(app: FastAPI) -> None:
             auth.refused(client, e.reason)
             return JSONResponse({"detail": e.detail}, status_code=e.status)
         done = JSONResponse({"subject": identity.subject, "role": identity.role})
-        done.set_cookie(COOKIE, token.strip(), httponly=True, samesite="strict", path="/",
-                        secure=request.url.scheme == "https")  # fmt: skip
+        done.set_cookie(
+            COOKIE,
+            token.strip(),
+            httponly=True,
+            samesite="strict",
+            path="/",
+            secure=request.url.scheme == "https",
+        )
         return done
 
     @app.post("/logout", include_in_schema=False)
@@ -237,10 +248,12 @@ def add_web(app: FastAPI) -> None:
         return Response(icon, media_type="image/x-icon", headers={"Cache-Control": "max-age=86400"})
 
     swagger = get_swagger_ui_html(
-        openapi_url="/openapi.json", title="gpu-health API",
+        openapi_url="/openapi.json",
+        title="gpu-health API",
         swagger_js_url="/static/swagger-ui/swagger-ui-bundle.js",
-        swagger_css_url="/static/swagger-ui/swagger-ui.css", swagger_favicon_url="/favicon.ico",
-    )  # fmt: skip
+        swagger_css_url="/static/swagger-ui/swagger-ui.css",
+        swagger_favicon_url="/favicon.ico",
+    )
     swagger_csp = policy(bytes(swagger.body).decode())  # its one inline script, allowed by its hash
 
     @app.get("/docs", include_in_schema=False)

@@ -159,11 +159,15 @@ class Monitor:
         threading.Thread(target=bridge, daemon=True).start()
         cfg = self.cfg
         proxy = OllamaProxy(
-            upstream=cfg.ollama_url, on_session=self.publish, monitor_id=cfg.monitor_id,
-            allow=cfg.proxy_allow, max_body_bytes=cfg.proxy_max_body_bytes,
-            head_timeout_s=cfg.proxy_head_timeout_s, body_timeout_s=cfg.proxy_body_timeout_s,
+            upstream=cfg.ollama_url,
+            on_session=self.publish,
+            monitor_id=cfg.monitor_id,
+            allow=cfg.proxy_allow,
+            max_body_bytes=cfg.proxy_max_body_bytes,
+            head_timeout_s=cfg.proxy_head_timeout_s,
+            body_timeout_s=cfg.proxy_body_timeout_s,
             max_connections=cfg.proxy_max_connections,
-        )  # fmt: skip
+        )
         port = await proxy.start(self.cfg.listen_host, self.cfg.listen_port)
         log.info(
             "proxying", extra={"listen": f"{self.cfg.listen_host}:{port}", "ollama": self.cfg.ollama_url}

@@ -64,11 +64,22 @@ MAX_HEAD = 64 * 1024
 # What Ollama serves that a client of a model needs: inference, embeddings, and what is loaded.
 # Model management (pull, push, create, copy, delete, blobs) is the operator's, on Ollama itself.
 DEFAULT_ALLOW = (
-    "POST /api/generate", "POST /api/chat", "POST /api/embed", "POST /api/embeddings", "POST /api/show",
-    "GET /api/tags", "GET /api/ps", "GET /api/version", "GET /", "HEAD /",
-    "POST /v1/chat/completions", "POST /v1/completions", "POST /v1/embeddings", "GET /v1/models",
+    "POST /api/generate",
+    "POST /api/chat",
+    "POST /api/embed",
+    "POST /api/embeddings",
+    "POST /api/show",
+    "GET /api/tags",
+    "GET /api/ps",
+    "GET /api/version",
+    "GET /",
+    "HEAD /",
+    "POST /v1/chat/completions",
+    "POST /v1/completions",
+    "POST /v1/embeddings",
+    "GET /v1/models",
     "GET /v1/models/*",
-)  # fmt: skip
+)
 READ_SIZE = 65536
 LINGER_S = 2.0
 _DEADLINE: contextvars.ContextVar[asyncio.Timeout | None] = contextvars.ContextVar("deadline", default=None)

@@ -233,9 +233,17 @@ def make_fault(
     if fixed_by is not None and fixed_by not in FIXED_BY:
         raise FaultError(f"fixed_by must be one of {', '.join(FIXED_BY)}")
     after, chance = _recurrence(recur_after_s, recur_probability)
-    return Fault(kind=fault_kind, node=node, gpu=gpu, start_s=start_s, duration_s=duration_s, params=merged,
-                 fixed_by=fixed_by or default_fixed_by(fault_kind, merged), recur_after_s=after,
-                 recur_probability=chance)  # fmt: skip
+    return Fault(
+        kind=fault_kind,
+        node=node,
+        gpu=gpu,
+        start_s=start_s,
+        duration_s=duration_s,
+        params=merged,
+        fixed_by=fixed_by or default_fixed_by(fault_kind, merged),
+        recur_after_s=after,
+        recur_probability=chance,
+    )
 
 
 def _number(value: Any) -> bool:

@@ -123,8 +123,11 @@ def _cause(gpu: GpuSim, fault: Fault, code: int) -> str:
     """The driver's note on a 45 that another XID of its GPU caused, else nothing."""
     if code != PREEMPTIVE_REMOVAL:
         return ""
-    before = [f for f in gpu.faults if f is not fault and xid_of(f) not in (None, code)
-              and 0 <= fault.start_s - f.start_s <= CAUSE_S]  # fmt: skip
+    before = [
+        f
+        for f in gpu.faults
+        if f is not fault and xid_of(f) not in (None, code) and 0 <= fault.start_s - f.start_s <= CAUSE_S
+    ]
     return f" caused by previous Xid {xid_of(max(before, key=lambda f: f.start_s))}" if before else ""
 
 
@@ -181,8 +184,10 @@ class NodeLog:
                 if due <= done:
                     continue
                 said = xid_message(fault, code, driver_version) + _cause(gpu, fault, code)
-                text = (f"NVRM: Xid (PCI:{kernel_pci(gpu.pci_bus_id)}): {code}, pid={2000 + gpu.index * 17},"
-                        f" name=python3, {said}")  # fmt: skip
+                text = (
+                    f"NVRM: Xid (PCI:{kernel_pci(gpu.pci_bus_id)}): {code}, pid={2000 + gpu.index * 17},"
+                    f" name=python3, {said}"
+                )
                 new += [(line_time(fault, k), fault.id, text) for k in range(done, due)]
                 self._written[fault.id] = due
         for time_s, _, text in sorted(new, key=lambda line: (line[0], line[1])):

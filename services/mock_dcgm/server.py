@@ -59,9 +59,11 @@ class MockMetrics:
             "gpuhealth_mock_faults_injected", "Faults injected", ["kind"], registry=registry
         )
         self.remedies = Counter(
-            "gpuhealth_mock_remedies", "Resets and reboots asked for, by whether they ran",
-            ["remedy", "ok"], registry=registry,
-        )  # fmt: skip
+            "gpuhealth_mock_remedies",
+            "Resets and reboots asked for, by whether they ran",
+            ["remedy", "ok"],
+            registry=registry,
+        )
         self.admin_errors = Counter(
             "gpuhealth_mock_admin_errors", "Admin requests refused", registry=registry
         )

@@ -286,15 +286,25 @@ def build_scorer(
     rules = load_rules(cfg.rules_file)
     signer = load_signer(cfg.signing)
     if signer is None:
-        log.warning("no signing key (GPUHEALTH_SCORER__SIGNING__PRIVATE_KEY_FILE): verdicts and alerts go"
-                    " unsigned, and a remediator refuses them")  # fmt: skip
+        log.warning(
+            "no signing key (GPUHEALTH_SCORER__SIGNING__PRIVATE_KEY_FILE): verdicts and alerts go"
+            " unsigned, and a remediator refuses them"
+        )
     else:
         log.info("verdicts and alerts are signed with key %s", signer.kid)
     producer = JsonProducer(make_producer(settings.kafka)) if producer is None else producer
     in_group = cfg.events and cfg.as_of in ("now", "latest")
     ownership = Ownership(everything=not in_group)
-    cycle = ScorerLoop(cfg=cfg, rules=rules, db=settings.db, topics=settings.topics, producer=producer,
-                       registry=registry, ownership=ownership, signer=signer)  # fmt: skip
+    cycle = ScorerLoop(
+        cfg=cfg,
+        rules=rules,
+        db=settings.db,
+        topics=settings.topics,
+        producer=producer,
+        registry=registry,
+        ownership=ownership,
+        signer=signer,
+    )
     if not in_group:
         return Scorer(cycle, None)
     session_ms = int(cfg.session_timeout_s * 1000)

@@ -103,8 +103,13 @@ def ensure_ca(folder: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKe
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
-    _write(key_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                       serialization.NoEncryption()), 0o600)  # fmt: skip
+    _write(
+        key_path,
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        ),
+        0o600,
+    )
     _write(cert_path, cert.public_bytes(serialization.Encoding.PEM))
     return cert, key  # an identity the old CA signed fails _current: it is reissued
 
@@ -167,8 +172,13 @@ def ensure_identity(
         builder = builder.add_extension(x509.SubjectAlternativeName(_sans(hosts)), critical=False)
     cert = builder.sign(ca_key, hashes.SHA256())
     password = secrets.token_urlsafe(24)
-    _write(folder / f"{name}.key", key.private_bytes(serialization.Encoding.PEM,
-           serialization.PrivateFormat.PKCS8, serialization.NoEncryption()), 0o600)  # fmt: skip
+    _write(
+        folder / f"{name}.key",
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        ),
+        0o600,
+    )
     _write(folder / f"{name}.p12.password", password.encode(), 0o600)
     p12 = pkcs12.serialize_key_and_certificates(
         name.encode(), key, cert, [ca_cert], serialization.BestAvailableEncryption(password.encode())

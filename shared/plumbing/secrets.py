@@ -32,10 +32,22 @@ URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[
 # Values everybody knows: this project's defaults (scripts/env.sh, .env.example) and the usual suspects.
 KNOWN_DEFAULTS = frozenset(
     {
-        "gpuhealth", "gpuhealth_reader", "gpuhealth_acknowledger", "gpu_health", "postgres", "admin",
-        "change-me", "changeme", "change_me", "password", "secret", "test", "test-key-123", "",
+        "gpuhealth",
+        "gpuhealth_reader",
+        "gpuhealth_acknowledger",
+        "gpu_health",
+        "postgres",
+        "admin",
+        "change-me",
+        "changeme",
+        "change_me",
+        "password",
+        "secret",
+        "test",
+        "test-key-123",
+        "",
     }
-)  # fmt: skip
+)
 # The fields of a section that say where it reaches.
 REACH_FIELDS = ("host", "bootstrap_servers", "bind", "url", "base_url")
 

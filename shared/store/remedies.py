@@ -40,9 +40,10 @@ async def mark(conn: AsyncConn, gpu_uuid: str, *, remedy: Remedy, by: str, note:
     """An operator's reset or reboot by hand (the acknowledging login's connection); its row, None for a
     GPU the inventory lacks."""
     done = await dict_rows_async(
-        conn, "SELECT * FROM record_gpu_remedy(%(gpu)s, %(remedy)s, %(by)s, %(note)s)",
+        conn,
+        "SELECT * FROM record_gpu_remedy(%(gpu)s, %(remedy)s, %(by)s, %(note)s)",
         {"gpu": gpu_uuid, "remedy": remedy, "by": by, "note": note},
-    )  # fmt: skip
+    )
     return done[0] if done else None
 
 

@@ -54,8 +54,10 @@ def without_commands(response: Any) -> Any:
     """A record's response without the command lines and URLs the exec driver once kept in its runs
     (records written before it stopped): they may name hosts and secrets no reader should see."""
     if isinstance(response, dict) and isinstance(response.get("runs"), list):
-        runs = [{k: v for k, v in run.items() if k not in ("argv", "url")} if isinstance(run, dict) else run
-                for run in response["runs"]]  # fmt: skip
+        runs = [
+            {k: v for k, v in run.items() if k not in ("argv", "url")} if isinstance(run, dict) else run
+            for run in response["runs"]
+        ]
         return {**response, "runs": runs}
     return response
 

@@ -19,11 +19,13 @@ from ..parameters import GpuPath, NoQuery
 router = APIRouter(tags=["gpus"])
 Note = Annotated[str, Body(max_length=500, pattern=r"^[^\x00-\x1f\x7f]*$")]
 MARKS_LISTED = 1000  # a GPU's marks are few: the newest this many, no paging
-REFUSED = problems({
-    401: "no bearer token, or one refused",
-    403: "the caller is not an operator",
-    404: "no such GPU in the inventory",
-})  # fmt: skip
+REFUSED = problems(
+    {
+        401: "no bearer token, or one refused",
+        403: "the caller is not an operator",
+        404: "no such GPU in the inventory",
+    }
+)
 
 
 @router.post(

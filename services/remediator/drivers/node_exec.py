@@ -66,8 +66,10 @@ class Command(Section):
         parsed = httpx.URL(value)
         secret_query = [k for k in parsed.params if _SECRET_NAME.search(k)]
         if parsed.userinfo or secret_query:
-            raise ValueError("a webhook URL carries no credentials (user info, token/key query parameters):"
-                             " put them in `headers`")  # fmt: skip
+            raise ValueError(
+                "a webhook URL carries no credentials (user info, token/key query parameters):"
+                " put them in `headers`"
+            )
         return value
 
     @model_validator(mode="after")
