@@ -1,12 +1,11 @@
 """Every service that writes the database exits 0 within the one shutdown deadline (shared.lifecycle,
 GPUHEALTH_SHUTDOWN__TIMEOUT_S) when SIGTERM comes while its statement waits on the database.
 
-Two ways the database holds a statement up. A lock: the scorer's cycle reads gpu_latest, the remediator
+The database holds a statement up with a lock: the scorer's cycle reads gpu_latest, the remediator
 looks at its plans (remediations) every round, the lifecycle service writes its run (lifecycle_runs);
-another session holds that table, the service's statement waits on it. A server gone quiet: a proxy
-between the service and PostgreSQL stops forwarding while the service is at work, so neither an answer
-nor a cancel request gets through. SIGTERM comes; the process exits 0 before the deadline (the lock
-still held), and nothing of the work it gave up is written. (The sink's own cases, with its offsets:
+another session holds that table, the service's statement waits on it. SIGTERM comes; the process
+exits 0 before the deadline (the lock still held), and nothing of the work it gave up is written. A
+server gone quiet is not in this file's matrix yet (see below). (The sink's own cases, with its offsets:
 tests/integration/services/sink/test_shutdown.py.)
 """
 
@@ -23,7 +22,6 @@ from shared.config import DatabaseSettings, KafkaSettings
 from shared.db import connect
 from tests.helpers.remediation import scorer_key
 from tests.helpers.service_process import waiting_on_a_lock, watched_service
-from tests.helpers.tcp_proxy import TcpProxy
 from tests.helpers.topics import isolated_topics, topics_env
 
 DEADLINE_S = 10.0
@@ -77,39 +75,20 @@ def held_by_a_lock(service: str, db: DatabaseSettings, env: dict[str, str]) -> f
     return took
 
 
-def held_by_a_quiet_server(service: str, db: DatabaseSettings, env: dict[str, str], tmp: Path) -> float:
-    """Between the service and PostgreSQL, a proxy stops forwarding while the service is at work:
-    SIGTERM to exit."""
-    proxy = TcpProxy(db.host, db.port)
-    with proxy, watched_service(service, env | {"GPUHEALTH_DB__PORT": str(proxy.port)}) as proc:
-        # past its start (the check of the schema, on a connection of its own): at work
-        wait_until(lambda: proxy.connections >= 2, 60, f"the {service} to start")
-        proxy.freeze()
-        (tmp / "inventory.csv").write_text("serial,gpu_uuid\nS1,\n")  # the lifecycle service: run
-        wait_until(lambda: proxy.held > 0, 60, f"the {service} to send what the server never gets")
-        return proc.sigterm(DEADLINE_S)
-
-
 # Behind a silent server only the lock is in the matrix here: since PostgreSQL serves TLS
 # (verify-full), the scorer's and the lifecycle service's work after the freeze sent nothing the
 # frozen proxy could hold within 60 s (the remediator's did), and why is not yet known. The sink's
 # silent-server test (tests/integration/services/sink/test_shutdown.py) and the watcher's unit tests
 # (tests/unit/shared/test_db.py: deaf connections are cut) cover that path.
-CASES = [(service, "a lock held") for service in sorted(HELD)]
-
-
-@pytest.mark.parametrize(("service", "fault"), CASES)
+# The case that was here (git history: held_by_a_quiet_server) comes back once that is understood.
+@pytest.mark.parametrize("service", sorted(HELD))
 def test_sigterm_while_the_database_holds_a_statement_up_exits_0_within_the_deadline(
     service: str,
-    fault: str,
     kafka_settings: KafkaSettings,
     migrated: DatabaseSettings,
     topic_factory: Callable[..., str],
     tmp_path: Path,
 ) -> None:
     env = service_env(service, kafka_settings, migrated, topic_factory, tmp_path)
-    if fault == "a lock held":
-        took = held_by_a_lock(service, migrated, env)
-    else:
-        took = held_by_a_quiet_server(service, migrated, env, tmp_path)
-    print(f"{service}, {fault}: SIGTERM to exit {took:.2f} s of {DEADLINE_S:g} s")
+    took = held_by_a_lock(service, migrated, env)
+    print(f"{service}, a lock held: SIGTERM to exit {took:.2f} s of {DEADLINE_S:g} s")
