@@ -50,10 +50,12 @@ def hold_reason(
     dry_run: bool,
     now: datetime,
     limits: bool = True,
+    approval: bool = True,
 ) -> tuple[str | None, str | None]:
-    """Why a new plan of `action` on `node` must wait for an operator: (held_for, reason), or (None, None)."""
+    """Why a new plan of `action` on `node` must wait for an operator: (held_for, reason), or (None, None).
+    `approval` False: whatever else would hold it, beside the policy's wanting an operator's approval."""
     rules = policy.for_action(action)
-    if rules.mode == "approval":
+    if approval and rules.mode == "approval":
         return "approval", f"the policy wants an operator's approval for {action}"
     if ledger.control(conn, dry_run)["breaker"] == "open":
         return "breaker", "the breaker is open"
@@ -121,6 +123,41 @@ def open_plan(
 REMEDY_STEPS = ("reset_gpu", "reboot")
 
 
+def start_held(
+    conn: SyncConn, plan: Row, finding: Finding, *, policy: Policy, node: str, dry_run: bool, now: datetime
+) -> str | None:
+    """A plan held for approval of an action that starts without it when joined (`ActionPolicy.
+    starts_when_joined`) starts when `finding`, on another of the node's GPUs, which the policy acts on by
+    itself with a drain, joins it: that finding's own plan would stop the node's work anyway, so waiting
+    for an operator stops no less work and only keeps the node's faults, the joining one too, for the
+    operator's hours (the same GPU's finding is the fault the held plan answers). Not when either
+    plan would be held for anything but that approval (the breaker, a node left out for a person, the rate
+    or class limits); its cordon still answers to the breaker and the nodes-out cap. Why it started, or
+    None when it stays held."""
+    action = str(plan["action"])
+    mine = policy.for_action(finding.action)
+    if (
+        plan["state"] != "held"
+        or plan["held_for"] != "approval"
+        or finding.gpu_uuid in plan["gpu_uuids"]  # the same GPU's fault, which the held plan answers
+        or not policy.for_action(action).starts_when_joined
+        or mine.mode != "automatic"
+        or "drain" not in mine.steps
+    ):
+        return None
+    for asked, approval in ((finding.action, True), (action, False)):
+        held_for, _ = hold_reason(
+            conn, policy=policy, action=asked, node=node, dry_run=dry_run, now=now, approval=approval
+        )
+        if held_for is not None:
+            return None
+    store.start_held_plan(conn, int(plan["id"]), now)
+    return (
+        f"{finding.action} would drain {node} without an operator anyway: plan {plan['id']} ({action})"
+        " starts without one"
+    )
+
+
 def outranks(finding: Finding, plan: Row, policy: Policy) -> bool:
     """Whether `finding` calls for more than the node's plan, a reset or a reboot not yet carried out,
     can give: a reboot-class finding joining a reset would only have the reset fail its validation."""
@@ -162,6 +199,9 @@ def decide(
             "joined",
             f"the node's plan {plan_id} ({active['action']}, {active['state']}) takes it in",
         )
+        started = start_held(conn, active, finding, policy=policy, node=node, dry_run=dry_run, now=now)
+        if started is not None:
+            reason = f"{reason}; {started}"
     else:
         if active is not None:  # a remedy not yet tried that this finding needs more than: one rung up now
             store.escalate_plan(conn, int(active["id"]), now)

@@ -120,6 +120,11 @@ class ActionPolicy(_Section):
     # the action whose plan follows when this one's validation (or GPU reset) fails; None: the node
     # stays out for a person
     on_failure: str | None = None
+    # mode "approval" only: the operator's approval is for the work the plan stops. A held plan starts
+    # without it when a finding the remediator acts on by itself, with a drain (a reset), joins it: that
+    # finding's own plan would stop the node's work anyway (still within the breaker, the nodes-out cap
+    # and the limits)
+    starts_when_joined: bool = False
 
     @model_validator(mode="after")
     def _coherent(self) -> ActionPolicy:
@@ -137,6 +142,8 @@ class ActionPolicy(_Section):
             raise ValueError("a plan either returns the node or keeps it out, not both")
         if any(s in steps for s in ("reset_gpu", "reboot")) and not TAKES_OUT & set(steps):
             raise ValueError("a reset or a reboot needs the node cordoned first")
+        if self.starts_when_joined and self.mode != "approval":
+            raise ValueError("starts_when_joined is for an action whose plans wait for approval")
         return self
 
 

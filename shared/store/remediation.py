@@ -164,6 +164,17 @@ def repair_marks(conn: SyncConn, *, dry_run: bool, since: datetime, limit: int) 
     )
 
 
+def start_held_plan(conn: SyncConn, plan_id: int, at: datetime) -> None:
+    """A plan held for approval starts without one (services/remediator/decide.py's `start_held` says
+    why, on the record)."""
+    with translated(conn):
+        conn.execute(
+            "UPDATE remediations SET state = 'running', held_for = NULL, next_at = %s, updated_at = %s"
+            " WHERE id = %s AND state = 'held'",
+            (at, at, plan_id),
+        )
+
+
 def escalate_plan(conn: SyncConn, plan_id: int, at: datetime) -> None:
     """A plan in hand ends escalated: a plan one rung up takes its node (opened by the caller)."""
     with translated(conn):

@@ -200,3 +200,56 @@ def test_a_node_left_out_for_a_person_is_not_put_back_by_a_later_plan_of_its_own
         assert "out for a person" in (later.reason or "")
         newest = rows(migrated, "SELECT state, held_for FROM remediations ORDER BY id DESC LIMIT 1")
         assert newest == [("held", "approval")]
+
+
+def test_a_reset_that_joins_a_reboot_held_for_approval_starts_it(
+    migrated: DatabaseSettings, policy: Policy
+) -> None:
+    """A reboot waits for an operator for the work it stops; a reset-class finding on another GPU of the node
+    would stop that work by itself, so joining the held reboot starts it: one round ends both faults."""
+    add_fleet(migrated, 1, gpus=2)
+    held = decide_now(migrated, policy, verdict_finding(0, 0, action="reboot_node"), dry_run=False)
+    assert held.outcome == "held"
+    joined = decide_now(migrated, policy, verdict_finding(0, 1, at=T0.replace(minute=1)), dry_run=False)
+    assert (joined.outcome, joined.plan_id) == ("joined", held.plan_id)
+    assert f"plan {held.plan_id} (reboot_node) starts without one" in (joined.reason or "")
+    assert rows(migrated, "SELECT action, state, held_for, approved_by, gpu_uuids FROM remediations") == [
+        ("reboot_node", "running", None, None, [gpu_uuid(0, 0), gpu_uuid(0, 1)])
+    ]
+    assert rows(migrated, "SELECT status, reason FROM remediation_events WHERE kind = 'decision'")[-1] == (
+        "joined",
+        joined.reason,
+    )
+
+
+@pytest.mark.parametrize(
+    "keeps_it", ["policy", "reset_approval", "rate_limit", "breaker", "dry_run", "same_gpu"]
+)
+def test_what_keeps_a_held_reboot_held_when_a_finding_joins_it(
+    migrated: DatabaseSettings, policy: Policy, keeps_it: str
+) -> None:
+    """Only a finding on another GPU, that the policy acts on by itself and that its own plan would not be
+    held for (approval, the breaker, the node's rate limit), starts a held reboot, and only in its mode."""
+    add_fleet(migrated, 1, gpus=2)
+    change = {
+        "policy": ("reboot_node", {"starts_when_joined": False}),
+        "reset_approval": ("reset_gpu", {"mode": "approval"}),
+    }
+    if keeps_it in change:  # an operator who wants to say when, whatever joins; or to approve resets too
+        action, update = change[keeps_it]
+        rules = policy.actions[action].model_copy(update=update)
+        policy = policy.model_copy(update={"actions": {**policy.actions, action: rules}})
+    if keeps_it == "rate_limit":  # the node had its two plans today
+        for minute in (1, 2):
+            decide_now(migrated, policy, verdict_finding(0, 0, at=T0.replace(minute=minute)), dry_run=False)
+            _left(migrated, "UPDATE remediations SET state = 'done'")
+    if keeps_it == "breaker":
+        _left(migrated, "UPDATE remediation_control SET breaker = 'open' WHERE NOT dry_run")
+    held = decide_now(migrated, policy, verdict_finding(0, 0, action="reboot_node"), dry_run=False)
+    joining = verdict_finding(0, 0 if keeps_it == "same_gpu" else 1, at=T0.replace(minute=5))
+    decided = decide_now(migrated, policy, joining, dry_run=keeps_it == "dry_run")
+    assert decided.outcome == ("act" if keeps_it == "dry_run" else "joined"), decided.reason
+    assert "starts without one" not in (decided.reason or "")
+    assert rows(migrated, "SELECT state, held_for FROM remediations WHERE id = %s", (held.plan_id,)) == [
+        ("held", "approval")
+    ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -132,3 +133,26 @@ def test_a_training_jobs_alert_can_never_be_made_to_act(tmp_path: Path) -> None:
     text = POLICY_TEXT + '"training:thermal" = "inspect"\n'
     with pytest.raises(ConfigError, match="not signed"):
         load_policy(write(tmp_path, text))
+
+
+def test_the_committed_policy_starts_a_held_reboot_that_a_reset_joins_and_nothing_else() -> None:
+    policy = load_policy()
+    assert policy.for_action("reboot_node").starts_when_joined
+    assert policy.for_action("reboot_node").mode == "approval"  # a reboot on its own still waits
+    assert [a for a, rules in policy.actions.items() if rules.starts_when_joined] == ["reboot_node"]
+
+
+@given(mode=st.sampled_from(["automatic", "approval", "never"]), joined=st.booleans())
+def test_starts_when_joined_is_only_for_an_action_that_waits_for_approval(mode: str, joined: bool) -> None:
+    text = POLICY_TEXT.replace(
+        'mode = "approval"\nstarts_when_joined = true',
+        f'mode = "{mode}"\nstarts_when_joined = {str(joined).lower()}',
+    )
+    assert text != POLICY_TEXT or (mode, joined) == ("approval", True)
+    with tempfile.TemporaryDirectory() as folder:  # hypothesis runs many examples: no tmp_path
+        path = write(Path(folder), text)
+        if joined and mode != "approval":
+            with pytest.raises(ConfigError, match=r"actions\.reboot_node.*starts_when_joined"):
+                load_policy(path)
+        else:
+            assert load_policy(path).for_action("reboot_node").starts_when_joined is joined
