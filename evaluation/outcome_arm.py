@@ -278,7 +278,8 @@ def replay(arm: str, oscen: OutcomeScenario, seed: int, start_s: float, *,
             needed = f.start_s + (ALERT_S if cordon_after_s is None else cordon_after_s)
             if cordon_after_s is not None:
                 heapq.heappush(queue, (needed, node, "cordon"))
-            due = max(person.due(needed, f"{node}:{f.id}"), busy_until.get(node, 0.0))
+            # keyed by what the fault is, not its id: ids count on across the process (the arms before)
+            due = max(person.due(needed, f"{node}:{f.gpu}:{f.start_s!r}"), busy_until.get(node, 0.0))
             heapq.heappush(queue, (due, node, "visit"))
         if not queue:
             break
