@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from shared.store import alerts, health, notify
+from shared.store import alerts, health, judging, notify
 from shared.store.errors import translated
 from shared.store.health import PredictionRow, StatusRow, VerdictRow
 
@@ -163,6 +163,17 @@ def _predictions_for(
     return out
 
 
+def _heard_until(
+    conn: Conn, as_of: datetime, rules: Rules, features: Iterable[GpuFeatures]
+) -> datetime | None:
+    """When the fleet was last heard from, read only when one of `features` has been silent long enough
+    for it to matter (a GPU that reported recently is not silent whatever the fleet did)."""
+    missing = rules.availability.missing_after_s
+    if all(g.last_time is not None and (as_of - g.last_time).total_seconds() <= missing for g in features):
+        return None
+    return judging.fleet_heard_until(conn, as_of)
+
+
 def assess(
     conn: Conn,
     as_of: datetime,
@@ -185,8 +196,9 @@ def assess(
         computed = predict_all(conn, as_of, rules, fresh) if fresh else {}
         known = _predictions_for(conn, features, {**predictions, **computed})
     judged: dict[str, GpuJudgement] = {}
+    heard_until = _heard_until(conn, as_of, rules, features.values())
     for uuid, g in features.items():
-        verdicts = evaluate(g, rules, as_of)
+        verdicts = evaluate(g, rules, as_of, heard_until)
         prediction = known.get(uuid) or Prediction(uuid, 0.0, 0.0)
         state, action = overall(verdicts)
         points, grade = score(verdicts, prediction.p_fail_30d, rules)

@@ -50,12 +50,18 @@ def _per_hour(count: int, gpu: GpuFeatures) -> float:
     return count * 3600.0 / max(seconds, 600.0)
 
 
-def evaluate(gpu: GpuFeatures, rules: Rules, as_of: datetime) -> dict[str, Verdict]:
+def evaluate(
+    gpu: GpuFeatures, rules: Rules, as_of: datetime, heard_until: datetime | None = None
+) -> dict[str, Verdict]:
+    """A GPU's verdict per subsystem as of `as_of`. `heard_until`: when the fleet was last heard from
+    (shared.store.judging.fleet_heard_until; None: as_of), against which a GPU's silence is measured."""
     verdicts: dict[str, Verdict] = {subsystem: Verdict(subsystem) for subsystem in SUBSYSTEMS}
     windows = rules.windows
 
-    # availability: a GPU that stops reporting is a finding, not a gap
-    age = (as_of - gpu.last_time).total_seconds() if gpu.last_time else None
+    # availability: a GPU that stops reporting while the fleet reports is a finding, not a gap; the
+    # whole fleet falling silent together is the pipeline's outage (or restart), not every GPU's fault
+    heard = as_of if heard_until is None else min(as_of, heard_until)
+    age = (heard - gpu.last_time).total_seconds() if gpu.last_time else None
     if age is None or age > rules.availability.missing_after_s:
         fell_off = fall_off_action("reboot_node", gpu.xids.get(FELL_OFF_THE_BUS), gpu.lost_times)
         verdicts["availability"].worse(

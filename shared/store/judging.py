@@ -58,3 +58,20 @@ def needing_judgement(
 def inventory_gpus(conn: SyncConn) -> list[str]:
     """Every GPU in the inventory, in order (a scorer takes its share of them)."""
     return [str(uuid) for (uuid,) in tuple_rows(conn, "SELECT gpu_uuid FROM gpu_assets ORDER BY gpu_uuid")]
+
+
+# The time the fleet as a whole was last heard from: the median of its GPUs' latest samples up to
+# as_of (interpolated: of two GPUs, the midpoint). A GPU is silent against this, not against the
+# clock: when the collectors, Kafka or the sink stop (a restart of the pipeline, an outage), every GPU
+# falls silent together and none of them is at fault; once half the fleet reports again, the GPUs that
+# still do not are. None: nothing stored up to as_of.
+_FLEET_HEARD = """
+SELECT to_timestamp(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM time)))
+FROM gpu_latest WHERE time <= %(t)s
+"""
+
+
+def fleet_heard_until(conn: SyncConn, as_of: datetime) -> datetime | None:
+    """When the fleet was last heard from, as of `as_of`: the median GPU's latest sample time."""
+    rows = tuple_rows(conn, _FLEET_HEARD, {"t": as_of})
+    return rows[0][0] if rows else None

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from services.scorer.cycle import desired_alerts
 from services.scorer.predict import TERMS, predict_one
@@ -139,3 +141,29 @@ def test_the_rules_file_is_validated(tmp_path: Path) -> None:
         load_rules(broken)
     with pytest.raises(ConfigError, match="No such file"):
         load_rules(tmp_path / "missing.toml")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    silent_s=st.integers(min_value=0, max_value=86_400),  # whole seconds: no rounding at the bound
+    fleet_silent_s=st.one_of(st.none(), st.integers(min_value=-600, max_value=86_400)),
+)
+def test_silence_is_measured_against_when_the_fleet_was_last_heard(
+    silent_s: int, fleet_silent_s: int | None
+) -> None:
+    """Not reporting iff the GPU was silent for longer than missing_after_s before the fleet was last
+    heard (never later than now: a fleet heard "in the future" is heard now)."""
+    heard = None if fleet_silent_s is None else NOW - timedelta(seconds=fleet_silent_s)
+    gpu = replace(HEALTHY, last_time=NOW - timedelta(seconds=silent_s))
+    verdict = evaluate(gpu, RULES, NOW, heard)["availability"]
+    quiet_for = silent_s - max(0, fleet_silent_s or 0)
+    assert (verdict.rule == "not_reporting") == (quiet_for > RULES.availability.missing_after_s)
+    if fleet_silent_s is not None and fleet_silent_s >= silent_s:
+        assert verdict.state == "healthy"  # silent no longer than the fleet: the fleet's silence
+
+
+def test_a_gpu_never_heard_from_is_not_reporting_whenever_the_fleet_was_heard() -> None:
+    assert (
+        evaluate(replace(HEALTHY, last_time=None), RULES, NOW, NOW - timedelta(hours=1))["availability"].rule
+        == "not_reporting"
+    )
