@@ -209,7 +209,9 @@ CONF
   postgres_tls
   # Role, database and extension: idempotent, cheap, so done at every start.
   pg_psql -d postgres -v user="$GPUHEALTH_DB_USER" -v pass="$GPUHEALTH_DB_PASSWORD" -v db="$GPUHEALTH_DB_NAME" \
-    -v reader_pass="$GPUHEALTH_DB_READER_PASSWORD" -v ack_pass="$GPUHEALTH_DB_ACKNOWLEDGER_PASSWORD" <<'SQL'
+    -v reader_pass="$GPUHEALTH_DB_READER_PASSWORD" -v ack_pass="$GPUHEALTH_DB_ACKNOWLEDGER_PASSWORD" \
+    -v sink_pass="$GPUHEALTH_DB_SINK_PASSWORD" -v scorer_pass="$GPUHEALTH_DB_SCORER_PASSWORD" \
+    -v remediator_pass="$GPUHEALTH_DB_REMEDIATOR_PASSWORD" -v lifecycle_pass="$GPUHEALTH_DB_LIFECYCLE_PASSWORD" <<'SQL'
 SELECT format('CREATE ROLE %I LOGIN CREATEROLE PASSWORD %L', :'user', :'pass')
  WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = :'user') \gexec
 -- Collation C: text keys (GPU UUIDs in every unique index) compare as bytes, not
@@ -225,7 +227,16 @@ SELECT format('ALTER ROLE gpuhealth_reader LOGIN PASSWORD %L', :'reader_pass') \
 SELECT format('CREATE ROLE gpuhealth_acknowledger LOGIN PASSWORD %L', :'ack_pass')
  WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'gpuhealth_acknowledger') \gexec
 SELECT format('ALTER ROLE gpuhealth_acknowledger LOGIN PASSWORD %L', :'ack_pass') \gexec
--- The other databases are no business of the API's logins: there, large objects and
+-- One login per service that writes (its rights come from migration 0084): created, or given its login
+-- and password again where a migration made it NOLOGIN first or the password changed.
+CREATE TEMP TABLE service_logins (role text, pass text);
+INSERT INTO service_logins VALUES ('gpuhealth_sink', :'sink_pass'), ('gpuhealth_scorer', :'scorer_pass'),
+  ('gpuhealth_remediator', :'remediator_pass'), ('gpuhealth_lifecycle', :'lifecycle_pass');
+SELECT format('CREATE ROLE %I LOGIN PASSWORD %L', role, pass) FROM service_logins
+ WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = role) \gexec
+SELECT format('ALTER ROLE %I LOGIN PASSWORD %L', role, pass) FROM service_logins \gexec
+DROP TABLE service_logins;
+-- The other databases are no business of the API's or the services' logins: there, large objects and
 -- temporary tables would still be theirs to create. Only the project's owner keeps them.
 REVOKE CONNECT, TEMPORARY ON DATABASE postgres, template1 FROM PUBLIC;
 SELECT format('GRANT CONNECT, TEMPORARY ON DATABASE postgres, template1 TO %I', :'user') \gexec

@@ -62,7 +62,8 @@ class DatabaseSettings(Section):
     connect_timeout_s: int = Field(default=5, ge=1, le=300)
     """How long one connection attempt may take."""
     application_name: str = "gpu-health"
-    """Shown in `pg_stat_activity`."""
+    """Shown in `pg_stat_activity` and the server's log; a service started as itself names its own,
+    `gpu-health-<service>` (`gpu-health-scorer`...), unless this is set."""
     search_path: str | None = Field(default=None, pattern=r"^[a-z_][a-z0-9_]{0,62}$")
     """The one schema a service reaches (tests, tenants); unset: the role's default (`public`). A bound
     service sees no table of any other schema, `public` included: a table missing from its schema is an

@@ -84,7 +84,10 @@ OTHER_VARIABLES: tuple[OtherVariable, ...] = (
     OtherVariable("GPUHEALTH_PG_BIN", "`/usr/lib/postgresql/15/bin`", _NATIVE, "PostgreSQL's programs."),
     OtherVariable("GPUHEALTH_DB_NAME", "`gpu_health`", _NATIVE, "The database the native stack creates."),
     OtherVariable(
-        "GPUHEALTH_DB_USER", "`gpuhealth`", _NATIVE, "The database's owner, which the services use."
+        "GPUHEALTH_DB_USER",
+        "`gpuhealth`",
+        _NATIVE,
+        "The database's owner: the migrations, and the sink (its retention).",
     ),
     OtherVariable("GPUHEALTH_DB_PASSWORD", "`gpuhealth`", _NATIVE, "The owner's password."),
     OtherVariable(
@@ -95,6 +98,30 @@ OTHER_VARIABLES: tuple[OtherVariable, ...] = (
         "`gpuhealth_acknowledger`",
         _NATIVE,
         "The password of the API's login for acknowledging alerts.",
+    ),
+    OtherVariable(
+        "GPUHEALTH_DB_SINK_PASSWORD",
+        "`gpuhealth_sink`",
+        f"{_NATIVE}, {_COMPOSE}",
+        "The password of the sink's own login (`gpuhealth_sink`, schema/0084).",
+    ),
+    OtherVariable(
+        "GPUHEALTH_DB_SCORER_PASSWORD",
+        "`gpuhealth_scorer`",
+        f"{_NATIVE}, {_COMPOSE}",
+        "The password of the scorer's own login (`gpuhealth_scorer`, schema/0084).",
+    ),
+    OtherVariable(
+        "GPUHEALTH_DB_REMEDIATOR_PASSWORD",
+        "`gpuhealth_remediator`",
+        f"{_NATIVE}, {_COMPOSE}",
+        "The password of the remediator's own login (`gpuhealth_remediator`, schema/0084).",
+    ),
+    OtherVariable(
+        "GPUHEALTH_DB_LIFECYCLE_PASSWORD",
+        "`gpuhealth_lifecycle`",
+        f"{_NATIVE}, {_COMPOSE}",
+        "The password of the lifecycle's own login (`gpuhealth_lifecycle`, schema/0084).",
     ),
     OtherVariable(
         "GPUHEALTH_MOCK_ADMIN_PORT",

@@ -39,6 +39,14 @@ def refuse_arguments(cls: type[Settings], name: str, argv: Sequence[str]) -> Non
     ).parse_args(argv)
 
 
+def named_on_the_database(settings: S, name: str) -> S:
+    """The settings with the service's name as its connections' `application_name` (pg_stat_activity,
+    the server's log), `gpu-health-<name>`, unless GPUHEALTH_DB__APPLICATION_NAME says otherwise."""
+    if "application_name" not in settings.db.model_fields_set:
+        settings.db = settings.db.model_copy(update={"application_name": f"gpu-health-{name}"})
+    return settings
+
+
 def start_service(cls: type[S], name: str, argv: Sequence[str] | None = None) -> S | None:
     """Settings with logging set up and logged; None (after saying why) when they are invalid.
 
@@ -47,7 +55,7 @@ def start_service(cls: type[S], name: str, argv: Sequence[str] | None = None) ->
     """
     refuse_arguments(cls, name, sys.argv[1:] if argv is None else argv)
     try:
-        settings = load_settings(cls)
+        settings = named_on_the_database(load_settings(cls), name)
         otlp_section = load_settings(otlp.OtlpSettings).otlp
         otlp.otlp_target(otlp_section, os.environ)
     except GpuHealthError as e:

@@ -83,10 +83,13 @@ def mark_published(conn: SyncConn, keys: Sequence[tuple[Any, datetime]]) -> None
 
 
 def control(conn: SyncConn, dry_run: bool, *, lock: bool = False) -> Row:
-    """The pause and breaker of one mode; `lock` holds the row until the transaction ends."""
+    """The pause and breaker of one mode; `lock` holds the row until the transaction ends (through
+    remediation_control_held: the remediator's login may not update the row, so not lock it itself)."""
     (row,) = dict_rows(
         conn,
-        "SELECT * FROM remediation_control WHERE dry_run = %s" + (" FOR UPDATE" if lock else ""),
+        "SELECT * FROM remediation_control_held(%s)"
+        if lock
+        else "SELECT * FROM remediation_control WHERE dry_run = %s",
         (dry_run,),
     )
     return row
@@ -134,13 +137,10 @@ def admit(conn: SyncConn, *, node: str, dry_run: bool, plan_id: int, at: datetim
 
 
 def trip(conn: SyncConn, *, dry_run: bool, reason: str, at: datetime) -> None:
-    """Open the breaker (the caller holds the control row)."""
+    """Open the breaker (the caller holds the control row), through remediation_trip_breaker: the only
+    write to its controls the remediator's login may make."""
     with translated(conn):
-        conn.execute(
-            "UPDATE remediation_control SET breaker = 'open', tripped_at = %s, trip_reason = %s"
-            " WHERE dry_run = %s",
-            (at, reason, dry_run),
-        )
+        conn.execute("SELECT FROM remediation_trip_breaker(%s, %s, %s)", (dry_run, reason, at))
 
 
 def fleet_nodes(conn: SyncConn) -> int:

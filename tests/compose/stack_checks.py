@@ -204,6 +204,23 @@ def test_the_image_init_scripts_and_the_mounted_one_both_ran() -> None:
     assert psql("SELECT count(*) FROM pg_roles WHERE rolname = 'gpuhealth_reader' AND rolcanlogin") == "1"
 
 
+def test_the_scorer_and_remediator_are_connected_as_their_own_logins() -> None:
+    """Each named by its application_name, as its own login (schema/0084), not the owner: both keep a
+    connection open while they run; the lifecycle's, when one is open, is checked too."""
+    names = "('gpu-health-scorer', 'gpu-health-remediator', 'gpu-health-lifecycle')"
+
+    def logins() -> set[tuple[str, str]] | None:
+        found = psql(
+            "SELECT DISTINCT application_name || '=' || usename FROM pg_stat_activity"
+            f" WHERE application_name IN {names}"
+        ).split()
+        seen = {(name, user) for name, user in (entry.split("=") for entry in found)}
+        return seen if {"gpu-health-scorer", "gpu-health-remediator"} <= {n for n, _ in seen} else None
+
+    seen = wait_for("the scorer's and remediator's connections", logins, timeout_s=60)
+    assert seen == {(name, "gpuhealth_" + name.removeprefix("gpu-health-")) for name, _ in seen}
+
+
 def test_prometheus_scrapes_the_node_exporters_and_no_absent_dcgm_exporter() -> None:
     prometheus = url("prometheus", 9090)
 
