@@ -12,7 +12,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from services.mock_dcgm.server import MockServer
-from shared.service import serve_metrics
+from shared.config import DatabaseSettings, Settings
+from shared.service import named_on_the_database, serve_metrics
 from tests.helpers.mock_fleet import make_fleet
 from tests.helpers.ports import free_ports
 from tests.paths import REPO
@@ -57,3 +58,11 @@ def test_the_mock_process_says_which_admin_port_is_taken(taken: int) -> None:
         f"cannot listen on 127.0.0.1:{taken} for the admin API: Address already in use"
         in out.stderr + out.stdout
     )
+
+
+def test_a_service_names_its_connections_unless_told_otherwise() -> None:
+    named = named_on_the_database(Settings(db=DatabaseSettings()), "remediator")
+    assert named.db.application_name == "gpu-health-remediator"
+    assert "application_name='gpu-health-remediator'" in named.db.conninfo()
+    chosen = named_on_the_database(Settings(db=DatabaseSettings(application_name="fleet-a")), "scorer")
+    assert chosen.db.application_name == "fleet-a"
