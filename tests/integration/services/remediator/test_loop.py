@@ -6,6 +6,7 @@ both schedulers, the remedy it records, and the scorer again after it.
 - a fault the reset does not end (the XID again after the reset) fails the validation at once: the node
   stays out and the plan escalates to a reboot, held for approval;
 - the XID again after the node came back escalates: the reboot, not another reset;
+- a reset-class XID beside a reboot held for approval starts it, and the node comes back;
 - a repair mark on the GPU withdraws the held reboot, validates the node and returns it;
 - a dry-run remediator beside the live one decides the same verdicts and changes nothing of the live one's.
 """
@@ -36,6 +37,7 @@ from tests.helpers.remediation import TRUE, Remediator, add_fleet, add_nodes, gp
 
 RULES = load_rules()
 GSP_TIMEOUT = 119  # NVIDIA: reset the GPU
+FALLEN_OFF_THE_BUS = 79  # NVIDIA: reboot the node
 
 
 def slurm_state(conf: Path, node: str) -> tuple[str, str]:
@@ -255,6 +257,34 @@ def test_a_recurrence_after_the_return_escalates(loop: Callable[..., Loop]) -> N
     # the next rung, not another reset: a reboot, which the policy has wait for an operator
     assert run.plans()[-1] == ("reboot_node", "held", "approval")
     assert ("reset_gpu", "running", None) not in run.plans()
+
+
+def test_a_reset_fixable_xid_beside_a_held_reboot_starts_it_and_the_node_comes_back(
+    loop: Callable[..., Loop],
+) -> None:
+    """A GPU off the bus (XID 79: reboot) waits for an operator; a reset-class XID on the node's other GPU
+    would drain the node anyway, so it starts the held reboot (the policy's starts_when_joined): one round
+    ends both, and the node is validated and returned without a person."""
+    run = loop()
+    run.xid(FALLEN_OFF_THE_BUS, gpu=0)
+    run.cycle()
+    assert run.plans() == [("reboot_node", "held", "approval")]
+    assert not run.out()  # held: nothing done yet
+    time.sleep(0.05)
+    run.xid(GSP_TIMEOUT, gpu=1)
+    run.until(lambda: run.plans() == [("reboot_node", "done", None)], "rebooted, validated and returned")
+    assert run.back()
+    (joined,) = rows(
+        run.live.db, "SELECT reason FROM remediation_events WHERE kind = 'decision' AND status = 'joined'"
+    )
+    assert "starts without one" in joined[0]
+    assert rows(run.live.db, "SELECT approved_by FROM remediations") == [(None,)]
+    assert sorted(
+        rows(run.live.db, "SELECT gpu_uuid, remedy FROM gpu_remedies WHERE source = 'remediator'")
+    ) == [
+        (run.gpus[0], "reboot_node"),
+        (run.gpus[1], "reboot_node"),
+    ]
 
 
 def test_a_repaired_gpus_node_is_validated_returned_and_its_held_escalation_withdrawn(
