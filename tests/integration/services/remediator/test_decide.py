@@ -231,7 +231,7 @@ def test_what_keeps_a_held_reboot_held_when_a_finding_joins_it(
     """Only a finding on another GPU, that the policy acts on by itself and that its own plan would not be
     held for (approval, the breaker, the node's rate limit), starts a held reboot, and only in its mode."""
     add_fleet(migrated, 1, gpus=2)
-    change = {
+    change: dict[str, tuple[str, dict[str, Any]]] = {
         "policy": ("reboot_node", {"starts_when_joined": False}),
         "reset_approval": ("reset_gpu", {"mode": "approval"}),
     }
