@@ -17,11 +17,13 @@ from .results import tuple_rows
 SyncConn = psycopg.Connection[Any]
 
 # What can have changed a GPU's verdict since it was last judged (the cycle judges only those):
-# never judged; a finding or an alert, which may age out or need its evidence refreshed; silent past
-# missing_after_s; the latest sample asking for a reset or a remap; an event since the judgement (a
-# late one too); or else its minute came round: a GPU with nothing of that is judged once per `every`
-# (the rollup's minute), at its own phase within it (from its UUID's hash), so the fleet's share of a
-# cycle stays even instead of every GPU falling due at one minute boundary.
+# never judged; a finding or an alert, which may age out or need its evidence refreshed; on a node the
+# remediator is working on (its validation counts this GPU's scoring cycles: once a minute would hold a
+# node out three minutes for three cycles); silent past missing_after_s; the latest sample asking for
+# a reset or a remap; an event since the judgement (a late one too); or else its minute came round: a
+# GPU with nothing of that is judged once per `every` (the rollup's minute), at its own phase within it
+# (from its UUID's hash), so the fleet's share of a cycle stays even instead of every GPU falling due
+# at one minute boundary.
 _NEEDING_JUDGEMENT = """
 SELECT a.gpu_uuid
 FROM gpu_assets a LEFT JOIN gpu_status s USING (gpu_uuid) LEFT JOIN gpu_latest l USING (gpu_uuid)
@@ -34,6 +36,8 @@ WHERE a.first_seen <= %(t)s AND (%(gpus)s::text[] IS NULL OR a.gpu_uuid = ANY(%(
        OR floor((extract(epoch FROM %(t)s) + h.phase) / %(every_s)s)
           > floor((extract(epoch FROM s.as_of) + h.phase) / %(every_s)s)
        OR EXISTS (SELECT 1 FROM gpu_alerts g WHERE g.gpu_uuid = a.gpu_uuid AND g.state <> 'resolved')
+       OR EXISTS (SELECT 1 FROM remediations r WHERE r.state = 'running'
+                    AND (r.node = a.hostname OR a.gpu_uuid = ANY(r.gpu_uuids)))
        OR EXISTS (SELECT 1 FROM gpu_events e WHERE e.gpu_uuid = a.gpu_uuid
                     AND e.time > s.as_of - %(late)s AND e.time <= %(t)s))
 ORDER BY a.gpu_uuid

@@ -21,7 +21,7 @@ from services.api.app import acknowledger_settings
 from services.api.settings import ApiSection
 from shared.config import DatabaseSettings, Settings
 from shared.db import connect
-from shared.migrate import SCHEMA_DIR
+from shared.migrate import SCHEMA_DIR, check_migrated
 from shared.service import named_on_the_database
 
 SERVICES = ("sink", "scorer", "remediator", "lifecycle")
@@ -308,6 +308,15 @@ def test_a_plan_the_breaker_held_is_released_by_a_person_only(migrated: Database
         ).fetchall()
         conn.commit()
     assert approved == [("running", "oncall")]
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_each_login_passes_its_services_start_check(migrated: DatabaseSettings, service: str) -> None:
+    """What each service does first (shared.migrate.check_migrated): read which migrations are applied.
+    `make up` failed here when the logins could not read schema_migrations at all."""
+    with connect(as_service(migrated, service)) as conn:
+        check_migrated(conn)
+        assert {int(v) for (v,) in conn.execute("SELECT version FROM schema_migrations")} >= {84, 85}
 
 
 @pytest.mark.parametrize("service", SERVICES)

@@ -137,3 +137,29 @@ def test_the_loop_judges_its_whole_share_first_then_only_what_is_due(
     # A fixed as-of time has no "since": each of its cycles judges the whole share.
     loop.cfg, loop.once = cfg.model_copy(update={"as_of": T0.isoformat()}), True
     assert [c.gpus for c in (loop.score_once(), loop.score_once()) if c is not None] == [len(GPUS)] * 2
+
+
+def test_the_gpus_of_a_node_the_remediator_is_working_on_are_judged_every_cycle(
+    migrated: DatabaseSettings,
+) -> None:
+    """Its validation counts their scoring cycles: judged once a minute, three healthy cycles held a
+    node out three minutes after a reset that took a second (measured in `make up`, live: 194 s)."""
+    with connect(migrated) as conn:
+        add_fleet(conn, GPUS[:16], T0, fresh=True)  # node-0 and node-1, 8 GPUs each
+        judge(conn, T0, RULES, predictions={})
+        t = T0 + timedelta(seconds=1)
+        conn.execute("UPDATE gpu_latest SET time = %s", (t,))
+        assert _needing(conn, t, 3600) == []  # healthy, nothing new: none due within the hour
+        for node, state, dry_run in [("node-0", "running", False), ("node-1", "held", False)]:
+            conn.execute(
+                "INSERT INTO remediations (node, gpu_uuids, action, finding, steps, state, dry_run,"
+                " decision_key, created_at, updated_at, next_at) VALUES (%s, %s, 'reset_gpu', 'xid_119',"
+                " ARRAY['cordon','drain','reset_gpu','validate','return'], %s, %s, %s, %s, %s, %s)",
+                (node, [GPUS[0] if node == "node-0" else GPUS[8]], state, dry_run, f"k-{node}", T0, T0, T0),
+            )
+        conn.commit()
+        # The running plan's node, every GPU of it (validation looks at them all); not a held plan's.
+        assert _needing(conn, t, 3600) == sorted(GPUS[:8])
+        conn.execute("UPDATE remediations SET state = 'done' WHERE node = 'node-0'")
+        conn.commit()
+        assert _needing(conn, t, 3600) == []
