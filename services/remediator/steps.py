@@ -282,8 +282,8 @@ class Steps:
                 )
             )
             return StepResult("escalate", events, looked.reason)
-        if state.get("said") != looked.reason:
-            state["said"] = looked.reason
+        if state.get("said") != looked.reason:  # a new thing to say (the look's state is what is kept)
+            looked.state["said"] = looked.reason
             events.append(ctx.record("validation", "in_progress", reason=looked.reason))
         return StepResult("wait", events, looked.reason, wait_s=self.look_s)
 

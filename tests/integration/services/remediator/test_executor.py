@@ -97,6 +97,23 @@ def test_a_node_returns_only_after_its_gpus_come_back_the_check_passes_and_cycle
     ]
 
 
+def test_a_waiting_validation_records_what_it_has_to_say_once_not_at_every_look(
+    remediator_factory: Callable[..., Remediator],
+) -> None:
+    """In `make up`, live, one validation of three minutes wrote 90 identical "0 of 3 healthy cycles"
+    records, one per look, to remediation_events and gpu-remediations."""
+    r = in_validation(remediator_factory(dry_run=False, commands={"reset_gpu": TRUE, "compute_check": TRUE}))
+    for _ in range(4):  # each looks again, with nothing new to see
+        r.run_until_settled(pause_s=0.06)
+    said = [str(reason) for (reason,) in rows(
+        r.db, "SELECT reason FROM remediation_events WHERE kind = 'validation' AND status = 'in_progress'"
+              " ORDER BY time",
+    )]  # fmt: skip
+    assert said
+    assert len(said) == len(set(said)), said
+    assert rows(r.db, "SELECT state FROM remediations") == [("running",)]
+
+
 def test_a_failed_compute_check_keeps_the_node_out_and_escalates(
     remediator_factory: Callable[..., Remediator],
 ) -> None:
