@@ -45,18 +45,17 @@ def forget_delivered_dead_letters(conn: Conn, older_than_days: int) -> int:
 
 
 def remove_retention_policy(conn: Conn, table: str) -> None:
-    """Remove `table`'s retention policy, if it has one (timescale license only)."""
+    """Remove `table`'s retention policy, if it has one (timescale license only; schema/0086's function,
+    so that the sink need not own the table)."""
     with translated(conn):
-        conn.execute("SELECT public.remove_retention_policy(%s::regclass, if_exists => true)", (table,))
+        conn.execute("SELECT sink_remove_retention_policy(%s::regclass)", (table,))
 
 
 def drop_chunks_older_than(conn: Conn, table: str, cutoff: datetime) -> int:
-    """drop_chunks(table, older_than => cutoff); how many chunks it dropped."""
+    """drop_chunks(table, older_than => cutoff) through schema/0086's function; how many chunks it dropped."""
     with translated(conn):
-        rows = conn.execute(
-            "SELECT public.drop_chunks(%s::regclass, older_than => %s)", (table, cutoff)
-        ).fetchall()
-    return len(rows)
+        row = conn.execute("SELECT sink_drop_chunks(%s::regclass, %s)", (table, cutoff)).fetchone()
+    return int(row[0]) if row else 0
 
 
 def range_holds_only(conn: Conn, chunk: Chunk) -> bool:
@@ -73,11 +72,10 @@ def range_holds_only(conn: Conn, chunk: Chunk) -> bool:
 def drop_chunk_range(conn: Conn, chunk: Chunk) -> int:
     """drop_chunks over exactly `chunk`'s range; how many chunks it dropped (check range_holds_only first)."""
     with translated(conn):
-        rows = conn.execute(
-            "SELECT public.drop_chunks(%s::regclass, older_than => %s, newer_than => %s)",
-            (chunk.hypertable, chunk.end, chunk.start),
-        ).fetchall()
-    return len(rows)
+        row = conn.execute(
+            "SELECT sink_drop_chunks(%s::regclass, %s, %s)", (chunk.hypertable, chunk.end, chunk.start)
+        ).fetchone()
+    return int(row[0]) if row else 0
 
 
 @contextmanager

@@ -12,6 +12,7 @@ passwords come from GPUHEALTH_DB_<SERVICE>_PASSWORD as there.
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
@@ -21,8 +22,10 @@ from services.api.app import acknowledger_settings
 from services.api.settings import ApiSection
 from shared.config import DatabaseSettings, Settings
 from shared.db import connect
+from shared.errors import DatabaseError
 from shared.migrate import SCHEMA_DIR, check_migrated
 from shared.service import named_on_the_database
+from shared.store import archive, retention
 
 SERVICES = ("sink", "scorer", "remediator", "lifecycle")
 
@@ -54,7 +57,10 @@ COLUMN_WRITES: dict[str, dict[str, set[str]]] = {
 }
 # The SECURITY DEFINER routines each may run: the remediator's two, nothing for the others.
 ROUTINES = {
-    "sink": set(),
+    "sink": {
+        "sink_drop_chunks(regclass,timestamp with time zone,timestamp with time zone)",
+        "sink_remove_retention_policy(regclass)",
+    },
     "scorer": set(),
     "remediator": {
         "remediation_control_held(boolean)",
@@ -310,13 +316,43 @@ def test_a_plan_the_breaker_held_is_released_by_a_person_only(migrated: Database
     assert approved == [("running", "oncall")]
 
 
+def test_the_sinks_retention_drops_expired_chunks_as_its_own_login_and_only_those_it_keeps(
+    migrated: DatabaseSettings,
+) -> None:
+    """drop_chunks is the hypertable owner's alone: the sink does it through schema/0086's functions."""
+    old = datetime.now(UTC) - timedelta(days=400)
+    with connect(migrated) as conn:
+        conn.execute(
+            "INSERT INTO gpu_metrics (time, gpu_uuid, hostname, source, collector_id)"
+            " VALUES (%s, 'GPU-old', 'node-old', 'mock', 'test')",
+            (old,),
+        )
+        conn.commit()
+    with connect(as_service(migrated, "sink"), autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT public.drop_chunks('gpu_metrics'::regclass, older_than => now())")
+        with pytest.raises(DatabaseError, match="not a table whose chunks the sink keeps"):
+            retention.drop_chunks_older_than(conn, "gpu_health", datetime.now(UTC))
+        with pytest.raises(DatabaseError, match="not a table whose chunks the sink keeps"):
+            retention.remove_retention_policy(conn, "gpu_status")
+        # The archive's way: the chunk held in SHARE mode, its rows read, then exactly it dropped.
+        (chunk,) = archive.expired_chunks(conn, "gpu_metrics", old + timedelta(days=30))
+        assert retention.range_holds_only(conn, chunk)
+        with retention.share_locked(conn, chunk):
+            assert archive.count_rows(conn, chunk) == 1
+            assert retention.drop_chunk_range(conn, chunk) == 1
+        assert conn.execute("SELECT count(*) FROM gpu_metrics WHERE gpu_uuid = 'GPU-old'").fetchone() == (0,)
+        assert retention.drop_chunks_older_than(conn, "gpu_metrics", old + timedelta(days=30)) == 0
+        assert retention.drop_chunks_older_than(conn, "gpu_events", old) == 0
+
+
 @pytest.mark.parametrize("service", SERVICES)
 def test_each_login_passes_its_services_start_check(migrated: DatabaseSettings, service: str) -> None:
     """What each service does first (shared.migrate.check_migrated): read which migrations are applied.
     `make up` failed here when the logins could not read schema_migrations at all."""
     with connect(as_service(migrated, service)) as conn:
         check_migrated(conn)
-        assert {int(v) for (v,) in conn.execute("SELECT version FROM schema_migrations")} >= {84, 85}
+        assert {int(str(v)) for (v,) in conn.execute("SELECT version FROM schema_migrations")} >= {84, 85}
 
 
 @pytest.mark.parametrize("service", SERVICES)
