@@ -23,4 +23,4 @@ COPY config ./config
 RUN useradd --system --uid 10001 --home-dir /app gpuhealth
 USER gpuhealth
 ENV PYTHONPATH=/app
-CMD ["python", "-m", "shared.migrate"]
+CMD ["python", "-m", "shared.plumbing.migrate"]

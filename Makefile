@@ -40,13 +40,13 @@ services-status: ## show whether Kafka, PostgreSQL, kube-apiserver and Slurm are
 	@scripts/services.sh status
 
 migrate: venv ## apply schema/*.sql migrations (each once)
-	@source scripts/env.sh && $(PY) -m shared.migrate
+	@source scripts/env.sh && $(PY) -m shared.plumbing.migrate
 
 topics: venv ## create the project's Kafka topics (idempotent)
-	@source scripts/env.sh && $(PY) -m shared.topics
+	@source scripts/env.sh && $(PY) -m shared.plumbing.topic_admin
 
-schemas: venv ## write every topic's JSON Schema under schema/json/ from shared/topic_registry.py (commit them)
-	@$(PY) -m shared.topic_registry
+schemas: venv ## write every topic's JSON Schema under schema/json/ from shared/contract/topic_registry.py (commit them)
+	@$(PY) -m shared.contract.topic_registry
 
 up: services migrate topics ## run the whole pipeline locally (mock fleet, collector, sink, scorer, API; SCORERS=N: N scorers; REMEDIATOR=live: the remediator acts)
 	@$(if $(SCORERS),GPUHEALTH_SCORERS=$(SCORERS) )$(if $(REMEDIATOR),GPUHEALTH_REMEDIATOR_MODE=$(REMEDIATOR) )scripts/stack.sh up
@@ -83,7 +83,7 @@ format: venv ## apply ruff's formatting and safe fixes
 	@$(VENV)/bin/ruff check --fix .
 
 docs: venv ## write the generated docs: the configuration reference (from the settings) and the OpenAPI document
-	@$(PY) -m shared.config_reference
+	@$(PY) -m shared.settings.reference
 	@$(PY) -m services.api.openapi
 
 SCENARIO ?=

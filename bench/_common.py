@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from shared.config import KafkaSettings
-from shared.kafka import make_admin
-from shared.topics import TopicSpec, ensure_topics
+from shared.plumbing.kafka import make_admin
+from shared.plumbing.topic_admin import TopicSpec, ensure_topics
+from shared.settings.common import KafkaSettings
 
 if TYPE_CHECKING:
     from services.api.auth import AuthSection

@@ -30,13 +30,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx
 import uvicorn
 
+from bench import fleets
 from bench._common import callers, report
 from services.api.app import create_app, reader_settings
 from services.api.deps import state_of
 from services.api.settings import ApiSection, missing_after_s
-from shared.config import Settings
-from shared.db import connect
-from shared.migrate import migrated_schema
+from shared.plumbing.db import connect
+from shared.plumbing.migrate import migrated_schema
+from shared.settings.common import Settings
 from shared.store import fleet, history
 
 GPUS, HOURS, ROUNDS = 10_000, 24, 150
@@ -76,7 +77,7 @@ def main() -> int:
     with migrated_schema(settings.db, "bench") as db, callers() as who:
         started = time.perf_counter()
         with connect(db) as conn:
-            fleet.fill_api_bench_fleet(conn, as_of=NOW, gpus=GPUS, rollup_minutes=HOURS * 60)
+            fleets.fill_api_bench_fleet(conn, as_of=NOW, gpus=GPUS, rollup_minutes=HOURS * 60)
         print(
             f"(loaded {GPUS:,} GPUs and {GPUS * HOURS * 60:,} rollup rows in {time.perf_counter() - started:.0f} s)"
         )

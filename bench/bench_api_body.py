@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx
 
 from bench._common import callers, report
-from shared.config import Settings
-from shared.migrate import migrated_schema
+from shared.plumbing.migrate import migrated_schema
+from shared.settings.common import Settings
 
 REPO = Path(__file__).resolve().parents[1]
 BODY = 200_000_000

@@ -36,11 +36,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench import fleets
 from bench._common import Callers, callers, report
-from shared.config import DatabaseSettings, Settings
-from shared.db import connect
-from shared.migrate import migrated_schema
-from shared.store import fleet
+from shared.plumbing.db import connect
+from shared.plumbing.migrate import migrated_schema
+from shared.settings.common import DatabaseSettings, Settings
 from shared.store.notify import announce_scored
 
 REPO = Path(__file__).resolve().parents[1]
@@ -143,7 +143,7 @@ def main() -> int:
             # As many rollup rows whatever the size (the summary reads none; they only take time to write).
             minutes = max(1, 60 * GPUS // args.gpus)
             as_of = datetime.now(UTC).replace(second=0, microsecond=0)
-            fleet.fill_api_bench_fleet(conn, as_of=as_of, gpus=args.gpus, rollup_minutes=minutes)
+            fleets.fill_api_bench_fleet(conn, as_of=as_of, gpus=args.gpus, rollup_minutes=minutes)
         env = {**os.environ, "PYTHONPATH": str(args.tree.resolve()), "GPUHEALTH_DB__HOST": db.host,
                "GPUHEALTH_DB__PORT": str(db.port), "GPUHEALTH_DB__SEARCH_PATH": db.search_path or "",
                "GPUHEALTH_API__PORT": str(args.port), "GPUHEALTH_LOG__LEVEL": "WARNING",

@@ -36,11 +36,11 @@ from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
 from services.sink.metrics import SinkMetrics
 from services.sink.retention import Retention
 from services.sink.rows import METRIC_COLUMNS, STAGE_TYPES, stage_row
-from shared.config import DatabaseSettings, Settings
-from shared.db import connect
-from shared.dcgm import FIELDS, ValueKind
-from shared.migrate import migrated_schema
-from shared.models import Source, to_json
+from shared.contract.models import Source, to_json
+from shared.gpu.dcgm import FIELDS, ValueKind
+from shared.plumbing.db import connect
+from shared.plumbing.migrate import migrated_schema
+from shared.settings.common import DatabaseSettings, Settings
 from shared.store.archive import chunk_relations, hypertable_bytes, load_rows_binary, read_chunks_binary
 from shared.store.retention import vacuum_analyze
 

@@ -24,8 +24,8 @@ from services.collector.metrics import CollectorMetrics
 from services.collector.publisher import collector_producer
 from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
 from services.mock_dcgm.server import MockServer
-from shared.config import Settings, TopicSettings
-from shared.kafka import JsonProducer, wait_for_kafka
+from shared.plumbing.kafka import JsonProducer, wait_for_kafka
+from shared.settings.common import Settings, TopicSettings
 
 
 def cpu(fn: object, rounds: int) -> float:

@@ -187,8 +187,8 @@ def collector_counters(port: int) -> dict[str, float]:
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    from shared.config import Settings
-    from shared.kafka import wait_for_kafka
+    from shared.plumbing.kafka import wait_for_kafka
+    from shared.settings.common import Settings
 
     settings = Settings()
     wait_for_kafka(settings.kafka)

@@ -40,10 +40,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench._common import bench_callers, report, wait_http  # noqa: E402
-from shared.config import Settings, TopicSettings  # noqa: E402
-from shared.kafka import make_admin, wait_for_kafka  # noqa: E402
-from shared.migrate import migrated_schema  # noqa: E402
-from shared.topics import ensure_topics, project_topics  # noqa: E402
+from shared.plumbing.kafka import make_admin, wait_for_kafka  # noqa: E402
+from shared.plumbing.migrate import migrated_schema  # noqa: E402
+from shared.plumbing.topic_admin import ensure_topics, project_topics  # noqa: E402
+from shared.settings.common import Settings, TopicSettings  # noqa: E402
 
 GPUS_PER_NODE = 8
 FAST_PATH_P99_S = 1.0  # the event -> alert target the fault's own target adds one poll to

@@ -69,14 +69,14 @@ from services.scorer.event_path import SLOW_BATCH_S
 from services.scorer.features import read_features
 from services.scorer.rules_config import load_rules
 from services.sink.rows import METRIC_COLUMNS, stage_row
-from shared.config import DatabaseSettings, KafkaSettings, Settings, TopicSettings
-from shared.db import connect
+from shared.contract.models import SCHEMA_VERSION, parse_sample, to_json
 from shared.fakes.samples import gpu_uuid, sample
-from shared.kafka import make_admin, make_consumer, make_producer, wait_for_kafka
-from shared.migrate import migrated_schema
-from shared.models import SCHEMA_VERSION, parse_sample, to_json
+from shared.plumbing.db import connect
+from shared.plumbing.kafka import make_admin, make_consumer, make_producer, wait_for_kafka
+from shared.plumbing.migrate import migrated_schema
+from shared.plumbing.topic_admin import TopicSpec, ensure_topics, project_topics
+from shared.settings.common import DatabaseSettings, KafkaSettings, Settings, TopicSettings
 from shared.store import fleet, judging, offsets, samples
-from shared.topics import TopicSpec, ensure_topics, project_topics
 
 REPO = Path(__file__).resolve().parents[1]
 CADENCE_S = 10.0
@@ -396,7 +396,7 @@ def sample_lag(db: DatabaseSettings, group: str, produced: Synchronized[int], w:
 def replay_cycle_sql(db: DatabaseSettings, scorer_logs: list[Path], partitions: int, w: Watch) -> None:
     """For each scorer cycle logged, its SQL alone: the selection over its share, and the feature reads
     of as many of the share's GPUs as it judged, as of now (the bench's own connection)."""
-    from shared.kafka import key_partition
+    from shared.plumbing.kafka import key_partition
 
     rules = load_rules()
     seen = [0] * len(scorer_logs)

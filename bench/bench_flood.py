@@ -17,8 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._common import report
 from evaluation.flood import flood_topics, run_flood
-from shared.config import Settings
-from shared.migrate import migrated_schema
+from shared.plumbing.migrate import migrated_schema
+from shared.settings.common import Settings
 
 LINES, OVER_S = 100_000, 50.0
 

@@ -33,10 +33,10 @@ from bench._common import callers, report, scratch_topic
 from gpuhealth.contract.wire_time import wire_time
 from services.api.app import create_app
 from services.api.settings import ApiSection
-from shared.config import Settings
 from shared.fakes.samples import gpu_uuid, sample
-from shared.kafka import JsonProducer, make_producer, wait_for_kafka
-from shared.migrate import migrated_schema
+from shared.plumbing.kafka import JsonProducer, make_producer, wait_for_kafka
+from shared.plumbing.migrate import migrated_schema
+from shared.settings.common import Settings
 
 REPO = Path(__file__).resolve().parents[1]
 GPUS, POLL_S, POLLS = 1000, 1.0, 30

@@ -13,8 +13,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._common import best_of, report, scratch_topic
-from shared.config import Settings
-from shared.kafka import JsonProducer, encode_json, make_producer, wait_for_kafka
+from shared.plumbing.kafka import JsonProducer, encode_json, make_producer, wait_for_kafka
+from shared.settings.common import Settings
 
 N = 50_000
 

@@ -35,6 +35,7 @@ import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from prometheus_client import CollectorRegistry
 
+from bench import fleets
 from bench._common import report, scratch_topic
 from services.remediator.drivers.kubeconfig import load_kubeconfig
 from services.remediator.drivers.kubernetes import KubernetesDriver
@@ -47,13 +48,12 @@ from services.remediator.steps import Steps
 from services.remediator.trust import Trust
 from services.scorer.loop import ScorerLoop, ScorerSection
 from services.scorer.rules_config import load_rules
-from shared.config import Settings
 from shared.contract.signing import Keyring, Signer
-from shared.db import connect
-from shared.kafka import JsonProducer, make_consumer, make_producer
-from shared.lifecycle import running
-from shared.migrate import migrated_schema
-from shared.store import fleet
+from shared.plumbing.db import connect
+from shared.plumbing.kafka import JsonProducer, make_consumer, make_producer
+from shared.plumbing.migrate import migrated_schema
+from shared.plumbing.running import running
+from shared.settings.common import Settings
 
 GPUS_PER_NODE, ROUNDS, GPUS_PER_ROUND = 8, 5, 10
 NOW = datetime.now(UTC).replace(second=0, microsecond=0)
@@ -118,7 +118,7 @@ def run(settings: Settings, gpus: int) -> tuple[list[float], list[float]]:
             scratch_topic(settings.kafka) as health, scratch_topic(settings.kafka) as alerts,
             scratch_topic(settings.kafka) as out,
         ):  # fmt: skip
-            fleet.fill_scorer_bench_fleet(conn, as_of=NOW, gpus=gpus)
+            fleets.fill_scorer_bench_fleet(conn, as_of=NOW, gpus=gpus)
             topics = settings.topics.model_copy(
                 update={"health": health, "alerts": alerts, "remediations": out}
             )
@@ -147,7 +147,7 @@ def run(settings: Settings, gpus: int) -> tuple[list[float], list[float]]:
                 time.sleep(8)  # the group's first assignment, and the first cycle's verdicts read
                 for r in range(ROUNDS):
                     faulted = [(r * GPUS_PER_ROUND + i) * GPUS_PER_NODE for i in range(GPUS_PER_ROUND)]
-                    fleet.inject_bench_dbe(conn, [gpu(g) for g in faulted])
+                    fleets.inject_bench_dbe(conn, [gpu(g) for g in faulted])
                     injected = time.time()
                     scorer.score_once()
                     producer.flush(30)

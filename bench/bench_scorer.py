@@ -32,15 +32,16 @@ from typing import TypeVar
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
+from bench import fleets
 from bench._common import report
 from services.scorer.cycle import judge, judge_in_chunks
 from services.scorer.features import Conn, read_features
 from services.scorer.loop import ScorerSection
 from services.scorer.rules_config import Rules, load_rules
-from shared.config import Settings
-from shared.db import connect
-from shared.migrate import migrated_schema
-from shared.store import fleet, judging
+from shared.plumbing.db import connect
+from shared.plumbing.migrate import migrated_schema
+from shared.settings.common import Settings
+from shared.store import judging
 
 NOW = datetime.now(UTC).replace(second=0, microsecond=0)
 TICK_S = 15
@@ -67,7 +68,7 @@ def bench(gpus: int) -> None:
     settings = Settings()
     rules = load_rules()
     with migrated_schema(settings.db, "bench") as db, connect(db) as conn:
-        _, fill_s = timed(lambda: fleet.fill_scorer_bench_fleet(conn, as_of=NOW, gpus=gpus))
+        _, fill_s = timed(lambda: fleets.fill_scorer_bench_fleet(conn, as_of=NOW, gpus=gpus))
         first, first_s = timed(lambda: judge(conn, NOW, rules))
         known = first.predictions
         tick = NOW + timedelta(seconds=TICK_S)
@@ -80,7 +81,7 @@ def bench(gpus: int) -> None:
         cycles: list[tuple[int, float, float]] = []  # (judged, cycle s, its SQL s)
         for k in range(2, 2 + PERIOD_S // TICK_S):
             at = NOW + timedelta(seconds=k * TICK_S)
-            fleet.touch_bench_fleet(conn, at)  # the fleet keeps reporting
+            fleets.touch_bench_fleet(conn, at)  # the fleet keeps reporting
             # its SQL alone, then the cycle (the same selection again, and everything it writes)
             started = time.perf_counter()
             selected = due(conn, at, rules)

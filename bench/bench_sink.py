@@ -57,12 +57,12 @@ from confluent_kafka.admin import AdminClient
 from bench._common import report, scratch_topic
 from bench.cpu import MACHINE, CpuMeter
 from services.sink.rows import METRIC_COLUMNS, stage_row
-from shared.config import DatabaseSettings, KafkaSettings, Settings
-from shared.db import connect
+from shared.contract.models import parse_sample, to_json
 from shared.fakes.samples import sample
-from shared.kafka import JsonProducer, make_admin, make_producer, wait_for_kafka
-from shared.migrate import migrated_schema
-from shared.models import parse_sample, to_json
+from shared.plumbing.db import connect
+from shared.plumbing.kafka import JsonProducer, make_admin, make_producer, wait_for_kafka
+from shared.plumbing.migrate import migrated_schema
+from shared.settings.common import DatabaseSettings, KafkaSettings, Settings
 from shared.store import offsets, rollup, samples
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,10 +13,10 @@ import sys
 
 from bench._common import best_of, report, scratch_topic
 from services.verifier.chainlog import MemoryChain, audit_topic
-from shared.chain import verify_chain
-from shared.config import Settings
-from shared.kafka import make_producer
-from shared.models_verify import Outcome, RecordKind
+from shared.contract.chain import verify_chain
+from shared.contract.models_verify import Outcome, RecordKind
+from shared.plumbing.kafka import make_producer
+from shared.settings.common import Settings
 
 RECORDS = 20_000
 GPUS = 64

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any, get_args
 
 from services.scorer.rules_config import DEFAULT_RULES, Rules, load_rules
-from shared.config import Settings
-from shared.xid_catalog import AgreementKind, agreement_table
+from shared.gpu.xid_catalog import AgreementKind, agreement_table
+from shared.settings.common import Settings
 
 from .flood import evaluate_floods
 from .metrics import Summary, summarise, totals

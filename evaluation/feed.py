@@ -30,10 +30,10 @@ from services.sink.metrics import SinkMetrics
 from services.sink.rollup import RollupRefresher
 from services.sink.rows import sample_row
 from services.sink.writer import Batch, BatchWriter
-from shared.config import DatabaseSettings
-from shared.db import connect
-from shared.dcgm import FIELDS, ValueKind
-from shared.models import Source
+from shared.contract.models import Source
+from shared.gpu.dcgm import FIELDS, ValueKind
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings
 
 from .pipeline import HandClock
 

@@ -29,14 +29,14 @@ from services.collector.publisher import collector_producer
 from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
 from services.mock_dcgm.server import MockServer
 from services.sink.build import sink_loop_closed
-from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
-from shared.db import connect
-from shared.kafka import JsonProducer, make_admin
-from shared.lifecycle import running
-from shared.migrate import migrated_schema
-from shared.models import Source
+from shared.contract.models import Source
+from shared.plumbing.db import connect
+from shared.plumbing.kafka import JsonProducer, make_admin
+from shared.plumbing.migrate import migrated_schema
+from shared.plumbing.running import running
+from shared.plumbing.topic_admin import TopicSpec, ensure_topics
+from shared.settings.common import DatabaseSettings, KafkaSettings, TopicSettings
 from shared.store import events
-from shared.topics import TopicSpec, ensure_topics
 
 from .pipeline import make_loop, wait_until
 

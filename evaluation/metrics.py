@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.scorer.rules_config import Rules
-from shared.models_health import LADDER
+from shared.contract.models_health import LADDER
 
 from .run import Record
 from .shared_faults import SHARED_CLASSES, SharedFigures, shared_figures

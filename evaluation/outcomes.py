@@ -47,8 +47,8 @@ from pathlib import Path
 from services.lifecycle.settings import EconomicsSection
 from services.remediator.policy import Policy, load_policy
 from services.scorer.rules_config import DEFAULT_RULES, Rules, load_rules
-from shared.config import DatabaseSettings, Settings
-from shared.migrate import migrated_schema
+from shared.plumbing.migrate import migrated_schema
+from shared.settings.common import DatabaseSettings, Settings
 
 from .outcome_arm import Arm, cordon_delay, replay
 from .outcome_metrics import ClassFigures, Timeline, figures, node_hours, remedy_outcomes

@@ -30,10 +30,10 @@ from services.sink.build import build_sink_loop, sink_loop_closed
 from services.sink.loop import SinkLoop
 from services.sink.metrics import SinkMetrics
 from services.sink.settings import SinkSection
-from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
-from shared.db import connect
-from shared.kafka import JsonProducer
-from shared.lifecycle import running
+from shared.plumbing.db import connect
+from shared.plumbing.kafka import JsonProducer
+from shared.plumbing.running import running
+from shared.settings.common import DatabaseSettings, KafkaSettings, TopicSettings
 from shared.store import fleet, health, offsets, rollup
 
 

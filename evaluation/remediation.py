@@ -26,9 +26,9 @@ from services.remediator.executor import Executor
 from services.remediator.findings import NodeMap, from_verdict
 from services.remediator.policy import Policy, load_policy
 from services.remediator.steps import Steps
-from shared.config import DatabaseSettings
-from shared.db import connect
-from shared.models_health import HealthVerdict
+from shared.contract.models_health import HealthVerdict
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings
 from shared.store import remediation as store
 from shared.store import remediation_ledger as ledger
 

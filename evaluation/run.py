@@ -11,9 +11,9 @@ from services.collector.enrich import Placement
 from services.mock_dcgm.fleet import FleetSpec
 from services.scorer.predict import precursor_features, predict_one
 from services.scorer.rules_config import Rules
-from shared.config import DatabaseSettings
-from shared.db import connect
-from shared.migrate import migrated_schema
+from shared.plumbing.db import connect
+from shared.plumbing.migrate import migrated_schema
+from shared.settings.common import DatabaseSettings
 from shared.store import alerts, health
 
 from .feed import SimFeed, sim_feed

@@ -31,7 +31,7 @@ from typing import Any
 
 from services.mock_dcgm.fleet import DEFAULT_MODELS
 from services.mock_dcgm.profiles import MODELS
-from shared.errors import GpuHealthError
+from shared.plumbing.errors import GpuHealthError
 
 HOUR = 3600.0
 

@@ -24,7 +24,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from services.scorer.rules_config import Rules
-from shared.models_health import LADDER
+from shared.contract.models_health import LADDER
 
 if TYPE_CHECKING:
     from .run import Record

@@ -29,7 +29,7 @@ import numpy as np
 
 from services.scorer.predict import TERMS, model_inputs
 from services.scorer.rules_config import DEFAULT_RULES, load_rules
-from shared.config import Settings
+from shared.settings.common import Settings
 
 from .run import Record, run_scenario
 from .scenario import generated_scenario

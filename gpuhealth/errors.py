@@ -1,6 +1,6 @@
 """The root of gpu-health's exceptions, and those the library raises too (settings, contract, Kafka).
 
-The services' exception tree (shared.errors) grows from this root, so one
+The services' exception tree (shared.plumbing.errors) grows from this root, so one
 `except GpuHealthError` catches what either the library or the services raise.
 """
 

@@ -1,7 +1,7 @@
 """Producing JSON to Kafka with the project's safe defaults, and librdkafka's errors as the project's.
 
 Producers are idempotent (`enable.idempotence`, `acks=all`), compress with lz4
-and batch (`linger.ms`). The services' clients (shared.kafka) and the training
+and batch (`linger.ms`). The services' clients (shared.plumbing.kafka) and the training
 library's publisher produce through this module; it needs confluent-kafka, so
 the library imports it only when a publisher connects.
 """

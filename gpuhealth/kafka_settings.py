@@ -1,6 +1,6 @@
 """How to reach the Kafka brokers: the settings and librdkafka properties every client starts from.
 
-The services' settings tree (shared.config) and the training library's
+The services' settings tree (shared.settings.common) and the training library's
 publisher read the same GPUHEALTH_KAFKA__* variables into this model. Nothing
 here needs confluent-kafka.
 """
@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 class KafkaSettings(BaseModel):
     """How to reach the brokers."""
 
-    # each field's docstring is its description in the configuration reference (as shared.config.Section)
+    # each field's docstring is its description in the configuration reference
+    # (as shared.settings.common.Section)
     model_config = ConfigDict(use_attribute_docstrings=True)
 
     bootstrap_servers: str = "127.0.0.1:9092"

@@ -1,6 +1,6 @@
 # Sourced by the scripts: where things live and which ports the native stack uses.
 # Every value can be overridden from the environment; the Python settings'
-# defaults (shared/config.py) match these, so nothing needs setting by hand.
+# defaults (shared/settings/common.py) match these, so nothing needs setting by hand.
 : "${GPUHEALTH_CACHE:=$HOME/.cache/gpu-health}"            # downloads, builds, venv
 : "${GPUHEALTH_RUN:=$GPUHEALTH_CACHE/run}"                 # broker data, logs, pid files
 : "${GPUHEALTH_KAFKA_VERSION:=4.3.1}"

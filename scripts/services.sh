@@ -101,7 +101,7 @@ transaction.state.log.min.isr=1
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
-# Topics are created by \`python -m shared.topics\` with their configured partitions
+# Topics are created by \`python -m shared.plumbing.topic_admin\` with their configured partitions
 # and retention; a typo in a topic name must not silently create a new topic.
 auto.create.topics.enable=false
 num.partitions=6

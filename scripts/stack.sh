@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The pipeline on this machine: `stack.sh up|down|status`, run by `make up` / `make down`.
-# Starts shared.supervise detached with deploy/local-stack.toml, waits until every
+# Starts scripts.supervise detached with deploy/local-stack.toml, waits until every
 # process answers its ready URL, and says where everything is.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -13,14 +13,14 @@ spec=$root/deploy/local-stack.toml
 
 running() {
   [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null &&
-    grep -q shared.supervise "/proc/$(cat "$pidfile")/cmdline" 2>/dev/null
+    grep -q scripts.supervise "/proc/$(cat "$pidfile")/cmdline" 2>/dev/null
 }
 
 ready_urls() {
   (cd "$root" && PYTHONPATH=$root "$py" - "$spec" <<'PY'
 import sys
 from pathlib import Path
-from shared.supervise import ready_urls
+from scripts.supervise import ready_urls
 print(*ready_urls(Path(sys.argv[1])), sep="\n")
 PY
 )
@@ -57,7 +57,7 @@ case ${1:-status} in
       echo "stack: already running (supervisor pid $(cat "$pidfile"))" >&2
     else
       # The supervisor writes its own pid file: `$!` after setsid can be a parent that already left.
-      (cd "$root" && PYTHONPATH=$root setsid nohup "$py" -m shared.supervise "$spec" --logs "$logs" \
+      (cd "$root" && PYTHONPATH=$root setsid nohup "$py" -m scripts.supervise "$spec" --logs "$logs" \
          --pidfile "$pidfile" >>"$logs/supervise.log" 2>&1 </dev/null &) >/dev/null 2>&1
       # (the subshell's own output too: `make up | tee` must not wait on a pipe it holds open)
       for _ in $(seq 1 40); do running && break; sleep 0.25; done

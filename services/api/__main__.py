@@ -7,8 +7,8 @@ import sys
 
 from prometheus_client import CollectorRegistry
 
-from shared.lifecycle import Lifecycle
-from shared.service import start_service
+from shared.plumbing.running import ServiceRun
+from shared.plumbing.service import start_service
 
 from .app import create_app
 from .server import ApiLoop, api_server
@@ -32,7 +32,7 @@ def main() -> int:
     app = create_app(settings.db, settings.api, registry, auth=auth)
     # SIGTERM: stop accepting, finish the requests in flight (at most half the shutdown deadline), exit 0.
     server = api_server(app, settings.api, shutdown_s=settings.shutdown.timeout_s)
-    with Lifecycle("api", settings.shutdown) as life:
+    with ServiceRun("api", settings.shutdown) as life:
         life.export_otlp(registry)
         ApiLoop(server).run(life.stop)
     return 0 if server.started else 1

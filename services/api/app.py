@@ -23,8 +23,8 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
-from shared.config import DatabaseSettings
-from shared.errors import DatabaseUnavailableError
+from shared.plumbing.errors import DatabaseUnavailableError
+from shared.settings.common import DatabaseSettings
 from shared.store import fleet
 
 from .answers import NotReady, Ready

@@ -38,7 +38,7 @@ import httpx
 import jwt
 from pydantic import Field, field_validator, model_validator
 
-from shared.config import Section
+from shared.settings.common import Section
 
 Role = Literal["viewer", "operator", "admin"]
 RANK: dict[str, int] = {"viewer": 1, "operator": 2, "admin": 3}

@@ -51,7 +51,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from pydantic import BaseModel
 
-from shared.errors import DatabaseError
+from shared.plumbing.errors import DatabaseError
 from shared.store.notify import listen_scored
 
 log = logging.getLogger(__name__)

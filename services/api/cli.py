@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 
-from shared.errors import GpuHealthError
+from shared.plumbing.errors import GpuHealthError
 
 from .cli_token import TokenError, read_token
 from .cli_usage import add_usage_parser, usage_command

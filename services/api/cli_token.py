@@ -10,7 +10,7 @@ import getpass
 import sys
 from pathlib import Path
 
-from shared.errors import GpuHealthError
+from shared.plumbing.errors import GpuHealthError
 
 
 class TokenError(GpuHealthError):

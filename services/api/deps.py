@@ -23,7 +23,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
-from shared.errors import DatabaseUnavailableError
+from shared.plumbing.errors import DatabaseUnavailableError
 
 from .auth import Authenticator, Identity, Role
 from .cache import CycleCache

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from shared.config import DatabaseSettings
+from shared.settings.common import DatabaseSettings
 
 from .app import create_app
 from .settings import ApiSection

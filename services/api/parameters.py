@@ -19,10 +19,10 @@ from fastapi import HTTPException, Path
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from shared.models import GPU_UUID_PATTERN, EventKind
-from shared.models_health import ALERT_STATES, AlertSeverity, HealthState
-from shared.models_lifecycle import DECISIONS
-from shared.models_verify import Outcome, RecordKind
+from shared.contract.models import GPU_UUID_PATTERN, EventKind
+from shared.contract.models_health import ALERT_STATES, AlertSeverity, HealthState
+from shared.contract.models_lifecycle import DECISIONS
+from shared.contract.models_verify import Outcome, RecordKind
 from shared.store.fleet import SORTS
 from shared.store.usage import CLASSES, DIMENSIONS
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from shared.config import HEALTH_RULES_FILE, Section, Settings
-from shared.errors import ConfigError
+from shared.plumbing.errors import ConfigError
+from shared.settings.common import HEALTH_RULES_FILE, Section, Settings
 
 from .auth import AuthSection
 
-# The scorer's rules (shared.config.HEALTH_RULES_FILE unless moved): the API counts a GPU as
+# The scorer's rules (shared.settings.common.HEALTH_RULES_FILE unless moved): the API counts a GPU as
 # missing by the rules' own threshold, so the summary and the verdicts never disagree.
 RULES_FILE = HEALTH_RULES_FILE
 

@@ -28,7 +28,7 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from shared.models_health import ACTION_REASONS, LADDER
+from shared.contract.models_health import ACTION_REASONS, LADDER
 
 from .auth import COOKIE, AuthError, Identity
 from .deps import State
@@ -148,7 +148,7 @@ def lifecycle_rows(body: dict[str, Any]) -> str:
 
 
 def ladder_items() -> str:
-    """The action ladder (shared.models_health), one list item per rung; the script reads `data-why`."""
+    """The action ladder (shared.contract.models_health), an item per rung; the script reads `data-why`."""
     why = {a: escape(ACTION_REASONS[a]) for a in LADDER}
     return "".join(f'<li data-action="{a}" data-why="{why[a]}"><b>{a}</b>: {why[a]}</li>' for a in LADDER)
 

@@ -20,11 +20,11 @@ import sys
 
 from prometheus_client import CollectorRegistry
 
-from shared import otlp
-from shared.errors import GpuHealthError
-from shared.lifecycle import Lifecycle
-from shared.models import Source
-from shared.service import start_service
+from shared.contract.models import Source
+from shared.plumbing import otlp
+from shared.plumbing.errors import GpuHealthError
+from shared.plumbing.running import ServiceRun
+from shared.plumbing.service import start_service
 
 from .build import CollectorSettings, build_collector
 from .gpu_otlp import GpuInstruments
@@ -47,7 +47,7 @@ def main() -> int:
     registry = CollectorRegistry()
     metrics = CollectorMetrics(registry)
     gpu_meter = otlp.meter("gpuhealth.collector")  # None unless OTLP export is on
-    with Lifecycle("collector", settings.shutdown) as life:
+    with ServiceRun("collector", settings.shutdown) as life:
         try:
             life.serve_metrics(registry, cfg.metrics_port, cfg.metrics_bind)
             collector = life.enter_context(

@@ -24,8 +24,8 @@ from pydantic import Field
 from gpuhealth.gpu.nvml_source import NvmlSource
 from gpuhealth.gpu.readings import GpuSource, SourceError
 from gpuhealth.gpu.smi_source import SmiSource
-from shared.config import Section, Settings, TopicSettings
-from shared.models import GpuSample, Source
+from shared.contract.models import GpuSample, Source
+from shared.settings.common import Section, Settings, TopicSettings
 
 from .dcgm_source import DcgmSource
 from .enrich import Enricher, Placement, load_inventory

@@ -3,7 +3,7 @@
 Parsing uses prometheus_client's text parser, so anything the format allows is
 understood: labels in any order, extra labels, escaped values, timestamps.
 Both `Hostname` and `hostname` name the host; older DCGM field names map to
-the current ones (shared.dcgm); DCGM's blank sentinels become None; MIG
+the current ones (shared.gpu.dcgm); DCGM's blank sentinels become None; MIG
 series (GPU_I_PROFILE/GPU_I_ID labels) are kept per instance under `mig`.
 A sample timestamp in the exposition (the mock's accelerated clock) is the
 reading's time; without one, the scrape time is.
@@ -27,8 +27,8 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuhealth.gpu.readings import GpuReading, MetricValue, SourceError, SourceReading
-from shared.dcgm import BY_NAME, XID_COUNT_METRIC, ValueKind, is_blank
-from shared.models import MigInstance, Source
+from shared.contract.models import MigInstance, Source
+from shared.gpu.dcgm import BY_NAME, XID_COUNT_METRIC, ValueKind, is_blank
 
 _WORKLOAD_LABELS = {"pod": "pod", "namespace": "namespace", "container": "container",
                     "hpc_job": "job", "job": "job", "jobid": "job"}  # fmt: skip

@@ -24,8 +24,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpuhealth.gpu.readings import GpuReading, SourceReading
-from shared.errors import ConfigError
-from shared.models import METRIC_FIELDS, GpuSample, MigInstance
+from shared.contract.models import METRIC_FIELDS, GpuSample, MigInstance
+from shared.plumbing.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

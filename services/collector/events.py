@@ -40,7 +40,7 @@ from datetime import datetime, timedelta
 
 from gpuhealth.contract.wire_time import wire_time
 from gpuhealth.gpu.driver_codes import ClockEventReason as Reason
-from shared.models import Details, EventKind, GpuEvent, GpuSample, Source
+from shared.contract.models import Details, EventKind, GpuEvent, GpuSample, Source
 
 from .kernel_log import KernelXid, normalize_pci
 from .xid_fold import XidFolder

@@ -1,6 +1,6 @@
 """The GPU readings as OpenTelemetry instruments: the latest sample of each GPU, observed at export.
 
-Every metric field of the DCGM catalogue (shared.dcgm) is one instrument
+Every metric field of the DCGM catalogue (shared.gpu.dcgm) is one instrument
 named ``gpuhealth.gpu.<sample field>``: DCGM counters are observable
 counters (cumulative, monotonic), everything else observable gauges. Each
 point carries the GPU's identity and placement as attributes (``gpu.uuid``,
@@ -20,8 +20,8 @@ from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
-from shared.dcgm import FIELDS, PromType
-from shared.models import GpuSample
+from shared.contract.models import GpuSample
+from shared.gpu.dcgm import FIELDS, PromType
 
 # The unit of a field, from the suffix its name carries (UCUM, as OTLP expects).
 _UNITS = (

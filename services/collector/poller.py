@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from gpuhealth.gpu.readings import GpuSource, SourceError
-from shared.config import TopicSettings
-from shared.models import GpuEvent, GpuSample, to_json
+from shared.contract.models import GpuEvent, GpuSample, to_json
+from shared.settings.common import TopicSettings
 
 from .enrich import Enricher, reading_time
 from .events import EventDetector

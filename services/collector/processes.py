@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field
 
 from gpuhealth.gpu.readings import SourceError
-from shared.config import Section, TopicSettings
-from shared.errors import ConfigError
-from shared.models import to_json
-from shared.models_workload import GpuProcess, GpuProcesses
-from shared.process_rules import DEFAULT_RULES, ProcessFacts, ProcessRules
+from shared.contract.models import to_json
+from shared.contract.models_workload import GpuProcess, GpuProcesses
+from shared.gpu.process_rules import DEFAULT_RULES, ProcessFacts, ProcessRules
+from shared.plumbing.errors import ConfigError
+from shared.settings.common import Section, TopicSettings
 
 from .proc_info import ProcReader
 from .process_sources import (

@@ -22,9 +22,9 @@ from typing import Any, Protocol
 
 import confluent_kafka
 
-from shared.config import KafkaSettings
-from shared.errors import ContractError, KafkaProduceError
-from shared.kafka import make_producer
+from shared.plumbing.errors import ContractError, KafkaProduceError
+from shared.plumbing.kafka import make_producer
+from shared.settings.common import KafkaSettings
 
 from .metrics import CollectorMetrics
 from .spool import SpooledRecord, SpoolFile, SpoolingProducer
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 
 class Producer(Protocol):
-    """What the publisher needs of shared.kafka.JsonProducer (tests pass a fake)."""
+    """What the publisher needs of shared.plumbing.kafka.JsonProducer (tests pass a fake)."""
 
     delivered: int
     failed: int

@@ -36,10 +36,10 @@ from typing import IO, Any
 
 import confluent_kafka
 
-from shared.config import KafkaSettings
-from shared.durable import fsync_dir
-from shared.errors import KafkaProduceError
-from shared.kafka import JsonProducer, make_consumer
+from shared.plumbing.durable import fsync_dir
+from shared.plumbing.errors import KafkaProduceError
+from shared.plumbing.kafka import JsonProducer, make_consumer
+from shared.settings.common import KafkaSettings
 
 log = logging.getLogger(__name__)
 

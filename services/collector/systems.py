@@ -16,9 +16,9 @@ from collections.abc import Callable
 
 from pydantic import ValidationError
 
-from shared.errors import GpuHealthError
-from shared.gpu_identity import GpuReader, open_reader
-from shared.models_verify import SystemIdentity, record_json
+from shared.contract.models_verify import SystemIdentity, record_json
+from shared.gpu.gpu_identity import GpuReader, open_reader
+from shared.plumbing.errors import GpuHealthError
 
 from .publisher import Publisher
 

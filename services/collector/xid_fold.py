@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from gpuhealth.contract.wire_time import wire_time
-from shared.models import GpuEvent
+from shared.contract.models import GpuEvent
 
 MAX_OPEN = 100_000  # open folds (GPU x code); beyond it the one whose window ends first is closed early
 

@@ -11,10 +11,10 @@ import sys
 
 from prometheus_client import CollectorRegistry
 
-from shared.errors import GpuHealthError
-from shared.kafka import JsonProducer, make_producer
-from shared.lifecycle import Lifecycle
-from shared.service import start_service
+from shared.plumbing.errors import GpuHealthError
+from shared.plumbing.kafka import JsonProducer, make_producer
+from shared.plumbing.running import ServiceRun
+from shared.plumbing.service import start_service
 
 from .loop import LifecycleLoop
 from .settings import LifecycleSettings
@@ -37,7 +37,7 @@ def main() -> int:
         log.error("%s", e)
         return 2
     cfg = settings.lifecycle
-    with Lifecycle("lifecycle", settings.shutdown) as life:
+    with ServiceRun("lifecycle", settings.shutdown) as life:
         try:
             life.serve_metrics(registry, cfg.metrics_port, cfg.metrics_bind, database=settings.db)
         except (GpuHealthError, OSError) as e:

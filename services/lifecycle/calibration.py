@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shared.errors import ConfigError
+from shared.plumbing.errors import ConfigError
 
 PRIOR = 0.5  # Jeffreys' Beta(1/2, 1/2) on each bin's rate
 

@@ -31,7 +31,7 @@ class GpuFacts:
     gpu_uuid: str
     p_fail_30d: float | None = None  # the predictor's score; None: it has no answer for this GPU
     failed: bool = False  # it cannot serve now (the scorer's verdict is unhealthy)
-    finding: str | None = None  # the scorer's action now (shared.models_health.LADDER)
+    finding: str | None = None  # the scorer's action now (shared.contract.models_health.LADDER)
     utilisation: float | None = None  # 0..1 over the window
     power_w: float | None = None
     work: WorkClass | None = None

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from datetime import date, timedelta
 from pathlib import Path
 
-from shared.errors import GpuHealthError
-from shared.models import GPU_UUID_PATTERN
+from shared.contract.models import GPU_UUID_PATTERN
+from shared.plumbing.errors import GpuHealthError
 from shared.store.lifecycle import INVENTORY_COLUMNS
 
 COLUMNS = INVENTORY_COLUMNS[1:-1]  # the file's columns: the table's, less the line and the load's time

@@ -19,11 +19,11 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from shared.db import connect
-from shared.errors import GpuHealthError
-from shared.kafka import JsonProducer
-from shared.models import to_json
-from shared.models_lifecycle import DECISIONS
+from shared.contract.models import to_json
+from shared.contract.models_lifecycle import DECISIONS
+from shared.plumbing.db import connect
+from shared.plumbing.errors import GpuHealthError
+from shared.plumbing.kafka import JsonProducer
 from shared.store import lifecycle as store
 from shared.store.errors import translated
 

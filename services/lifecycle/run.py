@@ -16,8 +16,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from shared.errors import ConfigError
-from shared.models_lifecycle import LifecycleDecision
+from shared.contract.models_lifecycle import LifecycleDecision
+from shared.plumbing.errors import ConfigError
 from shared.store.lifecycle import GpuInputs
 
 from .calibration import Calibration

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from shared.config import Section, Settings
+from shared.settings.common import Section, Settings
 
 PREDICTOR_WEIGHTS_FILE = Path(__file__).resolve().parents[2] / "config" / "predictor-weights.toml"
 PREDICTOR_CALIBRATION_FILE = PREDICTOR_WEIGHTS_FILE.with_name("predictor-calibration.toml")

@@ -21,12 +21,12 @@ import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from pydantic import Field, field_validator
 
-from shared.config import Section, Settings
-from shared.kafka import JsonProducer, make_producer
-from shared.lifecycle import Lifecycle
-from shared.models import to_json
-from shared.models_workload import LlmServerStatus, LlmSession
-from shared.service import start_service
+from shared.contract.models import to_json
+from shared.contract.models_workload import LlmServerStatus, LlmSession
+from shared.plumbing.kafka import JsonProducer, make_producer
+from shared.plumbing.running import ServiceRun
+from shared.plumbing.service import start_service
+from shared.settings.common import Section, Settings
 
 from .probe import probe_once
 from .proxy import DEFAULT_ALLOW, Allowed, OllamaProxy
@@ -184,7 +184,7 @@ def main() -> int:
     if settings is None:
         return 2
     registry = CollectorRegistry()
-    with Lifecycle("llm-monitor", settings.shutdown) as life:
+    with ServiceRun("llm-monitor", settings.shutdown) as life:
         try:
             life.serve_metrics(registry, settings.llm.metrics_port, settings.llm.metrics_bind)
             producer = life.enter_context(

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from shared.models_workload import LlmSession
+from shared.contract.models_workload import LlmSession
 
 _NS_PER_MS = 1_000_000
 _MAX_LINE = 1 << 20  # an NDJSON line longer than this is not an answer chunk this meter reads

@@ -12,7 +12,7 @@ import time
 
 import httpx
 
-from shared.models_workload import LlmSession
+from shared.contract.models_workload import LlmSession
 
 from .ollama_metrics import SessionMeter
 

@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 
 import h11
 
-from shared.models_workload import LlmSession
+from shared.contract.models_workload import LlmSession
 
 from .ollama_metrics import SessionMeter, request_facts
 

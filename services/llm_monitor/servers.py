@@ -20,8 +20,8 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from shared.models import sane_time
-from shared.models_workload import LlmServerStatus, LoadedModel
+from shared.contract.models import sane_time
+from shared.contract.models_workload import LlmServerStatus, LoadedModel
 
 log = logging.getLogger(__name__)
 

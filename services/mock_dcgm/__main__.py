@@ -9,10 +9,10 @@ from pathlib import Path
 
 from pydantic import Field
 
-from shared.config import Section, Settings
-from shared.errors import GpuHealthError
-from shared.lifecycle import Lifecycle
-from shared.service import start_service
+from shared.plumbing.errors import GpuHealthError
+from shared.plumbing.running import ServiceRun
+from shared.plumbing.service import start_service
+from shared.settings.common import Section, Settings
 
 from .faults import FaultError
 from .fleet import DEFAULT_MODELS, ComputeCheck, Fleet, FleetSpec, SimClock, iso, parse_sim_start
@@ -100,7 +100,7 @@ def main() -> int:
     settings = start_service(MockDcgmSettings, "mock_dcgm")
     if settings is None:
         return 2
-    with Lifecycle("mock_dcgm", settings.shutdown) as life:
+    with ServiceRun("mock_dcgm", settings.shutdown) as life:
         try:
             fleet, server = build(settings.mock)
         except (GpuHealthError, OSError) as e:

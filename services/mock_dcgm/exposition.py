@@ -11,7 +11,7 @@ of simulated time); the real exporter never writes one.
 
 from __future__ import annotations
 
-from shared.dcgm import FIELDS, ValueKind
+from shared.gpu.dcgm import FIELDS, ValueKind
 
 from .simulation import GpuSim, NodeSim
 

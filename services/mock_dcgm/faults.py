@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, get_args
 
-from shared.errors import GpuHealthError
+from shared.plumbing.errors import GpuHealthError
 
 from .profiles import GpuModel
 

@@ -12,7 +12,7 @@ An `xid` fault takes, beside its `code`:
 - `row` (default 0, NVLink XIDs 144-150 only): which row of NVIDIA's decode table
   (config/nvlink5-decode.csv, in its order, counting that code's rows) the message
   reports; it is written in the form of the fleet's driver: intrInfo by the V1
-  mask before R575, by the V2 mask from R575 (shared.nvlink_decode).
+  mask before R575, by the V2 mask from R575 (shared.gpu.nvlink_decode).
 
 Other codes carry the catalogue's mnemonic (config/xid-catalog.csv) as their
 message; 74 carries the seven NVLink registers NVIDIA's workflow reads (a
@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from shared.nvlink_decode import Nvlink5Row, generation_of, parse_nvlink5_table
-from shared.xid_catalog import parse_catalog
+from shared.gpu.nvlink_decode import Nvlink5Row, generation_of, parse_nvlink5_table
+from shared.gpu.xid_catalog import parse_catalog
 
 from .faults import Fault, FaultError, FaultKind, xid_of
 

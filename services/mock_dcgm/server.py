@@ -33,7 +33,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from shared.lifecycle import serve_until
+from shared.plumbing.running import serve_until
 
 from .faults import FaultError, NotFoundError, RemedyRefusedError
 from .fleet import ComputeCheck, Fleet

@@ -7,9 +7,9 @@ import sys
 
 from pydantic import Field
 
-from shared.config import Section, Settings
-from shared.lifecycle import Lifecycle
-from shared.service import start_service
+from shared.plumbing.running import ServiceRun
+from shared.plumbing.service import start_service
+from shared.settings.common import Section, Settings
 
 from .server import MockOllamaServer
 
@@ -36,7 +36,7 @@ def main() -> int:
     if settings is None:
         return 2
     cfg = settings.mock_ollama
-    with Lifecycle("mock-ollama", settings.shutdown) as life:
+    with ServiceRun("mock-ollama", settings.shutdown) as life:
         try:
             server = life.enter_context(MockOllamaServer(cfg.host, cfg.port, time_scale=cfg.time_scale))
         except OSError as e:

@@ -23,7 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from gpuhealth.contract.wire_time import wire_time
-from shared.lifecycle import serve_until
+from shared.plumbing.running import serve_until
 
 VERSION = "0.6.8"
 _WORDS = [

@@ -12,9 +12,9 @@ import sys
 
 from prometheus_client import CollectorRegistry
 
-from shared.errors import GpuHealthError
-from shared.lifecycle import Lifecycle
-from shared.service import start_service
+from shared.plumbing.errors import GpuHealthError
+from shared.plumbing.running import ServiceRun
+from shared.plumbing.service import start_service
 
 from .build import build_remediator
 from .settings import RemediatorSettings
@@ -35,7 +35,7 @@ def main() -> int:
     cfg = settings.remediator
     if cfg.dry_run:
         log.info("dry run: every decision and step is recorded, nothing is carried out")
-    with Lifecycle("remediator", settings.shutdown) as life:
+    with ServiceRun("remediator", settings.shutdown) as life:
         try:
             life.serve_metrics(registry, cfg.metrics_port, cfg.metrics_bind, database=settings.db)
         except (GpuHealthError, OSError) as e:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from shared.errors import ConfigError
-from shared.kafka import JsonProducer, make_consumer, make_producer
+from shared.plumbing.errors import ConfigError
+from shared.plumbing.kafka import JsonProducer, make_consumer, make_producer
 
 from .drivers.base import SchedulerDriver
 from .drivers.kubeconfig import load_kubeconfig

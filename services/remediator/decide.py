@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from shared.models_health import LADDER
+from shared.contract.models_health import LADDER
 from shared.store import remediation as store
 from shared.store import remediation_ledger as ledger
 from shared.store.remediation import SyncConn

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from shared.config import DatabaseSettings
+from shared.settings.common import DatabaseSettings
 from shared.store import remediation as store
 from shared.store import remediation_ledger as ledger
 from shared.store.errors import translated

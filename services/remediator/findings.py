@@ -19,9 +19,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpuhealth.contract.training import TrainingAlert
-from shared.errors import ConfigError
-from shared.models import GPU_UUID_PATTERN, to_json
-from shared.models_health import GpuAlert, HealthVerdict
+from shared.contract.models import GPU_UUID_PATTERN, to_json
+from shared.contract.models_health import GpuAlert, HealthVerdict
+from shared.plumbing.errors import ConfigError
 
 from .policy import Policy
 

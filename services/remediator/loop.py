@@ -26,11 +26,11 @@ import confluent_kafka
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gpuhealth.contract.training import TrainingAlert
-from shared.config import DatabaseSettings, TopicSettings
+from shared.contract.models_health import GpuAlert, HealthVerdict, parse_alert, parse_health_verdict
 from shared.contract.signing import KID_HEADER, UntrustedError
-from shared.errors import ContractError, DataRefusedError, GpuHealthError
-from shared.kafka import JsonProducer, close_consumer, take
-from shared.models_health import GpuAlert, HealthVerdict, parse_alert, parse_health_verdict
+from shared.plumbing.errors import ContractError, DataRefusedError, GpuHealthError
+from shared.plumbing.kafka import JsonProducer, close_consumer, take
+from shared.settings.common import DatabaseSettings, TopicSettings
 from shared.store import remediation_ledger as ledger
 from shared.store.errors import translated
 from shared.store.remediation import SyncConn

@@ -1,7 +1,7 @@
 """Loads config/remediation-policy.toml, the reviewed file of what the remediator may do, into typed settings.
 
 The policy says, per recommended action of the scorer's ladder
-(shared.models_health), whether the remediator carries it out on its own
+(shared.contract.models_health), whether the remediator carries it out on its own
 (``automatic``), waits for an operator's approval (``approval``) or never acts
 (``never``), which steps its plan takes, and how many plans of that class may
 start within a window before the next waits for approval. It also holds the
@@ -21,9 +21,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from shared.errors import ConfigError
-from shared.models_health import LADDER
-from shared.models_remediation import STEPS, Step
+from shared.contract.models_health import LADDER
+from shared.contract.models_remediation import STEPS, Step
+from shared.plumbing.errors import ConfigError
 
 DEFAULT_POLICY = Path(__file__).resolve().parents[2] / "config" / "remediation-policy.toml"
 

@@ -18,11 +18,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from shared.config import DatabaseSettings
-from shared.errors import ContractError, GpuHealthError
-from shared.kafka import JsonProducer
-from shared.models import to_json
-from shared.models_remediation import RemediationRecord, record_key
+from shared.contract.models import to_json
+from shared.contract.models_remediation import RemediationRecord, record_key
+from shared.plumbing.errors import ContractError, GpuHealthError
+from shared.plumbing.kafka import JsonProducer
+from shared.settings.common import DatabaseSettings
 from shared.store import remediation_ledger as ledger
 from shared.store.errors import translated
 from shared.store.results import Row

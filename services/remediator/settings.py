@@ -13,8 +13,8 @@ from pathlib import Path
 
 from pydantic import Field
 
-from shared.config import Section, Settings
 from shared.contract.signing import SigningSettings
+from shared.settings.common import Section, Settings
 
 from .drivers.node_exec import Command, Operation
 from .policy import DEFAULT_POLICY

@@ -37,7 +37,7 @@ from typing import Any, Literal, get_args
 import confluent_kafka
 
 from shared.contract.signing import Keyring, SigningSettings, Verified
-from shared.errors import ConfigError
+from shared.plumbing.errors import ConfigError
 from shared.store import remediation as store
 from shared.store.remediation import SyncConn
 

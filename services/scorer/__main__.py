@@ -16,9 +16,9 @@ import sys
 
 from prometheus_client import CollectorRegistry
 
-from shared.errors import GpuHealthError
-from shared.lifecycle import Lifecycle
-from shared.service import start_service
+from shared.plumbing.errors import GpuHealthError
+from shared.plumbing.running import ServiceRun
+from shared.plumbing.service import start_service
 
 from .loop import FLUSH_TIMEOUT_S, ScorerSection, ScorerSettings, build_scorer
 
@@ -38,7 +38,7 @@ def main() -> int:
         log.error("%s", e)
         return 2
     cfg = settings.scorer
-    with Lifecycle("scorer", settings.shutdown) as life:
+    with ServiceRun("scorer", settings.shutdown) as life:
         try:
             life.serve_metrics(registry, cfg.metrics_port, cfg.metrics_bind, database=settings.db)
         except (GpuHealthError, OSError) as e:

@@ -3,7 +3,7 @@
 Kept apart from the verdicts (rules.py) so the action policy reads, and changes,
 in one place:
 
-- a fault that repeats moves one rung up the ladder (shared.models_health.LADDER)
+- a fault that repeats moves one rung up the ladder (shared.contract.models_health.LADDER)
   per repeat within the escalation window, up to inspect (REPEAT_CEILING): the
   rungs above it (diagnostics, mechanicals, repair) are named by rules, never
   reached by counting;
@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from shared.models_health import LADDER, REPEAT_CEILING, Action
+from shared.contract.models_health import LADDER, REPEAT_CEILING, Action
 
 from .features import XidCounts, XidValue
 from .rules_config import Rules

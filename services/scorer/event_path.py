@@ -34,12 +34,12 @@ import confluent_kafka
 from confluent_kafka import TopicPartition
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from shared.config import DatabaseSettings, KafkaSettings
+from shared.contract.models import GpuEvent, parse_event
 from shared.contract.signing import Signer
-from shared.db import connect
-from shared.errors import ContractError, GpuHealthError
-from shared.kafka import JsonProducer, closing_consumer, make_consumer, take
-from shared.models import GpuEvent, parse_event
+from shared.plumbing.db import connect
+from shared.plumbing.errors import ContractError, GpuHealthError
+from shared.plumbing.kafka import JsonProducer, closing_consumer, make_consumer, take
+from shared.settings.common import DatabaseSettings, KafkaSettings
 from shared.store import events as event_store
 from shared.store.errors import translated
 

@@ -29,13 +29,13 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from pydantic import Field, field_validator
 
-from shared.config import DatabaseSettings, Section, Settings, TopicSettings
+from shared.contract.models import GpuEvent
+from shared.contract.models_health import HEALTH_STATES
 from shared.contract.signing import Signer, SigningSettings, load_signer
-from shared.db import connect
-from shared.errors import GpuHealthError
-from shared.kafka import JsonProducer, make_producer
-from shared.models import GpuEvent
-from shared.models_health import HEALTH_STATES
+from shared.plumbing.db import connect
+from shared.plumbing.errors import GpuHealthError
+from shared.plumbing.kafka import JsonProducer, make_producer
+from shared.settings.common import DatabaseSettings, Section, Settings, TopicSettings
 from shared.store import fleet, judging
 from shared.store.errors import translated
 

@@ -15,10 +15,10 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from shared.contract.models import to_json
+from shared.contract.models_health import AlertOpened, AlertResolved, HealthVerdict
 from shared.contract.signing import Signer
-from shared.kafka import JsonProducer
-from shared.models import to_json
-from shared.models_health import AlertOpened, AlertResolved, HealthVerdict
+from shared.plumbing.kafka import JsonProducer
 
 log = logging.getLogger(__name__)
 

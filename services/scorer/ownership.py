@@ -4,7 +4,7 @@ N scorer processes share the fleet through one Kafka consumer group on
 gpu-events (GPUHEALTH_SCORER__GROUP). The group assigns each process some of the
 topic's partitions; the process judges exactly the GPUs whose UUID, as a record
 key, falls in one of them, computed with the producers' own partitioner
-(shared.kafka.key_partition). Its event fast path reads those partitions, and its
+(shared.plumbing.kafka.key_partition). Its event fast path reads those partitions, and its
 cycle judges those GPUs. When a process joins, leaves or dies, the group
 rebalances and the GPUs move with their partitions; nothing moves with them,
 because open alerts, counters and predictions live in the database.
@@ -19,7 +19,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from shared.kafka import key_partition
+from shared.plumbing.kafka import key_partition
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from shared.xid_catalog import XidEntry
+from shared.gpu.xid_catalog import XidEntry
 
 from .rules_config import Pattern, Rules
 

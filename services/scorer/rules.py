@@ -14,9 +14,9 @@ from typing import Any
 from gpuhealth.contract.wire_time import wire_time
 from gpuhealth.gpu.driver_codes import ClockEventReason as Reason
 from gpuhealth.gpu.driver_codes import GpuRecoveryAction as Recovery
-from shared.models_health import HEALTH_STATES as STATES
-from shared.models_health import LADDER, SUBSYSTEMS, Action
-from shared.xid_catalog import XidEntry
+from shared.contract.models_health import HEALTH_STATES as STATES
+from shared.contract.models_health import LADDER, SUBSYSTEMS, Action
+from shared.gpu.xid_catalog import XidEntry
 
 from . import workflows
 from .correlation import job_owns

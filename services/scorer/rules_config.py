@@ -14,11 +14,11 @@ from pydantic import ConfigDict, Field, model_validator
 
 from gpuhealth.andon_rules import AndonMemory, AndonRules, read_rules_toml, validated_rules
 from gpuhealth.andon_rules import RulesSection as _Section
-from shared.config import HEALTH_RULES_FILE
-from shared.errors import ConfigError
-from shared.models_health import Action, Subsystem
-from shared.nvlink_decode import Nvlink5Row, parse_nvlink5_table
-from shared.xid_catalog import XidEntry, check_against_mapping, parse_catalog
+from shared.contract.models_health import Action, Subsystem
+from shared.gpu.nvlink_decode import Nvlink5Row, parse_nvlink5_table
+from shared.gpu.xid_catalog import XidEntry, check_against_mapping, parse_catalog
+from shared.plumbing.errors import ConfigError
+from shared.settings.common import HEALTH_RULES_FILE
 
 DEFAULT_RULES = HEALTH_RULES_FILE
 

@@ -27,7 +27,7 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from shared.models_health import ALERT_SEVERITIES, HEALTH_STATES
+from shared.contract.models_health import ALERT_SEVERITIES, HEALTH_STATES
 from shared.store import alerts, health
 
 STATE_CODE: dict[str, int] = {state: code for code, state in enumerate(HEALTH_STATES)}

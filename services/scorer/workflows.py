@@ -31,15 +31,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from gpuhealth.gpu.driver_codes import GpuRecoveryAction as Recovery
-from shared.models_health import LADDER, Action
-from shared.nvlink_decode import (
+from shared.contract.models_health import LADDER, Action
+from shared.gpu.nvlink_decode import (
     GENERATIONS,
     decode_nvlink5,
     decode_nvlink74,
     generation_of,
     parse_nvlink5_message,
 )
-from shared.xid_catalog import XidEntry, XidSeverity
+from shared.gpu.xid_catalog import XidEntry, XidSeverity
 
 from .escalation import escalate, xid_counts
 from .features import GpuFeatures, XidEvent

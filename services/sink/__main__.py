@@ -13,10 +13,10 @@ from datetime import timedelta
 
 from prometheus_client import CollectorRegistry
 
-from shared.errors import GpuHealthError
-from shared.kafka import closing_consumer
-from shared.lifecycle import Lifecycle
-from shared.service import start_service
+from shared.plumbing.errors import GpuHealthError
+from shared.plumbing.kafka import closing_consumer
+from shared.plumbing.running import ServiceRun
+from shared.plumbing.service import start_service
 
 from .build import build_sink_loop, build_verification_loop, sink_loop_closed
 from .metrics import SinkMetrics
@@ -37,7 +37,7 @@ def main() -> int:
     cfg = settings.sink
     registry = CollectorRegistry()
     metrics = SinkMetrics(registry)
-    with Lifecycle("sink", settings.shutdown) as life:
+    with ServiceRun("sink", settings.shutdown) as life:
         try:
             life.serve_metrics(registry, cfg.metrics_port, cfg.metrics_bind, database=settings.db)
         except (GpuHealthError, OSError) as e:

@@ -41,8 +41,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from shared.durable import fsync_dir, fsync_file
-from shared.errors import GpuHealthError
+from shared.plumbing.durable import fsync_dir, fsync_file
+from shared.plumbing.errors import GpuHealthError
 from shared.store.archive import Chunk, Conn, arrow_schema, chunk_batches, columns_of, count_rows
 
 log = logging.getLogger(__name__)

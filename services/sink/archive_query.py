@@ -23,9 +23,9 @@ from pathlib import Path
 
 import duckdb
 
-from shared.config import load_settings
-from shared.db import connect
-from shared.errors import GpuHealthError
+from shared.plumbing.db import connect
+from shared.plumbing.errors import GpuHealthError
+from shared.settings.common import load_settings
 from shared.store.archive_duckdb import open_views
 
 from .__main__ import SinkSettings

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
-from shared.kafka import close_consumer, make_consumer, make_producer
+from shared.plumbing.kafka import close_consumer, make_consumer, make_producer
+from shared.settings.common import DatabaseSettings, KafkaSettings, TopicSettings
 
 from .loop import DEPTH, SinkLoop
 from .metrics import SinkMetrics

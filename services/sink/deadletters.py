@@ -24,10 +24,10 @@ from typing import Any
 import confluent_kafka
 import psycopg
 
-from shared.config import DatabaseSettings
-from shared.db import connect
-from shared.errors import GpuHealthError
-from shared.models_deadletter import DeadLetterHeaders, dead_letter_headers
+from shared.contract.models_deadletter import DeadLetterHeaders, dead_letter_headers
+from shared.plumbing.db import connect
+from shared.plumbing.errors import GpuHealthError
+from shared.settings.common import DatabaseSettings
 from shared.store import deadletters
 from shared.store.errors import printable
 

@@ -1,6 +1,6 @@
 """Turns consumed messages into a batch, and refuses bad ones with a reason.
 
-A record that cannot be decoded or breaks the contract (shared.models) becomes
+A record that cannot be decoded or breaks the contract (shared.contract.models) becomes
 a dead letter, recorded with its batch (deadletters.py) and then sent to the
 dead-letter topic with headers naming the source topic, partition, offset and
 the reason. Whatever goes wrong with one record (RecursionError, MemoryError,
@@ -17,9 +17,9 @@ from itertools import repeat
 from operator import itemgetter, methodcaller
 from typing import Any, Protocol
 
-from shared.config import TopicSettings
-from shared.errors import ContractError
-from shared.models import parse_event
+from shared.contract.models import parse_event
+from shared.plumbing.errors import ContractError
+from shared.settings.common import TopicSettings
 
 from .deadletters import DeadLetter, unreadable
 from .partitions import note_stored

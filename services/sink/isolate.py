@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from shared.errors import DataRefusedError
+from shared.plumbing.errors import DataRefusedError
 
 T = TypeVar("T")
 

@@ -24,8 +24,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import confluent_kafka
 
-from shared.config import TopicSettings
-from shared.errors import DatabaseError
+from shared.plumbing.errors import DatabaseError
+from shared.settings.common import TopicSettings
 
 from .deadletters import DeadLetterRelay
 from .decode import Decoded, decode_lanes
@@ -106,7 +106,7 @@ class SinkLoop:
     # ---------------------------------------------------------------- rebalance
     def subscribe(self) -> None:
         self.consumer.subscribe(
-            self.topics.stored_by("metrics"),  # gpu-metrics-raw and gpu-events (shared/topic_registry.py)
+            self.topics.stored_by("metrics"),  # gpu-metrics-raw and gpu-events (the topic registry)
             on_assign=self._on_assign,
             on_revoke=self._on_revoke,
         )

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 import confluent_kafka
 from prometheus_client import Gauge
 
-from shared.errors import DatabaseError
+from shared.plumbing.errors import DatabaseError
 from shared.store.offsets import Partition
 
 log = logging.getLogger(__name__)

@@ -31,9 +31,9 @@ from typing import Any, ClassVar, Protocol
 import confluent_kafka
 import psycopg
 
-from shared.config import DatabaseSettings, TopicSettings
-from shared.db import connect
-from shared.errors import DatabaseError, DataRefusedError
+from shared.plumbing.db import connect
+from shared.plumbing.errors import DatabaseError, DataRefusedError
+from shared.settings.common import DatabaseSettings, TopicSettings
 from shared.store import deadletters, offsets, samples
 from shared.store.errors import translated
 from shared.store.offsets import Partition
@@ -72,7 +72,7 @@ class RecordFamily(Protocol):
     name: str  # in logs
 
     def topics(self, topics: TopicSettings) -> list[str]:
-        """The names of its topics: those the registry says it stores (shared/topic_registry.py)."""
+        """The names of its topics: those the registry says it stores (shared/contract/topic_registry.py)."""
         ...
 
     def batch_of(self, messages: Sequence[Record], topics: TopicSettings, max_bytes: int) -> RecordBatch: ...

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from shared.config import DatabaseSettings
-from shared.db import connect
-from shared.errors import DatabaseError
+from shared.plumbing.db import connect
+from shared.plumbing.errors import DatabaseError
+from shared.settings.common import DatabaseSettings
 from shared.store import retention as store
 from shared.store.archive import Chunk, Conn, expired_chunks
 from shared.store.server import timescale_info

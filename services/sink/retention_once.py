@@ -14,8 +14,8 @@ import sys
 
 from prometheus_client import CollectorRegistry
 
-from shared.errors import DatabaseError
-from shared.service import start_service
+from shared.plumbing.errors import DatabaseError
+from shared.plumbing.service import start_service
 
 from .__main__ import SinkSettings
 from .archive import ArchiveError

@@ -32,9 +32,9 @@ from datetime import timedelta
 
 import psycopg
 
-from shared.config import DatabaseSettings
-from shared.db import connect
-from shared.errors import DatabaseError
+from shared.plumbing.db import connect
+from shared.plumbing.errors import DatabaseError
+from shared.settings.common import DatabaseSettings
 from shared.store import offsets, rollup, samples
 from shared.store.offsets import Partition
 

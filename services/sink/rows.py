@@ -17,8 +17,8 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from shared.fastdecode import FastDecoder, as_builtins
-from shared.models import METRIC_FIELDS, GpuSample, parse_sample, sane_time
+from shared.contract.fastdecode import FastDecoder, as_builtins
+from shared.contract.models import METRIC_FIELDS, GpuSample, parse_sample, sane_time
 from shared.store.events import EVENT_COLUMNS, EVENT_TYPES, event_row
 from shared.store.samples import (
     ASSET_ONLY,

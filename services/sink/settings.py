@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from shared.config import Section, Settings
+from shared.settings.common import Section, Settings
 
 
 class SinkSection(Section):

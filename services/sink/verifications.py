@@ -5,7 +5,7 @@ be lost; they are stored by the sink's records loop (records.py: one consumer,
 group ``<group>-records``, one transaction per batch with its dead letters and
 offsets, refused records split out, each dead letter delivered exactly once).
 This module says what is a record here: one that breaks its contract
-(shared.models_verify), whose key is not its GPU's UUID (verifications) or its
+(shared.contract.models_verify), whose key is not its GPU's UUID (verifications) or its
 hostname (systems), or that is oversized, is a dead letter; the others are rows
 for shared.store.verifications.
 """
@@ -18,9 +18,9 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from shared.chain import link_of, parse_canonical_input
-from shared.config import TopicSettings
-from shared.models_verify import parse_system, parse_verification, record_json
+from shared.contract.chain import link_of, parse_canonical_input
+from shared.contract.models_verify import parse_system, parse_verification, record_json
+from shared.settings.common import TopicSettings
 from shared.store import verifications
 
 from .deadletters import DeadLetter, Origin, unreadable

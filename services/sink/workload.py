@@ -18,10 +18,10 @@ from typing import Any
 
 import psycopg
 
-from shared.config import DatabaseSettings, Settings
-from shared.db import connect
-from shared.errors import DatabaseError
-from shared.kafka import close_consumer, make_consumer, make_producer
+from shared.plumbing.db import connect
+from shared.plumbing.errors import DatabaseError
+from shared.plumbing.kafka import close_consumer, make_consumer, make_producer
+from shared.settings.common import DatabaseSettings, Settings
 from shared.store import workload
 from shared.store.workload import KEEP_DAYS
 

@@ -15,15 +15,15 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from shared.config import TopicSettings
-from shared.errors import ContractError
-from shared.models_workload import (
+from shared.contract.models_workload import (
     GpuProcesses,
     LlmServerStatus,
     LlmSession,
     parse_gpu_processes,
     parse_llm_message,
 )
+from shared.plumbing.errors import ContractError
+from shared.settings.common import TopicSettings
 from shared.store import workload
 from shared.store.offsets import Partition
 from shared.store.workload import SERVER_COLUMNS, SESSION_COLUMNS

@@ -40,10 +40,10 @@ from typing import Any
 
 import psycopg
 
-from shared.config import DatabaseSettings
-from shared.db import connect
-from shared.errors import DatabaseError, DatabaseUnavailableError, DataRefusedError
-from shared.models import GpuEvent
+from shared.contract.models import GpuEvent
+from shared.plumbing.db import connect
+from shared.plumbing.errors import DatabaseError, DatabaseUnavailableError, DataRefusedError
+from shared.settings.common import DatabaseSettings
 from shared.store import deadletters, events, offsets, rollup, samples
 from shared.store.errors import translated
 from shared.store.events import EVENTS_STAGE

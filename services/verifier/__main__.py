@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from shared.errors import ContractError, GpuHealthError
-from shared.gpu_identity import GpuUnavailableError, no_gpu_identity, open_reader
-from shared.models_verify import Outcome, RecordKind, SystemIdentity, parse_system, record_json
+from shared.contract.models_verify import Outcome, RecordKind, SystemIdentity, parse_system, record_json
+from shared.gpu.gpu_identity import GpuUnavailableError, no_gpu_identity, open_reader
+from shared.plumbing.errors import ContractError, GpuHealthError
 
 log = logging.getLogger("services.verifier")
 
@@ -35,7 +35,7 @@ def _write(text: str, out: Path | None) -> None:
 
 
 def _settings() -> Any:
-    from shared.config import Settings, load_settings
+    from shared.settings.common import Settings, load_settings
 
     return load_settings(Settings)
 

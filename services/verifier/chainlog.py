@@ -1,7 +1,7 @@
 """Appending records to the gpu-verifications chain, and reading the topic back for an audit.
 
 `Chain` numbers each GPU's records and links each to the previous one
-(shared.chain defines the bytes and the hash). `KafkaChain` finds every GPU's
+(shared.contract.chain defines the bytes and the hash). `KafkaChain` finds every GPU's
 chain head by reading the topic once, then produces each record keyed by its
 GPU's UUID and waits for the broker's acknowledgement, so a record the caller
 was told about is on the broker. Two writers appending to one GPU's chain at
@@ -19,12 +19,20 @@ from abc import ABC, abstractmethod
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from shared.chain import GENESIS, AuditReport, BrokenLink, ChainEntry, ChainHead, link_of, verify_chain
-from shared.errors import ContractError, KafkaProduceError, KafkaTopicError, KafkaUnavailableError
-from shared.models_verify import VerificationRecord, record_bytes, record_json
+from shared.contract.chain import (
+    GENESIS,
+    AuditReport,
+    BrokenLink,
+    ChainEntry,
+    ChainHead,
+    link_of,
+    verify_chain,
+)
+from shared.contract.models_verify import VerificationRecord, record_bytes, record_json
+from shared.plumbing.errors import ContractError, KafkaProduceError, KafkaTopicError, KafkaUnavailableError
 
 if TYPE_CHECKING:
-    from shared.config import KafkaSettings
+    from shared.settings.common import KafkaSettings
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +90,7 @@ def read_topic(
     """
     import confluent_kafka
 
-    from shared.kafka import make_consumer
+    from shared.plumbing.kafka import make_consumer
 
     consumer = make_consumer(
         settings,
@@ -155,8 +163,8 @@ class KafkaChain(Chain):
     ) -> None:
         import confluent_kafka
 
-        from shared.kafka import make_admin, make_producer
-        from shared.topics import audit_log_spec, ensure_topics
+        from shared.plumbing.kafka import make_admin, make_producer
+        from shared.plumbing.topic_admin import audit_log_spec, ensure_topics
 
         try:
             ensure_topics(

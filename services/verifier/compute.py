@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from shared.models_verify import Outcome, ResultSummary
+from shared.contract.models_verify import Outcome, ResultSummary
 
 from .backends import Backend, Device
 

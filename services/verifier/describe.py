@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.models_verify import SystemIdentity
+from shared.contract.models_verify import SystemIdentity
 
 # The keys of systems/<name>.json, in the order submissions usually write them.
 KEYS = (

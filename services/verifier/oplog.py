@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from shared.models_verify import Outcome, RecordKind, ResultSummary, VerificationRecord
+from shared.contract.models_verify import Outcome, RecordKind, ResultSummary, VerificationRecord
 
 from .backends import Device, find_backend
 from .chainlog import Chain
@@ -82,7 +82,7 @@ class OperationLog:
     @classmethod
     def to_kafka(cls, topic: str = "gpu-verifications", backend: str = "auto") -> OperationLog:
         """A log on the configured broker (GPUHEALTH_KAFKA__*) for this host's GPUs."""
-        from shared.config import Settings, load_settings
+        from shared.settings.common import Settings, load_settings
 
         from .chainlog import KafkaChain
 

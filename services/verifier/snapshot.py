@@ -30,11 +30,11 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from shared.chain import parse_canonical_input
-from shared.errors import ContractError
-from shared.gpu_identity import GpuLoad, GpuReader
-from shared.models import GpuUuid, Version
-from shared.models_verify import DYNAMIC_GPU_FIELDS, SystemIdentity, Time, parse_system, record_json
+from shared.contract.chain import parse_canonical_input
+from shared.contract.models import GpuUuid, Version
+from shared.contract.models_verify import DYNAMIC_GPU_FIELDS, SystemIdentity, Time, parse_system, record_json
+from shared.gpu.gpu_identity import GpuLoad, GpuReader
+from shared.plumbing.errors import ContractError
 
 
 class GpuState(BaseModel):
@@ -115,7 +115,7 @@ def parse_snapshot(raw: bytes | str) -> Snapshot:
 
 
 def _json_bytes(value: object) -> bytes:
-    from shared.chain import canonical_bytes
+    from shared.contract.chain import canonical_bytes
 
     return canonical_bytes(value)
 

@@ -7,7 +7,7 @@ forge a verdict. What is signed::
 
     b"gpu-health-sig-v1\\n" + topic + b"\\n" + key + b"\\n" + canonical_bytes(value)
 
-with :func:`shared.chain.canonical_bytes` over the parsed JSON value (so only a
+with :func:`shared.contract.chain.canonical_bytes` over the parsed JSON value (so only a
 change of content counts, not of spacing), `topic` the topic's name and `key`
 the message's key bytes (empty when it has none). A topic name has no newline
 and canonical JSON has none outside its escapes, so the three parts cannot be
@@ -54,9 +54,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import Field
 
-from shared.chain import canonical_bytes, parse_canonical_input
-from shared.config import Section
-from shared.errors import ConfigError, ContractError
+from shared.contract.chain import canonical_bytes, parse_canonical_input
+from shared.plumbing.errors import ConfigError, ContractError
+from shared.settings.common import Section
 
 CONTEXT = b"gpu-health-sig-v1\n"
 KID_HEADER = "gh-kid"

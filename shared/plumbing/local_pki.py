@@ -1,8 +1,8 @@
 """A local certificate authority for the stack `make up` and compose run: Kafka identities, servers' TLS.
 
-Each Kafka principal (shared.topic_registry.PRINCIPALS, plus `broker`) gets a client
+Each Kafka principal (shared.contract.topic_registry.PRINCIPALS, plus `broker`) gets a client
 certificate whose subject is ``CN=<principal>``; the broker maps that CN to the
-principal ``User:<principal>`` (scripts/services.sh) and its ACLs (shared/topics.py)
+principal ``User:<principal>`` (scripts/services.sh) and its ACLs (shared/plumbing/topic_admin.py)
 say what each may do. An anonymous client has no certificate and is refused at the
 TLS handshake. PostgreSQL gets a server certificate too (``postgres``), which the
 services verify (``sslmode=verify-full``). Everything lands in one folder outside the
@@ -37,7 +37,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from shared.topic_registry import PRINCIPALS
+from shared.contract.topic_registry import PRINCIPALS
 
 BROKER = "broker"
 # The servers: Kafka's broker, and PostgreSQL (`make up`'s serves TLS with it; clients verify-full).

@@ -8,7 +8,7 @@ secret (``sasl.password``, ``ssl.key.pem``, ``Authorization``, ...), and the use
 `default_secrets_off_loopback` names each secret still at a value everybody knows (the project's own
 defaults, the user name again, ``change-me``...) in a section that reaches past this machine (its
 ``host``, ``bootstrap_servers``, ``bind`` or ``url`` is not loopback): a service refuses to start with one
-(shared.service.start_service), so a password that is fine on a laptop never guards a fleet.
+(shared.plumbing.service.start_service), so a password that is fine on a laptop never guards a fleet.
 """
 
 from __future__ import annotations

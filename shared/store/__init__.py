@@ -6,7 +6,7 @@ psycopg connection (sync or async, as they hold one) and get typed rows back;
 driver errors come out translated into the project's own (`errors.translated`).
 
 Modules, one per table family:
-- `errors`: psycopg's exceptions into `shared.errors` (unavailable / data refused / other).
+- `errors`: psycopg's exceptions into `shared.plumbing.errors` (unavailable / data refused / other).
 - `results`: one statement's rows as dicts or tuples, sync or async, errors translated.
 - `server`: TimescaleDB's version and license, the search_path, throwaway schemas.
 - `migrations`: the migration runner's lock and `schema_migrations` bookkeeping (the files stay in schema/).
@@ -14,7 +14,8 @@ Modules, one per table family:
 - `archive_duckdb`: DuckDB views over the Parquet archive UNION ALL the live rows.
 - `retention`: the retention lock, drop_chunks, policies, a chunk's SHARE lock, VACUUM.
 - `fleet`: gpu_assets, gpu_status, gpu_latest read fleet-wide: the API's summary, GPU list (its sort
-  keys and their psycopg.sql composition) and GPU detail; the newest sample; the benches' synthetic fleets.
+  keys and their psycopg.sql composition) and GPU detail; the newest sample
+  (the benches' synthetic fleets are bench/fleets.py).
 - `health`: gpu_status, gpu_health_current, gpu_health, gpu_failure_predictions: the scorer's cycle
   writes, the verdicts read back (Prometheus series, evaluation), the API's history and predictions.
 - `alerts`: gpu_alerts: the scorer opens, refreshes and resolves; the API lists and acknowledges.

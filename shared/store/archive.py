@@ -12,7 +12,7 @@ exact text (NaN and infinities included), and values with commas, quotes or
 newlines are quoted by COPY and read back as such.
 
 Functions take a sync connection. Driver failures leave as
-`shared.errors.DatabaseError` (or a subclass); Arrow's own errors (a row larger
+`shared.plumbing.errors.DatabaseError` (or a subclass); Arrow's own errors (a row larger
 than a block: ``pyarrow.ArrowInvalid``) leave as they are.
 """
 

@@ -5,7 +5,7 @@ directory, the live ones fetched from TimescaleDB (shared/store/archive.py);
 `since` bounds both sides by time. A row is in exactly one of the two
 (retention archives a chunk and drops it in one transaction), so counts and
 sums over the views are exact. Driver failures leave as
-`shared.errors.DatabaseError`; DuckDB's own errors as `duckdb.Error`.
+`shared.plumbing.errors.DatabaseError`; DuckDB's own errors as `duckdb.Error`.
 """
 
 from __future__ import annotations

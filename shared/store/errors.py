@@ -18,7 +18,7 @@ from contextlib import contextmanager
 
 import psycopg
 
-from shared.errors import DatabaseError, DatabaseUnavailableError, DataRefusedError
+from shared.plumbing.errors import DatabaseError, DatabaseUnavailableError, DataRefusedError
 
 _DATA_CLASSES = frozenset({"21", "22", "23", "54"})
 _CONNECTION_CLASSES = frozenset({"08", "57"})  # connection exception; operator intervention (shutdown)

@@ -15,7 +15,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from shared.models import GpuEvent
+from shared.contract.models import GpuEvent
 
 from .errors import translated
 from .samples import TEXT, Cursor, Stage, ident_list

@@ -1,9 +1,9 @@
 """The migration runner's bookkeeping: its lock, the `schema_migrations` table, applying one file.
 
-The migrations themselves are SQL files in `schema/`; `shared.migrate` finds
+The migrations themselves are SQL files in `schema/`; `shared.plumbing.migrate` finds
 and orders them and decides what to apply. These functions take a sync
 connection with autocommit off and commit what they say they commit; driver
-failures leave as `shared.errors.DatabaseError` (or a subclass).
+failures leave as `shared.plumbing.errors.DatabaseError` (or a subclass).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The sink's retention loop (services/sink/retention.py) decides what to drop
 and when; these functions say it to the server. They take a sync connection;
-driver failures leave as `shared.errors.DatabaseError` (or a subclass).
+driver failures leave as `shared.plumbing.errors.DatabaseError` (or a subclass).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ A staging row is a decoded gpu-metrics-raw message in field order
 in gpu_assets only (`ASSET_ONLY`), then the message's schema_version, so one
 row feeds gpu_metrics, gpu_latest and gpu_assets without being copied into a
 narrower tuple. The column lists are derived from the contract model
-(shared.models), so the statements below cannot drift from it. Every
+(shared.contract.models), so the statements below cannot drift from it. Every
 statement is built here, in Python, from those lists: none is read from the
 database at run time (the migrations' `gpu_metrics_insert_sql()` is only read
 by migration 0014, for its aggregate list).
@@ -25,8 +25,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from shared.errors import DataRefusedError
-from shared.models import METRIC_FIELDS, GpuSample
+from shared.contract.models import METRIC_FIELDS, GpuSample
+from shared.plumbing.errors import DataRefusedError
 
 from .errors import translated
 

@@ -1,7 +1,7 @@
 """Facts about the server and the session: TimescaleDB's version and license, the search_path, schemas.
 
 Every function takes a sync psycopg connection; driver failures leave as
-`shared.errors.DatabaseError` (or a subclass) through `errors.translated`.
+`shared.plumbing.errors.DatabaseError` (or a subclass) through `errors.translated`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from shared.errors import DatabaseError
+from shared.plumbing.errors import DatabaseError
 
 from .errors import translated
 

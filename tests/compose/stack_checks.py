@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from shared.config import Settings
+from shared.settings.common import Settings
 from tests.helpers.image_files import SERVICE_SETTINGS, ImageFiles, app_image_misses
 from tests.paths import REPO
 
@@ -158,8 +158,8 @@ def test_kafka_console_consumer_in_the_kafka_container_reads_a_sample() -> None:
 # One record to gpu-health with the container's own Kafka settings; prints "written" or the error's name.
 PROBE = """
 import confluent_kafka
-from shared.config import Settings
-from shared.kafka import client_config
+from shared.settings.common import Settings
+from shared.plumbing.kafka import client_config
 out = []
 quiet = {"message.timeout.ms": 10000, "log_level": 0, "error_cb": lambda e: None}
 producer = confluent_kafka.Producer(client_config(Settings().kafka) | quiet)

@@ -9,8 +9,8 @@ from typing import Any
 
 import pyarrow.dataset as ds
 
-from shared.config import DatabaseSettings
-from shared.db import connect
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings
 
 TABLES = ("gpu_metrics", "gpu_events", "gpu_metrics_1min")
 TIME_COLUMN = {"gpu_metrics": "time", "gpu_events": "time", "gpu_metrics_1min": "bucket"}

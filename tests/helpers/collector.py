@@ -10,9 +10,9 @@ from gpuhealth.gpu.readings import SourceReading
 from services.collector.build import CollectorSection, build_collector
 from services.collector.metrics import CollectorMetrics
 from services.collector.poller import Collector
-from shared.config import TopicSettings
-from shared.errors import KafkaProduceError
-from shared.models import Source
+from shared.contract.models import Source
+from shared.plumbing.errors import KafkaProduceError
+from shared.settings.common import TopicSettings
 
 
 class FakeProducer:

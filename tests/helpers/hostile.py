@@ -28,9 +28,9 @@ from prometheus_client import CollectorRegistry
 from evaluation.pipeline import stored_offsets_total, wait_until
 from services.sink.metrics import SinkMetrics
 from services.sink.records import RecordFamilyLoop
-from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
-from shared.db import connect
-from shared.kafka import make_consumer, make_producer
+from shared.plumbing.db import connect
+from shared.plumbing.kafka import make_consumer, make_producer
+from shared.settings.common import DatabaseSettings, KafkaSettings, TopicSettings
 from tests.helpers.kafka import header_map
 from tests.helpers.sink import counter_value
 

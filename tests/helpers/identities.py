@@ -21,7 +21,7 @@ from services.api.app import create_app
 from services.api.auth import AuthSection
 from services.api.local_tokens import issue, signing_key, write_local
 from services.api.settings import ApiSection
-from shared.config import DatabaseSettings
+from shared.settings.common import DatabaseSettings
 
 # TestClient's host, the loopback names, and the raw-socket tests' `Host: test`
 TEST_HOSTS = ["testserver", "127.0.0.1", "localhost", "test"]

@@ -25,7 +25,7 @@ from services.mock_dcgm.__main__ import MockDcgmSettings
 from services.remediator.settings import RemediatorSettings
 from services.scorer.__main__ import ScorerSettings
 from services.sink.__main__ import SinkSettings
-from shared.config import Settings
+from shared.settings.common import Settings
 
 # Each compose service of the project's image and the settings it reads (the rest read Settings).
 SERVICE_SETTINGS: dict[str, type[Settings]] = {

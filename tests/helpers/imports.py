@@ -25,7 +25,7 @@ def imported_modules(path: Path) -> list[str]:
 
 
 def module_name(path: Path) -> str:
-    """`shared/models.py` -> `shared.models`; a package's `__init__.py` -> the package."""
+    """`shared/contract/models.py` -> `shared.contract.models`; a package's `__init__.py` -> the package."""
     parts = path.relative_to(REPO).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import confluent_kafka
 
-from shared.config import KafkaSettings
-from shared.kafka import make_consumer
+from shared.plumbing.kafka import make_consumer
+from shared.settings.common import KafkaSettings
 
 
 def header_map(msg: confluent_kafka.Message) -> dict[str, str]:

@@ -15,11 +15,11 @@ from services.remediator.drivers.node_exec import Command
 from services.remediator.executor import Executor
 from services.remediator.findings import Finding, NodeMap, from_verdict
 from services.remediator.policy import Policy
-from shared.config import DatabaseSettings, KafkaSettings
+from shared.contract.models_health import HealthVerdict
 from shared.contract.signing import Signer, keygen
-from shared.db import connect
-from shared.kafka import JsonProducer
-from shared.models_health import HealthVerdict
+from shared.plumbing.db import connect
+from shared.plumbing.kafka import JsonProducer
+from shared.settings.common import DatabaseSettings, KafkaSettings
 
 T0 = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
 

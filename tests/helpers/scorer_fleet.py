@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 
 from gpuhealth.contract.wire_time import wire_time
-from shared.models import SCHEMA_VERSION, GpuEvent, parse_event
+from shared.contract.models import SCHEMA_VERSION, GpuEvent, parse_event
 
 SCORER_TABLES = ("gpu_alerts", "gpu_status", "gpu_health_current", "gpu_health", "gpu_events", "gpu_latest",
                  "gpu_assets", "gpu_failure_predictions")  # fmt: skip

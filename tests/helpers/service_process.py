@@ -13,8 +13,8 @@ from contextlib import contextmanager
 
 import httpx
 
-from shared.config import DatabaseSettings
-from shared.db import connect
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings
 from tests.paths import REPO
 
 

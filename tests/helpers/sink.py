@@ -14,11 +14,11 @@ from typing import Any
 from evaluation.pipeline import wait_until
 from services.sink.build import sink_loop_closed
 from services.sink.loop import SinkLoop
-from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
-from shared.db import connect
 from shared.fakes.samples import T0, sample
-from shared.kafka import JsonProducer, make_producer
-from shared.lifecycle import running as running_loop
+from shared.plumbing.db import connect
+from shared.plumbing.kafka import JsonProducer, make_producer
+from shared.plumbing.running import running as running_loop
+from shared.settings.common import DatabaseSettings, KafkaSettings, TopicSettings
 from tests.helpers.scorer_fleet import event_message
 from tests.helpers.topics import isolated_topics, topics_env
 from tests.paths import REPO

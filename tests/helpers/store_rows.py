@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg.types.json import Jsonb
 
-from shared.config import DatabaseSettings
+from shared.settings.common import DatabaseSettings
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 Result = TypeVar("Result")

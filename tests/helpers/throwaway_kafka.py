@@ -18,8 +18,8 @@ import time
 import uuid
 from pathlib import Path
 
-from shared.config import KafkaSettings
-from shared.kafka import wait_for_kafka
+from shared.plumbing.kafka import wait_for_kafka
+from shared.settings.common import KafkaSettings
 from tests.helpers.ports import free_port
 from tests.paths import REPO
 

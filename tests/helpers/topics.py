@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from shared.config import TopicSettings
+from shared.settings.common import TopicSettings
 
 
 def topic_fields() -> list[str]:

@@ -21,11 +21,11 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from shared.config import DatabaseSettings, KafkaSettings, Settings
-from shared.db import connect
-from shared.errors import GpuHealthError
-from shared.kafka import make_admin, wait_for_kafka
-from shared.topics import TopicSpec, ensure_topics
+from shared.plumbing.db import connect
+from shared.plumbing.errors import GpuHealthError
+from shared.plumbing.kafka import make_admin, wait_for_kafka
+from shared.plumbing.topic_admin import TopicSpec, ensure_topics
+from shared.settings.common import DatabaseSettings, KafkaSettings, Settings
 from tests.helpers.kafka import local_stack_env
 from tests.helpers.topics import isolated_topics
 
@@ -158,7 +158,7 @@ def db_conn(
 @pytest.fixture
 def migrated(db_settings: DatabaseSettings, db_schema: str) -> DatabaseSettings:
     """Settings whose connections land in a fresh schema holding the project's migrations."""
-    from shared.migrate import apply_migrations, discover
+    from shared.plumbing.migrate import apply_migrations, discover
 
     scoped = db_settings.model_copy(update={"search_path": db_schema})
     with connect(scoped) as conn:
@@ -212,7 +212,7 @@ def lifecycle_decided(
 
     from services.lifecycle.loop import LifecycleLoop
     from services.lifecycle.settings import LifecycleSettings
-    from shared.kafka import JsonProducer, make_producer
+    from shared.plumbing.kafka import JsonProducer, make_producer
 
     settings = LifecycleSettings(kafka=kafka_settings, db=migrated, topics=isolated_topics(topic_factory))
     loop = LifecycleLoop(

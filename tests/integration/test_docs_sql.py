@@ -7,8 +7,8 @@ import uuid
 from collections.abc import Callable
 
 from evaluation.pipeline import make_loop, stored_offsets_total, wait_until
-from shared.config import DatabaseSettings, KafkaSettings
-from shared.db import connect
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings, KafkaSettings
 from shared.store.server import set_search_path
 from tests.helpers.sink import produce_samples, running
 from tests.helpers.topics import isolated_topics

@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from shared.config import DatabaseSettings, KafkaSettings
+from shared.settings.common import DatabaseSettings, KafkaSettings
 from tests.helpers.identities import api_env, identities
 from tests.helpers.kafka import kafka_env
 from tests.helpers.ports import free_ports

@@ -7,7 +7,7 @@ import math
 from collections.abc import Callable
 
 from evaluation.flood import OTHERS, run_flood
-from shared.config import DatabaseSettings, KafkaSettings
+from shared.settings.common import DatabaseSettings, KafkaSettings
 from tests.helpers.sink import sink_topics
 
 LINES, OVER_S, FOLD_S, POLL_S = 100_000, 50.0, 10.0, 1.0

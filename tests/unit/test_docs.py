@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.topic_registry import ORIGINAL_KEY, TopicSettings
+from shared.contract.topic_registry import ORIGINAL_KEY, TopicSettings
 from tests.paths import REPO
 
 DOCS = sorted([REPO / "README.md", REPO / "gpuhealth" / "README.md", *(REPO / "docs").rglob("*.md")])

@@ -132,7 +132,7 @@ def test_the_fakes_stay_out_of_the_services_and_the_library() -> None:
 
 def test_the_tests_mirror_the_package_tree() -> None:
     """A test module sits under tests/unit or tests/integration at the path of what it tests."""
-    roots = {"services", "shared", "gpuhealth", "evaluation", "bench", "deploy", "schema", "bin"}
+    roots = {"services", "shared", "gpuhealth", "evaluation", "bench", "deploy", "schema", "bin", "scripts"}
     for kind in ("unit", "integration"):
         for path in sorted((REPO / "tests" / kind).rglob("test_*.py")):
             parts = path.relative_to(REPO / "tests" / kind).parts
@@ -219,3 +219,32 @@ def test_unit_tests_install_nothing() -> None:
                 ]
                 ran = [w for w in words if any(w == i or w.endswith("/" + i) for i in installers)]
                 assert not ran, f"{path.relative_to(REPO)} runs {ran}"
+
+
+# shared/ by concern: each package says what it holds, and no module sits on the flat floor beside them.
+SHARED_CONCERNS = {
+    "contract": "what travels on Kafka: the topics' models, their registry and decoders, signing, the chain",
+    "gpu": "GPU domain knowledge: DCGM fields, the XID catalogue, NVLink, processes, GPU and host identity",
+    "settings": "a service's typed settings, where they are read from, their names and reference",
+    "plumbing": "how a service runs: start and stop, logging, errors, Kafka and database clients, migrations",
+    "store": "every SQL statement, by table family",
+    "fakes": "NVML doubles and sample records for tests, benches and the evaluation",
+}
+
+
+def test_every_module_under_shared_sits_in_its_concerns_package() -> None:
+    shared = REPO / "shared"
+    loose = sorted(p.name for p in shared.glob("*.py") if p.name != "__init__.py")
+    assert not loose, f"modules directly under shared/ (move each into its concern's package): {loose}"
+    packages = sorted(p.name for p in shared.iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert packages == sorted(SHARED_CONCERNS), f"shared/'s packages {packages} are not its concerns"
+    for name in packages:
+        assert (shared / name / "__init__.py").is_file(), f"shared/{name} is not a package"
+
+
+@pytest.mark.parametrize("concern", ["contract", "gpu", "settings"])
+def test_the_contract_gpu_knowledge_and_settings_touch_no_database(concern: str) -> None:
+    """They are read by every service, the collector on a GPU node among them: no SQL comes with them."""
+    for path in sorted((REPO / "shared" / concern).rglob("*.py")):
+        reached = [m for m in imported_modules(path) if m.startswith(("shared.store", "psycopg"))]
+        assert not reached, f"{path.relative_to(REPO)} imports {reached}"

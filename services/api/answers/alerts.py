@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import model_validator
 
-from shared.models_health import AlertSeverity, AlertState
+from shared.contract.models_health import AlertSeverity, AlertState
 
 from . import Answer, ApiTime, NextCursor, StoredObject, Total
 

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field
 
-from shared.models_health import HealthState
+from shared.contract.models_health import HealthState
 
 from . import Answer, ApiTime, NextCursor, StoredList, StoredObject, Total
 from .alerts import AlertRow

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import ConfigDict, Field
 
-from shared.models_health import HealthState
+from shared.contract.models_health import HealthState
 
 from ..parameters import Bucket
 from . import Answer, ApiTime, NextCursor, StoredObject, Total

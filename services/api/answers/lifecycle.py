@@ -6,7 +6,7 @@ from datetime import date
 
 from pydantic import Field
 
-from shared.models_lifecycle import DecisionName
+from shared.contract.models_lifecycle import DecisionName
 
 from . import Answer, ApiTime, NextCursor, StoredList, StoredObject, Total
 

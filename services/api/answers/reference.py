@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shared.models_health import Action
+from shared.contract.models_health import Action
 
 from . import Answer
 

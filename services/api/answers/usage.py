@@ -6,8 +6,8 @@ from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field
 
-from shared.models_health import AlertSeverity, AlertState, HealthState
-from shared.models_workload import ProcessClass
+from shared.contract.models_health import AlertSeverity, AlertState, HealthState
+from shared.contract.models_workload import ProcessClass
 
 from . import Answer, ApiTime, StoredObject
 

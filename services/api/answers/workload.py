@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field
 
-from shared.models_workload import ProcessClass
+from shared.contract.models_workload import ProcessClass
 
 from . import Answer, ApiTime, StoredList
 

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from shared.models_health import ACTION_REASONS, LADDER
+from shared.contract.models_health import ACTION_REASONS, LADDER
 
 from ..answers.reference import ActionLadder, LadderRung
 from ..parameters import NoQuery
@@ -20,5 +20,8 @@ LADDER_ANSWER = ActionLadder(
 
 @router.get("/reference/actions")
 async def action_ladder(query: Annotated[NoQuery, Query()]) -> ActionLadder:
-    """The recommended actions, cheapest first, each with why it sits where it does (shared.models_health)."""
+    """The recommended actions, cheapest first, each with why it sits where it does.
+
+    The ladder is shared.contract.models_health's.
+    """
     return LADDER_ANSWER

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from shared.errors import GpuHealthError
+from shared.plumbing.errors import GpuHealthError
 
 SchedulerName = Literal["kubernetes", "slurm"]
 # ok: done; in_progress: look again later; not_owned: someone else's cordon or drain, left as it is

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from shared.errors import ConfigError
+from shared.plumbing.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from typing import Any, Literal
 import httpx
 from pydantic import ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from shared.config import Section
+from shared.settings.common import Section
 
 from .base import DriverResult
 

@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 import pytest
 
-from shared.config import KafkaSettings
-from shared.kafka import JsonProducer, make_producer
+from shared.plumbing.kafka import JsonProducer, make_producer
+from shared.settings.common import KafkaSettings
 from tests.paths import REPO
 
 
@@ -85,9 +85,9 @@ def test_setup_commands_exit_zero_and_are_idempotent(kafka_settings: KafkaSettin
         },
     }
     for _ in range(2):
-        topics = run([sys.executable, "-m", "shared.topics"], env)
+        topics = run([sys.executable, "-m", "shared.plumbing.topic_admin"], env)
         assert topics.returncode == 0, topics.stderr
-        migrate = run([sys.executable, "-m", "shared.migrate", "--schema", db_schema], env)
+        migrate = run([sys.executable, "-m", "shared.plumbing.migrate", "--schema", db_schema], env)
         assert migrate.returncode == 0, migrate.stderr
     assert '"applied": []' in migrate.stderr
     listing = run(["bin/kafka-topics", "--list"]).stdout.split()
@@ -96,7 +96,7 @@ def test_setup_commands_exit_zero_and_are_idempotent(kafka_settings: KafkaSettin
 
 
 def test_bad_settings_give_a_clear_error_not_a_traceback() -> None:
-    out = run([sys.executable, "-m", "shared.migrate"], {"GPUHEALTH_DB__PORT": "not-a-port"})
+    out = run([sys.executable, "-m", "shared.plumbing.migrate"], {"GPUHEALTH_DB__PORT": "not-a-port"})
     assert out.returncode == 1
     assert "GPUHEALTH_DB__PORT" in out.stderr
     assert "Traceback" not in out.stderr

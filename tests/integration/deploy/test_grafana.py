@@ -13,8 +13,8 @@ import yaml
 
 from services.api.app import reader_settings
 from services.api.settings import ApiSection
-from shared.config import DatabaseSettings
-from shared.db import connect
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings
 from shared.store.usage import UsageQuery, usage_sync
 from tests.helpers.usage_fleet import T0, hand_fleet, store
 from tests.paths import REPO

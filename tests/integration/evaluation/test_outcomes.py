@@ -16,8 +16,8 @@ from evaluation.outcome_metrics import back_at, figures, node_hours
 from evaluation.outcome_world import OutcomeScenario
 from evaluation.scenario import Scenario
 from services.scorer.rules_config import load_rules
-from shared.config import DatabaseSettings
-from shared.migrate import migrated_schema
+from shared.plumbing.migrate import migrated_schema
+from shared.settings.common import DatabaseSettings
 
 H = 3600.0
 MONDAY = datetime(2026, 11, 2, tzinfo=UTC).timestamp() + 17.5

@@ -16,9 +16,9 @@ from services.scorer.features import read_features
 from services.scorer.predict import precursor_features
 from services.scorer.rules import evaluate
 from services.scorer.rules_config import load_rules
-from shared.config import DatabaseSettings
-from shared.db import connect
-from shared.migrate import migrated_schema
+from shared.plumbing.db import connect
+from shared.plumbing.migrate import migrated_schema
+from shared.settings.common import DatabaseSettings
 
 RULES = load_rules()
 SEED = 201  # neither a training seed nor one of the suite's

@@ -15,9 +15,9 @@ import pytest
 
 from services.api.app import acknowledger_settings, reader_settings
 from services.api.settings import ApiSection
-from shared.config import DatabaseSettings
-from shared.db import connect
-from shared.migrate import SCHEMA_DIR
+from shared.plumbing.db import connect
+from shared.plumbing.migrate import SCHEMA_DIR
+from shared.settings.common import DatabaseSettings
 
 READS = [
     "gpu_metrics", "gpu_latest", "gpu_events", "gpu_assets", "gpu_metrics_1min", "v_gpu_metrics_1min",

@@ -10,8 +10,8 @@ from prometheus_client import CollectorRegistry
 from services.sink.metrics import SinkMetrics
 from services.sink.retention import Retention
 from services.sink.rows import METRIC_COLUMNS, STAGE_TYPES
-from shared.config import DatabaseSettings
-from shared.db import connect
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings
 
 
 def columns(conn: psycopg.Connection[tuple[object, ...]], table: str) -> dict[str, str]:

@@ -20,11 +20,11 @@ from pydantic import SecretStr
 
 from services.api.app import acknowledger_settings
 from services.api.settings import ApiSection
-from shared.config import DatabaseSettings, Settings
-from shared.db import connect
-from shared.errors import DatabaseError
-from shared.migrate import SCHEMA_DIR, check_migrated
-from shared.service import named_on_the_database
+from shared.plumbing.db import connect
+from shared.plumbing.errors import DatabaseError
+from shared.plumbing.migrate import SCHEMA_DIR, check_migrated
+from shared.plumbing.service import named_on_the_database
+from shared.settings.common import DatabaseSettings, Settings
 from shared.store import archive, retention
 
 SERVICES = ("sink", "scorer", "remediator", "lifecycle")
@@ -348,7 +348,7 @@ def test_the_sinks_retention_drops_expired_chunks_as_its_own_login_and_only_thos
 
 @pytest.mark.parametrize("service", SERVICES)
 def test_each_login_passes_its_services_start_check(migrated: DatabaseSettings, service: str) -> None:
-    """What each service does first (shared.migrate.check_migrated): read which migrations are applied.
+    """What each service does first (shared.plumbing.migrate.check_migrated): read the migrations applied.
     `make up` failed here when the logins could not read schema_migrations at all."""
     with connect(as_service(migrated, service)) as conn:
         check_migrated(conn)

@@ -8,10 +8,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from shared.config import DatabaseSettings
-from shared.db import connect
-from shared.errors import MigrationError
-from shared.migrate import apply_migrations, discover
+from shared.plumbing.db import connect
+from shared.plumbing.errors import MigrationError
+from shared.plumbing.migrate import apply_migrations, discover
+from shared.settings.common import DatabaseSettings
 from shared.store.server import timescale_info
 
 Conn = psycopg.Connection[tuple[object, ...]]

@@ -8,10 +8,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from shared.config import DatabaseSettings
-from shared.db import connect
-from shared.errors import GpuHealthError
+from shared.plumbing.db import connect
+from shared.plumbing.errors import GpuHealthError
 from shared.plumbing.local_pki import ensure_ca
+from shared.settings.common import DatabaseSettings
 from tests.helpers.kafka import local_tls_dir
 
 

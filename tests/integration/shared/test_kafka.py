@@ -11,9 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.config import KafkaSettings
-from shared.errors import ContractError
-from shared.kafka import (
+from shared.plumbing.errors import ContractError
+from shared.plumbing.kafka import (
     JsonProducer,
     closing_consumer,
     decode_json,
@@ -22,6 +21,7 @@ from shared.kafka import (
     make_producer,
     take,
 )
+from shared.settings.common import KafkaSettings
 from tests.helpers.kafka import consume_all
 
 
@@ -99,7 +99,7 @@ def partitioned(topic_factory: Callable[..., str]) -> dict[str, int]:
 def test_the_partition_computed_for_a_key_is_where_the_broker_puts_it(
     kafka_settings: KafkaSettings, partitioned: dict[str, int], keys: list[str]
 ) -> None:
-    # The scorers share the fleet by computing each GPU's partition (shared.kafka.key_partition); the
+    # The scorers share the fleet by computing each GPU's partition (shared.plumbing.kafka.key_partition); the
     # producers' partitioner is what actually places a record. Both must agree, record by record.
     producer = make_producer(kafka_settings)
     placed: list[tuple[str, bytes, int]] = []

@@ -1,5 +1,6 @@
 """Kafka with identities, on the real broker: each principal may write and read only what the topic
-registry grants it (shared/topics.py applies the ACLs), and a client without a certificate gets nothing.
+registry grants it (shared/plumbing/topic_admin.py applies the ACLs), and a client without a certificate
+gets nothing.
 
 The broker `make services` runs takes TLS clients with a certificate of its CA only, and maps each
 certificate's CN to its principal (scripts/services.sh). The ACLs are applied to this test's own topics.
@@ -14,10 +15,10 @@ from typing import Any
 import confluent_kafka
 import pytest
 
-from shared.config import KafkaSettings, TopicSettings
-from shared.kafka import make_admin, make_consumer, make_producer
-from shared.topic_registry import CONSUMER_GROUPS, PRINCIPALS
-from shared.topics import ensure_acls, project_acls
+from shared.contract.topic_registry import CONSUMER_GROUPS, PRINCIPALS
+from shared.plumbing.kafka import make_admin, make_consumer, make_producer
+from shared.plumbing.topic_admin import ensure_acls, project_acls
+from shared.settings.common import KafkaSettings, TopicSettings
 from tests.helpers.kafka import as_principal
 from tests.helpers.topics import isolated_topics, topic_fields
 

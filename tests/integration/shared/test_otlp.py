@@ -24,8 +24,8 @@ import pytest
 
 from services.mock_dcgm.fleet import Fleet
 from services.mock_dcgm.server import MockServer
-from shared.config import DatabaseSettings, KafkaSettings
-from shared.otlp import project_version
+from shared.plumbing.otlp import project_version
+from shared.settings.common import DatabaseSettings, KafkaSettings
 from tests.helpers.kafka import consume_all, kafka_env
 from tests.helpers.mock_fleet import served_fleet
 from tests.helpers.otlp_receiver import Point, grpc_receiver, http_receiver

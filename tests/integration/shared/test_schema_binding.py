@@ -19,10 +19,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from shared.config import DatabaseSettings
-from shared.db import connect
-from shared.errors import DatabaseError, MigrationError
-from shared.migrate import apply_migrations, check_migrated, discover
+from shared.plumbing.db import connect
+from shared.plumbing.errors import DatabaseError, MigrationError
+from shared.plumbing.migrate import apply_migrations, check_migrated, discover
+from shared.settings.common import DatabaseSettings
 from shared.store import verifications
 from tests.paths import REPO
 

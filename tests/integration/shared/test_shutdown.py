@@ -1,4 +1,4 @@
-"""Every service that writes the database exits 0 within the one shutdown deadline (shared.lifecycle,
+"""Every service that writes the database exits 0 within the one shutdown deadline (shared.plumbing.running,
 GPUHEALTH_SHUTDOWN__TIMEOUT_S) when SIGTERM comes while its statement waits on the database.
 
 The database holds a statement up with a lock: the scorer's cycle reads gpu_latest, the remediator
@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from evaluation.pipeline import wait_until
-from shared.config import DatabaseSettings, KafkaSettings
-from shared.db import connect
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings, KafkaSettings
 from tests.helpers.remediation import scorer_key
 from tests.helpers.service_process import waiting_on_a_lock, watched_service
 from tests.helpers.topics import isolated_topics, topics_env

@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from services.scorer.event_path import _failed, _next_offsets
-from shared.config import KafkaSettings
-from shared.kafka import JsonProducer, closing_consumer, make_consumer, make_producer, take
+from shared.plumbing.kafka import JsonProducer, closing_consumer, make_consumer, make_producer, take
+from shared.settings.common import KafkaSettings
 
 Key = tuple[int, int]  # (partition, offset)
 

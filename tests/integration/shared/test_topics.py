@@ -6,9 +6,9 @@ import uuid
 
 from confluent_kafka.admin import ConfigResource
 
-from shared.config import KafkaSettings, TopicSettings
-from shared.kafka import make_admin
-from shared.topics import TopicSpec, ensure_topics, project_topics
+from shared.plumbing.kafka import make_admin
+from shared.plumbing.topic_admin import TopicSpec, ensure_topics, project_topics
+from shared.settings.common import KafkaSettings, TopicSettings
 
 
 def describe(settings: KafkaSettings, name: str) -> tuple[int, str]:

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from bench.bench_fleet import GPUS_PER_HOST, HOSTS_PER_RACK, TEMPLATES, render, templates
 from gpuhealth.contract.wire_time import wire_time
+from shared.contract.models import parse_sample
 from shared.fakes.samples import gpu_uuid
-from shared.models import parse_sample
 
 TEMPLATE_SET = templates()
 

@@ -14,10 +14,10 @@ import pytest
 import yaml
 
 from services.scorer.__main__ import ScorerSettings
-from shared.config import Settings
-from shared.config_env import accepted_names, unknown_variables
-from shared.dcgm import FIELDS
-from shared.dcgm_counters import COUNTERS_CSV, render
+from shared.gpu.dcgm import FIELDS
+from shared.gpu.dcgm_counters import COUNTERS_CSV, render
+from shared.settings.common import Settings
+from shared.settings.env import accepted_names, unknown_variables
 from tests.helpers.image_files import SERVICE_SETTINGS, app_image_misses, image_files
 from tests.paths import REPO
 
@@ -140,7 +140,7 @@ def test_the_database_keeps_the_image_init_scripts_and_is_checked_over_tcp(compo
 def test_the_one_shot_setup_retries(compose: dict[str, Any]) -> None:
     command = " ".join(compose["services"]["setup"]["command"])
     assert "until python -m $$step" in command
-    assert "shared.migrate shared.topics" in command
+    assert "shared.plumbing.migrate shared.plumbing.topic_admin" in command
 
 
 def test_the_dcgm_exporter_is_checked_without_curl_and_names_the_node(compose: dict[str, Any]) -> None:
@@ -182,7 +182,7 @@ def test_profiled_services_are_scraped_only_when_they_exist(compose: dict[str, A
 
 
 def test_the_exporter_counters_cover_every_field_the_scorer_reads(compose: dict[str, Any]) -> None:
-    assert COUNTERS_CSV.read_text() == render(), "stale: run python -m shared.dcgm_counters"
+    assert COUNTERS_CSV.read_text() == render(), "stale: run python -m shared.gpu.dcgm_counters"
     rows = [line.split(",") for line in render().splitlines() if line and not line.startswith("#")]
     assert all(len(row) == 3 for row in rows), "a help text with a comma breaks dcgm-exporter's parser"
     exported = {row[0].strip(): row[1].strip() for row in rows}

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from gpuhealth.andon_rules import DEFAULT_RULES, AndonRules, load_andon_rules
 from gpuhealth.errors import ConfigError
 from services.scorer.rules_config import load_rules
-from shared.config import HEALTH_RULES_FILE
+from shared.settings.common import HEALTH_RULES_FILE
 
 
 def test_the_library_carries_the_scorers_own_file() -> None:

@@ -24,7 +24,7 @@ from services.scorer.escalation import xid_counts
 from services.scorer.features import XidCounts, XidEvent, XidValue
 from services.scorer.rules import evaluate
 from services.scorer.workflows import judge
-from shared.models import EventKind, GpuEvent, Source
+from shared.contract.models import EventKind, GpuEvent, Source
 from tests.helpers.mock_fleet import T0, make_fleet
 from tests.helpers.scorer import HEALTHY, RULES
 

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.scorer.escalation import escalate
-from shared.models_health import ACTION_REASONS, LADDER, REPEAT_CEILING, Action, HealthVerdict
+from shared.contract.models_health import ACTION_REASONS, LADDER, REPEAT_CEILING, Action, HealthVerdict
 
 
 def test_every_action_has_its_place_and_reason() -> None:

@@ -10,15 +10,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.verifier.chainlog import MemoryChain
-from shared.chain import GENESIS, ChainEntry, canonical_bytes, link_of, parse_canonical_input, verify_chain
-from shared.errors import ContractError
-from shared.models_verify import (
+from shared.contract.chain import (
+    GENESIS,
+    ChainEntry,
+    canonical_bytes,
+    link_of,
+    parse_canonical_input,
+    verify_chain,
+)
+from shared.contract.models_verify import (
     Outcome,
     RecordKind,
     VerificationRecord,
     parse_verification,
     record_bytes,
 )
+from shared.plumbing.errors import ContractError
 from tests.helpers.verifier_fakes import UUIDS
 
 

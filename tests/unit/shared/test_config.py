@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.collector.build import CollectorSettings
-from shared.config import DatabaseSettings, Settings, load_settings, log_settings
-from shared.errors import ConfigError
-from shared.logging import setup_logging
+from shared.plumbing.errors import ConfigError
+from shared.plumbing.logging import setup_logging
+from shared.settings.common import DatabaseSettings, Settings, load_settings, log_settings
 
 
 def test_nested_environment_variables_reach_their_section(monkeypatch: pytest.MonkeyPatch) -> None:

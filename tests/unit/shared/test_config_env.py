@@ -14,9 +14,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared import config_names
-from shared.config import Settings, load_settings
-from shared.config_env import (
+from shared.plumbing.logging import setup_logging
+from shared.settings import names as config_names
+from shared.settings.common import Settings, load_settings
+from shared.settings.env import (
     COMPARED_CHARS,
     OTHER_VARIABLES,
     accepted_names,
@@ -24,8 +25,7 @@ from shared.config_env import (
     unknown_variables,
     warn_unknown_variables,
 )
-from shared.config_reference import TREES, load_tree
-from shared.logging import setup_logging
+from shared.settings.reference import TREES, load_tree
 from tests.paths import REPO
 
 EXACT, OPEN = known_names(*(load_tree(path) for _, path in TREES))
@@ -142,7 +142,7 @@ def test_a_clean_environment_says_nothing(caplog: pytest.LogCaptureFixture) -> N
 def test_a_service_warns_at_start() -> None:
     """The real start-up path: a service's start_service logs the warning (the mock has no other needs)."""
     script = (
-        "import sys; from shared.service import start_service;"
+        "import sys; from shared.plumbing.service import start_service;"
         "from services.mock_ollama.__main__ import MockOllamaSettings;"
         "sys.exit(0 if start_service(MockOllamaSettings, 'probe') else 3)"
     )
@@ -158,7 +158,7 @@ def test_every_variable_the_repository_mentions_is_read_by_something() -> None:
     files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
     wrong: dict[str, list[str]] = {}
     for path in files.decode().split("\0"):
-        skipped = path.startswith("tests/") or path == "shared/config_env.py"  # they misspell on purpose
+        skipped = path.startswith("tests/") or path == "shared/settings/env.py"  # they misspell on purpose
         if not path or skipped or not (REPO / path).is_file():
             continue
         try:

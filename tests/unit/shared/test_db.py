@@ -11,9 +11,9 @@ import psycopg
 import pytest
 from psycopg import pq
 
-from shared.config import DatabaseSettings
-from shared.db import StopPhases, connect, statements_cancelled_on
-from shared.errors import DatabaseUnavailableError
+from shared.plumbing.db import StopPhases, connect, statements_cancelled_on
+from shared.plumbing.errors import DatabaseUnavailableError
+from shared.settings.common import DatabaseSettings
 
 
 class PgConn:

@@ -17,9 +17,9 @@ from psycopg.types.json import Jsonb
 
 from gpuhealth.contract.jsonlimits import MAX_RECORD_BYTES
 from services.sink.rows import FAST_SAMPLE, sample_row, stage_row
-from shared.errors import ContractError
-from shared.fastdecode import FastDecoder, SchemaNotSupportedError, python_pattern
-from shared.models import METRIC_FIELDS, GpuSample, parse_sample, sane_time, to_json
+from shared.contract.fastdecode import FastDecoder, SchemaNotSupportedError, python_pattern
+from shared.contract.models import METRIC_FIELDS, GpuSample, parse_sample, sane_time, to_json
+from shared.plumbing.errors import ContractError
 
 UUID = "GPU-91310d89-c3e8-4b50-81d8-a29050bc85cc"
 GOOD: dict[str, Any] = {

@@ -13,11 +13,17 @@ from hypothesis import strategies as st
 from services.verifier import __main__ as cli
 from services.verifier.describe import KEYS, describe
 from services.verifier.snapshot import Snapshot, diff, parse_snapshot, take_snapshot
-from shared import gpu_identity
-from shared.errors import ContractError
-from shared.gpu_identity import GpuUnavailableError, NvmlReader, SmiReader, open_reader, pcie_bandwidth_gbps
-from shared.hostinfo import host_identity
-from shared.models_verify import parse_system, record_json
+from shared.contract.models_verify import parse_system, record_json
+from shared.gpu import gpu_identity
+from shared.gpu.gpu_identity import (
+    GpuUnavailableError,
+    NvmlReader,
+    SmiReader,
+    open_reader,
+    pcie_bandwidth_gbps,
+)
+from shared.gpu.hostinfo import host_identity
+from shared.plumbing.errors import ContractError
 from tests.helpers.verifier_fakes import UUIDS, FakeNvml
 
 CPUINFO = "".join(

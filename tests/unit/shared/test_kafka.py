@@ -11,9 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.config import KafkaSettings
-from shared.errors import ContractError, KafkaProduceError, KafkaUnavailableError
-from shared.kafka import (
+from shared.plumbing.errors import ContractError, KafkaProduceError, KafkaUnavailableError
+from shared.plumbing.kafka import (
     PRODUCER_DEFAULTS,
     JsonProducer,
     client_config,
@@ -23,6 +22,7 @@ from shared.kafka import (
     translate_error,
     wait_for_kafka,
 )
+from shared.settings.common import KafkaSettings
 
 
 def test_encode_is_compact_utf8_and_roundtrips() -> None:

@@ -10,7 +10,7 @@ from datetime import datetime
 
 import pytest
 
-from shared.logging import setup_logging
+from shared.plumbing.logging import setup_logging
 
 
 @pytest.fixture

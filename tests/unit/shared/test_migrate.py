@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from shared.config import TopicSettings
-from shared.errors import MigrationError
-from shared.migrate import SCHEMA_DIR, discover
-from shared.topics import project_topics
+from shared.plumbing.errors import MigrationError
+from shared.plumbing.migrate import SCHEMA_DIR, discover
+from shared.plumbing.topic_admin import project_topics
+from shared.settings.common import TopicSettings
 
 
 def test_project_migrations_are_well_formed_and_ordered() -> None:

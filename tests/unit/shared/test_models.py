@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from shared.dcgm import FIELDS
-from shared.errors import ContractError
-from shared.models import METRIC_FIELDS, parse_event, parse_sample
+from shared.contract.models import METRIC_FIELDS, parse_event, parse_sample
+from shared.gpu.dcgm import FIELDS
+from shared.plumbing.errors import ContractError
 
 GOOD: dict[str, Any] = {
     "schema_version": 1, "time": "2026-11-21T11:00:00.123Z", "source": "dcgm", "collector_id": "c1",

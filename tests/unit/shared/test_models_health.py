@@ -11,9 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuhealth.contract.training import TrainingAlert
-from shared.errors import ContractError
-from shared.models import to_json
-from shared.models_health import (
+from shared.contract.models import to_json
+from shared.contract.models_health import (
     ALERT_SEVERITIES,
     ALERT_STATES,
     HEALTH_STATES,
@@ -25,6 +24,7 @@ from shared.models_health import (
     parse_alert,
     parse_health_verdict,
 )
+from shared.plumbing.errors import ContractError
 from tests.paths import REPO
 
 UUID = "GPU-91310d89-c3e8-4b50-81d8-a29050bc85cc"

@@ -14,9 +14,8 @@ from gpuhealth.contract.jsonlimits import MAX_JSON_DEPTH, check_bounds
 from gpuhealth.contract.wire_time import wire_time
 from gpuhealth.gpu.driver_codes import ClockEventReason
 from services.sink.rows import FAST_SAMPLE, stage_row
-from shared.errors import ContractError
-from shared.event_details import DETAILS_BY_KIND, ThrottleReason
-from shared.models import (
+from shared.contract.event_details import DETAILS_BY_KIND, ThrottleReason
+from shared.contract.models import (
     EventKind,
     GpuEvent,
     GpuSample,
@@ -24,7 +23,8 @@ from shared.models import (
     parse_event,
     parse_sample,
 )
-from shared.topic_registry import TopicSettings, json_schemas
+from shared.contract.topic_registry import TopicSettings, json_schemas
+from shared.plumbing.errors import ContractError
 
 UUID = "GPU-91310d89-c3e8-4b50-81d8-a29050bc85cc"
 SAMPLE: dict[str, Any] = {

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.errors import ContractError
-from shared.models_workload import parse_gpu_processes, parse_llm_message
+from shared.contract.models_workload import parse_gpu_processes, parse_llm_message
+from shared.plumbing.errors import ContractError
 
 PROCESSES = {
     "schema_version": 1,

@@ -10,8 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.scorer.rules_config import DEFAULT_RULES, load_rules
-from shared.errors import ConfigError
-from shared.nvlink_decode import (
+from shared.gpu.nvlink_decode import (
     COLUMNS,
     Generation,
     Nvlink5Row,
@@ -22,6 +21,7 @@ from shared.nvlink_decode import (
     named_generation,
     parse_nvlink5_table,
 )
+from shared.plumbing.errors import ConfigError
 
 FACTS = Path(__file__).resolve().parents[2] / "data" / "xid" / "nvlink-xid-144-150-facts.csv"
 RULES = load_rules()

@@ -18,12 +18,12 @@ from prometheus_client import Gauge as PromGauge
 from prometheus_client import Histogram as PromHistogram
 
 from services.collector.gpu_otlp import PREFIX, GpuInstruments, gpu_attributes, unit_of
-from shared import otlp
-from shared.dcgm import FIELDS, PromType
-from shared.errors import ConfigError
-from shared.models import GpuSample, Source
-from shared.otlp import OtlpExport, OtlpSection, make_exporter, otlp_target, service_resource
-from shared.otlp_prometheus import per_bucket, registry_metrics
+from shared.contract.models import GpuSample, Source
+from shared.gpu.dcgm import FIELDS, PromType
+from shared.plumbing import otlp
+from shared.plumbing.errors import ConfigError
+from shared.plumbing.otlp import OtlpExport, OtlpSection, make_exporter, otlp_target, service_resource
+from shared.plumbing.otlp_prometheus import per_bucket, registry_metrics
 from tests.helpers.otlp_receiver import grpc_receiver, http_receiver
 
 ENDPOINT = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317"}

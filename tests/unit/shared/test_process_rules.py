@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.errors import ConfigError
-from shared.models_workload import ProcessClass
-from shared.process_rules import DEFAULT, ProcessFacts, ProcessRules
+from shared.contract.models_workload import ProcessClass
+from shared.gpu.process_rules import DEFAULT, ProcessFacts, ProcessRules
+from shared.plumbing.errors import ConfigError
 
 RULES = ProcessRules.load()
 T, INF, L, G, C = (

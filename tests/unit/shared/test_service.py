@@ -12,8 +12,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from services.mock_dcgm.server import MockServer
-from shared.config import DatabaseSettings, Settings
-from shared.service import named_on_the_database, serve_metrics
+from shared.plumbing.service import named_on_the_database, serve_metrics
+from shared.settings.common import DatabaseSettings, Settings
 from tests.helpers.mock_fleet import make_fleet
 from tests.helpers.ports import free_ports
 from tests.paths import REPO

@@ -14,9 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, Field
 
-from shared.config import Settings, load_settings
-from shared.errors import ConfigError
-from shared.topic_registry import (
+from shared.contract.topic_registry import (
     CONSUMER_GROUPS,
     ORIGINAL_KEY,
     PRINCIPALS,
@@ -31,7 +29,9 @@ from shared.topic_registry import (
     schema_text,
     write_json_schemas,
 )
-from shared.topics import project_acls, project_topics
+from shared.plumbing.errors import ConfigError
+from shared.plumbing.topic_admin import project_acls, project_topics
+from shared.settings.common import Settings, load_settings
 from tests.paths import REPO
 
 
@@ -115,7 +115,7 @@ def test_every_topic_has_a_model_and_a_committed_schema_that_is_not_stale() -> N
     named = sorted(m.schema for r in TopicSettings.registry() for m in r.topic.messages)
     committed = sorted(p.name for p in SCHEMA_DIR.glob("*.schema.json"))
     generated = json_schemas()
-    hint = "run `python -m shared.topic_registry` and commit schema/json/"
+    hint = "run `python -m shared.contract.topic_registry` and commit schema/json/"
     assert named == committed == sorted(generated), f"a schema no topic has, or a topic without one: {hint}"
     for name in committed:
         assert (SCHEMA_DIR / name).read_text() == schema_text(generated[name]), f"{name} is stale: {hint}"
@@ -146,7 +146,7 @@ def test_the_old_dead_letters_setting_still_works_and_says_so(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setenv("GPUHEALTH_TOPICS__DLQ", "gpu-metrics-dlq")
-    with caplog.at_level(logging.WARNING, logger="shared.topic_registry"):
+    with caplog.at_level(logging.WARNING, logger="shared.contract.topic_registry"):
         assert load_settings(Settings).topics.dead_letters == "gpu-metrics-dlq"
     assert "GPUHEALTH_TOPICS__DEAD_LETTERS" in caplog.text
     monkeypatch.setenv("GPUHEALTH_TOPICS__DEAD_LETTERS", "gpu-dead-letters")

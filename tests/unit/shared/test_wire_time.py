@@ -15,14 +15,24 @@ from pydantic import BaseModel
 
 from gpuhealth.contract.training import parse_training_alert
 from gpuhealth.contract.wire_time import wire_time
-from shared import models
-from shared.models_deadletter import DeadLetterHeaders, dead_letter_headers, parse_dead_letter_headers
-from shared.models_health import parse_alert, parse_health_verdict
-from shared.models_lifecycle import parse_lifecycle_decision
-from shared.models_remediation import parse_remediation
-from shared.models_verify import HostIdentity, SystemIdentity, parse_system, parse_verification, record_json
-from shared.models_workload import parse_gpu_processes, parse_llm_message
-from shared.topic_registry import TopicSettings
+from shared.contract import models
+from shared.contract.models_deadletter import (
+    DeadLetterHeaders,
+    dead_letter_headers,
+    parse_dead_letter_headers,
+)
+from shared.contract.models_health import parse_alert, parse_health_verdict
+from shared.contract.models_lifecycle import parse_lifecycle_decision
+from shared.contract.models_remediation import parse_remediation
+from shared.contract.models_verify import (
+    HostIdentity,
+    SystemIdentity,
+    parse_system,
+    parse_verification,
+    record_json,
+)
+from shared.contract.models_workload import parse_gpu_processes, parse_llm_message
+from shared.contract.topic_registry import TopicSettings
 
 UUID = "GPU-91310d89-c3e8-4b50-81d8-a29050bc85cc"
 WIRE_TIME = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{6})?Z$")

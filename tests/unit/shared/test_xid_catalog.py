@@ -17,9 +17,8 @@ from hypothesis import strategies as st
 
 from services.scorer.rules import evaluate
 from services.scorer.rules_config import DEFAULT_RULES, load_rules
-from shared.errors import ConfigError
-from shared.models_health import LADDER
-from shared.xid_catalog import (
+from shared.contract.models_health import LADDER
+from shared.gpu.xid_catalog import (
     CATALOG_MODELS,
     COLUMNS,
     agreement_of,
@@ -29,6 +28,7 @@ from shared.xid_catalog import (
     load_catalog,
     parse_catalog,
 )
+from shared.plumbing.errors import ConfigError
 from tests.helpers.scorer import HEALTHY, NOW
 
 FACTS = Path(__file__).resolve().parents[2] / "data" / "xid" / "xid-catalog-facts.csv"

@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 from gpuhealth.contract.training import TrainingJob, parse_training_alert
 from gpuhealth.training import AlertPublisher, Andon, AndonChecker, GpuMonitor
-from shared.config import KafkaSettings
 from shared.fakes.scripted_nvml import ScriptedNvml
+from shared.settings.common import KafkaSettings
 from tests.helpers.kafka import consume_all
 
 H100 = "GPU-11111111-2222-3333-4444-555555555555"

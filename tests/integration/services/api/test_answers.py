@@ -15,8 +15,8 @@ from services.api.answers.gpus import Asset, LatestSample
 from services.api.answers.lifecycle import InventoryProblem, InventoryRow, LifecycleDecisionRow, LifecycleRun
 from services.api.answers.remediations import Control, PlanDetail
 from services.api.answers.workload import GpuProcesses
-from shared.config import DatabaseSettings
-from shared.db import connect
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings
 
 # model -> (table, the model's fields that are not the table's columns)
 WHOLE_ROWS: dict[type[BaseModel], tuple[str, set[str]]] = {

@@ -20,8 +20,8 @@ from services.api.deps import state_of
 from services.api.settings import ApiSection
 from services.scorer.cycle import run_cycle
 from services.scorer.rules_config import load_rules
-from shared.config import DatabaseSettings
-from shared.db import connect
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings
 from shared.store.notify import announce_scored
 from tests.helpers.identities import api_app, api_env, as_role
 from tests.helpers.ports import free_port

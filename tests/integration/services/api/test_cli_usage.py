@@ -8,8 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from services.api import cli
-from shared.config import DatabaseSettings
-from shared.db import connect
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings
 from tests.helpers.identities import VIEWER, token_args
 from tests.helpers.usage_fleet import T0, hand_fleet, store
 

@@ -12,7 +12,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from services.api.deps import attach, state_of
 from services.api.settings import ApiSection
-from shared.config import DatabaseSettings
+from shared.settings.common import DatabaseSettings
 from tests.helpers.identities import api_app, as_role
 
 UUID = "GPU-11111111-2222-3333-4444-555555555555"

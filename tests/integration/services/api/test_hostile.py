@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.config import DatabaseSettings
+from shared.settings.common import DatabaseSettings
 from tests.helpers.identities import VIEWER, api_env, identities
 from tests.paths import REPO
 

@@ -21,8 +21,8 @@ from services.lifecycle.inventory import parse_inventory
 from services.lifecycle.loop import inventory_problems, inventory_rows
 from services.lifecycle.run import decide_fleet
 from services.lifecycle.settings import EconomicsSection
-from shared.config import DatabaseSettings
-from shared.db import connect
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings
 from shared.store import lifecycle as store
 from shared.store.lifecycle import GpuInputs
 from tests.helpers.identities import VIEWER, as_role, token_args

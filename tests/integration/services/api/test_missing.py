@@ -9,8 +9,8 @@ from fastapi.testclient import TestClient
 
 from services.api.settings import ApiSection
 from services.scorer.rules_config import load_rules
-from shared.config import DatabaseSettings
-from shared.db import connect
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings
 from tests.helpers.identities import api_app, as_role
 from tests.helpers.store_rows import T0, add_gpu, add_latest
 

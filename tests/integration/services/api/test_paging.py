@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from services.api.settings import ApiSection
-from shared.config import DatabaseSettings
-from shared.db import connect
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings
 from tests.helpers.identities import api_app, as_role
 
 T0 = datetime(2026, 4, 1, tzinfo=UTC)

@@ -10,8 +10,8 @@ from fastapi.testclient import TestClient
 
 from services.api import cli
 from services.api.settings import ApiSection
-from shared.config import DatabaseSettings
-from shared.models_health import ACTION_REASONS, LADDER
+from shared.contract.models_health import ACTION_REASONS, LADDER
+from shared.settings.common import DatabaseSettings
 from tests.helpers.identities import VIEWER, api_app, as_role, token_args
 
 

@@ -13,8 +13,8 @@ from services.api import cli
 from services.remediator.decide import decide
 from services.remediator.findings import NodeMap
 from services.remediator.policy import load_policy
-from shared.config import DatabaseSettings
-from shared.db import connect
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings
 from tests.helpers.identities import ADMIN, OPERATOR, VIEWER, token_args
 from tests.helpers.remediation import add_fleet, plans_in_every_state, rows, verdict_finding
 

@@ -12,8 +12,8 @@ import pytest
 from services.api import cli
 from services.sink.rows import stage_row
 from services.sink.writer import Batch, BatchWriter
-from shared.config import DatabaseSettings
 from shared.fakes.samples import gpu_uuid, sample
+from shared.settings.common import DatabaseSettings
 from tests.helpers.identities import ADMIN, OPERATOR, VIEWER, identities, token_args
 
 

@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 from services.api import cli
 from services.api.app import reader_settings
 from services.api.settings import ApiSection
-from shared.config import DatabaseSettings
-from shared.db import connect
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings
 from tests.helpers.identities import api_app, as_role, token_args
 
 

@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 
 from services.api.app import create_app
 from services.api.auth import AuthSection
-from shared.config import DatabaseSettings
+from shared.settings.common import DatabaseSettings
 from tests.helpers.identities import api_section
 from tests.helpers.kube import KubeAdmin
 

@@ -16,8 +16,8 @@ import httpx
 import pyarrow.parquet as pq
 import pytest
 
-from shared.config import DatabaseSettings
-from shared.db import connect
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings
 from shared.store import workload
 from tests.helpers.identities import VIEWER, as_role
 from tests.helpers.usage_fleet import T0, hand_fleet, store, uuid_of

@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 from psycopg.types.json import Jsonb
 
 from services.verifier.chainlog import MemoryChain
-from shared.chain import link_of
-from shared.config import DatabaseSettings
-from shared.db import connect
-from shared.gpu_identity import NvmlReader
-from shared.models_verify import Outcome, RecordKind, record_json
+from shared.contract.chain import link_of
+from shared.contract.models_verify import Outcome, RecordKind, record_json
+from shared.gpu.gpu_identity import NvmlReader
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings
 from shared.store.verifications import LATEST_SQL, SYSTEM_SQL, VERIFICATION_SQL
 from tests.helpers.identities import as_role
 from tests.helpers.verifier_fakes import UUIDS, FakeNvml

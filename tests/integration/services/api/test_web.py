@@ -14,7 +14,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from services.remediator.policy import load_policy
-from shared.config import DatabaseSettings
+from shared.settings.common import DatabaseSettings
 from tests.helpers.browser import chromium, log_in, shot, with_cookie
 from tests.helpers.identities import VIEWER, as_role, identities
 from tests.helpers.remediation import plans_in_every_state

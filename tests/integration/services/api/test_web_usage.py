@@ -16,8 +16,8 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from shared.config import DatabaseSettings
-from shared.db import connect
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings
 from tests.helpers.browser import chromium, log_in, shot, with_cookie
 from tests.helpers.identities import VIEWER, as_role, identities
 from tests.helpers.usage_fleet import hand_fleet, store

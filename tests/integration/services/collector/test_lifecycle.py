@@ -10,7 +10,7 @@ import pytest
 
 from evaluation.pipeline import wait_until
 from services.mock_dcgm.server import MockServer
-from shared.config import KafkaSettings
+from shared.settings.common import KafkaSettings
 from tests.helpers.kafka import consume_all
 from tests.helpers.mock_fleet import served_fleet
 from tests.helpers.service_process import service_process, sigterm

@@ -17,9 +17,9 @@ from services.collector.poller import Collector
 from services.collector.publisher import Publisher, collector_producer
 from services.mock_dcgm.fleet import Fleet
 from services.mock_dcgm.server import MockServer
-from shared.config import KafkaSettings, TopicSettings
-from shared.kafka import JsonProducer
-from shared.models import EventKind, Source, parse_event, parse_sample
+from shared.contract.models import EventKind, Source, parse_event, parse_sample
+from shared.plumbing.kafka import JsonProducer
+from shared.settings.common import KafkaSettings, TopicSettings
 from tests.helpers.kafka import consume_all
 from tests.helpers.mock_fleet import served_fleet
 from tests.helpers.topics import isolated_topics

@@ -26,10 +26,10 @@ from services.collector.metrics import CollectorMetrics
 from services.collector.publisher import Publisher, collector_producer
 from services.collector.spool import SpooledRecord, SpoolFile, SpoolingProducer, delivered_already
 from services.mock_dcgm.server import MockServer
-from shared.config import KafkaSettings
-from shared.kafka import make_admin, make_producer
-from shared.models import parse_sample
-from shared.topics import TopicSpec, ensure_topics
+from shared.contract.models import parse_sample
+from shared.plumbing.kafka import make_admin, make_producer
+from shared.plumbing.topic_admin import TopicSpec, ensure_topics
+from shared.settings.common import KafkaSettings
 from tests.helpers.kafka import consume_all
 from tests.helpers.mock_fleet import served_fleet
 from tests.helpers.throwaway_kafka import ThrowawayBroker

@@ -19,10 +19,10 @@ from prometheus_client import CollectorRegistry
 from evaluation.pipeline import pipeline, wait_until
 from services.lifecycle.loop import LifecycleLoop
 from services.lifecycle.settings import LifecycleSection, LifecycleSettings
-from shared.config import DatabaseSettings, KafkaSettings
-from shared.db import connect
-from shared.kafka import JsonProducer, make_producer
-from shared.models_lifecycle import parse_lifecycle_decision
+from shared.contract.models_lifecycle import parse_lifecycle_decision
+from shared.plumbing.db import connect
+from shared.plumbing.kafka import JsonProducer, make_producer
+from shared.settings.common import DatabaseSettings, KafkaSettings
 from tests.helpers.kafka import consume_all
 from tests.helpers.service_process import service_process, sigterm
 from tests.helpers.topics import isolated_topics, topics_env

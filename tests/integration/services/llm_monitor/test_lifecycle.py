@@ -10,7 +10,7 @@ import pytest
 
 from evaluation.pipeline import wait_until
 from services.mock_ollama.server import MockOllamaServer
-from shared.config import KafkaSettings
+from shared.settings.common import KafkaSettings
 from tests.helpers.kafka import consume_all
 from tests.helpers.service_process import ollama_answers, service_process, sigterm
 

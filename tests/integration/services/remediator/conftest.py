@@ -18,7 +18,7 @@ from services.remediator.executor import Executor
 from services.remediator.findings import NodeMap
 from services.remediator.policy import Policy, load_policy
 from services.remediator.steps import Steps
-from shared.config import DatabaseSettings
+from shared.settings.common import DatabaseSettings
 from tests.helpers.kube import KubeAdmin
 from tests.helpers.remediation import PlanClock, Remediator
 

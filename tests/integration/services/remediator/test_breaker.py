@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from services.remediator.policy import Breaker, NodesOut
-from shared.db import connect
+from shared.plumbing.db import connect
 from shared.store import remediation_ledger as ledger
 from tests.helpers.remediation import Remediator, add_fleet, decide_all, returned, rows, verdict_finding
 

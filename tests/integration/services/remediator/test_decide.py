@@ -10,8 +10,8 @@ import pytest
 from services.remediator.decide import Decided, decide
 from services.remediator.findings import Finding, NodeMap
 from services.remediator.policy import Policy
-from shared.config import DatabaseSettings
-from shared.db import connect
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings
 from tests.helpers.remediation import T0, add_fleet, gpu_uuid, rows, verdict_finding
 
 

@@ -30,8 +30,8 @@ from services.remediator.drivers.slurm import SlurmDriver
 from services.remediator.findings import Finding, NodeMap, from_verdict
 from services.scorer.cycle import judge
 from services.scorer.rules_config import load_rules
-from shared.db import connect
-from shared.models_health import HealthVerdict
+from shared.contract.models_health import HealthVerdict
+from shared.plumbing.db import connect
 from tests.helpers.kube import KubeAdmin
 from tests.helpers.remediation import TRUE, Remediator, add_fleet, add_nodes, gpu_uuid, rows, sample_again
 

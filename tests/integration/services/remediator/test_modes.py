@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from services.remediator.decide import decide
 from services.remediator.findings import Finding, NodeMap
-from shared.config import DatabaseSettings
-from shared.db import connect
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings
 from tests.helpers.remediation import T0, TRUE, Remediator, add_fleet, rows, verdict_finding
 
 NODES = 6  # in a fleet of 40 the breaker's bound is 4 nodes: a run can trip it

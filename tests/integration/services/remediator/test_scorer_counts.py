@@ -10,8 +10,8 @@ from typing import Any
 from services.remediator.findings import from_verdict
 from services.scorer.cycle import judge
 from services.scorer.rules_config import load_rules
-from shared.db import connect
-from shared.models_health import HealthVerdict
+from shared.contract.models_health import HealthVerdict
+from shared.plumbing.db import connect
 from tests.helpers.remediation import (
     TRUE,
     Remediator,

@@ -13,11 +13,11 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from evaluation.pipeline import wait_until
-from shared.config import DatabaseSettings, KafkaSettings
-from shared.kafka import JsonProducer, make_producer
-from shared.models import to_json
-from shared.models_health import AlertResolved
-from shared.models_remediation import parse_remediation
+from shared.contract.models import to_json
+from shared.contract.models_health import AlertResolved
+from shared.contract.models_remediation import parse_remediation
+from shared.plumbing.kafka import JsonProducer, make_producer
+from shared.settings.common import DatabaseSettings, KafkaSettings
 from tests.helpers.kafka import consume_all
 from tests.helpers.ports import free_port
 from tests.helpers.remediation import (

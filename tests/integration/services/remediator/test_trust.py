@@ -17,12 +17,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from evaluation.pipeline import wait_until
 from services.remediator.drivers.kubernetes import MARK, OWNER
-from shared.config import DatabaseSettings, KafkaSettings
+from shared.contract.models import to_json
+from shared.contract.models_health import AlertOpened, HealthVerdict
+from shared.contract.models_remediation import parse_remediation
 from shared.contract.signing import KID_HEADER, SIG_HEADER, Signer, keygen
-from shared.kafka import JsonProducer, make_producer
-from shared.models import to_json
-from shared.models_health import AlertOpened, HealthVerdict
-from shared.models_remediation import parse_remediation
+from shared.plumbing.kafka import JsonProducer, make_producer
+from shared.settings.common import DatabaseSettings, KafkaSettings
 from tests.helpers.kafka import consume_all
 from tests.helpers.kube import KubeAdmin
 from tests.helpers.ports import free_port

@@ -20,12 +20,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
+from bench import fleets
 from services.scorer.cycle import judge
 from services.scorer.loop import ScorerSection, ScorerSettings, build_scorer
 from services.scorer.rules_config import load_rules
-from shared.config import DatabaseSettings, KafkaSettings
-from shared.db import connect
-from shared.store import fleet, judging
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings, KafkaSettings
+from shared.store import judging
 from tests.helpers.scorer_fleet import add_fleet
 from tests.helpers.topics import isolated_topics
 
@@ -126,7 +127,7 @@ def test_the_loop_judges_its_whole_share_first_then_only_what_is_due(
     later = []
     with connect(migrated) as conn:
         for step in range(1, 5):
-            fleet.touch_bench_fleet(conn, T0 + timedelta(seconds=15 * step))
+            fleets.touch_bench_fleet(conn, T0 + timedelta(seconds=15 * step))
             cycle = loop.score_once()
             assert cycle is not None
             later.append(cycle.gpus)

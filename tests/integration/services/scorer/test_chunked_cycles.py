@@ -23,8 +23,8 @@ from prometheus_client import CollectorRegistry
 from services.scorer.cycle import CycleResult, judge, judge_in_chunks
 from services.scorer.loop import ScorerSection, ScorerSettings, build_scorer
 from services.scorer.rules_config import load_rules
-from shared.config import DatabaseSettings, KafkaSettings
-from shared.db import connect
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings, KafkaSettings
 from tests.helpers.scorer_fleet import StopAfter, add_fleet, add_xids
 from tests.helpers.topics import isolated_topics
 

@@ -11,11 +11,11 @@ from services.scorer.rules_config import load_rules
 from services.sink.rows import stage_row
 from services.sink.workload_rows import poll_row, process_rows
 from services.sink.writer import Batch, BatchWriter
-from shared.config import DatabaseSettings
-from shared.db import connect
+from shared.contract.models import GpuEvent, parse_event
+from shared.contract.models_workload import GpuProcess, GpuProcesses, ProcessClass
 from shared.fakes.samples import T0, gpu_uuid, sample
-from shared.models import GpuEvent, parse_event
-from shared.models_workload import GpuProcess, GpuProcesses, ProcessClass
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings
 from shared.store.workload import insert_process_poll
 
 GPUS = 16  # node-00: GPUs 0-7, node-01: GPUs 8-15

@@ -37,10 +37,10 @@ from services.scorer.event_path import EventPath
 from services.scorer.loop import ScorerSection, ScorerSettings, build_scorer
 from services.scorer.ownership import Ownership
 from services.scorer.rules_config import load_rules
-from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
-from shared.db import connect
-from shared.kafka import JsonProducer
-from shared.models_health import AlertOpened, parse_alert
+from shared.contract.models_health import AlertOpened, parse_alert
+from shared.plumbing.db import connect
+from shared.plumbing.kafka import JsonProducer
+from shared.settings.common import DatabaseSettings, KafkaSettings, TopicSettings
 from shared.store.events import insert_events
 from tests.helpers.kafka import consume_all
 from tests.helpers.scorer_fleet import StopAfter, add_fleet, add_xids, xid_event

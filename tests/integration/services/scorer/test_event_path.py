@@ -22,13 +22,13 @@ from prometheus_client import CollectorRegistry
 
 from evaluation.pipeline import wait_until
 from services.scorer.loop import Scorer, ScorerSection, ScorerSettings, build_scorer
-from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
+from shared.contract.models import SCHEMA_VERSION
+from shared.contract.models_health import parse_alert
 from shared.contract.signing import Keyring, SigningSettings
-from shared.db import connect
-from shared.kafka import JsonProducer, make_producer
-from shared.lifecycle import running
-from shared.models import SCHEMA_VERSION
-from shared.models_health import parse_alert
+from shared.plumbing.db import connect
+from shared.plumbing.kafka import JsonProducer, make_producer
+from shared.plumbing.running import running
+from shared.settings.common import DatabaseSettings, KafkaSettings, TopicSettings
 from tests.helpers.kafka import consume_all
 from tests.helpers.remediation import ScorerKey, scorer_key
 from tests.helpers.scorer_fleet import add_fleet, event_message

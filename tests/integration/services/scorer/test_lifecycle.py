@@ -16,10 +16,10 @@ from prometheus_client import CollectorRegistry
 
 from evaluation.pipeline import pipeline, wait_until
 from services.scorer.loop import ScorerSection, ScorerSettings, build_scorer
-from shared.config import DatabaseSettings, KafkaSettings
-from shared.db import connect
-from shared.kafka import JsonProducer, make_producer
-from shared.lifecycle import Lifecycle
+from shared.plumbing.db import connect
+from shared.plumbing.kafka import JsonProducer, make_producer
+from shared.plumbing.running import ServiceRun
+from shared.settings.common import DatabaseSettings, KafkaSettings
 from tests.helpers.kafka import consume_all
 from tests.helpers.service_process import service_process, sigterm, waiting_on_a_lock
 from tests.helpers.topics import isolated_topics, topics_env
@@ -51,7 +51,7 @@ def test_sigterm_after_a_cycle_ends_the_loop_with_its_last_flush(
         finally:
             os.kill(os.getpid(), signal.SIGTERM)
 
-    with Lifecycle("scorer") as life:
+    with ServiceRun("scorer") as life:
         threading.Thread(target=sigterm_after_a_cycle, daemon=True).start()
         scorer.cycle.run(life.stop)
     assert at_signal == [0]  # queued, not sent, when the signal came

@@ -28,8 +28,8 @@ from hypothesis import strategies as st
 from services.scorer.cycle import Assessment, CycleResult, assess, judge, record
 from services.scorer.messages import Message
 from services.scorer.rules_config import load_rules
-from shared.config import DatabaseSettings
-from shared.db import connect
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings
 from shared.store import events
 from tests.helpers.scorer_fleet import add_fleet, xid_event
 

@@ -15,9 +15,9 @@ from services.scorer.cycle import assess
 from services.scorer.rules_config import load_rules
 from services.sink.rows import stage_row
 from services.sink.writer import Batch, BatchWriter
-from shared.config import DatabaseSettings
-from shared.db import connect
 from shared.fakes.samples import T0, gpu_uuid, sample
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings
 
 GPUS = 8
 

@@ -27,10 +27,10 @@ from typing import Any
 
 import psycopg
 
-from shared.config import DatabaseSettings, KafkaSettings
-from shared.db import connect
-from shared.kafka import JsonProducer, make_producer
-from shared.models_health import parse_alert
+from shared.contract.models_health import parse_alert
+from shared.plumbing.db import connect
+from shared.plumbing.kafka import JsonProducer, make_producer
+from shared.settings.common import DatabaseSettings, KafkaSettings
 from tests.helpers.kafka import consume_all
 from tests.helpers.scorer_fleet import add_fleet, event_message
 from tests.paths import REPO

@@ -10,9 +10,9 @@ from services.scorer.rules import evaluate, overall
 from services.scorer.rules_config import load_rules
 from services.sink.rows import stage_row
 from services.sink.writer import Batch, BatchWriter
-from shared.config import DatabaseSettings
-from shared.db import connect
 from shared.fakes.samples import T0, gpu_uuid, sample
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings
 
 
 def test_a_sample_carrying_a_recovery_action_makes_the_scorer_recommend_it(

@@ -13,10 +13,10 @@ from services.scorer.cycle import run_cycle
 from services.scorer.rules_config import load_rules
 from services.sink.rows import stage_row
 from services.sink.writer import Batch, BatchWriter
-from shared.config import DatabaseSettings
-from shared.db import connect
+from shared.contract.models import GpuEvent, parse_event
 from shared.fakes.samples import T0, gpu_uuid, sample
-from shared.models import GpuEvent, parse_event
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings
 
 UUID = gpu_uuid(0)
 RULES = load_rules()

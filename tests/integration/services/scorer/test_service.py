@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from evaluation.pipeline import pipeline
-from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
+from shared.contract.models import to_json
+from shared.contract.models_health import parse_alert, parse_health_verdict
 from shared.contract.signing import Keyring
-from shared.models import to_json
-from shared.models_health import parse_alert, parse_health_verdict
+from shared.settings.common import DatabaseSettings, KafkaSettings, TopicSettings
 from tests.helpers.kafka import consume_all
 from tests.helpers.remediation import scorer_key
 from tests.helpers.topics import isolated_topics, topics_env

@@ -15,10 +15,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from evaluation.pipeline import pipeline
 from services.scorer.verdict_metrics import VerdictCollector
-from shared.config import DatabaseSettings, KafkaSettings
-from shared.db import connect
-from shared.models import to_json
-from shared.models_health import parse_alert, parse_health_verdict
+from shared.contract.models import to_json
+from shared.contract.models_health import parse_alert, parse_health_verdict
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings, KafkaSettings
 from tests.helpers.kafka import consume_all
 from tests.helpers.ports import free_port
 from tests.helpers.topics import isolated_topics, topics_env

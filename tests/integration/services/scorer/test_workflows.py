@@ -10,10 +10,10 @@ from services.scorer.rules import evaluate
 from services.scorer.rules_config import load_rules
 from services.sink.rows import stage_row
 from services.sink.writer import Batch, BatchWriter
-from shared.config import DatabaseSettings
-from shared.db import connect
+from shared.contract.models import GpuEvent, parse_event
 from shared.fakes.samples import T0, gpu_uuid, sample
-from shared.models import GpuEvent, parse_event
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings
 
 LINK_DOWN_V1 = (
     "NETIR_LINK_EVT  Fatal   XC0 i0 Link 09 (0x025525c6 0x00000000 0x00000000 0x00000000 0x00000000)"

@@ -15,8 +15,8 @@ from prometheus_client import CollectorRegistry
 
 from services.sink.metrics import SinkMetrics
 from services.sink.retention import Retention
-from shared.config import DatabaseSettings
-from shared.db import connect
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings
 from tests.helpers.archive import KEYS, TABLES, archived_rows, check_manifests, fill, snapshot
 from tests.helpers.sink import counter_value
 from tests.paths import REPO

@@ -22,8 +22,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.config import DatabaseSettings
-from shared.migrate import migrated_schema
+from shared.plumbing.migrate import migrated_schema
+from shared.settings.common import DatabaseSettings
 from tests.helpers.archive import KEYS, TABLES, archived_rows, check_manifests, fill, snapshot
 from tests.paths import REPO
 

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from shared.config import DatabaseSettings
-from shared.db import connect
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings
 from shared.store.archive import arrow_schema, copy_batches
 
 COLUMNS = [("t", "timestamp with time zone"), ("s", "text"), ("x", "double precision"), ("r", "real"),

@@ -26,12 +26,12 @@ from hypothesis import strategies as st
 
 from evaluation.pipeline import make_loop, stored_offsets_total, wait_until
 from services.sink.build import close_sink_loop
-from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
-from shared.db import connect
-from shared.errors import ContractError
+from shared.contract.models import parse_event, parse_sample
 from shared.fakes.samples import T0, sample
-from shared.kafka import make_producer
-from shared.models import parse_event, parse_sample
+from shared.plumbing.db import connect
+from shared.plumbing.errors import ContractError
+from shared.plumbing.kafka import make_producer
+from shared.settings.common import DatabaseSettings, KafkaSettings, TopicSettings
 from tests.helpers.hostile import (
     ANY_JSON,
     ANY_TEXT,

@@ -10,10 +10,10 @@ from evaluation.pipeline import stored_offsets_total
 from services.sink.deadletters import DeadLetter, Origin
 from services.sink.rows import STAGE_COLUMNS, stage_row
 from services.sink.writer import Batch, BatchWriter
-from shared.config import DatabaseSettings
-from shared.db import connect
+from shared.contract.models import EventKind, GpuEvent, Source
 from shared.fakes.samples import sample
-from shared.models import EventKind, GpuEvent, Source
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings
 from tests.helpers.sink import count
 
 HOSTNAME = STAGE_COLUMNS.index("hostname")

@@ -6,8 +6,8 @@ import time
 from collections.abc import Callable
 
 from evaluation.pipeline import stored_offsets_total, wait_until
-from shared.config import DatabaseSettings, KafkaSettings
-from shared.db import connect
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings, KafkaSettings
 from tests.helpers.service_process import service_process, sigterm, waiting_on_a_lock
 from tests.helpers.sink import (
     count,

@@ -16,11 +16,11 @@ from evaluation.pipeline import make_loop, stored_offsets_total, wait_until
 from services.sink.loop import SinkLoop
 from services.sink.rows import stage_row
 from services.sink.writer import Batch, BatchWriter, EarlierBatchError
-from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
-from shared.db import connect
-from shared.errors import DatabaseError
 from shared.fakes.samples import sample
-from shared.kafka import make_producer
+from shared.plumbing.db import connect
+from shared.plumbing.errors import DatabaseError
+from shared.plumbing.kafka import make_producer
+from shared.settings.common import DatabaseSettings, KafkaSettings, TopicSettings
 from shared.store import rollup
 from tests.helpers.kafka import consume_all, header_map
 from tests.helpers.sink import (

@@ -25,10 +25,10 @@ from evaluation.pipeline import make_loop, stored_offsets_total, wait_until
 from services.sink.deadletters import DeadLetter, DeadLetterRelay
 from services.sink.metrics import SinkMetrics
 from services.sink.writer import Batch, BatchWriter
-from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
-from shared.db import connect
 from shared.fakes.samples import sample
-from shared.kafka import make_consumer, make_producer
+from shared.plumbing.db import connect
+from shared.plumbing.kafka import make_consumer, make_producer
+from shared.settings.common import DatabaseSettings, KafkaSettings, TopicSettings
 from tests.helpers.kafka import consume_all, header_map
 from tests.helpers.sink import count, counter_value, env_for, running, sink_process, sink_topics, sink_until
 

@@ -25,12 +25,12 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from services.sink.verifications import VerificationLoop
-from shared.chain import GENESIS
-from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
-from shared.errors import ContractError
+from shared.contract.chain import GENESIS
+from shared.contract.models_verify import SystemIdentity, parse_system, parse_verification, record_json
 from shared.fakes.samples import T0
-from shared.gpu_identity import NvmlReader
-from shared.models_verify import SystemIdentity, parse_system, parse_verification, record_json
+from shared.gpu.gpu_identity import NvmlReader
+from shared.plumbing.errors import ContractError
+from shared.settings.common import DatabaseSettings, KafkaSettings, TopicSettings
 from tests.helpers.hostile import (
     ANY_JSON,
     ANY_TEXT,

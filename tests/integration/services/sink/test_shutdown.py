@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from evaluation.pipeline import stored_offsets_total, wait_until
-from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
-from shared.db import connect
-from shared.migrate import migrated_schema
+from shared.plumbing.db import connect
+from shared.plumbing.migrate import migrated_schema
+from shared.settings.common import DatabaseSettings, KafkaSettings, TopicSettings
 from tests.helpers.service_process import waiting_on_a_lock, watched_service
 from tests.helpers.sink import (
     EVENT_EVERY,

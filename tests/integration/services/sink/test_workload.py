@@ -35,13 +35,13 @@ from services.mock_dcgm.server import MockServer
 from services.mock_ollama.server import MockOllamaServer
 from services.sink.metrics import SinkMetrics
 from services.sink.workload import WorkloadLoop
-from shared.config import DatabaseSettings, KafkaSettings, Settings, TopicSettings
-from shared.db import connect
-from shared.kafka import JsonProducer, make_producer
-from shared.lifecycle import running
-from shared.models import to_json
-from shared.models_workload import GpuProcess, GpuProcesses, ProcessClass
-from shared.process_rules import ProcessRules
+from shared.contract.models import to_json
+from shared.contract.models_workload import GpuProcess, GpuProcesses, ProcessClass
+from shared.gpu.process_rules import ProcessRules
+from shared.plumbing.db import connect
+from shared.plumbing.kafka import JsonProducer, make_producer
+from shared.plumbing.running import running
+from shared.settings.common import DatabaseSettings, KafkaSettings, Settings, TopicSettings
 from tests.helpers.identities import VIEWER, api_app, as_role
 from tests.helpers.kafka import consume_all, header_map
 from tests.helpers.ports import free_port

@@ -26,11 +26,11 @@ from hypothesis import strategies as st
 
 from evaluation.pipeline import wait_until
 from services.sink.workload import WorkloadLoop
-from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
-from shared.db import connect
-from shared.errors import ContractError
+from shared.contract.models_workload import LlmSession, parse_gpu_processes, parse_llm_message
 from shared.fakes.samples import T0
-from shared.models_workload import LlmSession, parse_gpu_processes, parse_llm_message
+from shared.plumbing.db import connect
+from shared.plumbing.errors import ContractError
+from shared.settings.common import DatabaseSettings, KafkaSettings, TopicSettings
 from tests.helpers.hostile import (
     HostileRun,
     Produced,

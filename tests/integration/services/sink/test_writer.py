@@ -18,9 +18,9 @@ from services.sink.metrics import SinkMetrics
 from services.sink.rollup import RollupRefresher
 from services.sink.rows import STAGE_COLUMNS, stage_row
 from services.sink.writer import Batch, BatchWriter
-from shared.config import DatabaseSettings
-from shared.db import connect
 from shared.fakes.samples import T0, sample
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings
 from tests.helpers.sink import count
 
 GPUS = 5

@@ -19,12 +19,12 @@ from services.sink.metrics import SinkMetrics
 from services.sink.verifications import VerificationLoop
 from services.verifier import __main__ as cli
 from services.verifier.chainlog import KafkaChain, MemoryChain, audit_topic
-from shared.chain import link_of
-from shared.config import DatabaseSettings, KafkaSettings, TopicSettings
-from shared.db import connect
-from shared.gpu_identity import NvmlReader
-from shared.kafka import make_admin, make_consumer, make_producer
-from shared.models_verify import Outcome, RecordKind, record_bytes, record_json
+from shared.contract.chain import link_of
+from shared.contract.models_verify import Outcome, RecordKind, record_bytes, record_json
+from shared.gpu.gpu_identity import NvmlReader
+from shared.plumbing.db import connect
+from shared.plumbing.kafka import make_admin, make_consumer, make_producer
+from shared.settings.common import DatabaseSettings, KafkaSettings, TopicSettings
 from tests.helpers.identities import as_role
 from tests.helpers.kafka import consume_all, header_map
 from tests.helpers.topics import isolated_topics

@@ -8,8 +8,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from shared.config import DatabaseSettings
-from shared.db import connect
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings
 
 
 @pytest.fixture

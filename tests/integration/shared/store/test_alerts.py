@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.config import DatabaseSettings
-from shared.errors import DataRefusedError
+from shared.plumbing.errors import DataRefusedError
+from shared.settings.common import DatabaseSettings
 from shared.store import alerts
 from shared.store.alerts import AlertFilters
 from tests.helpers.store_rows import T0, add_alert, add_gpu, add_status, gpu, on_async

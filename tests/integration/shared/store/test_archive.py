@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from psycopg import sql
 
-from shared.config import DatabaseSettings
-from shared.db import connect
-from shared.errors import DatabaseError, DataRefusedError
+from shared.plumbing.db import connect
+from shared.plumbing.errors import DatabaseError, DataRefusedError
+from shared.settings.common import DatabaseSettings
 from shared.store.archive import (
     arrow_schema,
     chunk_relations,

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from services.sink.deadletters import DeadLetter
-from shared.config import DatabaseSettings
-from shared.db import connect
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings
 from shared.store import deadletters
 
 GROUP = "lease-test"

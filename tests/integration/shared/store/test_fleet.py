@@ -11,10 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bench import fleets
 from services.api.answers.gpus import GpuListed
-from shared.config import DatabaseSettings
-from shared.db import connect
-from shared.errors import DataRefusedError
+from shared.plumbing.db import connect
+from shared.plumbing.errors import DataRefusedError
+from shared.settings.common import DatabaseSettings
 from shared.store import fleet
 from shared.store.fleet import SORTS, GpuFilters
 from tests.helpers.store_rows import T0, add_alert, add_gpu, add_latest, add_status, gpu, on_async
@@ -153,14 +154,14 @@ def test_hostile_filters_are_values_never_sql(
 
 
 def test_the_benches_synthetic_fleets(migrated: DatabaseSettings, conn: psycopg.Connection[Any]) -> None:
-    fleet.fill_api_bench_fleet(conn, as_of=T0, gpus=16, rollup_minutes=5)
+    fleets.fill_api_bench_fleet(conn, as_of=T0, gpus=16, rollup_minutes=5)
     totals = fleet.summary_sync(conn, missing_after_s=60).totals
     assert (totals["gpus"], totals["healthy"], totals["degraded"], totals["missing"]) == (16, 14, 2, 0)
     assert conn.execute("SELECT count(*) FROM gpu_metrics_1min").fetchone() == (16 * 5,)
 
 
 def test_the_scorer_benchs_synthetic_fleet(migrated: DatabaseSettings, conn: psycopg.Connection[Any]) -> None:
-    fleet.fill_scorer_bench_fleet(conn, as_of=T0, gpus=16)
+    fleets.fill_scorer_bench_fleet(conn, as_of=T0, gpus=16)
     assert fleet.newest_sample_time(conn) == T0
     assert conn.execute("SELECT count(*), count(DISTINCT gpu_uuid) FROM gpu_metrics_1min").fetchone() == (
         960,

@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg.types.json import Jsonb
 
-from shared.config import DatabaseSettings
-from shared.db import connect
-from shared.errors import DataRefusedError
+from shared.plumbing.db import connect
+from shared.plumbing.errors import DataRefusedError
+from shared.settings.common import DatabaseSettings
 from shared.store import history
 from shared.store.history import COUNTERS, EventFilters
 from tests.helpers.store_rows import T0, gpu, on_async

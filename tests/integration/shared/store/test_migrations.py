@@ -7,9 +7,9 @@ import uuid
 import psycopg
 import pytest
 
-from shared.config import DatabaseSettings
-from shared.db import connect
-from shared.errors import DatabaseError, DatabaseUnavailableError
+from shared.plumbing.db import connect
+from shared.plumbing.errors import DatabaseError, DatabaseUnavailableError
+from shared.settings.common import DatabaseSettings
 from shared.store import migrations
 from shared.store.server import create_schema, drop_schema, set_search_path
 

@@ -6,8 +6,8 @@ import asyncio
 
 import psycopg
 
-from shared.config import DatabaseSettings
-from shared.db import connect
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings
 from shared.store.notify import CHANNEL, announce_scored, listen_scored
 
 

@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
-from shared.config import DatabaseSettings
-from shared.db import connect
-from shared.errors import DatabaseError
+from shared.plumbing.db import connect
+from shared.plumbing.errors import DatabaseError
+from shared.settings.common import DatabaseSettings
 from shared.store import retention
 from shared.store.archive import Chunk, chunk_relations, expired_chunks, load_rows_binary
 

@@ -25,9 +25,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
 
-from shared.config import DatabaseSettings
-from shared.db import connect
-from shared.migrate import apply_migrations, discover
+from shared.plumbing.db import connect
+from shared.plumbing.migrate import apply_migrations, discover
+from shared.settings.common import DatabaseSettings
 from shared.store.usage import DIMENSIONS, UsageQuery, usage_sync
 from tests.helpers.usage_fleet import T0, Gpu, Piece, Run, store, truth, uuid_of
 

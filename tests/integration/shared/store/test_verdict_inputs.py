@@ -11,8 +11,8 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from shared.config import DatabaseSettings
-from shared.db import connect
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings
 from shared.store import verdict_inputs
 from shared.store.verdict_inputs import FeatureWindows
 from tests.helpers.store_rows import T0, add_gpu, add_latest, gpu
@@ -196,7 +196,7 @@ def test_a_folded_flood_is_stored_once_and_counts_as_its_lines(conn: psycopg.Con
     """The collector's folds (services/collector/xid_fold.py): the first line, then its count; the sink
     keeps the highest count whichever path, order or replay brings it; the scorer counts the lines."""
     from gpuhealth.contract.wire_time import wire_time
-    from shared.models import EventKind, GpuEvent, Source
+    from shared.contract.models import EventKind, GpuEvent, Source
     from shared.store import events
     from shared.store.events import EVENTS_STAGE, event_row
 

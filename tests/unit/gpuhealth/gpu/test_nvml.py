@@ -17,7 +17,7 @@ from gpuhealth.gpu.readings import SourceError
 from services.collector.proc_info import ProcReader
 from services.collector.process_sources import NvmlProcesses
 from shared.fakes.nvml import FakeNvml, NVMLError, NVMLError_GpuIsLost, NVMLError_NotSupported
-from shared.gpu_identity import GpuUnavailableError, NvmlReader
+from shared.gpu.gpu_identity import GpuUnavailableError, NvmlReader
 
 
 class _Module:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from gpuhealth.gpu.readings import SourceError
 from gpuhealth.gpu.smi_source import QUERY_FIELDS, SmiSource, _value
 from gpuhealth.gpu.smi_xml import parse_smi_xml, recovery_action_code
-from shared.models import METRIC_FIELDS
+from shared.contract.models import METRIC_FIELDS
 from tests.paths import DATA
 
 H100 = DATA / "h100"

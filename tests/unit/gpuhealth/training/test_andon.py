@@ -15,7 +15,7 @@ from gpuhealth.gpu.driver_codes import ClockEventReason as Reason
 from gpuhealth.training import AlertKind, AndonChecker, AndonThresholds, GpuStatus
 from gpuhealth.training.andon import idle_alert, memory_alert, power_alert, thermal_alert
 from services.scorer.rules_config import DEFAULT_RULES, load_rules
-from shared.errors import ConfigError
+from shared.plumbing.errors import ConfigError
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 T = AndonThresholds()

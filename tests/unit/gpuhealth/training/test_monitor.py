@@ -14,8 +14,8 @@ from gpuhealth.gpu.smi_source import SmiSource
 from gpuhealth.training import GpuMonitor, SourceError, open_source
 from gpuhealth.training.monitor import statuses_from, visible_devices
 from gpuhealth.training.sources import SourceReading
+from shared.contract.models import Source
 from shared.fakes.scripted_nvml import BrokenNvml, ScriptedNvml
-from shared.models import Source
 
 H100, V100 = "GPU-11111111-2222-3333-4444-555555555555", "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
 SMI = {"index": "0", "uuid": "GPU-12345678-aaaa-bbbb-cccc-1234567890ab", "name": "NVIDIA H100 80GB HBM3",

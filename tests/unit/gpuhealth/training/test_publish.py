@@ -23,9 +23,9 @@ from gpuhealth.training import (
     GpuMonitor,
 )
 from gpuhealth.training.publish import ALERTS_TOPIC, PublisherSettings, alert_message, job_from_env
-from shared.config import Settings
-from shared.errors import ConfigError, ContractError
 from shared.fakes.scripted_nvml import ScriptedNvml
+from shared.plumbing.errors import ConfigError, ContractError
+from shared.settings.common import Settings
 
 UUID = "GPU-11111111-2222-3333-4444-555555555555"
 

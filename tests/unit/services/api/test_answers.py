@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from services.api.answers.gpus import LatestSample, Verdict
 from services.api.answers.history import SeriesPoint
 from services.api.paging import z_time
-from shared.models import GpuSample
+from shared.contract.models import GpuSample
 from shared.store.history import COUNTERS
 
 ZONES = st.builds(lambda minutes: timezone(timedelta(minutes=minutes)), st.integers(-14 * 60, 14 * 60))

@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 from services.api.app import create_app
 from services.api.auth import AuthSection, claim_at, highest_role
 from services.api.local_tokens import AUDIENCE, ISSUER, signing_key
-from shared.config import DatabaseSettings
+from shared.settings.common import DatabaseSettings
 from tests.helpers.identities import LocalIdentities, api_section, local_identities
 
 # Each write and the least role that may do it; every role below it is refused (403).

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from services.api.export import FORMULA_START, csv_cell, iso_z
 from services.api.paging import z_time
-from shared.config import DatabaseSettings
+from shared.settings.common import DatabaseSettings
 from tests.helpers.identities import api_app, as_role
 
 RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")

@@ -45,7 +45,7 @@ from services.api.parameters import (
     time_range,
 )
 from services.api.routes.history import fit_bucket
-from shared.config import DatabaseSettings
+from shared.settings.common import DatabaseSettings
 from tests.helpers.identities import api_app, as_role
 
 MODELS: list[type[QueryModel]] = [

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from services.api.settings import RULES_FILE, ApiSection, missing_after_s
 from services.scorer.rules_config import DEFAULT_RULES, load_rules
-from shared.errors import ConfigError
+from shared.plumbing.errors import ConfigError
 
 
 def test_the_api_reads_the_rules_the_scorer_judges_by() -> None:

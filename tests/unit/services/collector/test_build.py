@@ -8,8 +8,8 @@ from prometheus_client import CollectorRegistry
 
 from services.collector.build import CollectorSection, build_collector
 from services.collector.metrics import CollectorMetrics
-from shared.config import TopicSettings
-from shared.models import Source
+from shared.contract.models import Source
+from shared.settings.common import TopicSettings
 
 
 class Closeable:

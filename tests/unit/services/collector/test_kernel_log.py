@@ -26,7 +26,7 @@ from services.collector.kernel_log import (
     parse_kmsg_record,
     parse_xid_line,
 )
-from shared.event_details import XidDetails
+from shared.contract.event_details import XidDetails
 from tests.paths import DATA
 
 DATA = DATA

@@ -31,9 +31,9 @@ from services.collector.launcher import (
 from services.collector.proc_info import ProcReader
 from services.collector.process_sources import ObservedProcess
 from services.collector.processes import classify_process
-from shared.errors import ConfigError
-from shared.models_workload import GpuProcess, ProcessClass
-from shared.process_rules import ProcessRules
+from shared.contract.models_workload import GpuProcess, ProcessClass
+from shared.gpu.process_rules import ProcessRules
+from shared.plumbing.errors import ConfigError
 
 TORCHRUN_ENV = {"LOCAL_RANK": "3", "RANK": "11", "WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "8",
                 "TORCHELASTIC_RUN_ID": "llm-pretrain-7", "MASTER_ADDR": "10.0.0.5", "MASTER_PORT": "29500",

@@ -20,7 +20,7 @@ from gpuhealth.gpu.readings import GpuReading, SourceReading
 from services.collector.enrich import Enricher, Placement
 from services.collector.events import EventDetector
 from services.collector.kernel_log import KernelXid
-from shared.models import EventKind, GpuEvent, GpuSample, Source
+from shared.contract.models import EventKind, GpuEvent, GpuSample, Source
 
 T0 = datetime(2026, 11, 28, 9, 0, tzinfo=UTC)
 UUID = "GPU-11111111-2222-3333-4444-555555555555"

@@ -13,8 +13,8 @@ import pytest
 from gpuhealth.gpu.readings import GpuReading, SourceError, SourceReading
 from services.collector.enrich import Enricher, Placement, load_inventory
 from services.collector.events import EventDetector
-from shared.errors import ConfigError
-from shared.models import EventKind, GpuSample, Source, parse_event, parse_sample
+from shared.contract.models import EventKind, GpuSample, Source, parse_event, parse_sample
+from shared.plumbing.errors import ConfigError
 from tests.helpers.collector import FakeProducer, FakeSource, make_collector, value
 
 T = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)

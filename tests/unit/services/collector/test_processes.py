@@ -18,8 +18,8 @@ from services.collector.process_sources import GpuObservation, NvmlProcesses, Ob
 from services.collector.processes import process_messages
 from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
 from services.mock_dcgm.processes import MockProcesses
-from shared.models_workload import GpuProcess, ProcessClass
-from shared.process_rules import ProcessRules
+from shared.contract.models_workload import GpuProcess, ProcessClass
+from shared.gpu.process_rules import ProcessRules
 
 CID = "3f2a9c4e1b7d6a5f8e0c2b4d6f8a0c1e3b5d7f9a1c3e5b7d9f0a2c4e6b8d0f1a"
 UID = "0b4b2a4e-1d7d-11e9-9a3b-42010a800002"

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 from services.collector.metrics import CollectorMetrics
 from services.collector.publisher import Publisher, collector_producer
 from services.collector.spool import SpooledRecord, SpoolFile, SpoolingProducer
-from shared.config import KafkaSettings
+from shared.settings.common import KafkaSettings
 
 RECORDS = st.builds(
     SpooledRecord,

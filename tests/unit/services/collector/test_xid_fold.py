@@ -15,7 +15,7 @@ from services.collector.enrich import Enricher, Placement
 from services.collector.events import EventDetector
 from services.collector.kernel_log import KernelXid
 from services.collector.xid_fold import XidFolder
-from shared.models import EventKind, GpuEvent, GpuSample, Source, parse_event, to_json
+from shared.contract.models import EventKind, GpuEvent, GpuSample, Source, parse_event, to_json
 
 T = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
 GPUS = [(f"GPU-0000000{i}-2222-3333-4444-555555555555", f"00000000:{0x18 + i:02X}:00.0") for i in range(3)]

@@ -13,8 +13,8 @@ from services.collector.dcgm_source import DcgmSource, new_xids, parse_expositio
 from services.collector.enrich import Enricher, Placement
 from services.collector.events import PENDING_FOR, EventDetector
 from services.collector.kernel_log import KernelXid
-from shared.dcgm import FIELDS
-from shared.models import EventKind, GpuEvent, GpuSample, MigInstance, Source
+from shared.contract.models import EventKind, GpuEvent, GpuSample, MigInstance, Source
+from shared.gpu.dcgm import FIELDS
 
 T = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 UUID = "GPU-11111111-2222-3333-4444-555555555555"

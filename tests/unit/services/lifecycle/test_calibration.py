@@ -21,7 +21,7 @@ from services.lifecycle.costs import Option
 from services.lifecycle.decide import GpuFacts, decide
 from services.lifecycle.run import baseline_p30, baseline_score
 from services.lifecycle.settings import PREDICTOR_CALIBRATION_FILE, PREDICTOR_WEIGHTS_FILE, EconomicsSection
-from shared.errors import ConfigError
+from shared.plumbing.errors import ConfigError
 from tests.helpers.lifecycle import TODAY, bought, busy
 
 E = EconomicsSection()

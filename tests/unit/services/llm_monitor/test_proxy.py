@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from services.llm_monitor.proxy import OllamaProxy
 from services.llm_monitor.servers import VllmScraper
 from services.mock_ollama.server import MockOllamaServer
-from shared.models_workload import LlmSession
+from shared.contract.models_workload import LlmSession
 from tests.paths import DATA
 
 GENERATE = (DATA / "ollama" / "generate-stream.ndjson").read_bytes()

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from services.llm_monitor.ollama_metrics import SessionMeter, request_facts
 from services.llm_monitor.servers import VllmScraper, loaded_models
-from shared.errors import ContractError
-from shared.models import to_json
-from shared.models_workload import LlmSession, parse_llm_message
+from shared.contract.models import to_json
+from shared.contract.models_workload import LlmSession, parse_llm_message
+from shared.plumbing.errors import ContractError
 from tests.paths import DATA
 
 DATA = DATA

@@ -9,7 +9,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from services.mock_dcgm.fleet import Fleet
-from shared.dcgm import BY_NAME, FIELDS, INT64_NOT_SUPPORTED, is_blank
+from shared.gpu.dcgm import BY_NAME, FIELDS, INT64_NOT_SUPPORTED, is_blank
 from tests.helpers.mock_fleet import make_fleet
 
 LABEL_ORDER = [

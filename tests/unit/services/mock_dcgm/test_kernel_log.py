@@ -18,8 +18,8 @@ from services.mock_dcgm.faults import FaultError
 from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
 from services.mock_dcgm.kernel_log import NodeLog, _mnemonics, kernel_pci, nvlink5_message, nvlink5_rows
 from services.mock_dcgm.server import MockServer
-from shared.models import Source
-from shared.nvlink_decode import decode_nvlink5, generation_of, load_nvlink5_table
+from shared.contract.models import Source
+from shared.gpu.nvlink_decode import decode_nvlink5, generation_of, load_nvlink5_table
 from tests.helpers.mock_fleet import T0, make_fleet
 from tests.paths import REPO
 

@@ -10,10 +10,10 @@ import tomllib
 import pytest
 import yaml
 
+from scripts.supervise import expand
 from services.mock_dcgm.__main__ import MockSettings
 from services.remediator.drivers.node_exec import Command
 from services.remediator.settings import RemediatorSettings
-from shared.supervise import expand
 from tests.paths import REPO
 
 PREFIX = "GPUHEALTH_REMEDIATOR__EXEC__"

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from services.remediator.findings import from_alert, from_verdict, load_node_map, valid_node
 from services.remediator.policy import load_policy
-from shared.errors import ConfigError
-from shared.models_health import AlertOpened, AlertResolved, HealthVerdict
+from shared.contract.models_health import AlertOpened, AlertResolved, HealthVerdict
+from shared.plumbing.errors import ConfigError
 
 GPU = "GPU-00000001-0000-4000-8000-000000000000"
 T = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)

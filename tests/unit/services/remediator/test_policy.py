@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.remediator.policy import DEFAULT_POLICY, Breaker, NodesOut, load_policy
-from shared.errors import ConfigError
-from shared.models_health import LADDER
+from shared.contract.models_health import LADDER
+from shared.plumbing.errors import ConfigError
 
 POLICY_TEXT = DEFAULT_POLICY.read_text()
 

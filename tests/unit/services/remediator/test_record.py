@@ -11,9 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.remediator.record import as_record, event
-from shared.errors import ContractError
-from shared.models import to_json
-from shared.models_remediation import parse_remediation, record_key
+from shared.contract.models import to_json
+from shared.contract.models_remediation import parse_remediation, record_key
+from shared.plumbing.errors import ContractError
 
 T = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
 GPU = "GPU-00000001-0000-4000-8000-000000000000"

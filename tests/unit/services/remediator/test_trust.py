@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from services.remediator.trust import REASONS, Refusal, Trust, refusal_record
 from shared.contract.signing import Keyring, SigningSettings, keygen
-from shared.errors import ConfigError
+from shared.plumbing.errors import ConfigError
 
 NOW = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
 TRUST = Trust(Keyring.of(Ed25519PrivateKey.generate().public_key()), max_age_s=900, max_future_s=60)

@@ -12,7 +12,7 @@ from services.scorer.correlation import correlated_alerts, job_owns
 from services.scorer.features import XidCounts
 from services.scorer.patterns import Burst
 from services.scorer.rules import Verdict, evaluate, hold_back_for_the_place
-from shared.models_health import LADDER, SUBSYSTEMS, Action
+from shared.contract.models_health import LADDER, SUBSYSTEMS, Action
 from shared.store.correlated_inputs import Episode
 from tests.helpers.scorer import HEALTHY, NOW, RULES
 

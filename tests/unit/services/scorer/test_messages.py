@@ -15,8 +15,8 @@ from services.scorer.features import GpuFeatures, XidCounts
 from services.scorer.messages import alert_opened, alert_resolved, named, verdict_changed
 from services.scorer.rules import evaluate
 from services.scorer.rules_config import load_rules
-from shared.models import to_json
-from shared.models_health import HEALTH_STATES, SUBSYSTEMS, parse_alert, parse_health_verdict
+from shared.contract.models import to_json
+from shared.contract.models_health import HEALTH_STATES, SUBSYSTEMS, parse_alert, parse_health_verdict
 
 RULES = load_rules()
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)

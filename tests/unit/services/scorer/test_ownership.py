@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.scorer.ownership import Ownership, Share
-from shared.kafka import key_partition
+from shared.plumbing.kafka import key_partition
 
 gpu_ids = st.lists(st.uuids().map(lambda u: f"GPU-{u}"), max_size=60, unique=True)
 

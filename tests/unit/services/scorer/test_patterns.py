@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from services.scorer.patterns import Burst, judge_pattern, occurrences, pattern_queries
 from services.scorer.rules import evaluate
 from services.scorer.rules_config import DEFAULT_RULES, Pattern, load_rules
-from shared.errors import ConfigError
+from shared.plumbing.errors import ConfigError
 from tests.helpers.scorer import HEALTHY, NOW, RULES
 
 DAY = 86400.0

@@ -15,7 +15,7 @@ from services.scorer.cycle import desired_alerts
 from services.scorer.predict import TERMS, predict_one
 from services.scorer.rules import escalate, evaluate, overall, score
 from services.scorer.rules_config import DEFAULT_RULES, PredictorWeights, load_rules
-from shared.errors import ConfigError
+from shared.plumbing.errors import ConfigError
 from tests.helpers.scorer import HEALTHY, NOW, RULES
 
 

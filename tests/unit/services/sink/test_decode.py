@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from psycopg.types.json import Jsonb
 
 from services.sink.decode import Decoded, _decode_one, decode_lanes
-from shared.config import TopicSettings
+from shared.settings.common import TopicSettings
 
 TOPICS = TopicSettings(metrics_raw="raw", events="events")
 UUID = "GPU-91310d89-c3e8-4b50-81d8-a29050bc85cc"

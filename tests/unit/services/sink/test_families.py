@@ -8,7 +8,7 @@ import pytest
 from services.sink.decode import decode_lanes
 from services.sink.verifications import VerificationRecords
 from services.sink.workload_rows import WorkloadRecords
-from shared.topic_registry import SinkLoopName, TopicSettings
+from shared.contract.topic_registry import SinkLoopName, TopicSettings
 
 # Names of their own, so a loop that reads a topic by its default name rather than its setting shows.
 TOPICS = TopicSettings.model_validate({r.setting: f"own-{r.default}" for r in TopicSettings.registry()})

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.sink.isolate import split_refused
-from shared.errors import DataRefusedError
+from shared.plumbing.errors import DataRefusedError
 
 
 @given(refused=st.lists(st.booleans(), max_size=64))

@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 from services.collector.systems import SystemAnnouncer
 from services.sink.verifications import decode_records
 from services.verifier.chainlog import MemoryChain
-from shared.chain import link_of
-from shared.config import TopicSettings
-from shared.errors import GpuHealthError
-from shared.gpu_identity import NvmlReader
-from shared.models_verify import Outcome, RecordKind, SystemIdentity, record_bytes, record_json
+from shared.contract.chain import link_of
+from shared.contract.models_verify import Outcome, RecordKind, SystemIdentity, record_bytes, record_json
+from shared.gpu.gpu_identity import NvmlReader
+from shared.plumbing.errors import GpuHealthError
+from shared.settings.common import TopicSettings
 from tests.helpers.verifier_fakes import UUIDS, FakeNvml
 
 TOPICS = TopicSettings()
@@ -214,7 +214,7 @@ def test_a_records_loop_that_fails_stops_the_whole_sink_and_says_so() -> None:
 
     from services.sink.metrics import SinkMetrics
     from services.sink.verifications import VerificationLoop
-    from shared.config import DatabaseSettings
+    from shared.settings.common import DatabaseSettings
 
     loop = VerificationLoop(
         consumer=BrokenConsumer(),  # type: ignore[arg-type]

@@ -15,8 +15,8 @@ from services.verifier.backends import Device
 from services.verifier.chainlog import MemoryChain
 from services.verifier.compute import MatmulSpec, check_device, reference, round_to, summarize
 from services.verifier.oplog import OperationLog, where_is
-from shared.chain import GENESIS, link_of, verify_chain
-from shared.models_verify import Outcome, RecordKind, record_json
+from shared.contract.chain import GENESIS, link_of, verify_chain
+from shared.contract.models_verify import Outcome, RecordKind, record_json
 from tests.helpers.verifier_fakes import UUIDS, FakeBackend
 
 SPEC = MatmulSpec(m=64, k=48, n=32, warmup=1, repeats=3)

@@ -28,8 +28,8 @@ from shared.contract.signing import (
     main,
     signed_bytes,
 )
-from shared.errors import ConfigError
-from shared.kafka import encode_json
+from shared.plumbing.errors import ConfigError
+from shared.plumbing.kafka import encode_json
 from tests.helpers.hostile import ANY_JSON
 
 PUBLIC_PEM = serialization.PublicFormat.SubjectPublicKeyInfo

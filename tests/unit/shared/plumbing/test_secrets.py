@@ -11,10 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.api.settings import ApiSettings
-from shared.config import Settings, load_settings, log_settings
-from shared.logging import setup_logging
+from shared.plumbing.logging import setup_logging
 from shared.plumbing.secrets import MASK, default_secrets_off_loopback, is_loopback, mask_value, masked
-from shared.service import start_service
+from shared.plumbing.service import start_service
+from shared.settings.common import Settings, load_settings, log_settings
 
 
 def logged_settings(settings: Settings) -> str:

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from psycopg import errors
 
-from shared.errors import DatabaseError, DatabaseUnavailableError, DataRefusedError
+from shared.plumbing.errors import DatabaseError, DatabaseUnavailableError, DataRefusedError
 from shared.store.errors import describe, is_data_fault, printable, translate, translated
 
 DATA_CLASSES = {"21", "22", "23", "54"}  # the values' fault

@@ -7,7 +7,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from shared.errors import DatabaseError
+from shared.plumbing.errors import DatabaseError
 from shared.store.server import drop_schema
 
 

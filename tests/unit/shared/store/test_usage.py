@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.config import HEALTH_RULES_FILE
-from shared.migrate import SCHEMA_DIR
+from shared.plumbing.migrate import SCHEMA_DIR
+from shared.settings.common import HEALTH_RULES_FILE
 from shared.store.usage import DIMENSIONS, UsageQuery
 
 T0 = datetime(2026, 5, 4, tzinfo=UTC)

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from services.remediator.drivers.kubeconfig import load_kubeconfig
-from shared.errors import ConfigError
+from shared.plumbing.errors import ConfigError
 
 
 @pytest.fixture(scope="module")
