@@ -35,6 +35,7 @@ from shared.store import remediation_ledger as ledger
 from shared.store.errors import translated
 from shared.store.remediation import SyncConn
 
+from . import moot
 from .decide import Decided, decide
 from .executor import Executor
 from .findings import Finding, NodeMap, from_alert, from_verdict
@@ -210,7 +211,9 @@ class RemediatorLoop:
             with self.held.session() as conn:
                 self._refuse(conn, message, finding)
             return
-        if finding.action == "none":  # most verdicts: healthy again, or nothing to do; no database asked
+        if finding.action == "none":  # most verdicts: healthy again, or nothing to do
+            if finding.message.get("state") == "healthy" and topic == self.topics.health:
+                self._withdraw_if_moot(finding)
             self._count(topic, Decided(""))
             return
         for attempt in (1, 2):
@@ -232,6 +235,16 @@ class RemediatorLoop:
                 if attempt == 2:
                     raise
         self._count(topic, decided)
+
+    def _withdraw_if_moot(self, finding: Finding) -> None:
+        """A healthy verdict: the node's held plan goes if it never acted and all its GPUs are healthy."""
+        with self.held.session() as conn:
+            where = placed(conn, finding, self.nodes)
+            if isinstance(where, Refusal):
+                return  # nothing is decided on a GPU the inventory does not place
+            if moot.withdraw_if_moot(conn, where, dry_run=self.dry_run, now=datetime.now(UTC)):
+                with translated(conn):
+                    conn.commit()
 
     def _refuse(self, conn: SyncConn, message: confluent_kafka.Message, refusal: Refusal) -> None:
         """No decision: the refusal counted, logged (never the signature) and recorded, committed."""

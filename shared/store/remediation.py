@@ -274,6 +274,15 @@ def owned(conn: SyncConn, *, node: str, scheduler: str, dry_run: bool) -> bool:
     return bool(found)
 
 
+def holds_node(conn: SyncConn, node: str, dry_run: bool) -> bool:
+    """Whether this mode holds `node` out in any scheduler (it cordoned or drained it, and has not
+    returned it)."""
+    found = tuple_rows(
+        conn, "SELECT 1 FROM remediation_ownership WHERE node = %s AND dry_run = %s", (node, dry_run)
+    )
+    return bool(found)
+
+
 def disown(conn: SyncConn, *, node: str, scheduler: str, dry_run: bool) -> None:
     with translated(conn):
         conn.execute(
