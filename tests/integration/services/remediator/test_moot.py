@@ -15,8 +15,8 @@ from services.remediator.decide import decide
 from services.remediator.findings import NodeMap
 from services.remediator.moot import withdraw_if_moot
 from services.remediator.policy import Policy
-from shared.config import DatabaseSettings
-from shared.db import connect
+from shared.plumbing.db import connect
+from shared.settings.common import DatabaseSettings
 from tests.helpers.remediation import T0, add_fleet, node_name, rows, score, verdict_finding
 
 
