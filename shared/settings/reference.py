@@ -1,4 +1,4 @@
-"""The configuration reference, written from the settings models: docs/configuration.md, config_names.py.
+"""The configuration reference, written from the settings models: docs/configuration.md, shared/settings/names.py.
 
     python -m shared.settings.reference           # write both (make docs)
     python -m shared.settings.reference --check   # exit 1 if either is stale
@@ -36,7 +36,7 @@ from shared.settings.env import NESTED, OTHER_VARIABLES, PREFIX, accepted_names,
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "configuration.md"
-NAMES_MODULE = REPO / "shared" / "config_names.py"
+NAMES_MODULE = REPO / "shared" / "settings" / "names.py"
 
 # (who reads it, "module:Settings subclass"); the first is the sections every service shares.
 TREES: tuple[tuple[str, str], ...] = (
