@@ -12,7 +12,8 @@ which p30 keeping is cheapest and what is cheapest beyond.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import date
 from typing import Any
 
@@ -95,149 +96,189 @@ def _round(x: float | None) -> float | None:
 
 
 @dataclass(frozen=True, slots=True)
-class _Unknown:
-    field: str
+class Known:
+    """What a step reads: the GPU's facts, the settings, the day, and what the steps before it found."""
+
+    facts: GpuFacts
+    e: EconomicsSection
+    today: date
+    baseline_p30: float
+    calibration: Calibration | None
+    so_far: Mapping[str, Any]  # the situation's fields the steps before set
+
+    @property
+    def no_row(self) -> str:
+        return "" if self.facts.inventory else " (the GPU has no inventory row)"
+
+
+@dataclass(frozen=True, slots=True)
+class Gap:
+    """What a missing input is priced at, and the ends of its plausible range."""
+
     label: str
     assumed: Any
     low: Any
     high: Any
 
 
+@dataclass(frozen=True, slots=True)
+class _Unknown:
+    field: str  # the situation's
+    gap: Gap
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """What one step found: its terms, the inputs it had to assume, the situation's fields it sets, and (the
+    failure prediction's step) why there is no failure probability."""
+
+    terms: tuple[Term, ...] = ()
+    unknown: tuple[_Unknown, ...] = ()
+    values: Mapping[str, Any] = field(default_factory=dict)
+    no_p: str | None = None
+
+
+def _input(name: str, value: Any, source: str, gap: Gap) -> Found:
+    """A known input with its source; else its gap's assumed value, listed as missing."""
+    if value is not None:
+        return Found((Term(name, value, source),), values={name: value})
+    return Found((Term(name, gap.assumed, "assumption"),), (_Unknown(name, gap),), {name: gap.assumed})
+
+
+def prediction(k: Known) -> Found:
+    """The predictor's score, through the calibration where there is one; none: why there is no p30."""
+    score = k.facts.p_fail_30d
+    if score is None:
+        return Found(values={"p30": None}, no_p="no failure prediction for this GPU (too little history)")
+    scored = Term("p_fail_30d_score", score, "predictor")
+    if k.calibration is None:
+        taken = Term("calibration", "none: the predictor's score taken as the probability", "calibration")
+        return Found((scored, taken, Term("p_fail_30d", score, "predictor")), values={"p30": score})
+    got = k.calibration.calibrate(score)
+    said = Term("calibration", got.said, "calibration")
+    if got.p_fail_30d is None:
+        return Found((scored, said), values={"p30": None}, no_p=got.said)
+    p30 = Term("p_fail_30d", got.p_fail_30d, "calibration")
+    return Found((scored, said, p30), values={"p30": got.p_fail_30d})
+
+
+def unconfirmed_fault(k: Known) -> Found:
+    """A failed GPU a reset may fix, with no p30: whether the vendor would find a fault in it is priced at
+    a healthy GPU's calibrated p30, and said."""
+    if k.so_far["p30"] is not None or not k.facts.failed or k.facts.finding not in RESET_FINDINGS:
+        return Found()
+    gap = Gap("the failure prediction (would the vendor find a fault?)", k.baseline_p30, 0.0, 1.0)
+    unknown = _Unknown("p30", gap)
+    return Found((Term("p_fail_30d", k.baseline_p30, "assumption"),), (unknown,), {"p30": k.baseline_p30})
+
+
+def verdict(k: Known) -> Found:
+    """Whether it failed and the scorer's action now."""
+    failed, finding = k.facts.failed, k.facts.finding
+    terms = (Term("failed", failed, "scorer"), Term("finding", finding, "scorer"))
+    return Found(terms, values={"failed": failed, "finding": finding})
+
+
+def utilisation(k: Known) -> Found:
+    gap = Gap("utilisation (no metrics in the window)", 0.5, 0.0, 1.0)
+    return _input("utilisation", k.facts.utilisation, "metrics", gap)
+
+
+def power(k: Known) -> Found:
+    return _input(
+        "power_w", k.facts.power_w, "metrics", Gap("power (no metrics in the window)", 400.0, 0.0, 1000.0)
+    )
+
+
+def work(k: Known) -> Found:
+    gap = Gap("its work (no process listing)", "training", "idle", "inference")
+    return _input("work", k.facts.work, "workload", gap)
+
+
+def job_gpus(k: Known) -> Found:
+    """The GPUs its job spans: asked only of a training job."""
+    if k.so_far["work"] != "training":
+        return Found(values={"job_gpus": k.facts.job_gpus})
+    n = k.e.job_gpus_when_unknown
+    return _input("job_gpus", k.facts.job_gpus, "workload", Gap("the GPUs its job spans", n, 1, n * 16))
+
+
+def resets(k: Known) -> Found:
+    gap = Gap("the remediation history (resets in the last 30 days)", 0, 0, 1)
+    return _input("resets_30d", k.facts.resets_30d, "remediation", gap)
+
+
+def warranty(k: Known) -> Found:
+    inv = k.facts.inventory
+    ends = inv.warranty_end if inv else None
+    left = None if ends is None else float((ends - k.today).days)
+    gap = Gap(f"the warranty's end{k.no_row}", 0.0, 0.0, k.e.horizon_days)
+    return _input("warranty_days_left", left, "inventory", gap)
+
+
+def rma_turnaround(k: Known) -> Found:
+    inv, e = k.facts.inventory, k.e
+    gap = Gap(f"the vendor's RMA turnaround{k.no_row}", e.rma_turnaround_days_when_unknown, 7.0, 60.0)
+    return _input("rma_turnaround_days", inv.rma_turnaround_days if inv else None, "inventory", gap)
+
+
+def spares(k: Known) -> Found:
+    inv = k.facts.inventory
+    has = None if inv is None or inv.spares_on_hand is None else inv.spares_on_hand > 0
+    return _input("spares", has, "inventory", Gap(f"spares on hand{k.no_row}", False, False, True))
+
+
+def purchase_price(k: Known) -> Found:
+    inv, price = k.facts.inventory, k.e.replacement_price
+    gap = Gap(f"the purchase price{k.no_row}", price, 0.0, 2 * price)
+    return _input("purchase_price", inv.purchase_price if inv else None, "inventory", gap)
+
+
+def age(k: Known) -> Found:
+    inv, life = k.facts.inventory, k.e.useful_life_years
+    bought = inv.purchase_date if inv else None
+    years = None if bought is None else round((k.today - bought).days / 365.25, 3)
+    return _input("age_years", years, "inventory", Gap(f"the purchase date{k.no_row}", life / 2, 0.0, life))
+
+
+Step = Callable[[Known], Found]
+# Every input of a decision, in the order its terms are listed; a step reads what the steps before it found.
+STEPS: tuple[Step, ...] = (
+    prediction,
+    unconfirmed_fault,
+    verdict,
+    utilisation,
+    power,
+    work,
+    job_gpus,
+    resets,
+    warranty,
+    rma_turnaround,
+    spares,
+    purchase_price,
+    age,
+)
+
+
 def resolve(
     facts: GpuFacts, e: EconomicsSection, today: date, baseline_p30: float, calibration: Calibration | None
 ) -> tuple[Situation, list[Term], list[_Unknown], str | None]:
     """The situation to price, the terms (inputs and where they came from), what was missing, and why there
-    is no failure probability (None where there is one)."""
-    inv = facts.inventory
+    is no failure probability (None where there is one): the steps of STEPS, in turn."""
     terms: list[Term] = []
     unknown: list[_Unknown] = []
-
-    def known(name: str, value: Any, source: str) -> Any:
-        terms.append(Term(name, value, source))
-        return value
-
-    def missing(name: str, label: str, assumed: Any, low: Any, high: Any) -> Any:
-        terms.append(Term(name, assumed, "assumption"))
-        unknown.append(_Unknown(name, label, assumed, low, high))
-        return assumed
-
-    def have(value: Any, name: str, source: str, label: str, assumed: Any, low: Any, high: Any) -> Any:
-        return known(name, value, source) if value is not None else missing(name, label, assumed, low, high)
-
-    score = facts.p_fail_30d
-    p30: float | None = None
-    no_p: str | None = "no failure prediction for this GPU (too little history)"
-    if score is not None:
-        known("p_fail_30d_score", score, "predictor")
-        if calibration is None:
-            known("calibration", "none: the predictor's score taken as the probability", "calibration")
-            p30, no_p = known("p_fail_30d", score, "predictor"), None
-        else:
-            got = calibration.calibrate(score)
-            known("calibration", got.said, "calibration")
-            if got.p_fail_30d is not None:
-                p30, no_p = known("p_fail_30d", got.p_fail_30d, "calibration"), None
-            else:
-                no_p = got.said
-    if p30 is None and facts.failed and facts.finding in RESET_FINDINGS:
-        # whether the vendor would find a fault in it: priced at a healthy GPU's calibrated p30, and said
-        terms.append(Term("p_fail_30d", baseline_p30, "assumption"))
-        unknown.append(
-            _Unknown("p30", "the failure prediction (would the vendor find a fault?)", baseline_p30, 0.0, 1.0)
-        )
-        p30 = baseline_p30
-    known("failed", facts.failed, "scorer")
-    known("finding", facts.finding, "scorer")
-    util = have(
-        facts.utilisation, "utilisation", "metrics", "utilisation (no metrics in the window)", 0.5, 0.0, 1.0
-    )
-    power = have(facts.power_w, "power_w", "metrics", "power (no metrics in the window)", 400.0, 0.0, 1000.0)
-    work = have(
-        facts.work, "work", "workload", "its work (no process listing)", "training", "idle", "inference"
-    )
-    job = facts.job_gpus
-    if work == "training":
-        job = have(
-            job,
-            "job_gpus",
-            "workload",
-            "the GPUs its job spans",
-            e.job_gpus_when_unknown,
-            1,
-            e.job_gpus_when_unknown * 16,
-        )
-    resets = have(
-        facts.resets_30d,
-        "resets_30d",
-        "remediation",
-        "the remediation history (resets in the last 30 days)",
-        0,
-        0,
-        1,
-    )
-    no_row = "" if inv else " (the GPU has no inventory row)"
-    ends = inv.warranty_end if inv else None
-    left = have(
-        None if ends is None else float((ends - today).days),
-        "warranty_days_left",
-        "inventory",
-        f"the warranty's end{no_row}",
-        0.0,
-        0.0,
-        e.horizon_days,
-    )
-    turnaround = have(
-        inv.rma_turnaround_days if inv else None,
-        "rma_turnaround_days",
-        "inventory",
-        f"the vendor's RMA turnaround{no_row}",
-        e.rma_turnaround_days_when_unknown,
-        7.0,
-        60.0,
-    )
-    spares = have(
-        None if inv is None or inv.spares_on_hand is None else inv.spares_on_hand > 0,
-        "spares",
-        "inventory",
-        f"spares on hand{no_row}",
-        False,
-        False,
-        True,
-    )
-    price = have(
-        inv.purchase_price if inv else None,
-        "purchase_price",
-        "inventory",
-        f"the purchase price{no_row}",
-        e.replacement_price,
-        0.0,
-        2 * e.replacement_price,
-    )
-    bought = inv.purchase_date if inv else None
-    age = have(
-        None if bought is None else round((today - bought).days / 365.25, 3),
-        "age_years",
-        "inventory",
-        f"the purchase date{no_row}",
-        e.useful_life_years / 2,
-        0.0,
-        e.useful_life_years,
-    )
-    situation = Situation(
-        p30=p30 if p30 is not None else 0.0,
-        failed=facts.failed,
-        finding=facts.finding,
-        utilisation=util,
-        power_w=power,
-        work=work,
-        job_gpus=int(job or 0),
-        resets_30d=int(resets),
-        warranty_days_left=left,
-        rma_turnaround_days=turnaround,
-        spares=spares,
-        purchase_price=price,
-        age_years=age,
-    )
+    values: dict[str, Any] = {}
+    no_p: str | None = None
+    known = Known(facts, e, today, baseline_p30, calibration, values)
+    for step in STEPS:
+        found = step(known)
+        terms += found.terms
+        unknown += found.unknown
+        values.update(found.values)
+        no_p = found.no_p or no_p
+    p30, job, resets = values.pop("p30"), values.pop("job_gpus"), values.pop("resets_30d")
+    p30 = 0.0 if p30 is None else p30
+    situation = Situation(p30=p30, job_gpus=int(job or 0), resets_30d=int(resets), **values)
     return situation, terms, unknown, no_p
 
 
@@ -273,7 +314,9 @@ def decide(
     best = cheapest(options)
     keep = next(o for o in options if o.option is Option.KEEP)
     waiting = (keep.expected_cost or 0.0) - (best.expected_cost or 0.0)
-    missing = [Missing(u.label, u.assumed, _sensitivity(s, u, e, baseline_p30, best.option)) for u in unknown]
+    missing = [
+        Missing(u.gap.label, u.gap.assumed, _sensitivity(s, u, e, baseline_p30, best.option)) for u in unknown
+    ]
     why = (
         (
             f"{best.option.value} costs {best.expected_cost:,.0f} {e.currency} over {e.horizon_days:g} days "
@@ -296,11 +339,11 @@ def decide(
 
 def _sensitivity(s: Situation, u: _Unknown, e: EconomicsSection, baseline: float, chosen: Option) -> str:
     ends = []
-    for value in (u.low, u.high):
+    for value in (u.gap.low, u.gap.high):
         other = cheapest(price_options(replace(s, **{u.field: value}), e, baseline)).option
         if other is not chosen:
             ends.append(f"at {value} it would be {other.value}")
-    return "; ".join(ends) if ends else f"{chosen.value} from {u.low} to {u.high}"
+    return "; ".join(ends) if ends else f"{chosen.value} from {u.gap.low} to {u.gap.high}"
 
 
 def _open(
@@ -323,5 +366,5 @@ def _open(
     said = ", ".join(f"{o.value} for p30 {lo:g}-{hi:g}" for lo, hi, o in bands)
     why = f"{no_p}: left open; {said}"
     missing = [Missing("the failure probability", None, f"{no_p}; {said}")]
-    missing += [Missing(u.label, u.assumed, "priced only once a prediction exists") for u in unknown]
+    missing += [Missing(u.gap.label, u.gap.assumed, "priced only once a prediction exists") for u in unknown]
     return Decision(facts.gpu_uuid, None, why, (), tuple(terms), tuple(missing), 0.0, e.horizon_days)

@@ -26,9 +26,11 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -44,6 +46,7 @@ log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 64 * 1024
 PROM_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+R = TypeVar("R")
 
 
 class MockMetrics:
@@ -142,123 +145,156 @@ def node_handler(fleet: Fleet, index: int, metrics: MockMetrics, *, timestamps: 
     return NodeHandler
 
 
-def admin_handler(
-    fleet: Fleet,
-    metrics: MockMetrics,
-    registry: CollectorRegistry,
-    node_url: Any,
-    compute_check: ComputeCheck = "hard_failure",
-) -> type:
+@dataclass(frozen=True, slots=True)
+class Admin:
+    """What the admin routes serve: the fleet, the mock's metrics, and what the compute check counts."""
+
+    fleet: Fleet
+    metrics: MockMetrics
+    registry: CollectorRegistry
+    node_url: Callable[[int], str]
+    compute_check: ComputeCheck = "hard_failure"
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    status: int
+    body: Any  # JSON; bytes go as they are, as `content_type`
+    content_type: str = "application/json"
+
+
+class RefusedError(Exception):
+    """An admin request refused: its status, and the message its JSON `error` carries."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def inject(a: Admin, request: Any) -> Reply:
+    try:
+        fault = a.fleet.inject(request)
+    except FaultError as e:
+        raise RefusedError(HTTPStatus.BAD_REQUEST, str(e)) from e
+    a.metrics.faults.labels(fault.kind.value).inc()
+    log.info("fault injected", extra={"fault_id": fault.id, "kind": fault.kind.value})
+    return Reply(HTTPStatus.CREATED, a.fleet.describe(fault))
+
+
+def repair(a: Admin, request: Any) -> Reply:
+    try:
+        repaired = a.fleet.repair(request)
+    except FaultError as e:
+        raise RefusedError(HTTPStatus.BAD_REQUEST, str(e)) from e
+    log.info("GPU repaired", extra=repaired)
+    return Reply(HTTPStatus.CREATED, repaired)
+
+
+def compute_check(a: Admin, request: Any) -> Reply:
+    """The remediator's exec driver's webhook (`{"gpu_uuid": ...}`, several comma-separated when it asks
+    once per node): 200 when every GPU passes, 409 when one fails, naming its faults."""
+    uuids = request.get("gpu_uuid") if isinstance(request, dict) else None
+    if not isinstance(uuids, str) or not uuids:
+        raise RefusedError(HTTPStatus.BAD_REQUEST, "the compute check needs gpu_uuid (comma-separated)")
+    try:
+        answer = a.fleet.compute_check(uuids.split(","), a.compute_check)
+    except FaultError as e:
+        raise RefusedError(HTTPStatus.NOT_FOUND, str(e)) from e
+    return Reply(HTTPStatus.OK if answer["passed"] else HTTPStatus.CONFLICT, answer)
+
+
+def remedy(remedy: Remedy) -> Callable[[Admin, Any], Reply]:
+    """The exec driver's reset or reboot webhook: 200 with its effect, 409 when it cannot run, 404 for a
+    GPU or node not here, 400 for a body that is not such a request."""
+
+    def run(a: Admin, request: Any) -> Reply:
+        try:
+            done = a.fleet.remedy(remedy, request)
+        except RemedyRefusedError as e:
+            a.metrics.remedies.labels(remedy, "false").inc()
+            raise RefusedError(HTTPStatus.CONFLICT, str(e)) from e
+        except NotFoundError as e:
+            raise RefusedError(HTTPStatus.NOT_FOUND, str(e)) from e
+        except FaultError as e:
+            raise RefusedError(HTTPStatus.BAD_REQUEST, str(e)) from e
+        a.metrics.remedies.labels(remedy, "true").inc()
+        log.info("remedy", extra={k: done[k] for k in ("remedy", "hostname", "plan_id", "faults_ended")})
+        return Reply(HTTPStatus.OK, done)
+
+    return run
+
+
+def clear(a: Admin, path: str) -> Reply:
+    """`DELETE /faults/<id>`: the fault ends now."""
+    prefix = "/faults/"
+    if not path.startswith(prefix) or not path[len(prefix) :].isdigit():
+        raise RefusedError(HTTPStatus.NOT_FOUND, "DELETE goes to /faults/<id>")
+    try:
+        fault = a.fleet.clear(int(path[len(prefix) :]))
+    except FaultError as e:
+        raise RefusedError(HTTPStatus.NOT_FOUND, str(e)) from e
+    return Reply(HTTPStatus.OK, a.fleet.describe(fault))
+
+
+GETS: dict[str, Callable[[Admin], Reply]] = {
+    "/healthz": lambda a: Reply(HTTPStatus.OK, b"ok\n", "text/plain"),
+    "/metrics": lambda a: Reply(HTTPStatus.OK, generate_latest(a.registry), PROM_CONTENT_TYPE),
+    "/fleet": lambda a: Reply(HTTPStatus.OK, {"nodes": a.fleet.inventory(a.node_url)}),
+    "/ground-truth": lambda a: Reply(HTTPStatus.OK, a.fleet.ground_truth()),
+}
+POSTS: dict[str, Callable[[Admin, Any], Reply]] = {  # each takes the body's JSON
+    "/faults": inject,
+    "/compute-check": compute_check,
+    "/repairs": repair,
+    "/reset-gpu": remedy("reset_gpu"),
+    "/reboot": remedy("reboot_node"),
+}
+POST_WHERE = f"POST goes to {', '.join(list(POSTS)[:-1])} or {list(POSTS)[-1]}"
+
+
+def route(routes: Mapping[str, R], path: str, refusal: str) -> R:
+    if path not in routes:
+        raise RefusedError(HTTPStatus.NOT_FOUND, refusal)
+    return routes[path]
+
+
+def admin_handler(admin: Admin) -> type:
     class AdminHandler(_Handler):
-        def fail(self, status: int, message: str) -> None:
-            metrics.admin_errors.inc()
-            self.reply_json(status, {"error": message})
+        def answer(self, reply: Callable[[], Reply]) -> None:
+            """Send what `reply` gives, or its refusal as JSON (an admin error)."""
+            try:
+                got = reply()
+            except RefusedError as e:
+                admin.metrics.admin_errors.inc()
+                self.reply_json(e.status, {"error": str(e)})
+                return
+            if isinstance(got.body, bytes):
+                self.reply(got.status, got.body, got.content_type)
+            else:
+                self.reply_json(got.status, got.body)
 
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
-            if path == "/healthz":
-                self.reply(HTTPStatus.OK, b"ok\n", "text/plain")
-            elif path == "/metrics":
-                self.reply(HTTPStatus.OK, generate_latest(registry), PROM_CONTENT_TYPE)
-            elif path == "/fleet":
-                self.reply_json(HTTPStatus.OK, {"nodes": fleet.inventory(node_url)})
-            elif path == "/ground-truth":
-                self.reply_json(HTTPStatus.OK, fleet.ground_truth())
-            else:
-                self.fail(HTTPStatus.NOT_FOUND, f"no such endpoint {path!r}")
+            self.answer(lambda: route(GETS, path, f"no such endpoint {path!r}")(admin))
 
-        def read_json(self) -> tuple[bool, Any]:
-            """(True, the body's JSON), or (False, None) once the refusal is sent."""
+        def do_POST(self) -> None:  # the route first: a body is read only for one
+            self.answer(lambda: route(POSTS, self.path, POST_WHERE)(admin, self.read_json()))
+
+        def do_DELETE(self) -> None:
+            self.answer(lambda: clear(admin, self.path))
+
+        def read_json(self) -> Any:
             try:
                 length = int(self.headers.get("Content-Length", ""))
             except ValueError:
-                self.fail(HTTPStatus.LENGTH_REQUIRED, "Content-Length is required")
-                return False, None
+                raise RefusedError(HTTPStatus.LENGTH_REQUIRED, "Content-Length is required") from None
             if not 0 < length <= MAX_BODY_BYTES:
-                self.fail(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body must be 1..{MAX_BODY_BYTES} bytes")
-                return False, None
+                too_long = f"body must be 1..{MAX_BODY_BYTES} bytes"
+                raise RefusedError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, too_long)
             try:
-                return True, json.loads(self.rfile.read(length))
+                return json.loads(self.rfile.read(length))
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                self.fail(HTTPStatus.BAD_REQUEST, f"body is not JSON: {e}")
-                return False, None
-
-        def do_POST(self) -> None:
-            if self.path not in ("/faults", "/compute-check", "/repairs", "/reset-gpu", "/reboot"):
-                where = "/faults, /compute-check, /repairs, /reset-gpu or /reboot"
-                self.fail(HTTPStatus.NOT_FOUND, f"POST goes to {where}")
-                return
-            read, request = self.read_json()
-            if not read:
-                return
-            if self.path == "/compute-check":
-                self.compute_check(request)
-                return
-            if self.path in ("/reset-gpu", "/reboot"):
-                self.remedy("reset_gpu" if self.path == "/reset-gpu" else "reboot_node", request)
-                return
-            if self.path == "/repairs":
-                try:
-                    repaired = fleet.repair(request)
-                except FaultError as e:
-                    self.fail(HTTPStatus.BAD_REQUEST, str(e))
-                    return
-                log.info("GPU repaired", extra=repaired)
-                self.reply_json(HTTPStatus.CREATED, repaired)
-                return
-            try:
-                fault = fleet.inject(request)
-            except FaultError as e:
-                self.fail(HTTPStatus.BAD_REQUEST, str(e))
-                return
-            metrics.faults.labels(fault.kind.value).inc()
-            log.info("fault injected", extra={"fault_id": fault.id, "kind": fault.kind.value})
-            self.reply_json(HTTPStatus.CREATED, fleet.describe(fault))
-
-        def remedy(self, remedy: Remedy, request: Any) -> None:
-            """The exec driver's reset or reboot webhook: 200 with its effect, 409 when it cannot run, 404
-            for a GPU or node not here, 400 for a body that is not such a request."""
-            try:
-                done = fleet.remedy(remedy, request)
-            except RemedyRefusedError as e:
-                metrics.remedies.labels(remedy, "false").inc()
-                self.fail(HTTPStatus.CONFLICT, str(e))
-                return
-            except NotFoundError as e:
-                self.fail(HTTPStatus.NOT_FOUND, str(e))
-                return
-            except FaultError as e:
-                self.fail(HTTPStatus.BAD_REQUEST, str(e))
-                return
-            metrics.remedies.labels(remedy, "true").inc()
-            log.info("remedy", extra={k: done[k] for k in ("remedy", "hostname", "plan_id", "faults_ended")})
-            self.reply_json(HTTPStatus.OK, done)
-
-        def compute_check(self, request: Any) -> None:
-            """The remediator's exec driver's webhook (`{"gpu_uuid": ...}`, several comma-separated when
-            it asks once per node): 200 when every GPU passes, 409 when one fails, naming its faults."""
-            uuids = request.get("gpu_uuid") if isinstance(request, dict) else None
-            if not isinstance(uuids, str) or not uuids:
-                self.fail(HTTPStatus.BAD_REQUEST, "the compute check needs gpu_uuid (comma-separated)")
-                return
-            try:
-                answer = fleet.compute_check(uuids.split(","), compute_check)
-            except FaultError as e:
-                self.fail(HTTPStatus.NOT_FOUND, str(e))
-                return
-            self.reply_json(HTTPStatus.OK if answer["passed"] else HTTPStatus.CONFLICT, answer)
-
-        def do_DELETE(self) -> None:
-            prefix = "/faults/"
-            if not self.path.startswith(prefix) or not self.path[len(prefix) :].isdigit():
-                self.fail(HTTPStatus.NOT_FOUND, "DELETE goes to /faults/<id>")
-                return
-            try:
-                fault = fleet.clear(int(self.path[len(prefix) :]))
-            except FaultError as e:
-                self.fail(HTTPStatus.NOT_FOUND, str(e))
-                return
-            self.reply_json(HTTPStatus.OK, fleet.describe(fault))
+                raise RefusedError(HTTPStatus.BAD_REQUEST, f"body is not JSON: {e}") from None
 
     return AdminHandler
 
@@ -294,7 +330,7 @@ class MockServer:
         self.admin = self._listen(
             bind,
             admin_port,
-            admin_handler(fleet, metrics, self.registry, node_url, compute_check),
+            admin_handler(Admin(fleet, metrics, self.registry, node_url, compute_check)),
             "the admin API",
         )
         self.servers.append(self.admin)
