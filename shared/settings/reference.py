@@ -1,4 +1,4 @@
-"""The configuration reference, written from the settings models: docs/configuration.md, shared/settings/names.py.
+"""The configuration reference, written from the settings models: docs/configuration.md, names.py.
 
     python -m shared.settings.reference           # write both (make docs)
     python -m shared.settings.reference --check   # exit 1 if either is stale
