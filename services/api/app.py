@@ -11,26 +11,26 @@ reads or parses anything.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from shared.plumbing.errors import DatabaseUnavailableError
 from shared.settings.common import DatabaseSettings
-from shared.store import fleet
 
-from .answers import NotReady, Ready
+from . import operations
 from .auth import Authenticator, AuthSection
 from .cache import CacheMetrics, CycleCache
-from .deps import ApiState, Database, Db, attach
+from .deps import ApiState, Database, attach, state_of
 from .guard import RequestGuard
 from .headers import SecurityHeaders
 from .routes import router
@@ -42,14 +42,95 @@ log = logging.getLogger(__name__)
 
 def reader_settings(db: DatabaseSettings, api: ApiSection) -> DatabaseSettings:
     """The owner's address and schema with the read-only role's credentials."""
-    return db.model_copy(update={"user": api.reader_user, "password": api.reader_password,
-                                 "application_name": "gpu-health-api"})  # fmt: skip
+    login = {"user": api.reader_user, "password": api.reader_password, "application_name": "gpu-health-api"}
+    return db.model_copy(update=login)
 
 
 def acknowledger_settings(db: DatabaseSettings, api: ApiSection) -> DatabaseSettings:
     """The owner's address and schema with the acknowledging login (the only one that may acknowledge)."""
-    return db.model_copy(update={"user": api.acknowledger_user, "password": api.acknowledger_password,
-                                 "application_name": "gpu-health-api-ack"})  # fmt: skip
+    login = {"user": api.acknowledger_user, "password": api.acknowledger_password}
+    return db.model_copy(update={**login, "application_name": "gpu-health-api-ack"})
+
+
+def pool(settings: DatabaseSettings, *, min_size: int, max_size: int) -> AsyncConnectionPool:
+    """A pool of one login, opened by the app's lifespan; rows as dicts, every statement its own commit."""
+    kwargs = {"row_factory": dict_row, "autocommit": True}
+    return AsyncConnectionPool(
+        settings.conninfo(), min_size=min_size, max_size=max_size, open=False, kwargs=kwargs, timeout=10
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ApiMetrics:
+    """The API's own: requests by route and status, refusals of callers by reason, latency by route."""
+
+    requests: Counter
+    refusals: Counter
+    latency: Histogram
+
+    @classmethod
+    def on(cls, registry: CollectorRegistry) -> ApiMetrics:
+        requests = Counter("gpuhealth_api_requests", "Requests", ["route", "status"], registry=registry)
+        refusals = Counter(
+            "gpuhealth_api_auth_refusals",
+            "Requests refused for who sent them, by reason:"
+            " missing, invalid, expired, no_role, forbidden, throttled, unavailable",
+            ["reason"],
+            registry=registry,
+        )
+        latency = Histogram("gpuhealth_api_request_seconds", "Request latency", ["route"], registry=registry)
+        return cls(requests, refusals, latency)
+
+    def measure(self) -> Callable[[Request, Callable[[Request], Awaitable[Response]]], Awaitable[Response]]:
+        """The middleware that counts and times each request by its route."""
+
+        async def measure(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+            route = request.scope.get("route")
+            with self.latency.labels(getattr(route, "path", "other")).time():
+                response: Response = await call_next(request)
+            route = request.scope.get("route")
+            self.requests.labels(getattr(route, "path", "other"), str(response.status_code)).inc()
+            return response
+
+        return measure
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """The pools open and the cache starts with the app; they close, with the authenticator, after it."""
+    state = state_of(app)
+    await state.db.pool.open(wait=False)
+    await state.db.ack_pool.open(wait=False)
+    state.cache.start()
+    yield
+    await state.authenticator.close()
+    await state.cache.close()
+    await state.db.ack_pool.close()
+    await state.db.pool.close()
+
+
+async def invalid(_: Request, e: RequestValidationError) -> JSONResponse:
+    """A request that does not validate: 422, every error in one `detail`."""
+
+    def said(err: dict[str, Any]) -> str:
+        if err["type"] == "unknown_query_parameter":  # names itself (services.api.parameters)
+            return str(err["msg"])
+        return f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
+
+    return JSONResponse(status_code=422, content={"detail": "; ".join(said(err) for err in e.errors())})
+
+
+async def db_down(_: Request, e: Exception) -> JSONResponse:
+    log.error("database unavailable: %s", e)
+    return JSONResponse(status_code=503, content={"detail": "the database is not reachable"})
+
+
+ERRORS: dict[int | type[Exception], Callable[[Request, Any], Coroutine[Any, Any, Response]]] = {
+    RequestValidationError: invalid,
+    DatabaseUnavailableError: db_down,
+}
+# The areas of the app, in the order they are routed (the web page's, with its static files, comes last).
+ROUTERS = (operations.router, router)
 
 
 def create_app(
@@ -60,41 +141,13 @@ def create_app(
 ) -> FastAPI:
     """The app; `auth` says how callers are known (default: GPUHEALTH_AUTH__*'s defaults, which know none)."""
     registry = registry or CollectorRegistry()
-    requests = Counter("gpuhealth_api_requests", "Requests", ["route", "status"], registry=registry)
-    refusals = Counter(
-        "gpuhealth_api_auth_refusals",
-        "Requests refused for who sent them, by reason:"
-        " missing, invalid, expired, no_role, forbidden, throttled, unavailable",
-        ["reason"],
-        registry=registry,
+    metrics = ApiMetrics.on(registry)
+    authenticator = Authenticator(
+        auth or AuthSection(), on_refusal=lambda why: metrics.refusals.labels(why).inc()
     )
-    authenticator = Authenticator(auth or AuthSection(), on_refusal=lambda why: refusals.labels(why).inc())
-    latency = Histogram("gpuhealth_api_request_seconds", "Request latency", ["route"], registry=registry)
-    pool = AsyncConnectionPool(
-        reader_settings(db, api).conninfo(), min_size=1, max_size=api.pool_size, open=False,
-        kwargs={"row_factory": dict_row, "autocommit": True}, timeout=10,
-    )  # fmt: skip
-    # Used only by the acknowledge endpoint, after the key was checked: a reader cannot acknowledge.
-    ack_pool = AsyncConnectionPool(
-        acknowledger_settings(db, api).conninfo(), min_size=0, max_size=2, open=False,
-        kwargs={"row_factory": dict_row, "autocommit": True}, timeout=10,
-    )  # fmt: skip
-
-    cache = CycleCache(reader_settings(db, api).conninfo(), max_age_s=api.cache_max_age_s,
-                       max_stale_s=api.cache_max_stale_s)  # fmt: skip
+    reader = reader_settings(db, api)
+    cache = CycleCache(reader.conninfo(), max_age_s=api.cache_max_age_s, max_stale_s=api.cache_max_stale_s)
     registry.register(CacheMetrics(cache))
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        await pool.open(wait=False)
-        await ack_pool.open(wait=False)
-        cache.start()
-        yield
-        await authenticator.close()
-        await cache.close()
-        await ack_pool.close()
-        await pool.close()
-
     app = FastAPI(
         title="gpu-health",
         version="1",
@@ -102,69 +155,27 @@ def create_app(
         lifespan=lifespan,
         docs_url=None,  # served by .web from the swagger-ui-bundle package, not a CDN
         redoc_url=None,
+        exception_handlers=ERRORS,
     )
-    attach(app, ApiState(db=Database(pool=pool, ack_pool=ack_pool), cache=cache, settings=api,
-                         authenticator=authenticator,
-                         missing_after_s=missing_after_s(api.rules_file)))  # fmt: skip
+    # ack_pool: used only by the acknowledge endpoint, after the key was checked: a reader cannot acknowledge.
+    pools = Database(
+        pool=pool(reader, min_size=1, max_size=api.pool_size),
+        ack_pool=pool(acknowledger_settings(db, api), min_size=0, max_size=2),
+    )
+    missing_after = missing_after_s(api.rules_file)
+    attach(app, ApiState(pools, cache, api, authenticator, missing_after, registry))
     app.add_middleware(
         RequestGuard,
         authenticator=authenticator,
         routes=lambda: app.routes,
         max_body_bytes=api.max_body_bytes,
         body_timeout_s=api.body_timeout_s,
-        on_refusal=lambda status: requests.labels("refused", str(status)).inc(),
+        on_refusal=lambda status: metrics.requests.labels("refused", str(status)).inc(),
     )
-
-    @app.middleware("http")
-    async def measure(request: Request, call_next):  # type: ignore[no-untyped-def]
-        route = request.scope.get("route")
-        with latency.labels(getattr(route, "path", "other")).time():
-            response: Response = await call_next(request)
-        route = request.scope.get("route")
-        requests.labels(getattr(route, "path", "other"), str(response.status_code)).inc()
-        return response
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid(_: Request, e: RequestValidationError) -> JSONResponse:
-        def said(err: dict[str, Any]) -> str:
-            if err["type"] == "unknown_query_parameter":  # names itself (services.api.parameters)
-                return str(err["msg"])
-            return f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
-
-        return JSONResponse(status_code=422, content={"detail": "; ".join(said(err) for err in e.errors())})
-
-    @app.exception_handler(DatabaseUnavailableError)
-    async def db_down(_: Request, e: Exception) -> JSONResponse:
-        log.error("database unavailable: %s", e)
-        return JSONResponse(status_code=503, content={"detail": "the database is not reachable"})
-
-    text = {"schema": {"type": "string"}}
-
-    @app.get("/healthz", tags=["operations"], response_class=PlainTextResponse,
-             responses={200: {"content": {"text/plain": text}}})  # fmt: skip
-    async def healthz() -> PlainTextResponse:
-        """The process serves (liveness); says nothing of the database."""
-        return PlainTextResponse("ok\n")
-
-    @app.get("/readyz", tags=["operations"], response_model=Ready, responses={503: {"model": NotReady}})
-    async def readyz(db: Db) -> JSONResponse:
-        """The database answers (readiness): 503 with the reason while it does not."""
-        try:
-            async with db.pool.connection(timeout=3) as conn:
-                await fleet.reachable(conn)
-        except Exception as e:
-            return JSONResponse(status_code=503, content={"ready": False, "detail": str(e)[:200]})
-        return JSONResponse({"ready": True})
-
-    @app.get("/metrics", tags=["operations"], response_class=Response,
-             responses={200: {"content": {CONTENT_TYPE_LATEST: text},
-                              "description": "Prometheus' text format"}})  # fmt: skip
-    async def metrics() -> Response:
-        """The API's own metrics: requests by route and status, latency by route, the cache's answers."""
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
-
+    app.middleware("http")(metrics.measure())
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=api.trusted_hosts, www_redirect=False)
     app.add_middleware(SecurityHeaders)
-    app.include_router(router)
+    for area in ROUTERS:
+        app.include_router(area)
     add_web(app)
     return app

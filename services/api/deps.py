@@ -20,6 +20,7 @@ from typing import Annotated, Any
 import psycopg
 from fastapi import Depends, FastAPI, HTTPException, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CollectorRegistry
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
@@ -64,6 +65,7 @@ class ApiState:
     settings: ApiSection
     authenticator: Authenticator
     missing_after_s: float  # the scorer's rules: seconds without a sample after which a GPU is missing
+    registry: CollectorRegistry  # the API's own metrics (/metrics)
 
 
 def attach(app: FastAPI, state: ApiState) -> None:
