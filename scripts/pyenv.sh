@@ -12,10 +12,14 @@ cache=${GPUHEALTH_CACHE:-$HOME/.cache/gpu-health}
 venv=${GPUHEALTH_VENV:-$cache/venv}
 python=${PYTHON:-python3}
 # The dependency lists come from the two pyproject.toml files (the pipeline's and the library's,
-# gpuhealth/), the one place they are written; the stamp is their hash, so editing tool settings
-# there does not rebuild.
-requirements=$("$python" "$here/scripts/requirements.py" --dev)
+# gpuhealth/), the one place they are written; each stamp is a list's hash, so editing tool settings
+# there does not rebuild. `pyenv.sh` installs what running needs (make up); `pyenv.sh --dev` adds the
+# development tools (make test, make lint): pytest, hypothesis, mypy, ruff, selenium, transformers, ...
+dev=false; [[ ${1:-} == --dev ]] && dev=true
+requirements=$("$python" "$here/scripts/requirements.py")
 stamp_want=$(echo "$requirements" | sha256sum | cut -c1-16)
+dev_requirements=$("$python" "$here/scripts/requirements.py" --dev)
+dev_stamp_want=$(echo "$dev_requirements" | sha256sum | cut -c1-16)
 
 # The CLI as `gpuhealth` on the venv's PATH: a small launcher that runs this
 # checkout's code (like the Makefile), rewritten only when it would change.
@@ -29,18 +33,21 @@ install_cli() {
   fi
 }
 
-if [[ -x $venv/bin/python && -f $venv/.stamp && $(cat "$venv/.stamp") == "$stamp_want" ]]; then
+stamped() { [[ -f $venv/$1 && $(cat "$venv/$1") == "$2" ]]; }
+if [[ -x $venv/bin/python ]] && stamped .stamp "$stamp_want" && { ! $dev || stamped .stamp-dev "$dev_stamp_want"; }; then
   install_cli
   echo "$venv"
   exit 0
 fi
 
 mkdir -p "$cache"
-echo "pyenv: installing Python dependencies into $venv" >&2
-"$python" -m venv "$venv" >&2
+if $dev; then wanted=$dev_requirements; else wanted=$requirements; fi
+echo "pyenv: installing Python dependencies$($dev && echo ' and the development tools') into $venv" >&2
+[[ -x $venv/bin/python ]] || "$python" -m venv "$venv" >&2
 "$venv/bin/python" -m pip install -q --upgrade pip >&2
-echo "$requirements" > "$venv/requirements.txt"
+echo "$wanted" > "$venv/requirements.txt"
 "$venv/bin/python" -m pip install -q -r "$venv/requirements.txt" >&2
 echo "$stamp_want" > "$venv/.stamp"
+if $dev; then echo "$dev_stamp_want" > "$venv/.stamp-dev"; else rm -f "$venv/.stamp-dev"; fi
 install_cli
 echo "$venv"

@@ -3,7 +3,8 @@
 # with TimescaleDB, a real kube-apiserver on etcd (scripts/kube.sh) and real Slurm
 # daemons (scripts/slurm.sh), all on loopback, all idempotent.
 #
-#   services.sh start [kafka|postgres|kube|slurm]   start what is not running, wait until healthy
+#   services.sh start [kafka|postgres|kube|slurm|core|schedulers]   start what is not running, wait until healthy
+#     (core: PostgreSQL and Kafka, what `make up` runs on; schedulers: kube-apiserver and Slurm)
 #   services.sh stop  [kafka|postgres|kube|slurm]   stop what this script started
 #   services.sh status                               exit 0 when all are up
 #   services.sh jars                                 fetch the Kafka jars only (the compose Kafka stand-in uses them)
@@ -289,6 +290,8 @@ case $cmd in
   start)
     case $what in
       kafka) kafka_start ;; postgres) postgres_start ;; kube) "$here/kube.sh" start ;; slurm) "$here/slurm.sh" start ;;
+      core) postgres_start; kafka_start ;;  # what the pipeline needs (make up)
+      schedulers) "$here/kube.sh" start; "$here/slurm.sh" start ;;  # what a live remediator and the tests need
       all) postgres_start; kafka_start; "$here/kube.sh" start; "$here/slurm.sh" start ;;
       *) die "unknown service $what" ;;
     esac ;;
@@ -306,5 +309,5 @@ case $cmd in
     "$here/kube.sh" status || rc=3
     "$here/slurm.sh" status || rc=3
     exit $rc ;;
-  *) die "usage: services.sh start|stop|status [kafka|postgres|kube|slurm]" ;;
+  *) die "usage: services.sh start|stop|status [kafka|postgres|kube|slurm|core|schedulers]" ;;
 esac

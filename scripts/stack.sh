@@ -26,16 +26,22 @@ PY
 )
 }
 
-# GPUHEALTH_REMEDIATOR_MODE (`make up REMEDIATOR=live`): what the stack's remediator does. `live` acts on the
-# kube-apiserver and Slurm of `make services` (scripts/kube.sh, scripts/slurm.sh) and on the mock fleet's
-# GPUs (its reset, reboot and compute check webhooks); its nodes are made Node objects there first (no
-# kubelet runs: the mock's hosts are the cluster's nodes). `dry-run` records what it would do.
+# GPUHEALTH_REMEDIATOR_MODE (`make up REMEDIATOR=live`): what the stack's remediator does. `live` acts on a
+# kube-apiserver and Slurm (scripts/kube.sh, scripts/slurm.sh: started here when they are not running) and on
+# the mock fleet's GPUs (its reset, reboot and compute check webhooks); its nodes are made Node objects there
+# first (no kubelet runs: the mock's hosts are the cluster's nodes). `dry-run` records what it would do: it
+# reads the schedulers when they run (`make services`, the tests), and does without them when they do not.
 remediator_mode() {
   case $GPUHEALTH_REMEDIATOR_MODE in
-    dry-run) ;;
+    dry-run)
+      if "$here/kube.sh" status >/dev/null && "$here/slurm.sh" status >/dev/null; then
+        GPUHEALTH_REMEDIATOR_SCHEDULERS=true
+      else
+        GPUHEALTH_REMEDIATOR_SCHEDULERS=false
+      fi ;;
     live)  # env.sh made GPUHEALTH_REMEDIATOR_DRY_RUN false
-      "$here/kube.sh" status >/dev/null && "$here/slurm.sh" status >/dev/null ||
-        { echo "stack: REMEDIATOR=live acts on the kube-apiserver and Slurm: start them (make services)" >&2; exit 1; }
+      "$here/services.sh" start schedulers
+      GPUHEALTH_REMEDIATOR_SCHEDULERS=true
       local kubectl=$GPUHEALTH_CACHE/kube-$GPUHEALTH_KUBE_VERSION/bin/kubectl node
       for node in gpu-node-00 gpu-node-01 gpu-node-02 gpu-node-03; do  # the mock's hosts, as slurm.sh has them
         printf 'apiVersion: v1\nkind: Node\nmetadata:\n  name: %s\n  labels: {nvidia.com/gpu.present: "true"}\n---\n' "$node"
@@ -43,6 +49,7 @@ remediator_mode() {
       ;;
     *) echo "stack: GPUHEALTH_REMEDIATOR_MODE is dry-run or live, not '$GPUHEALTH_REMEDIATOR_MODE'" >&2; exit 2 ;;
   esac
+  export GPUHEALTH_REMEDIATOR_SCHEDULERS
 }
 
 case ${1:-status} in
