@@ -162,13 +162,20 @@ OTHER_VARIABLES: tuple[OtherVariable, ...] = (
         "`dry-run`",
         _NATIVE,
         "What `make up`'s remediator does (`make up REMEDIATOR=live`): `dry-run` records only; `live` acts on"
-        " the kube-apiserver and Slurm of `make services` and on the mock fleet's GPUs.",
+        " a kube-apiserver and Slurm (started for it) and on the mock fleet's GPUs.",
     ),
     OtherVariable(
         "GPUHEALTH_REMEDIATOR_DRY_RUN",
         "`true` (`false` when `GPUHEALTH_REMEDIATOR_MODE` is `live`)",
         _NATIVE,
         "Set by scripts/env.sh from `GPUHEALTH_REMEDIATOR_MODE`, for the stack file.",
+    ),
+    OtherVariable(
+        "GPUHEALTH_REMEDIATOR_SCHEDULERS",
+        "`true`",
+        _NATIVE,
+        "Whether `make up`'s remediator reaches the kube-apiserver and Slurm: set by scripts/stack.sh (live:"
+        " always; dry run: when they run).",
     ),
     OtherVariable(
         "GPUHEALTH_REMEDIATOR_METRICS_PORT", "`9503`", _NATIVE, "The remediator's `/metrics` (`make up`)."
