@@ -30,7 +30,8 @@ def test_every_docs_path_a_file_names_exists() -> None:
     stale = []
     for path in tracked_files():
         relative = path.relative_to(REPO)
-        if relative.parts[:2] == ("tests", "data") or (relative.parts[0] == "schema" and path.suffix == ".sql"):
+        applied_migration = relative.parts[0] == "schema" and path.suffix == ".sql"
+        if applied_migration or relative.parts[:2] == ("tests", "data"):
             continue
         try:
             text = path.read_text()
