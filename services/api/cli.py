@@ -18,7 +18,6 @@ request (the status and the API's own message are printed).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -28,8 +27,9 @@ import httpx
 
 from shared.plumbing.errors import GpuHealthError
 
+from .cli_args import Command, Export, arg, parser
 from .cli_token import TokenError, read_token
-from .cli_usage import add_usage_parser, usage_command
+from .cli_usage import USAGE_ARGUMENTS, USAGE_HELP, usage_command
 
 BARS = "▁▂▃▄▅▆▇█"
 STATE_MARK = {"healthy": "OK ", "degraded": "DEG", "unhealthy": "BAD", None: "-- "}
@@ -305,86 +305,102 @@ def lifecycle_csv(client: httpx.Client, decision: str | None, host: str | None) 
     return response.content
 
 
+def lifecycle_command(client: httpx.Client, args: argparse.Namespace) -> str | Export:
+    if args.csv:
+        return Export(lifecycle_csv(client, args.decision, args.host), args.csv)
+    return lifecycle(client, args.decision, args.host, args.limit)
+
+
+def usage(client: httpx.Client, args: argparse.Namespace) -> str | Export:
+    said = usage_command(client, args, get, download)
+    return said if isinstance(said, str) else Export(said, args.export)
+
+
+UUID, NOTE, LIMIT = (
+    arg("uuid"),
+    arg("--note", default="", help="what was done"),
+    arg("--limit", type=int, default=50),
+)
+STATES = (
+    "all (default: the newest, whatever became of them), open, pending, running, failed, escalated,"
+    " done, withdrawn"
+)
+# Every command, in the order `gpuhealth --help` lists them: adding one is adding its entry.
+COMMANDS = {
+    "fleet": Command(
+        "fleet summary and the worst GPUs",
+        lambda c, a: fleet(c, a.top),
+        (arg("--top", type=int, default=10, help="how many of the worst GPUs to list"),),
+    ),
+    "gpu": Command(
+        "one GPU: verdicts with evidence, action, open alerts", lambda c, a: gpu(c, a.uuid), (UUID,)
+    ),
+    "alerts": Command("unresolved alerts, most severe first", lambda c, a: alerts(c, a.limit), (LIMIT,)),
+    "ack": Command(
+        "acknowledge an alert (an operator's)",
+        lambda c, a: acknowledge(c, a.alert_id),
+        (arg("alert_id", type=int),),
+    ),
+    "actions": Command("the recommended actions in order, with why", lambda c, a: actions(c)),
+    "remediations": Command(
+        "the remediator's plans: pending, running, failed...",
+        lambda c, a: remediations(c, a.state, a.limit, a.mode),
+        (
+            arg("--state", default="all", help=STATES),
+            arg(
+                "--mode",
+                default="both",
+                choices=("both", "live", "dry_run"),
+                help="what the live run or the dry run did",
+            ),
+            LIMIT,
+        ),
+    ),
+    "remediator": Command("whether the remediator is paused, its breaker open", lambda c, a: remediator(c)),
+    "pause": Command("pause the remediator (an admin's)", lambda c, a: operate(c, a.command)),
+    "resume": Command("resume it (an admin's)", lambda c, a: operate(c, a.command)),
+    "reset-breaker": Command("close its circuit breaker (an admin's)", lambda c, a: operate(c, a.command)),
+    "approve": Command(
+        "approve a pending remediation (an admin's)",
+        lambda c, a: approve(c, a.plan_id),
+        (arg("plan_id", type=int),),
+    ),
+    "repaired": Command(
+        "mark a GPU repaired (an operator's): its counts restart",
+        lambda c, a: mark_repaired(c, a.uuid, returned=a.returned, note=a.note),
+        (
+            UUID,
+            arg("--returned", action="store_true", help="back from repair (default: repaired in place)"),
+            NOTE,
+        ),
+    ),
+    "repairs": Command(
+        "a GPU's repair marks, newest first (the audit trail)", lambda c, a: repairs(c, a.uuid), (UUID,)
+    ),
+    "remedied": Command(
+        "record a GPU reset (or --reboot) done by hand (an operator's)",
+        lambda c, a: mark_remedied(c, a.uuid, reboot=a.reboot, note=a.note),
+        (UUID, arg("--reboot", action="store_true", help="the node was rebooted (default: GPU reset)"), NOTE),
+    ),
+    "remedies": Command(
+        "a GPU's resets and reboots, newest first", lambda c, a: remedies(c, a.uuid), (UUID,)
+    ),
+    "lifecycle": Command(
+        "keep, reset, RMA or repair, repurpose, retire: priced",
+        lifecycle_command,
+        (
+            arg("--decision", help="only this decision (keep, reset, rma, repair, repurpose, ...)"),
+            arg("--host", help="only this host"),
+            arg("--limit", type=int, default=50, help="how many GPUs, the dearest wait first"),
+            arg("--csv", metavar="FILE", help="write the whole list as CSV to FILE (- for stdout)"),
+        ),
+    ),
+    "usage": Command(USAGE_HELP, usage, USAGE_ARGUMENTS),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gpuhealth", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    parser.add_argument("--url", default=os.environ.get("GPUHEALTH_URL", "http://127.0.0.1:8000"),
-                        help="the gpu-health API (default: $GPUHEALTH_URL or %(default)s)")  # fmt: skip
-    parser.add_argument("--token-file", default=os.environ.get("GPUHEALTH_TOKEN_FILE"),
-                        help="a file holding your bearer token (default: $GPUHEALTH_TOKEN_FILE; "
-                             "else asked for on the terminal)")  # fmt: skip
-    commands = parser.add_subparsers(dest="command", required=True)
-    p_fleet = commands.add_parser("fleet", help="fleet summary and the worst GPUs")
-    p_fleet.add_argument("--top", type=int, default=10, help="how many of the worst GPUs to list")
-    p_gpu = commands.add_parser("gpu", help="one GPU: verdicts with evidence, action, open alerts")
-    p_gpu.add_argument("uuid")
-    p_alerts = commands.add_parser("alerts", help="unresolved alerts, most severe first")
-    p_alerts.add_argument("--limit", type=int, default=50)
-    p_ack = commands.add_parser("ack", help="acknowledge an alert (an operator's)")
-    p_ack.add_argument("alert_id", type=int)
-    p_actions = commands.add_parser("actions", help="the recommended actions in order, with why")
-    p_plans = commands.add_parser("remediations", help="the remediator's plans: pending, running, failed...")
-    p_plans.add_argument(
-        "--state",
-        default="all",
-        help="all (default: the newest, whatever became of them), open, pending, running, failed, escalated,"
-        " done, withdrawn",
-    )
-    p_plans.add_argument(
-        "--mode",
-        default="both",
-        choices=("both", "live", "dry_run"),
-        help="what the live run or the dry run did",
-    )
-    p_plans.add_argument("--limit", type=int, default=50)
-    p_status = commands.add_parser("remediator", help="whether the remediator is paused, its breaker open")
-    writes = [commands.add_parser(name, help=why) for name, why in (
-        ("pause", "pause the remediator (an admin's)"), ("resume", "resume it (an admin's)"),
-        ("reset-breaker", "close its circuit breaker (an admin's)"),
-        ("approve", "approve a pending remediation (an admin's)"),
-    )]  # fmt: skip
-    writes[-1].add_argument("plan_id", type=int)
-    p_fixed = commands.add_parser("repaired", help="mark a GPU repaired (an operator's): its counts restart")
-    p_fixed.add_argument("uuid")
-    p_fixed.add_argument(
-        "--returned", action="store_true", help="back from repair (default: repaired in place)"
-    )
-    p_fixed.add_argument("--note", default="", help="what was done")
-    p_marks = commands.add_parser("repairs", help="a GPU's repair marks, newest first (the audit trail)")
-    p_marks.add_argument("uuid")
-    p_reset = commands.add_parser(
-        "remedied", help="record a GPU reset (or --reboot) done by hand (an operator's)"
-    )
-    p_reset.add_argument("uuid")
-    p_reset.add_argument("--reboot", action="store_true", help="the node was rebooted (default: GPU reset)")
-    p_reset.add_argument("--note", default="", help="what was done")
-    p_remedies = commands.add_parser("remedies", help="a GPU's resets and reboots, newest first")
-    p_remedies.add_argument("uuid")
-    p_life = commands.add_parser("lifecycle", help="keep, reset, RMA or repair, repurpose, retire: priced")
-    p_life.add_argument("--decision", help="only this decision (keep, reset, rma, repair, repurpose, ...)")
-    p_life.add_argument("--host", help="only this host")
-    p_life.add_argument("--limit", type=int, default=50, help="how many GPUs, the dearest wait first")
-    p_life.add_argument("--csv", metavar="FILE", help="write the whole list as CSV to FILE (- for stdout)")
-    p_usage = add_usage_parser(commands)
-    for sub in (
-        p_fleet,
-        p_gpu,
-        p_alerts,
-        p_ack,
-        p_actions,
-        p_plans,
-        p_status,
-        *writes,
-        p_life,
-        p_usage,
-        p_fixed,
-        p_marks,
-        p_reset,
-        p_remedies,
-    ):  # --url and --token-file after the command too
-        sub.add_argument("--url", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-        sub.add_argument("--token-file", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    args = parser(__doc__, COMMANDS).parse_args(argv)
     try:
         token = read_token(args.token_file)
     except TokenError as e:
@@ -394,49 +410,13 @@ def main(argv: list[str] | None = None) -> int:
         with httpx.Client(
             base_url=args.url, timeout=10, headers={"Authorization": f"Bearer {token}"}
         ) as client:
-            if args.command == "fleet":
-                print(fleet(client, args.top))
-            elif args.command == "gpu":
-                print(gpu(client, args.uuid))
-            elif args.command == "alerts":
-                print(alerts(client, args.limit))
-            elif args.command == "actions":
-                print(actions(client))
-            elif args.command == "repaired":
-                print(mark_repaired(client, args.uuid, returned=args.returned, note=args.note))
-            elif args.command == "repairs":
-                print(repairs(client, args.uuid))
-            elif args.command == "remedied":
-                print(mark_remedied(client, args.uuid, reboot=args.reboot, note=args.note))
-            elif args.command == "remedies":
-                print(remedies(client, args.uuid))
-            elif args.command == "remediations":
-                print(remediations(client, args.state, args.limit, args.mode))
-            elif args.command == "remediator":
-                print(remediator(client))
-            elif args.command in ("pause", "resume", "reset-breaker"):
-                print(operate(client, args.command))
-            elif args.command == "approve":
-                print(approve(client, args.plan_id))
-            elif args.command == "lifecycle" and args.csv:
-                exported = lifecycle_csv(client, args.decision, args.host)
-                if args.csv == "-":
-                    sys.stdout.buffer.write(exported)
-                else:
-                    with open(args.csv, "wb") as f:
-                        f.write(exported)
-            elif args.command == "lifecycle":
-                print(lifecycle(client, args.decision, args.host, args.limit))
-            elif args.command == "usage":
-                said = usage_command(client, args, get, download)
-                if isinstance(said, str):
-                    print(said)
-                elif args.export == "-":
-                    sys.stdout.buffer.write(said)
-                else:
-                    Path(args.export).write_bytes(said)
+            said = COMMANDS[args.command].run(client, args)
+            if isinstance(said, str):
+                print(said)
+            elif said.to == "-":
+                sys.stdout.buffer.write(said.data)
             else:
-                print(acknowledge(client, args.alert_id))
+                Path(said.to).write_bytes(said.data)
     except RefusedError as e:
         print(f"gpuhealth: {e}", file=sys.stderr)
         return 2

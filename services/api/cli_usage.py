@@ -19,6 +19,8 @@ from typing import Any
 
 import httpx
 
+from .cli_args import arg
+
 Fetch = Callable[..., Any]
 DIMENSIONS = ("namespace", "job", "pod", "user", "class", "hostname", "cluster", "gpu")
 
@@ -39,32 +41,26 @@ def iso_time(text: str) -> datetime:
         raise argparse.ArgumentTypeError(f"{text!r} is not an ISO 8601 time (2026-11-20T00:00:00Z)") from None
 
 
-def add_usage_parser(commands: Any) -> argparse.ArgumentParser:
-    p: argparse.ArgumentParser = commands.add_parser(
-        "usage", help="GPU-hours by namespace, job, user, class...: busy, idle while allocated, energy"
-    )
-    p.add_argument(
-        "--by", default="namespace", choices=DIMENSIONS, help="what to group by (default: namespace)"
-    )
-    p.add_argument(
-        "--days", type=float, default=7.0, help="the window: this many days up to --to (default 7)"
-    )
-    p.add_argument(
-        "--from", dest="start", type=iso_time, help="the window's start (ISO 8601, UTC); overrides --days"
-    )
-    p.add_argument("--to", dest="end", type=iso_time, help="the window's end (ISO 8601, UTC; default: now)")
-    p.add_argument("--where", type=where_pair, action="append", default=[], metavar="DIMENSION=VALUE",
-                   help="count only this (repeatable): namespace=ml, class=training...")  # fmt: skip
-    p.add_argument("--step", choices=("1h", "6h", "1d"), help="per period instead of the whole window")
-    p.add_argument(
-        "--llm", action="store_true", help="LLM serving per model and server instead (step 1h or 1d)"
-    )
-    p.add_argument("--model", help="with --llm: only this model")
-    p.add_argument("--server", help="with --llm: only this server")
-    p.add_argument(
-        "--export", metavar="FILE", help="write the rows to FILE: .csv or .parquet (- : CSV to stdout)"
-    )
-    return p
+USAGE_HELP = "GPU-hours by namespace, job, user, class...: busy, idle while allocated, energy"
+USAGE_ARGUMENTS = (
+    arg("--by", default="namespace", choices=DIMENSIONS, help="what to group by (default: namespace)"),
+    arg("--days", type=float, default=7.0, help="the window: this many days up to --to (default 7)"),
+    arg("--from", dest="start", type=iso_time, help="the window's start (ISO 8601, UTC); overrides --days"),
+    arg("--to", dest="end", type=iso_time, help="the window's end (ISO 8601, UTC; default: now)"),
+    arg(
+        "--where",
+        type=where_pair,
+        action="append",
+        default=[],
+        metavar="DIMENSION=VALUE",
+        help="count only this (repeatable): namespace=ml, class=training...",
+    ),
+    arg("--step", choices=("1h", "6h", "1d"), help="per period instead of the whole window"),
+    arg("--llm", action="store_true", help="LLM serving per model and server instead (step 1h or 1d)"),
+    arg("--model", help="with --llm: only this model"),
+    arg("--server", help="with --llm: only this server"),
+    arg("--export", metavar="FILE", help="write the rows to FILE: .csv or .parquet (- : CSV to stdout)"),
+)
 
 
 def window(args: argparse.Namespace) -> dict[str, str]:

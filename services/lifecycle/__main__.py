@@ -1,7 +1,7 @@
 """`python -m services.lifecycle`: decide every GPU's lifecycle on a schedule, and when the inventory changes.
 
 GPUHEALTH_LIFECYCLE__ONCE=true decides once and exits (an operator asking now,
-a cron job). docs/lifecycle.md says what is decided and how it is priced.
+a cron job). docs/services/lifecycle.md says what is decided and how it is priced.
 """
 
 from __future__ import annotations

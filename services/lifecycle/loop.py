@@ -5,7 +5,7 @@ problem, and every decision lists the inventory as missing), reads every
 GPU's inputs, decides, and writes the inventory, the run and its decisions in
 one transaction; then publishes the decisions on gpu-lifecycle. A run that
 fails is counted and logged; the next tries again. `once` runs one and stops:
-a cron job, or an operator who wants the answer now (docs/lifecycle.md).
+a cron job, or an operator who wants the answer now (docs/services/lifecycle.md).
 """
 
 from __future__ import annotations

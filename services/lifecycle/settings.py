@@ -78,7 +78,7 @@ class LifecycleSection(Section):
     """GPUHEALTH_LIFECYCLE__*: when decisions are made and where the inventory is."""
 
     inventory_file: Path | None = None
-    """The operator's inventory CSV (docs/lifecycle.md); unset: every decision lists the inventory as
+    """The operator's inventory CSV (docs/services/lifecycle.md); unset: every decision lists the inventory as
     missing."""
     interval_s: float = Field(default=3600.0, ge=1, le=7 * 86400)
     """How often every GPU is decided; a changed inventory file is decided on at the next check."""

@@ -32,7 +32,7 @@ def runnable_blocks() -> list[tuple[str, str]]:
 def test_the_docs_mark_their_runnable_blocks() -> None:
     blocks = runnable_blocks()
     assert len(blocks) >= 5
-    assert {doc for doc, _ in blocks} >= {"README.md", "docs/api.md", "docs/operating.md"}
+    assert {doc for doc, _ in blocks} >= {"README.md", "docs/services/api.md", "docs/operating.md"}
     assert any("gpuhealth fleet" in b for _, b in blocks)
     assert any("promtool test rules" in b for _, b in blocks)
     assert any("/acknowledge" in b for _, b in blocks)
