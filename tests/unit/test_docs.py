@@ -12,7 +12,14 @@ import pytest
 from shared.contract.topic_registry import ORIGINAL_KEY, TopicSettings
 from tests.paths import REPO
 
-DOCS = sorted([REPO / "README.md", REPO / "gpuhealth" / "README.md", *(REPO / "docs").rglob("*.md")])
+DOCS = sorted(
+    [
+        REPO / "README.md",
+        REPO / "gpuhealth" / "README.md",
+        REPO / "schema" / "README.md",
+        *(REPO / "docs").rglob("*.md"),
+    ]
+)
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 # Names of what lies outside the repository, written so that this file does not name them itself.
 OUTSIDE = ("../" + "shared", "DESIGN" + ".md")
