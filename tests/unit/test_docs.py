@@ -4,13 +4,12 @@ outside the repository, and the operators' topic table naming every topic the re
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from shared.contract.topic_registry import ORIGINAL_KEY, TopicSettings
-from tests.paths import REPO
+from tests.paths import REPO, tracked_files
 
 DOCS = sorted(
     [
@@ -23,11 +22,6 @@ DOCS = sorted(
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 # Names of what lies outside the repository, written so that this file does not name them itself.
 OUTSIDE = ("../" + "shared", "DESIGN" + ".md")
-
-
-def tracked_files() -> list[Path]:
-    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
-    return [REPO / p for p in listed.decode().split("\0") if p and (REPO / p).is_file()]
 
 
 def test_nothing_refers_to_files_outside_the_repository() -> None:

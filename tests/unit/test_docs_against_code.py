@@ -7,8 +7,7 @@ from __future__ import annotations
 import re
 
 import shared.store
-from tests.paths import REPO
-from tests.unit.test_docs import tracked_files
+from tests.paths import REPO, tracked_files
 
 
 def test_the_store_docstring_lists_exactly_the_modules_of_the_store() -> None:
