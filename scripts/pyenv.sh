@@ -15,11 +15,9 @@ python=${PYTHON:-python3}
 # gpuhealth/), the one place they are written; each stamp is a list's hash, so editing tool settings
 # there does not rebuild. `pyenv.sh` installs what running needs (make up); `pyenv.sh --dev` adds the
 # development tools (make test, make lint): pytest, hypothesis, mypy, ruff, selenium, transformers, ...
+# A first stamp is the two files' own hash: when neither changed, nothing (not even Python) runs.
 dev=false; [[ ${1:-} == --dev ]] && dev=true
-requirements=$("$python" "$here/scripts/requirements.py")
-stamp_want=$(echo "$requirements" | sha256sum | cut -c1-16)
-dev_requirements=$("$python" "$here/scripts/requirements.py" --dev)
-dev_stamp_want=$(echo "$dev_requirements" | sha256sum | cut -c1-16)
+inputs=$(cat "$here/pyproject.toml" "$here/gpuhealth/pyproject.toml" | sha256sum | cut -c1-16)
 
 # The CLI as `gpuhealth` on the venv's PATH: a small launcher that runs this
 # checkout's code (like the Makefile), rewritten only when it would change.
@@ -34,7 +32,21 @@ install_cli() {
 }
 
 stamped() { [[ -f $venv/$1 && $(cat "$venv/$1") == "$2" ]]; }
+current() {  # the venv has what is asked for, and the files are as they were when it was made
+  [[ -x $venv/bin/python ]] && stamped .inputs "$inputs" && { ! $dev || stamped .inputs-dev "$inputs"; }
+}
+if current; then
+  install_cli
+  echo "$venv"
+  exit 0
+fi
+requirements=$("$python" "$here/scripts/requirements.py")
+stamp_want=$(echo "$requirements" | sha256sum | cut -c1-16)
+dev_requirements=$("$python" "$here/scripts/requirements.py" --dev)
+dev_stamp_want=$(echo "$dev_requirements" | sha256sum | cut -c1-16)
 if [[ -x $venv/bin/python ]] && stamped .stamp "$stamp_want" && { ! $dev || stamped .stamp-dev "$dev_stamp_want"; }; then
+  echo "$inputs" > "$venv/.inputs"  # the files changed, their dependency lists did not
+  if stamped .stamp-dev "$dev_stamp_want"; then echo "$inputs" > "$venv/.inputs-dev"; fi
   install_cli
   echo "$venv"
   exit 0
@@ -48,6 +60,12 @@ echo "pyenv: installing Python dependencies$($dev && echo ' and the development 
 echo "$wanted" > "$venv/requirements.txt"
 "$venv/bin/python" -m pip install -q -r "$venv/requirements.txt" >&2
 echo "$stamp_want" > "$venv/.stamp"
-if $dev; then echo "$dev_stamp_want" > "$venv/.stamp-dev"; else rm -f "$venv/.stamp-dev"; fi
+echo "$inputs" > "$venv/.inputs"
+if $dev; then
+  echo "$dev_stamp_want" > "$venv/.stamp-dev"
+  echo "$inputs" > "$venv/.inputs-dev"
+else
+  rm -f "$venv/.stamp-dev" "$venv/.inputs-dev"
+fi
 install_cli
 echo "$venv"
