@@ -38,3 +38,59 @@ def test_every_docs_path_a_file_names_exists() -> None:
             continue
         stale += [f"{relative}: {name}" for name in DOCS_PATH.findall(text) if not (REPO / name).exists()]
     assert stale == [], "files name docs that do not exist"
+
+
+def layout_entries() -> dict[str, str]:
+    """docs/contributing.md's Layout: each folder it describes (`shared/contract`, ...) -> its text; the
+    files it names at the top under ``""``."""
+    text = (REPO / "docs" / "contributing.md").read_text()
+    lines = text[text.index("## Layout") :].split("```")[1].strip("\n").splitlines()
+    entries, top, current = {"": lines[0]}, "", ""
+    for line in lines[1:]:
+        if folder := re.match(r"^([.\w-]+)/\s", line):
+            top = current = folder[1]
+        elif package := re.match(r"^  ([\w-]+)/\s", line):
+            current = f"{top}/{package[1]}"
+        entries[current] = entries.get(current, "") + line + "\n"
+    return entries
+
+
+FILE_NAMED = re.compile(r"(?<![\w./<*-])([\w./-]*\w\.(?:py|sh|toml|csv|json|md|yml|yaml))\b")
+FOLDER_NAMED = re.compile(r"(?<![\w./<-])([\w-]+)/(?=[\s,:)]|$)", re.M)
+
+
+def test_the_layout_names_every_shared_package_and_no_other() -> None:
+    named = {folder.partition("/")[2] for folder in layout_entries() if folder.startswith("shared/")}
+    packages = {p.parent.name for p in (REPO / "shared").glob("*/__init__.py")}
+    assert sorted(packages - named) == [], "shared/ packages docs/contributing.md's Layout does not name"
+    assert sorted(named - packages) == [], "the Layout names shared/ packages that do not exist"
+
+
+def test_everything_the_layout_names_exists() -> None:
+    """Its folders, the files and sub-folders each one's text names, and the services it lists."""
+    entries = layout_entries()
+    missing = [name for name in entries.pop("").split() if not (REPO / name).is_file()]
+    for folder, text in entries.items():
+        base = REPO / folder
+        if not base.is_dir():
+            missing.append(f"{folder}/")
+            continue
+        for name in FILE_NAMED.findall(text):
+            if not ((REPO / name).exists() or (base / name).exists() or any(base.rglob(name))):
+                missing.append(f"{folder}: {name}")
+        for name in FOLDER_NAMED.findall(re.sub(r"^\s*[.\w-]+/", "", text)):
+            if not any(p.is_dir() for p in base.rglob(name)):
+                missing.append(f"{folder}: {name}/")
+    services = [s.strip(",") for s in entries["services"].split(":")[0].split()[1:]]
+    missing += [f"services: {s}" for s in services if not (REPO / "services" / s / "__main__.py").exists()]
+    assert missing == [], "docs/contributing.md's Layout names what is not in the tree"
+
+
+def test_the_layout_names_every_page_of_docs() -> None:
+    named = set(FILE_NAMED.findall(layout_entries()["docs"]))
+    pages = {p.name for p in (REPO / "docs").glob("*.md")}
+    assert sorted(pages - named) == [], "pages of docs/ that docs/contributing.md's Layout does not name"
+    services = sorted(p.stem for p in (REPO / "docs" / "services").glob("*.md"))
+    assert [s for s in services if not (REPO / "services" / s).is_dir()] == [], (
+        "a page in docs/services/ that is no service's (the Layout says: a page per service)"
+    )
