@@ -32,7 +32,8 @@ from prometheus_client import CollectorRegistry
 from bench._common import best_of, report
 from gpuhealth.gpu.readings import GpuReading, SourceReading
 from services.collector.enrich import Enricher, Placement
-from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
+from services.mock_dcgm.clock import SimClock
+from services.mock_dcgm.fleet import Fleet, FleetSpec
 from services.sink.metrics import SinkMetrics
 from services.sink.retention import Retention
 from services.sink.rows import METRIC_COLUMNS, STAGE_TYPES, stage_row

@@ -22,7 +22,8 @@ from services.collector.build import CollectorSection, build_collector
 from services.collector.dcgm_source import DcgmSource
 from services.collector.metrics import CollectorMetrics
 from services.collector.publisher import collector_producer
-from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
+from services.mock_dcgm.clock import SimClock
+from services.mock_dcgm.fleet import Fleet, FleetSpec
 from services.mock_dcgm.server import MockServer
 from shared.plumbing.kafka import JsonProducer, wait_for_kafka
 from shared.settings.common import Settings, TopicSettings

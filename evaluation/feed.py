@@ -21,7 +21,8 @@ from gpuhealth.gpu.readings import GpuReading, MetricValue, SourceReading
 from services.collector.dcgm_source import parse_exposition
 from services.collector.enrich import Enricher, Placement, reading_time
 from services.collector.events import EventDetector
-from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
+from services.mock_dcgm.clock import SimClock
+from services.mock_dcgm.fleet import Fleet, FleetSpec
 from services.mock_dcgm.simulation import NodeSim
 from services.scorer.cycle import CycleResult, run_cycle
 from services.scorer.predict import Prediction

@@ -26,7 +26,8 @@ from services.collector.dcgm_source import DcgmSource
 from services.collector.kernel_log import JournalFeed, mock_journal
 from services.collector.metrics import CollectorMetrics
 from services.collector.publisher import collector_producer
-from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
+from services.mock_dcgm.clock import SimClock
+from services.mock_dcgm.fleet import Fleet, FleetSpec
 from services.mock_dcgm.server import MockServer
 from services.sink.build import sink_loop_closed
 from shared.contract.models import Source

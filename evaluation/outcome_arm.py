@@ -16,7 +16,8 @@ import statistics
 from datetime import UTC, datetime
 from typing import Any
 
-from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
+from services.mock_dcgm.clock import SimClock
+from services.mock_dcgm.fleet import Fleet, FleetSpec
 from services.remediator.decide import decide
 from services.remediator.executor import Executor
 from services.remediator.findings import NodeMap, from_verdict

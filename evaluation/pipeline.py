@@ -22,7 +22,8 @@ from services.collector.dcgm_source import DcgmSource
 from services.collector.metrics import CollectorMetrics
 from services.collector.poller import Collector
 from services.collector.publisher import collector_producer
-from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
+from services.mock_dcgm.clock import SimClock
+from services.mock_dcgm.fleet import Fleet, FleetSpec
 from services.mock_dcgm.server import MockServer
 from services.scorer.cycle import CycleResult, run_cycle
 from services.scorer.rules_config import load_rules

@@ -14,8 +14,9 @@ from shared.plumbing.running import ServiceRun
 from shared.plumbing.service import start_service
 from shared.settings.common import Section, Settings
 
+from .clock import SimClock, iso, parse_sim_start
 from .faults import FaultError
-from .fleet import DEFAULT_MODELS, ComputeCheck, Fleet, FleetSpec, SimClock, iso, parse_sim_start
+from .fleet import DEFAULT_MODELS, ComputeCheck, Fleet, FleetSpec
 from .profiles import MODELS
 from .server import MockServer
 

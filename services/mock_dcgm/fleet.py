@@ -4,17 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from gpuhealth.contract.wire_time import wire_time
-
+from .clock import SimClock, iso
 from .exposition import render_node
 from .faults import SUBSYSTEM, Fault, FaultError, FaultKind, NotFoundError, RemedyRefusedError, make_fault
 from .jobs import KIND as JOB_CRASH
@@ -29,40 +25,6 @@ from .simulation import GpuSim, build_node
 # healthy condition, or nothing (the check always passes).
 ComputeCheck = Literal["hard_failure", "any_fault", "nothing"]
 
-_RELATIVE = re.compile(r"^-(\d+(?:\.\d+)?)([smhd])$")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_sim_start(text: str, now: float) -> float:
-    """`now`, an ISO-8601 time, or a time before now such as `-24h` or `-90m`."""
-    if text == "now":
-        return now
-    match = _RELATIVE.match(text)
-    if match:
-        return now - float(match[1]) * _UNIT_S[match[2]]
-    try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
-        raise FaultError(f"sim_start {text!r} is not 'now', -<n>[smhd] or an ISO-8601 time") from None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed.timestamp()
-
-
-class SimClock:
-    """Simulated epoch seconds: starts at `start_s` and runs `speed` times faster than real time."""
-
-    def __init__(
-        self, *, start_s: float, speed: float = 1.0, monotonic: Callable[[], float] = time.monotonic
-    ) -> None:
-        if not 0 < speed <= 1_000_000:
-            raise FaultError("speed must be above 0 and at most 1,000,000")
-        self.start_s, self.speed, self._monotonic = start_s, speed, monotonic
-        self._real0 = monotonic()
-
-    def now(self) -> float:
-        return self.start_s + (self._monotonic() - self._real0) * self.speed
-
 
 def _fails(fault: Fault, fails_on: ComputeCheck) -> bool:
     if fails_on == "hard_failure":
@@ -72,12 +34,6 @@ def _fails(fault: Fault, fails_on: ComputeCheck) -> bool:
 
 def _is_bool(*values: Any) -> bool:
     return any(isinstance(v, bool) for v in values)
-
-
-def iso(t: float) -> str:
-    """A simulated time (epoch seconds) as every topic writes a time, to the millisecond."""
-    at = datetime.fromtimestamp(t, UTC)
-    return wire_time(at.replace(microsecond=at.microsecond // 1000 * 1000))
 
 
 DEFAULT_MODELS = ("h100-sxm", "h100-sxm", "a100-sxm4-80gb", "v100-sxm2-32gb")

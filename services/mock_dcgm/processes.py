@@ -14,7 +14,8 @@ import hashlib
 import uuid
 from typing import Any
 
-from .fleet import Fleet, iso
+from .clock import iso
+from .fleet import Fleet
 from .simulation import GpuSim
 
 _CONTEXT_MIB = 512  # what the CUDA context itself holds, outside the process's own allocations

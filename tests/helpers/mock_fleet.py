@@ -8,7 +8,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
+from services.mock_dcgm.clock import SimClock
+from services.mock_dcgm.fleet import Fleet, FleetSpec
 from services.mock_dcgm.server import MockServer
 
 T0 = 1_800_000_000.0  # a fixed simulated start, so tests never depend on the wall clock

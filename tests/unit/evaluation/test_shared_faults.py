@@ -9,7 +9,8 @@ from typing import Any
 from evaluation.metrics import summarise, totals
 from evaluation.run import Record
 from evaluation.scenario import job_scenario
-from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
+from services.mock_dcgm.clock import SimClock
+from services.mock_dcgm.fleet import Fleet, FleetSpec
 from services.scorer.rules_config import load_rules
 
 RULES = load_rules()

@@ -30,7 +30,8 @@ from services.collector.publisher import Publisher, collector_producer
 from services.llm_monitor.__main__ import LlmSection, LlmSettings, Monitor
 from services.llm_monitor.proxy import OllamaProxy
 from services.llm_monitor.servers import poll_ollama
-from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
+from services.mock_dcgm.clock import SimClock
+from services.mock_dcgm.fleet import Fleet, FleetSpec
 from services.mock_dcgm.server import MockServer
 from services.mock_ollama.server import MockOllamaServer
 from services.sink.metrics import SinkMetrics

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from services.collector.proc_info import CgroupInfo, ProcInfo, ProcReader, parse_cgroup, start_time_from_stat
 from services.collector.process_sources import GpuObservation, NvmlProcesses, ObservedProcess
 from services.collector.processes import process_messages
-from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
+from services.mock_dcgm.clock import SimClock
+from services.mock_dcgm.fleet import Fleet, FleetSpec
 from services.mock_dcgm.processes import MockProcesses
 from shared.contract.models_workload import GpuProcess, ProcessClass
 from shared.gpu.process_rules import ProcessRules

@@ -132,7 +132,8 @@ def test_a_file_that_cannot_be_read_names_itself(tmp_path: Path) -> None:
 
 
 def test_the_stacks_inventory_loads_clean_and_names_the_mock_fleet() -> None:
-    from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
+    from services.mock_dcgm.clock import SimClock
+    from services.mock_dcgm.fleet import Fleet, FleetSpec
 
     inv = load_inventory(REPO / "deploy" / "inventory-economics.csv", today=date.today())
     assert inv.problems == ()

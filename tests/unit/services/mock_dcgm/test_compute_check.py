@@ -13,7 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.mock_dcgm.fleet import ComputeCheck, Fleet, FleetSpec, SimClock
+from services.mock_dcgm.clock import SimClock
+from services.mock_dcgm.fleet import ComputeCheck, Fleet, FleetSpec
 from services.mock_dcgm.server import MockServer
 from tests.helpers.mock_fleet import GPU, H100, make_fleet
 

@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 
 from services.collector.events import EventDetector
 from services.collector.kernel_log import JournalFeed, mock_journal, parse_xid_line
+from services.mock_dcgm.clock import SimClock
 from services.mock_dcgm.faults import FaultError
-from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
+from services.mock_dcgm.fleet import Fleet, FleetSpec
 from services.mock_dcgm.kernel_log import NodeLog, _mnemonics, kernel_pci, nvlink5_message, nvlink5_rows
 from services.mock_dcgm.server import MockServer
 from shared.contract.models import Source

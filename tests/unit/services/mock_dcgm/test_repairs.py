@@ -9,8 +9,9 @@ from typing import Any
 import httpx
 import pytest
 
+from services.mock_dcgm.clock import SimClock
 from services.mock_dcgm.faults import FaultError
-from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
+from services.mock_dcgm.fleet import Fleet, FleetSpec
 from services.mock_dcgm.server import MockServer
 from tests.helpers.mock_fleet import H100, make_fleet, reading
 

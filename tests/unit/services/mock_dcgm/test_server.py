@@ -10,7 +10,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from services.mock_dcgm import server as srv
-from services.mock_dcgm.fleet import Fleet, FleetSpec, SimClock
+from services.mock_dcgm.clock import SimClock
+from services.mock_dcgm.fleet import Fleet, FleetSpec
 from services.mock_dcgm.server import MockServer
 from tests.helpers.service_process import serves_until_stopped
 
