@@ -18,10 +18,11 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench._common import report, scratch_topic
-from services.collector.build import CollectorSection, build_collector
+from services.collector.build import build_collector
 from services.collector.dcgm_source import DcgmSource
 from services.collector.metrics import CollectorMetrics
 from services.collector.publisher import collector_producer
+from services.collector.settings import CollectorSection
 from services.mock_dcgm.clock import SimClock
 from services.mock_dcgm.fleet import Fleet, FleetSpec
 from services.mock_dcgm.server import MockServer

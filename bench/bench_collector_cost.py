@@ -115,7 +115,8 @@ def run_bare_loop(source: str) -> int:
     if source == "nvml":
         install_fake_nvml()
     from gpuhealth.gpu.readings import SourceError
-    from services.collector.build import CollectorSettings, make_sources
+    from services.collector.build import make_sources
+    from services.collector.settings import CollectorSettings
 
     cfg = CollectorSettings().collector
     sources = make_sources(cfg)

@@ -46,8 +46,9 @@ from services.remediator.loop import RemediatorLoop
 from services.remediator.policy import Breaker, NodesOut, load_policy
 from services.remediator.steps import Steps
 from services.remediator.trust import Trust
-from services.scorer.loop import ScorerLoop, ScorerSection
+from services.scorer.loop import ScorerLoop
 from services.scorer.rules_config import load_rules
+from services.scorer.settings import ScorerSection
 from shared.contract.signing import Keyring, Signer
 from shared.plumbing.db import connect
 from shared.plumbing.kafka import JsonProducer, make_consumer, make_producer

@@ -36,8 +36,8 @@ from bench import fleets
 from bench._common import report
 from services.scorer.cycle import judge, judge_in_chunks
 from services.scorer.features import Conn, read_features
-from services.scorer.loop import ScorerSection
 from services.scorer.rules_config import Rules, load_rules
+from services.scorer.settings import ScorerSection
 from shared.plumbing.db import connect
 from shared.plumbing.migrate import migrated_schema
 from shared.settings.common import Settings

@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry
 
-from services.collector.build import CollectorSection, build_collector
+from services.collector.build import build_collector
 from services.collector.dcgm_source import DcgmSource
 from services.collector.kernel_log import JournalFeed, mock_journal
 from services.collector.metrics import CollectorMetrics
 from services.collector.publisher import collector_producer
+from services.collector.settings import CollectorSection
 from services.mock_dcgm.clock import SimClock
 from services.mock_dcgm.fleet import Fleet, FleetSpec
 from services.mock_dcgm.server import MockServer

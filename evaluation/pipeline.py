@@ -17,11 +17,12 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from services.collector.build import CollectorSection, build_collector
+from services.collector.build import build_collector
 from services.collector.dcgm_source import DcgmSource
 from services.collector.metrics import CollectorMetrics
 from services.collector.poller import Collector
 from services.collector.publisher import collector_producer
+from services.collector.settings import CollectorSection
 from services.mock_dcgm.clock import SimClock
 from services.mock_dcgm.fleet import Fleet, FleetSpec
 from services.mock_dcgm.server import MockServer

@@ -9,97 +9,40 @@ context manager that closes all of it once.
 
 from __future__ import annotations
 
+import gc
 import logging
-import re
 import shutil
 import socket
+import threading
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import Literal
+from dataclasses import dataclass
 
 import httpx
-from pydantic import Field
+from prometheus_client import CollectorRegistry
 
 from gpuhealth.gpu.nvml_source import NvmlSource
 from gpuhealth.gpu.readings import GpuSource, SourceError
 from gpuhealth.gpu.smi_source import SmiSource
 from shared.contract.models import GpuSample, Source
-from shared.settings.common import Section, Settings, TopicSettings
+from shared.plumbing import otlp
+from shared.plumbing.running import Loop, ServiceRun, stopped
+from shared.settings.common import TopicSettings
 
 from .dcgm_source import DcgmSource
 from .enrich import Enricher, Placement, load_inventory
 from .events import EventDetector
+from .gpu_otlp import GpuInstruments
 from .kernel_log import JournalFeed, XidFeed, mock_journal, open_kernel_log
 from .metrics import CollectorMetrics
 from .poller import Collector
-from .processes import ProcessSection
-from .publisher import Producer, Publisher
-from .spool import SpoolFile
+from .processes import start_process_watch
+from .publisher import Producer, Publisher, collector_producer
+from .settings import CollectorSection, CollectorSettings
+from .spool import SpoolFile, SpoolingProducer, delivered_already
+from .systems import local_identity, start_announcer
 
 log = logging.getLogger("services.collector")
-
-
-class CollectorSection(Section):
-    """GPUHEALTH_COLLECTOR__*: what the collector reads, how often, where the node is, and its spool."""
-
-    source: Literal["auto", "dcgm", "mock", "nvml", "smi"] = "auto"
-    """`dcgm` (dcgm-exporter over HTTP), `mock` (the same, samples say `source: mock`), `nvml`, `smi`
-    (nvidia-smi), or `auto`: dcgm-exporter if it answers, else NVML, else nvidia-smi."""
-    dcgm_urls: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:9400/metrics"])
-    """The exporters to scrape: one collector can read several (e.g. every node of the mock fleet)."""
-    interval_s: float = Field(default=10.0, ge=0.1, le=3600)
-    """Poll period; polls tick on a monotonic schedule and skip (and count) ticks they overran."""
-    scrape_timeout_s: float = Field(default=5.0, gt=0, le=120)
-    """How long one scrape of an exporter may take."""
-    collector_id: str = Field(default_factory=socket.gethostname, min_length=1, max_length=253)
-    """Names the collector in every message (and its spool file)."""
-    cluster: str | None = None
-    """This node's cluster."""
-    datacenter: str | None = None
-    """This node's datacenter."""
-    region: str | None = None
-    """This node's region."""
-    rack: str | None = None
-    """This node's rack."""
-    inventory_file: Path | None = None
-    """A CSV `hostname,rack,datacenter,cluster,region`; it wins over the settings for the hosts it lists."""
-    max_queued: int = Field(default=500_000, ge=100, le=10_000_000)
-    """Messages held while the broker is away (about 1 KiB each); beyond it new ones are dropped, counted
-    and logged."""
-    metrics_port: int = Field(default=9500, ge=0, le=65535)
-    """Port of the collector's own `/metrics`."""
-    metrics_bind: str = "127.0.0.1"
-    """Address of the collector's own `/metrics`."""
-    kernel_log: Literal["off", "auto", "kmsg", "journal", "mock"] = "off"
-    """Also read XIDs from this host's kernel log (`/dev/kmsg` or `journalctl`), beside any source; `mock`:
-    each mock fleet node's (`/journal` beside each of `dcgm_urls`)."""
-    xid_fold_s: float = Field(default=10.0, ge=0, le=3600)
-    """Repeats of one XID on one GPU within this many seconds of its first line are one event, published
-    at once and again when the window ends with the exact count and the last line's time (0: every line
-    its own event)."""
-    systems_interval_s: float = Field(default=300.0, ge=0, le=86_400)
-    """NVML and nvidia-smi nodes: how often identity is re-read for `gpu-systems` (0: only at start)."""
-    shutdown_flush_s: float = Field(default=5.0, ge=0, le=600)
-    """On SIGTERM, how long the broker gets to take what is queued before the rest is spooled."""
-    spool_path: Path | None = None
-    """Where what the broker did not take at shutdown is kept, to be sent first at the next start;
-    unset: `~/.cache/gpu-health/spool/collector-<collector_id>.jsonl`."""
-    spool_max_bytes: int = Field(default=256 * 1024 * 1024, ge=4096, le=64 * 1024**3)
-    """The spool's bound; beyond it the newest messages are dropped, counted and logged."""
-    spool_check_timeout_s: float = Field(default=15.0, gt=0, le=600)
-    """Before resending the spool, how long to read Kafka back for messages it already has."""
-
-    def spool_file(self) -> Path:
-        if self.spool_path is not None:
-            return self.spool_path
-        name = re.sub(r"[^A-Za-z0-9._-]", "_", self.collector_id)
-        return Path.home() / ".cache" / "gpu-health" / "spool" / f"collector-{name}.jsonl"
-
-
-class CollectorSettings(Settings):
-    collector: CollectorSection = Field(default_factory=CollectorSection)
-    processes: ProcessSection = Field(default_factory=ProcessSection)
 
 
 def make_sources(cfg: CollectorSection) -> list[GpuSource]:
@@ -198,3 +141,80 @@ def build_collector(
         on_samples=on_samples,
         shutdown_flush_s=cfg.shutdown_flush_s,
     )
+
+
+class CollectorService:
+    """`python -m services.collector`: the collector, its /metrics, the process watch and (on this node's
+    own GPUs) the identity announcer."""
+
+    def __init__(self, settings: CollectorSettings) -> None:
+        self.settings = settings
+        self.registry = CollectorRegistry()
+        self.metrics = CollectorMetrics(self.registry)
+        self.gpu_meter = otlp.meter("gpuhealth.collector")  # None unless OTLP export is on
+
+    def start(self, life: ServiceRun) -> Loop:
+        cfg, settings = self.settings.collector, self.settings
+        life.serve_metrics(self.registry, cfg.metrics_port, cfg.metrics_bind)
+        collector = life.enter_context(
+            build_collector(
+                cfg,
+                settings.topics,
+                producer=SpoolingProducer(collector_producer(settings.kafka, cfg.max_queued)),
+                metrics=self.metrics,
+                spool=SpoolFile(cfg.spool_file(), cfg.spool_max_bytes),
+                on_samples=GpuInstruments(self.gpu_meter).observe if self.gpu_meter else None,
+            )
+        )
+        return Collecting(settings, collector, life)
+
+    def stopped(self) -> int:
+        return stopped(log)
+
+
+@dataclass(frozen=True, slots=True)
+class Collecting:
+    """The started collector's loop: what runs beside it is started with it, and joined by `life`."""
+
+    settings: CollectorSettings
+    collector: Collector
+    life: ServiceRun
+
+    def run(self, stop: threading.Event) -> None:
+        """Start what runs beside the collector, then collect until `stop` is set."""
+        life, collector, cfg, settings = self.life, self.collector, self.settings.collector, self.settings
+        # Joined (stop set) before the collector flushes what they published: entered after it.
+        watch = start_process_watch(
+            settings.processes,
+            collector_source=cfg.source,
+            dcgm_urls=cfg.dcgm_urls,
+            timeout_s=cfg.scrape_timeout_s,
+            publisher=collector.publisher,
+            topics=settings.topics,
+            collector_id=cfg.collector_id,
+            stop=stop,
+        )
+        if watch is not None:
+            life.callback(watch.join, 30)
+        if collector.sources[0].kind in (Source.NVML, Source.SMI):  # this node's GPUs: announce its identity
+            announcer = start_announcer(
+                read=local_identity(cfg.collector_id),
+                publisher=collector.publisher,
+                topic=settings.topics.systems,
+                interval_s=cfg.systems_interval_s,
+                stop=stop,
+            )
+            life.callback(announcer.join, 30)
+        log.info(
+            "collecting",
+            extra={"sources": [s.target for s in collector.sources], "interval_s": cfg.interval_s},
+        )
+        # What the last run could not deliver goes first, but not what the broker has already.
+        collector.publisher.resume(
+            lambda pending: delivered_already(settings.kafka, pending, cfg.spool_check_timeout_s)
+        )
+        # What is loaded by now lives as long as the process: frozen out of the cyclic GC's sight, a
+        # full collection walks only what the polls leave (httpx leaves a few cycles each scrape), so
+        # it comes often and cheaply and the resident size stays flat (bench/bench_collector_cost.py).
+        gc.freeze()
+        collector.run(stop)

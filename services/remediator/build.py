@@ -1,5 +1,6 @@
 """The remediator its settings describe: the policy, the keyring, the node map, the drivers, the consumer and
-the producer.
+the producer (`build_remediator`); and the service `python -m services.remediator` runs
+(`RemediatorService`).
 
 Drivers are built only when enabled, and only for a live run: a dry run
 reaches no scheduler, so it needs no kubeconfig and no Slurm. A driver
@@ -8,10 +9,13 @@ enabled without what it needs is a ConfigError at start.
 
 from __future__ import annotations
 
+import logging
+
 from prometheus_client import CollectorRegistry
 
-from shared.plumbing.errors import ConfigError
+from shared.plumbing.errors import ConfigError, GpuHealthError
 from shared.plumbing.kafka import JsonProducer, make_consumer, make_producer
+from shared.plumbing.running import Loop, ServiceRun, stopped
 
 from .drivers.base import SchedulerDriver
 from .drivers.kubeconfig import load_kubeconfig
@@ -25,6 +29,8 @@ from .policy import Policy, load_policy
 from .settings import RemediatorSection, RemediatorSettings
 from .steps import Steps
 from .trust import Trust
+
+log = logging.getLogger("services.remediator")
 
 
 def build_schedulers(cfg: RemediatorSection, policy: Policy) -> list[SchedulerDriver]:
@@ -90,3 +96,27 @@ def build_remediator(
         poll_timeout_s=cfg.poll_timeout_s,
         on_close=close,
     )
+
+
+class RemediatorService:
+    """`python -m services.remediator`: the remediator and its /metrics, once the database is there."""
+
+    def __init__(self, settings: RemediatorSettings) -> None:
+        """GpuHealthError for the policy, the node map or a driver's settings."""
+        self.settings = settings
+        self.registry = CollectorRegistry()
+        self.loop = build_remediator(settings, registry=self.registry)
+        if settings.remediator.dry_run:
+            log.info("dry run: every decision and step is recorded, nothing is carried out")
+
+    def start(self, life: ServiceRun) -> Loop:
+        cfg = self.settings.remediator
+        try:
+            life.serve_metrics(self.registry, cfg.metrics_port, cfg.metrics_bind, database=self.settings.db)
+        except (GpuHealthError, OSError):  # it cannot start: what was built for it is released
+            self.loop.close_unstarted()
+            raise
+        return self.loop  # the producer is flushed and the consumer closed however it ends
+
+    def stopped(self) -> int:
+        return stopped(log)

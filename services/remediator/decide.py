@@ -183,59 +183,113 @@ def decide(
     node = (
         nodes.hostname(finding.gpu_uuid, finding.hostname) or store.gpu_hostname(conn, finding.gpu_uuid) or ""
     )
-    plan_id: int | None = None
-    rules = policy.for_action(finding.action)
+    choice = choose(conn, finding, answers, policy=policy, node=node, dry_run=dry_run, now=now)
+    record = write_decision(conn, finding, node, choice, answers, dry_run=dry_run, now=now)
+    if record is None:
+        return Decided("")
+    return Decided(choice.outcome, choice.plan_id, choice.reason, (record,))
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """What is done about a finding: its outcome, the plan that answers it, and why."""
+
+    outcome: str  # act, held, ignored, joined, unmapped
+    plan_id: int | None
     reason: str | None
-    if rules.mode == "never":
-        outcome, reason = "ignored", f"the policy never acts on {finding.action}"
-    elif not valid_node(node):
-        outcome, reason = "unmapped", f"GPU {finding.gpu_uuid} maps to no node ({node!r})"
-    elif (active := store.active_plan(conn, node, dry_run)) is not None and not outranks(
-        finding, active, policy
-    ):
-        plan_id = int(active["id"])
-        store.join_plan(conn, plan_id, finding.gpu_uuid, now)
-        outcome, reason = (
-            "joined",
-            f"the node's plan {plan_id} ({active['action']}, {active['state']}) takes it in",
-        )
-        started = start_held(conn, active, finding, policy=policy, node=node, dry_run=dry_run, now=now)
-        if started is not None:
-            reason = f"{reason}; {started}"
-    else:
-        if active is not None:  # a remedy not yet tried that this finding needs more than: one rung up now
-            store.escalate_plan(conn, int(active["id"]), now)
-        plan_id, held_for, why = open_plan(
-            conn,
-            policy=policy,
-            node=node,
-            gpu_uuids=list(dict.fromkeys([*(active or {}).get("gpu_uuids", []), finding.gpu_uuid])),
-            action=finding.action,
-            finding=finding.name,
-            decision_key=finding.decision_key,
-            answers=answers,
-            dry_run=dry_run,
-            now=now,
-            escalated_from=None if active is None else int(active["id"]),
-        )
-        outcome = "held" if held_for else "act"
-        reason = why if held_for else f"{finding.action}: {', '.join(rules.steps)}"
-        if active is not None:
-            reason = (
-                f"{finding.action} outranks plan {active['id']}'s {active['action']}, not yet carried out:"
-                f" escalated to plan {plan_id}" + (f"; {why}" if why else "")
-            )
-            escalated = f"{finding.name} needs {finding.action}: escalated before its remedy (plan {plan_id})"
-            ended = event(
-                "outcome",
-                at=now,
-                status="escalated",
-                dry_run=dry_run,
-                plan=active,
-                reason=escalated,
-                seconds=0.0,
-            )
-            ledger.insert_events(conn, [ended])
+
+
+def choose(
+    conn: SyncConn,
+    finding: Finding,
+    answers: dict[str, Any],
+    *,
+    policy: Policy,
+    node: str,
+    dry_run: bool,
+    now: datetime,
+) -> Choice:
+    """Ignore the finding (the policy never acts on it), leave it unmapped (no node), have the node's
+    plan take it in, or open a plan for it (one rung above the node's plan, when it outranks it)."""
+    if policy.for_action(finding.action).mode == "never":
+        return Choice("ignored", None, f"the policy never acts on {finding.action}")
+    if not valid_node(node):
+        return Choice("unmapped", None, f"GPU {finding.gpu_uuid} maps to no node ({node!r})")
+    active = store.active_plan(conn, node, dry_run)
+    if active is not None and not outranks(finding, active, policy):
+        return join(conn, active, finding, policy=policy, node=node, dry_run=dry_run, now=now)
+    return open_for(conn, finding, answers, active, policy=policy, node=node, dry_run=dry_run, now=now)
+
+
+def join(
+    conn: SyncConn, active: Row, finding: Finding, *, policy: Policy, node: str, dry_run: bool, now: datetime
+) -> Choice:
+    """The node's plan takes the finding in, and starts if it was held for an approval that the
+    finding's own plan would not wait for (start_held)."""
+    plan_id = int(active["id"])
+    store.join_plan(conn, plan_id, finding.gpu_uuid, now)
+    reason = f"the node's plan {plan_id} ({active['action']}, {active['state']}) takes it in"
+    started = start_held(conn, active, finding, policy=policy, node=node, dry_run=dry_run, now=now)
+    return Choice("joined", plan_id, reason if started is None else f"{reason}; {started}")
+
+
+def open_for(
+    conn: SyncConn,
+    finding: Finding,
+    answers: dict[str, Any],
+    active: Row | None,
+    *,
+    policy: Policy,
+    node: str,
+    dry_run: bool,
+    now: datetime,
+) -> Choice:
+    """A new plan for the finding, running or held. Over `active`, the node's plan whose remedy, not yet
+    tried, the finding needs more than: that plan ends escalated, and the new one takes in its GPUs."""
+    escalated_from = None if active is None else int(active["id"])
+    if escalated_from is not None:
+        store.escalate_plan(conn, escalated_from, now)
+    plan_id, held_for, why = open_plan(
+        conn,
+        policy=policy,
+        node=node,
+        gpu_uuids=list(dict.fromkeys([*(active or {}).get("gpu_uuids", []), finding.gpu_uuid])),
+        action=finding.action,
+        finding=finding.name,
+        decision_key=finding.decision_key,
+        answers=answers,
+        dry_run=dry_run,
+        now=now,
+        escalated_from=escalated_from,
+    )
+    outcome = "held" if held_for else "act"
+    if active is None:
+        steps = ", ".join(policy.for_action(finding.action).steps)
+        return Choice(outcome, plan_id, why if held_for else f"{finding.action}: {steps}")
+    escalated = f"{finding.name} needs {finding.action}: escalated before its remedy (plan {plan_id})"
+    ended = event(
+        "outcome", at=now, status="escalated", dry_run=dry_run, plan=active, reason=escalated, seconds=0.0
+    )
+    ledger.insert_events(conn, [ended])
+    reason = (
+        f"{finding.action} outranks plan {active['id']}'s {active['action']}, not yet carried out:"
+        f" escalated to plan {plan_id}" + (f"; {why}" if why else "")
+    )
+    return Choice(outcome, plan_id, reason)
+
+
+def write_decision(
+    conn: SyncConn,
+    finding: Finding,
+    node: str,
+    choice: Choice,
+    answers: dict[str, Any],
+    *,
+    dry_run: bool,
+    now: datetime,
+) -> dict[str, Any] | None:
+    """The decision's row and its record; None, rolled back, when another consumer decided it first
+    (a rebalance): its decision stands."""
     if not store.insert_decision(
         conn,
         decision_key=finding.decision_key,
@@ -243,24 +297,24 @@ def decide(
         gpu_uuid=finding.gpu_uuid,
         node=node,
         action=finding.action,
-        outcome=outcome,
-        remediation_id=plan_id,
-        reason=reason,
+        outcome=choice.outcome,
+        remediation_id=choice.plan_id,
+        reason=choice.reason,
         dry_run=dry_run,
     ):
-        conn.rollback()  # another consumer decided it first (a rebalance): its decision stands
-        return Decided("")
+        conn.rollback()
+        return None
     record = event(
         "decision",
         at=now,
-        status=outcome,
+        status=choice.outcome,
         dry_run=dry_run,
         node=node if valid_node(node) else "",
         gpu_uuid=finding.gpu_uuid,
         action=finding.action,
-        reason=reason,
+        reason=choice.reason,
         answers=answers,
     )
-    record["remediation_id"] = plan_id
+    record["remediation_id"] = choice.plan_id
     ledger.insert_events(conn, [record])
-    return Decided(outcome, plan_id, reason, (record,))
+    return record

@@ -16,6 +16,7 @@ keyed `gpu_repairs/<id>`:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -43,90 +44,163 @@ def marks(conn: SyncConn, *, dry_run: bool, now: datetime, limit: int = 50) -> l
 def answer(conn: SyncConn, mark: Row, *, dry_run: bool, now: datetime) -> list[dict[str, Any]]:
     """Answer one mark in the caller's transaction: withdraw what it made moot, validate the node it
     holds out; the records written (none when another remediator answered it first)."""
-    node, gpu, key = str(mark["node"]), str(mark["gpu_uuid"]), key_of(mark)
-    said = f"{mark['kind']} by {mark['marked_by']} at {mark['time']:%Y-%m-%d %H:%M:%S} UTC"
-    message = {k: mark[k] for k in ("id", "gpu_uuid", "kind", "marked_by", "note")}
-    answers = {
-        "decision_key": key,
-        "topic": "gpu_repairs",
-        "message": {**message, "time": validation.iso(mark["time"])},
-    }
-    records: list[dict[str, Any]] = []
-    active = store.active_plan(conn, node, dry_run)
-    left: Row | None = None
-    if (
-        active is not None
-        and active["state"] == "held"
-        and gpu in active["gpu_uuids"]
-        and active["created_at"] <= mark["time"]
-    ):
-        store.withdraw(conn, int(active["id"]), now)
-        why = f"GPU {gpu} {said}: the repair made this {active['action']} moot"
-        records.append(
-            event(
-                "outcome", at=now, status="withdrawn", dry_run=dry_run, plan=active, reason=why, seconds=0.0
-            )
-        )
-        if active["escalated_from"] is not None:  # the plan it escalated from left the node out
-            left = store.plan(conn, int(active["escalated_from"]))
+    told = Told.of(mark)
+    active = store.active_plan(conn, told.node, dry_run)
+    withdrawn, left = withdraw_moot(conn, told, active, dry_run=dry_run, now=now)
+    if withdrawn:  # the node's plan was the one the repair made moot: none is in hand now
         active = None
-    plan_id: int | None = None
-    if active is not None:
-        outcome, action = "joined", str(active["action"])
-        plan_id = int(active["id"])
-        reason = f"plan {plan_id} ({action}, {active['state']}) is in hand: it judges the repaired GPU"
-    elif (left := left or store.left_out_for_a_person(conn, node, dry_run, marks=False)) is not None:
-        outcome, action = "act", str(left["action"])
-        plan_id = store.create_plan(
-            conn,
-            node=node,
-            gpu_uuids=list(left["gpu_uuids"]),
-            action=action,
-            finding=str(left["finding"]),
-            steps=["validate", "return"],
-            state="running",
-            held_for=None,
-            dry_run=dry_run,
-            decision_key=key,
-            at=now,
-            detail={
-                "answers": answers,
-                "identity": store.host_gpus(conn, node),
-                "after_repair": int(mark["id"]),
-                "validation": {"remedied_at": validation.iso(mark["time"])},
+    reply = respond(conn, told, active, left, withdrawn, dry_run=dry_run, now=now)
+    return write_answer(conn, told, reply, withdrawn, dry_run=dry_run, now=now)
+
+
+@dataclass(frozen=True, slots=True)
+class Told:
+    """A mark as its answer names it: the node and GPU, the decision's key, who said what when, and the
+    answers its records carry."""
+
+    mark: Row
+    node: str
+    gpu: str
+    key: str
+    said: str
+    answers: dict[str, Any]
+
+    @classmethod
+    def of(cls, mark: Row) -> Told:
+        message = {k: mark[k] for k in ("id", "gpu_uuid", "kind", "marked_by", "note")}
+        key = key_of(mark)
+        return cls(
+            mark=mark,
+            node=str(mark["node"]),
+            gpu=str(mark["gpu_uuid"]),
+            key=key,
+            said=f"{mark['kind']} by {mark['marked_by']} at {mark['time']:%Y-%m-%d %H:%M:%S} UTC",
+            answers={
+                "decision_key": key,
+                "topic": "gpu_repairs",
+                "message": {**message, "time": validation.iso(mark["time"])},
             },
         )
-        reason = (
-            f"GPU {gpu} {said}: {node}, left out by plan {left['id']}, is validated and returns if it passes"
-        )
-    else:
-        withdrew = f"plan {records[0]['remediation_id']} withdrawn; " if records else ""
-        outcome, action, reason = "ignored", "none", f"GPU {gpu} {said}: {withdrew}{node} is not held out"
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """What the mark is answered with: the decision's outcome, its action, the plan in hand, and why."""
+
+    outcome: str  # joined, act, ignored
+    action: str
+    plan_id: int | None
+    reason: str
+
+
+def withdraw_moot(
+    conn: SyncConn, told: Told, active: Row | None, *, dry_run: bool, now: datetime
+) -> tuple[list[dict[str, Any]], Row | None]:
+    """The node's plan held for an operator, if the repair made it moot (it takes in the repaired GPU and
+    predates the mark), withdrawn: (its record, or none, and the plan it escalated from, which left the
+    node out)."""
+    if not (
+        active is not None
+        and active["state"] == "held"
+        and told.gpu in active["gpu_uuids"]
+        and active["created_at"] <= told.mark["time"]
+    ):
+        return [], None
+    store.withdraw(conn, int(active["id"]), now)
+    why = f"GPU {told.gpu} {told.said}: the repair made this {active['action']} moot"
+    record = event(
+        "outcome", at=now, status="withdrawn", dry_run=dry_run, plan=active, reason=why, seconds=0.0
+    )
+    left = None
+    if active["escalated_from"] is not None:  # the plan it escalated from left the node out
+        left = store.plan(conn, int(active["escalated_from"]))
+    return [record], left
+
+
+def respond(
+    conn: SyncConn,
+    told: Told,
+    active: Row | None,
+    left: Row | None,
+    withdrawn: list[dict[str, Any]],
+    *,
+    dry_run: bool,
+    now: datetime,
+) -> Reply:
+    """The plan in hand judges the repaired GPU; else a node left out for a person is validated (`left`,
+    or the node's plan that left it out); else the node is not held out."""
+    if active is not None:
+        plan_id, action = int(active["id"]), str(active["action"])
+        reason = f"plan {plan_id} ({action}, {active['state']}) is in hand: it judges the repaired GPU"
+        return Reply("joined", action, plan_id, reason)
+    if (left := left or store.left_out_for_a_person(conn, told.node, dry_run, marks=False)) is not None:
+        return validate(conn, told, left, dry_run=dry_run, now=now)
+    withdrew = f"plan {withdrawn[0]['remediation_id']} withdrawn; " if withdrawn else ""
+    return Reply(
+        "ignored", "none", None, f"GPU {told.gpu} {told.said}: {withdrew}{told.node} is not held out"
+    )
+
+
+def validate(conn: SyncConn, told: Told, left: Row, *, dry_run: bool, now: datetime) -> Reply:
+    """A validation plan for the node `left` left out: the GPUs seen again, the compute check and healthy
+    cycles after the mark, then the node returns."""
+    action = str(left["action"])
+    plan_id = store.create_plan(
+        conn,
+        node=told.node,
+        gpu_uuids=list(left["gpu_uuids"]),
+        action=action,
+        finding=str(left["finding"]),
+        steps=["validate", "return"],
+        state="running",
+        held_for=None,
+        dry_run=dry_run,
+        decision_key=told.key,
+        at=now,
+        detail={
+            "answers": told.answers,
+            "identity": store.host_gpus(conn, told.node),
+            "after_repair": int(told.mark["id"]),
+            "validation": {"remedied_at": validation.iso(told.mark["time"])},
+        },
+    )
+    reason = (
+        f"GPU {told.gpu} {told.said}: {told.node}, left out by plan {left['id']},"
+        " is validated and returns if it passes"
+    )
+    return Reply("act", action, plan_id, reason)
+
+
+def write_answer(
+    conn: SyncConn, told: Told, reply: Reply, withdrawn: list[dict[str, Any]], *, dry_run: bool, now: datetime
+) -> list[dict[str, Any]]:
+    """The decision's row, and the records (what was withdrawn, then the decision); none, rolled back,
+    when another remediator of this mode answered the mark first."""
     if not store.insert_decision(
         conn,
-        decision_key=key,
+        decision_key=told.key,
         at=now,
-        gpu_uuid=gpu,
-        node=node,
-        action=action,
-        outcome=outcome,
-        remediation_id=plan_id,
-        reason=reason,
+        gpu_uuid=told.gpu,
+        node=told.node,
+        action=reply.action,
+        outcome=reply.outcome,
+        remediation_id=reply.plan_id,
+        reason=reply.reason,
         dry_run=dry_run,
     ):
-        conn.rollback()  # another remediator of this mode answered it first
+        conn.rollback()
         return []
     decision = event(
         "decision",
         at=now,
-        status=outcome,
+        status=reply.outcome,
         dry_run=dry_run,
-        node=node,
-        gpu_uuid=gpu,
-        action=action,
-        reason=reason,
-        answers=answers,
+        node=told.node,
+        gpu_uuid=told.gpu,
+        action=reply.action,
+        reason=reply.reason,
+        answers=told.answers,
     )
-    decision["remediation_id"] = plan_id
-    ledger.insert_events(conn, [*records, decision])
-    return [*records, decision]
+    decision["remediation_id"] = reply.plan_id
+    ledger.insert_events(conn, [*withdrawn, decision])
+    return [*withdrawn, decision]

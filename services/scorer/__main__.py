@@ -14,13 +14,10 @@ from __future__ import annotations
 import logging
 import sys
 
-from prometheus_client import CollectorRegistry
+from shared.plumbing.running import run_service
 
-from shared.plumbing.errors import GpuHealthError
-from shared.plumbing.running import ServiceRun
-from shared.plumbing.service import start_service
-
-from .loop import FLUSH_TIMEOUT_S, ScorerSection, ScorerSettings, build_scorer
+from .build import ScorerService
+from .settings import ScorerSection, ScorerSettings
 
 __all__ = ["ScorerSection", "ScorerSettings", "main"]  # the settings stay importable from here
 
@@ -28,29 +25,7 @@ log = logging.getLogger("services.scorer")
 
 
 def main() -> int:
-    settings = start_service(ScorerSettings, "scorer")
-    if settings is None:
-        return 2
-    registry = CollectorRegistry()
-    try:
-        scorer = build_scorer(settings, registry=registry)
-    except GpuHealthError as e:  # the rules file
-        log.error("%s", e)
-        return 2
-    cfg = settings.scorer
-    with ServiceRun("scorer", settings.shutdown) as life:
-        try:
-            life.serve_metrics(registry, cfg.metrics_port, cfg.metrics_bind, database=settings.db)
-        except (GpuHealthError, OSError) as e:
-            log.error("scorer cannot start: %s", e)
-            return 1
-        if scorer.events is not None:
-            # Closed in reverse: the event thread is joined, then what it queued is flushed.
-            life.callback(scorer.cycle.producer.close, FLUSH_TIMEOUT_S)
-            life.start_thread(scorer.events, "scorer-events")
-        scorer.cycle.run(life.stop)  # its producer is flushed at the end of run, however it ends
-    log.info("stopped")
-    return 0
+    return run_service(ScorerSettings, "scorer", ScorerService, log=log)
 
 
 if __name__ == "__main__":

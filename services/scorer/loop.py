@@ -12,7 +12,7 @@ cycle that fails is counted and logged; the next one tries again. Stopping (or
 an error) ends with a flush of what is queued, in a `finally`.
 
 Beside it, the event fast path (event_path.py) judges a GPU at once on its
-events; :func:`build_scorer` builds both.
+events; build.py's :func:`build_scorer` builds both.
 """
 
 from __future__ import annotations
@@ -22,31 +22,28 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from pydantic import Field, field_validator
 
 from shared.contract.models import GpuEvent
 from shared.contract.models_health import HEALTH_STATES
-from shared.contract.signing import Signer, SigningSettings, load_signer
+from shared.contract.signing import Signer
 from shared.plumbing.db import connect
 from shared.plumbing.errors import GpuHealthError
-from shared.plumbing.kafka import JsonProducer, make_producer
-from shared.settings.common import DatabaseSettings, Section, Settings, TopicSettings
+from shared.plumbing.kafka import JsonProducer
+from shared.settings.common import DatabaseSettings, TopicSettings
 from shared.store import fleet, judging
 from shared.store.errors import translated
 
 from .alert_hosts import with_hostnames
 from .cycle import CycleResult, judge_in_chunks
-from .event_path import EventPath
 from .features import Conn
 from .messages import publish
 from .ownership import Ownership
 from .predict import Prediction
-from .rules_config import DEFAULT_RULES, Rules, load_rules
+from .rules_config import Rules
+from .settings import ScorerSection
 from .verdict_metrics import VerdictCollector
 
 log = logging.getLogger("services.scorer")
@@ -55,57 +52,6 @@ FLUSH_TIMEOUT_S = 30.0
 # A cycle judges again a GPU with an event this far older than its last judgement: one stored late (a
 # sink catching up), where the event fast path is off or missed it.
 LATE_EVENT_S = 300.0
-
-
-class ScorerSection(Section):
-    """GPUHEALTH_SCORER__*: how often the fleet is judged, as of when, by which rules."""
-
-    interval_s: float = Field(default=30.0, ge=1, le=3600)
-    """How often a cycle runs: it judges every GPU whose verdict can have changed (a finding, an alert, an
-    event, silence, or its own minute come round: `rejudge_every_s`)."""
-    rejudge_every_s: int = Field(default=60, ge=1, le=3600)
-    """A GPU with nothing new is judged again this often (the rollup's minute), each at its own phase."""
-    predict_every_s: float = Field(default=300.0, ge=1)
-    """How often each GPU's failure prediction is recomputed (at its next judgement after this long)."""
-    as_of: str = "now"
-    """The time judged: `now` (a live fleet), `latest` (the fleet's newest sample: a replay, or the mock
-    on an accelerated clock) or an ISO-8601 time (one cycle, then exit)."""
-    rules_file: Path = DEFAULT_RULES
-    """Every threshold and window of the health rules."""
-    metrics_port: int = Field(default=9502, ge=0, le=65535)
-    """Port of the scorer's `/metrics`, verdicts included."""
-    metrics_bind: str = "127.0.0.1"
-    """Address of the scorer's `/metrics`."""
-    events: bool = True
-    """Judge a GPU at once on each of its gpu-events messages (the event fast path), as a member of `group`;
-    off, this process judges every GPU, and only every cycle."""
-    group: str = Field(default="gpuhealth-scorer", min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._-]+$")
-    """The scorers' consumer group on gpu-events: its members share the fleet by the topic's partitions."""
-    signing: SigningSettings = Field(default_factory=SigningSettings)
-    """How the scorer signs what it publishes (`private_key_file`): a remediator acts on nothing unsigned."""
-    session_timeout_s: float = Field(default=10.0, ge=6, le=300)
-    """How long the group waits on a silent scorer before its GPUs move to the others. Kept under
-    `interval_s`, a scorer that dies leaves its GPUs unjudged for at most two intervals."""
-    event_batch: int = Field(default=500, ge=1, le=100_000)
-    """Most gpu-events messages judged in one transaction."""
-    cycle_chunk: int = Field(default=500, ge=1, le=1_000_000)
-    """Most GPUs a cycle writes in one transaction (it reads and judges its share at once). Each chunk
-    commits and is published before the next is written, so an event on a GPU the cycle is writing waits
-    for one chunk, not the cycle, and a stop is heard between chunks."""
-
-    @field_validator("as_of")
-    @classmethod
-    def _as_of(cls, value: str) -> str:
-        if value not in ("now", "latest"):
-            try:
-                datetime.fromisoformat(value)
-            except ValueError:
-                raise ValueError(f"as_of must be 'now', 'latest' or an ISO time, not {value!r}") from None
-        return value
-
-
-class ScorerSettings(Settings):
-    scorer: ScorerSection = Field(default_factory=ScorerSection)
 
 
 def resolve_as_of(conn: Conn, mode: str) -> datetime:
@@ -268,53 +214,3 @@ class ScorerLoop:
         self.predictions = {g: p for g, p in {**self.predictions, **result.predictions}.items() if g in held}
         self.predicted_at = {g: t for g, t in self.predicted_at.items() if g in held}
         return result
-
-
-@dataclass(slots=True)
-class Scorer:
-    """The cycle, and the event fast path beside it (None: off, or one fixed as-of time)."""
-
-    cycle: ScorerLoop
-    events: EventPath | None
-
-
-def build_scorer(
-    settings: ScorerSettings, *, registry: CollectorRegistry, producer: JsonProducer | None = None
-) -> Scorer:
-    """The scorer `settings` describe; ConfigError when the rules file is invalid."""
-    cfg = settings.scorer
-    rules = load_rules(cfg.rules_file)
-    signer = load_signer(cfg.signing)
-    if signer is None:
-        log.warning(
-            "no signing key (GPUHEALTH_SCORER__SIGNING__PRIVATE_KEY_FILE): verdicts and alerts go"
-            " unsigned, and a remediator refuses them"
-        )
-    else:
-        log.info("verdicts and alerts are signed with key %s", signer.kid)
-    producer = JsonProducer(make_producer(settings.kafka)) if producer is None else producer
-    in_group = cfg.events and cfg.as_of in ("now", "latest")
-    ownership = Ownership(everything=not in_group)
-    cycle = ScorerLoop(
-        cfg=cfg,
-        rules=rules,
-        db=settings.db,
-        topics=settings.topics,
-        producer=producer,
-        registry=registry,
-        ownership=ownership,
-        signer=signer,
-    )
-    if not in_group:
-        return Scorer(cycle, None)
-    session_ms = int(cfg.session_timeout_s * 1000)
-    events = EventPath(
-        rules=rules, db=settings.db, kafka=settings.kafka, topic=settings.topics.events, group=cfg.group,
-        consumer_overrides={
-            "session.timeout.ms": session_ms, "heartbeat.interval.ms": max(1000, session_ms // 5),
-        },
-        batch=cfg.event_batch, producer=producer, publish_to=cycle.topic, ownership=ownership,
-        as_of=event_as_of(cfg.as_of), lookback_s=max(60.0, 2 * cfg.interval_s + cfg.session_timeout_s),
-        registry=registry, signer=signer,
-    )  # fmt: skip
-    return Scorer(cycle, events)

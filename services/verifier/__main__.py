@@ -4,7 +4,8 @@ Exit status: 0 when the answer is good (GPUs read, check passed, chain intact,
 run trustworthy), 1 when it is not, 2 when the command itself could not run
 (bad arguments or unreadable files). Reports go to stdout, diagnostics to
 stderr. Kafka (compute, audit) is configured as every service is
-(GPUHEALTH_KAFKA__*, GPUHEALTH_TOPICS__VERIFICATIONS).
+(GPUHEALTH_KAFKA__*, GPUHEALTH_TOPICS__VERIFICATIONS), and how long the broker
+may take by GPUHEALTH_VERIFIER__KAFKA_TIMEOUT_S (settings.py).
 """
 
 from __future__ import annotations
@@ -15,15 +16,18 @@ import logging
 import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shared.contract.models_verify import Outcome, RecordKind, SystemIdentity, parse_system, record_json
 from shared.gpu.gpu_identity import GpuUnavailableError, no_gpu_identity, open_reader
 from shared.plumbing.errors import ContractError, GpuHealthError
 
-log = logging.getLogger("services.verifier")
+if TYPE_CHECKING:
+    from .backends import Backend, Device
+    from .compute import CheckResult, MatmulSpec
+    from .settings import VerifierSettings
 
-DEFAULT_TOPIC = "gpu-verifications"
+log = logging.getLogger("services.verifier")
 
 
 def _write(text: str, out: Path | None) -> None:
@@ -34,16 +38,16 @@ def _write(text: str, out: Path | None) -> None:
         print(f"wrote {out}", file=sys.stderr)
 
 
-def _settings() -> Any:
-    from shared.settings.common import Settings, load_settings
+def _settings() -> VerifierSettings:
+    from .settings import load_verifier_settings
 
-    return load_settings(Settings)
+    return load_verifier_settings()
 
 
 def _topic(args: argparse.Namespace) -> str:
-    if args.topic:
-        return str(args.topic)
-    return str(getattr(_settings().topics, "verifications", DEFAULT_TOPIC))
+    from .build import topic_of
+
+    return str(args.topic) if args.topic else topic_of(_settings())
 
 
 def cmd_identity(args: argparse.Namespace) -> int:
@@ -61,13 +65,11 @@ def cmd_identity(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_compute(args: argparse.Namespace) -> int:
-    from .backends import find_backend
-    from .chainlog import Chain, KafkaChain, MemoryChain
-    from .compute import MatmulSpec, check_device, reference
+def _spec(args: argparse.Namespace) -> MatmulSpec:
+    from .compute import MatmulSpec
 
     m, k, n = args.shape or (args.size, args.size, args.size)
-    spec = MatmulSpec(
+    return MatmulSpec(
         m=m,
         k=k,
         n=n,
@@ -78,6 +80,57 @@ def cmd_compute(args: argparse.Namespace) -> int:
         rtol=args.rtol,
         seed=args.seed,
     )
+
+
+def _check_fields(
+    args: argparse.Namespace, backend: Backend, device: Device, spec: MatmulSpec, result: CheckResult
+) -> dict[str, Any]:
+    """A compute check's record, but for what the chain adds (time, seq, prev_sha256)."""
+    return {
+        "kind": RecordKind.COMPUTE_CHECK,
+        "gpu_uuid": device.uuid,
+        "hostname": args.hostname,
+        "verifier_id": args.hostname,
+        "gpu_index": device.index,
+        "gpu_model": device.name or None,
+        "name": "matmul",
+        "backend": backend.name,
+        "device": f"cuda:{device.index}",
+        "input_shape": [spec.m, spec.k, spec.n],
+        "dtype": spec.dtype,
+        "outcome": result.outcome,
+        "reason": result.reason,
+        "device_ms": result.device_ms,
+        "cpu_ms": result.cpu_ms,
+        "speedup": result.speedup,
+        "repeats": spec.repeats,
+        "warmup": spec.warmup,
+        "rtol": spec.tolerance,
+        "max_rel_err": result.max_rel_err,
+        "min_speedup": spec.min_speedup,
+        "result": result.result,
+    }
+
+
+def _verdict_line(device: Device, result: CheckResult) -> str:
+    timing = (
+        f"GPU {result.device_ms:.3f} ms, {result.speedup:.1f}x"
+        if result.device_ms is not None and result.speedup is not None
+        else "no timing"
+    )
+    err = f", max rel err {result.max_rel_err:.2e}" if result.max_rel_err is not None else ""
+    return (
+        f"GPU {device.index} {device.name} {device.uuid}: {result.outcome.value.upper()} "
+        f"({timing}{err}){': ' + result.reason if result.reason else ''}"
+    )
+
+
+def cmd_compute(args: argparse.Namespace) -> int:
+    from .backends import find_backend
+    from .build import build_chain
+    from .compute import check_device, reference
+
+    spec = _spec(args)
     backend, reasons = find_backend(args.backend)
     if backend is None:
         print(f"compute: FAIL, no GPU to check: {'; '.join(reasons)}. The check never falls back to the CPU.")
@@ -86,16 +139,8 @@ def cmd_compute(args: argparse.Namespace) -> int:
     if not devices:
         print(f"compute: FAIL, none of GPUs {args.gpu} exists")
         return 1
-    chain: Chain = MemoryChain()
-    if not args.no_publish:
-        settings = _settings()
-        chain = KafkaChain(
-            settings.kafka,
-            _topic(args),
-            partitions=settings.topics.partitions,
-            replication_factor=settings.topics.replication_factor,
-        )
-    ref = reference(spec)
+    chain = build_chain(publish=not args.no_publish, topic=args.topic)
+    ref, (m, k, n) = reference(spec), (spec.m, spec.k, spec.n)
     print(
         f"matmul {m}x{k} @ {k}x{n} {spec.dtype}: CPU reference {ref.cpu_ms:.3f} ms (numpy, median of "
         f"{spec.repeats} after {spec.warmup} warm-up); tolerance rtol={spec.tolerance:g}, "
@@ -105,45 +150,11 @@ def cmd_compute(args: argparse.Namespace) -> int:
     for device in devices:
         result = check_device(backend, device, ref, spec)
         failed += result.outcome is not Outcome.PASS
-        timing = (
-            f"GPU {result.device_ms:.3f} ms, {result.speedup:.1f}x"
-            if result.device_ms is not None and result.speedup is not None
-            else "no timing"
-        )
-        err = f", max rel err {result.max_rel_err:.2e}" if result.max_rel_err is not None else ""
-        print(
-            f"GPU {device.index} {device.name} {device.uuid}: {result.outcome.value.upper()} "
-            f"({timing}{err}){': ' + result.reason if result.reason else ''}"
-        )
+        print(_verdict_line(device, result))
         if device.uuid is None:
             print(f"GPU {device.index}: the backend gives no UUID, so it cannot be recorded", file=sys.stderr)
             continue
-        record = chain.append(
-            {
-                "kind": RecordKind.COMPUTE_CHECK,
-                "gpu_uuid": device.uuid,
-                "hostname": args.hostname,
-                "verifier_id": args.hostname,
-                "gpu_index": device.index,
-                "gpu_model": device.name or None,
-                "name": "matmul",
-                "backend": backend.name,
-                "device": f"cuda:{device.index}",
-                "input_shape": [m, k, n],
-                "dtype": spec.dtype,
-                "outcome": result.outcome,
-                "reason": result.reason,
-                "device_ms": result.device_ms,
-                "cpu_ms": result.cpu_ms,
-                "speedup": result.speedup,
-                "repeats": spec.repeats,
-                "warmup": spec.warmup,
-                "rtol": spec.tolerance,
-                "max_rel_err": result.max_rel_err,
-                "min_speedup": spec.min_speedup,
-                "result": result.result,
-            }
-        )
+        record = chain.append(_check_fields(args, backend, device, spec, result))
         where = "not published (--no-publish)" if args.no_publish else f"recorded on {_topic(args)}"
         print(f"  {where}: seq {record.seq}, prev_sha256 {record.prev_sha256[:16]}…")
         if args.json:
@@ -157,7 +168,9 @@ def cmd_compute(args: argparse.Namespace) -> int:
 def cmd_audit(args: argparse.Namespace) -> int:
     from .chainlog import audit_topic
 
-    report = audit_topic(_settings().kafka, _topic(args), args.timeout_s)
+    settings = _settings()
+    timeout_s = settings.verifier.kafka_timeout_s if args.timeout_s is None else args.timeout_s
+    report = audit_topic(settings.kafka, _topic(args), timeout_s)
     print(f"audit of {_topic(args)}: {report.records} record(s), {len(report.heads)} GPU chain(s)")
     for uuid, head in sorted(report.heads.items()):
         print(f"  {uuid}: {head.seq + 1} record(s), head sha256 {head.sha256[:16]}… at offset {head.offset}")
@@ -292,7 +305,9 @@ def parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("audit", help="re-read the audit log and check every link")
     s.add_argument("--topic")
-    s.add_argument("--timeout-s", type=_bounded(1, 3600), default=60.0)
+    s.add_argument(
+        "--timeout-s", type=_bounded(1, 3600), help="default GPUHEALTH_VERIFIER__KAFKA_TIMEOUT_S (60)"
+    )
 
     s = sub.add_parser("describe", help="MLPerf Inference systems/<name>.json from identity")
     s.add_argument("--identity", type=Path, help="an identity or snapshot file instead of this machine")

@@ -80,24 +80,18 @@ class OperationLog:
         self.synchronize, self.backend = synchronize, backend
 
     @classmethod
-    def to_kafka(cls, topic: str = "gpu-verifications", backend: str = "auto") -> OperationLog:
-        """A log on the configured broker (GPUHEALTH_KAFKA__*) for this host's GPUs."""
-        from shared.settings.common import Settings, load_settings
-
-        from .chainlog import KafkaChain
+    def to_kafka(cls, topic: str | None = None, backend: str = "auto") -> OperationLog:
+        """A log on the configured broker (GPUHEALTH_KAFKA__*) for this host's GPUs, on `topic` (by
+        default GPUHEALTH_TOPICS__VERIFICATIONS)."""
+        from .build import kafka_chain
+        from .settings import load_verifier_settings
 
         found, reasons = find_backend(backend)
         if found is None:
             raise RuntimeError(f"no GPU backend: {'; '.join(reasons)}")
-        settings = load_settings(Settings)
         sync = getattr(getattr(found, "torch", None), "cuda", None)
         return cls(
-            KafkaChain(
-                settings.kafka,
-                topic,
-                partitions=settings.topics.partitions,
-                replication_factor=settings.topics.replication_factor,
-            ),
+            kafka_chain(load_verifier_settings(), topic),
             devices=found.devices(),
             synchronize=sync.synchronize if sync is not None else lambda: None,
             backend=found.name,

@@ -1,11 +1,16 @@
 """How every long-running service runs, start to stop: signals set `stop`, what it holds closes in reverse.
 
-    settings = start_service(ServiceSettings, "name")          # invalid: exit 2
+    def main() -> int:                                          # services/<name>/__main__.py
+        return run_service(NameSettings, "name", NameService, log=log)
+
+run_service is the one skeleton: the settings (start_service: invalid, exit 2),
+the service's object graph built from them (services/<name>/build.py; a
+GpuHealthError there, a policy or rules file, exit 2), then
+
     with ServiceRun("name") as life:                           # SIGTERM/SIGINT -> life.stop
-        life.serve_metrics(registry, port, bind)                # /metrics (+ OTLP flush at the end)
-        loop = life.enter_context(build_service(settings))     # each resource a context manager
+        loop = service.start(life)     # /metrics, ports, each resource entered: cannot, exit 1
         loop.run(life.stop)
-    return 0
+    return service.stopped()           # the exit status, once everything is closed
 
 Leaving the block, by return, by the loop's end or by an exception, sets
 `stop` first (so threads the service started wind down) and then closes every
@@ -34,18 +39,21 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from types import FrameType, TracebackType
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry
 
 from shared.plumbing import otlp
-from shared.plumbing.service import serve_metrics
-from shared.settings.common import DatabaseSettings, ShutdownSettings
+from shared.plumbing.errors import GpuHealthError
+from shared.plumbing.service import serve_metrics, start_service
+from shared.settings.common import DatabaseSettings, Settings, ShutdownSettings
 
 log = logging.getLogger(__name__)
+
+S = TypeVar("S", bound=Settings)
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -163,6 +171,58 @@ class ServiceRun(ExitStack):
         # the last tenth of the deadline is left for what is closed after it
         self.callback(lambda: _join(thread, max(0.0, self.left_s() - self.timeout_s / 10)))
         return thread
+
+
+class Service(Protocol):
+    """A service's object graph, built from its settings (services/<name>/build.py)."""
+
+    def start(self, life: ServiceRun) -> Loop:
+        """Open what it serves and holds, each entered into `life` (closed in reverse at the end);
+        returns its loop. GpuHealthError or OSError (a port taken, the database): it cannot start."""
+        ...
+
+    def stopped(self) -> int:
+        """Once everything it held is closed: its exit status, said in its log."""
+        ...
+
+
+def run_service(
+    cls: type[S],
+    name: str,
+    build: Callable[[S], Service],
+    *,
+    log: logging.Logger,
+    cannot_start: str | None = None,
+) -> int:
+    """Run the service `build` makes of its settings until SIGTERM/SIGINT or its loop's end.
+
+    Returns the exit status: 2 for invalid settings (start_service) or a GpuHealthError from `build`
+    (a policy, rules or weights file; logged as itself); 1 when the service cannot start (logged on
+    `log` as "<cannot_start>: why", by default "<name> cannot start"); else what its `stopped()` says
+    once every resource it held is closed.
+    """
+    settings = start_service(cls, name)
+    if settings is None:
+        return 2
+    try:
+        service = build(settings)
+    except GpuHealthError as e:
+        log.error("%s", e)
+        return 2
+    with ServiceRun(name, settings.shutdown) as life:
+        try:
+            loop = service.start(life)
+        except (GpuHealthError, OSError) as e:
+            log.error("%s: %s", cannot_start or f"{name} cannot start", e)
+            return 1
+        loop.run(life.stop)
+    return service.stopped()
+
+
+def stopped(log: logging.Logger) -> int:
+    """A service's usual end: "stopped" in its log, exit status 0."""
+    log.info("stopped")
+    return 0
 
 
 @contextmanager

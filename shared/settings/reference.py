@@ -42,15 +42,19 @@ NAMES_MODULE = REPO / "shared" / "settings" / "names.py"
 TREES: tuple[tuple[str, str], ...] = (
     ("every service", "shared.settings.common:Settings"),
     ("every service", "shared.plumbing.otlp:OtlpSettings"),
-    ("`python -m services.mock_dcgm`", "services.mock_dcgm.__main__:MockDcgmSettings"),
-    ("`python -m services.collector`", "services.collector.build:CollectorSettings"),
+    ("`python -m services.mock_dcgm`", "services.mock_dcgm.settings:MockDcgmSettings"),
+    ("`python -m services.collector`", "services.collector.settings:CollectorSettings"),
     ("`python -m services.sink` (and its one-shot commands)", "services.sink.settings:SinkSettings"),
-    ("`python -m services.scorer`", "services.scorer.loop:ScorerSettings"),
+    ("`python -m services.scorer`", "services.scorer.settings:ScorerSettings"),
     ("`python -m services.remediator`", "services.remediator.settings:RemediatorSettings"),
     ("`python -m services.api`", "services.api.settings:ApiSettings"),
-    ("`python -m services.llm_monitor`", "services.llm_monitor.__main__:LlmSettings"),
-    ("`python -m services.mock_ollama`", "services.mock_ollama.__main__:MockOllamaSettings"),
+    ("`python -m services.llm_monitor`", "services.llm_monitor.settings:LlmSettings"),
+    ("`python -m services.mock_ollama`", "services.mock_ollama.settings:MockOllamaSettings"),
     ("`python -m services.lifecycle`", "services.lifecycle.settings:LifecycleSettings"),
+    (
+        "`python -m services.verifier` and `services.verifier.oplog`",
+        "services.verifier.settings:VerifierSettings",
+    ),
 )
 
 MASK = "**********"

@@ -7,9 +7,10 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from gpuhealth.gpu.readings import SourceReading
-from services.collector.build import CollectorSection, build_collector
+from services.collector.build import build_collector
 from services.collector.metrics import CollectorMetrics
 from services.collector.poller import Collector
+from services.collector.settings import CollectorSection
 from shared.contract.models import Source
 from shared.plumbing.errors import KafkaProduceError
 from shared.settings.common import TopicSettings

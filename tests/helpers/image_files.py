@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from services.api.settings import ApiSettings
 from services.collector.__main__ import CollectorSettings
 from services.lifecycle.settings import LifecycleSettings
-from services.mock_dcgm.__main__ import MockDcgmSettings
+from services.mock_dcgm.settings import MockDcgmSettings
 from services.remediator.settings import RemediatorSettings
 from services.scorer.__main__ import ScorerSettings
 from services.sink.__main__ import SinkSettings

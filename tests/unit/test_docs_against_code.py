@@ -5,8 +5,12 @@ claims against the settings' defaults."""
 from __future__ import annotations
 
 import re
+import tomllib
+from typing import Any
 
 import shared.store
+from shared.contract.topic_registry import TopicSettings
+from shared.settings.reference import TREES, load_tree
 from tests.paths import REPO, tracked_files
 
 
@@ -94,3 +98,52 @@ def test_the_layout_names_every_page_of_docs() -> None:
     assert [s for s in services if not (REPO / "services" / s).is_dir()] == [], (
         "a page in docs/services/ that is no service's (the Layout says: a page per service)"
     )
+
+
+def settings_default(service: str, section: str) -> Any:
+    """A service's settings section with every default, found through the settings reference's TREES."""
+    path = next(path for who, path in TREES if f"services.{service}`" in who)
+    return load_tree(path).model_fields[section].get_default(call_default_factory=True)
+
+
+def partitions_of(topic: str) -> int:
+    entry = next(e for e in TopicSettings.registry() if e.default == topic)
+    return entry.topic.partitions or TopicSettings.model_fields["partitions"].default
+
+
+def seconds(value: float) -> str:
+    return f"{value:g} s"
+
+
+def test_the_operators_scaling_claims_are_the_settings_defaults() -> None:
+    """docs/operating.md's "Scaling out": the sink's and the scorers' groups, how many of each are
+    useful (a partition each), how `make up` runs them, and the scorers' hand-over and chunk."""
+    text = (REPO / "docs" / "operating.md").read_text()
+    section = " ".join(text[text.index("## Scaling out and moving a deployment") :].split("\n## ")[0].split())
+    sink, scorer = settings_default("sink", "sink"), settings_default("scorer", "scorer")
+    stack = tomllib.loads((REPO / "deploy" / "local-stack.toml").read_text())["process"]
+    scorers = re.search(r'"\$\{GPUHEALTH_SCORERS:=(\d+)\}"', (REPO / "scripts" / "env.sh").read_text())
+    assert scorers, "scripts/env.sh gives GPUHEALTH_SCORERS no default"
+    assert stack["scorer"]["replicas"] == "${GPUHEALTH_SCORERS}", (
+        "make up's scorers are not GPUHEALTH_SCORERS"
+    )
+    assert "GPUHEALTH_SCORERS=$(SCORERS)" in (REPO / "Makefile").read_text()
+    assert "replicas" not in stack["sink"], "the doc says make up runs one sink"
+    assert scorer.events, "the doc says a scorer is in a group (its fast path on) unless told otherwise"
+    claims = [
+        f"`GPUHEALTH_SINK__GROUP_ID` (`{sink.group_id}` by default;",
+        "`make up` runs one)",
+        f"Up to one sink per partition is useful ({partitions_of('gpu-metrics-raw')} by default,"
+        " `GPUHEALTH_TOPICS__PARTITIONS`)",
+        f"`GPUHEALTH_SINK__LANES` ({sink.lanes}) lanes",
+        f"`GPUHEALTH_SCORER__GROUP` (`{scorer.group}` by default) share the fleet by `gpu-events`'",
+        f"so up to {partitions_of('gpu-events')} are useful",
+        f"`make up SCORERS=3` (`GPUHEALTH_SCORERS`, {scorers[1]} by default)",
+        f"`GPUHEALTH_SCORER__SESSION_TIMEOUT_S` ({seconds(scorer.session_timeout_s)})",
+        "`GPUHEALTH_SCORER__EVENTS=false` (or a fixed as-of time) is in no group",
+        f"`GPUHEALTH_SCORER__CYCLE_CHUNK` ({scorer.cycle_chunk}) GPUs to a transaction",
+    ]
+    assert [c for c in claims if c not in section] == [], (
+        "docs/operating.md's scaling claims and the code differ"
+    )
+    assert "one process" not in section, "the scorer scales out by partitions"

@@ -1,5 +1,6 @@
 """House rules that a linter cannot say: each service is `python -m services.<name>` with a
-`main() -> int`, services import `shared`, never each other; the users' library (gpuhealth) imports
+`main() -> int` that is one `run_service(...)`, its settings in `settings.py` and its object graph in
+`build.py`; services import `shared`, never each other; the users' library (gpuhealth) imports
 no `services` or `shared` module, only what its own distribution installs; no module imports itself
 back through others or another's private names; a test module imports helpers, never another test
 module; and no C or C++ source is in the tree."""
@@ -40,6 +41,80 @@ def test_shared_imports_no_service() -> None:
 def test_each_service_has_a_main_returning_int(service: str) -> None:
     module = importlib.import_module(f"services.{service}.__main__")
     assert inspect.signature(module.main).return_annotation in ("int", int)
+
+
+# ---------------------------------------------------------------- one shape for every service (#43 item 4)
+
+# The verifier is a command run once (identity, compute, audit, ...): its exit status is the answer, not
+# how a service stopped, and most of its commands run with no settings at all; it has the settings and the
+# builder of the others, not their run.
+COMMANDS = {"verifier"}
+# What only shared.plumbing.running.run_service does: a `__main__` that calls one of these repeats it.
+SKELETON = {"start_service", "ServiceRun", "serve_metrics", "load_settings", "setup_logging"}
+
+
+def _calls(node: ast.AST) -> set[str]:
+    """The names every call under `node` calls (`f(...)` and `x.f(...)` both give `f`)."""
+    called = set()
+    for call in ast.walk(node):
+        if isinstance(call, ast.Call):
+            func = call.func
+            called.add(func.id if isinstance(func, ast.Name) else getattr(func, "attr", ""))
+    return called
+
+
+def _main(service: str) -> ast.FunctionDef:
+    tree = ast.parse((REPO / "services" / service / "__main__.py").read_text())
+    mains = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main"]
+    assert len(mains) == 1, f"services/{service}/__main__.py has no main()"
+    return mains[0]
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_each_service_has_its_settings_and_its_builder(service: str) -> None:
+    for name in ("settings.py", "build.py", "__main__.py"):
+        assert (REPO / "services" / service / name).is_file(), f"services/{service}/{name} is missing"
+
+
+@pytest.mark.parametrize("service", sorted(set(SERVICES) - COMMANDS))
+def test_each_service_main_is_one_run_service(service: str) -> None:
+    main = _main(service)
+    assert [type(n) for n in main.body] == [ast.Return], f"services.{service}.__main__.main is not one return"
+    ret = main.body[0]
+    assert isinstance(ret, ast.Return)
+    assert isinstance(ret.value, ast.Call)
+    assert isinstance(ret.value.func, ast.Name)
+    assert ret.value.func.id == "run_service", f"services.{service}.__main__.main returns no run_service(...)"
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_no_main_repeats_the_service_skeleton(service: str) -> None:
+    tree = ast.parse((REPO / "services" / service / "__main__.py").read_text())
+    repeated = _calls(tree) & SKELETON
+    assert not repeated, f"services/{service}/__main__.py calls {sorted(repeated)}: run_service does that"
+    imported = {alias.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for alias in n.names}
+    assert not imported & SKELETON, f"services/{service}/__main__.py imports {sorted(imported & SKELETON)}"
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_each_service_settings_module_holds_its_settings_tree(service: str) -> None:
+    """Its Settings subclass lives in settings.py, nowhere else in the service."""
+    from shared.settings.common import Settings
+
+    module = importlib.import_module(f"services.{service}.settings")
+    trees = [v for v in vars(module).values() if isinstance(v, type) and issubclass(v, Settings)]
+    assert [t for t in trees if t.__module__ == module.__name__], (
+        f"services/{service}/settings.py has no tree"
+    )
+    for path in (REPO / "services" / service).rglob("*.py"):
+        if path.name == "settings.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                bases = {getattr(b, "id", getattr(b, "attr", "")) for b in node.bases}
+                assert "Settings" not in bases, (
+                    f"{path.relative_to(REPO)} defines {node.name}: settings.py holds it"
+                )
 
 
 # The import names of the library's dependencies (gpuhealth/pyproject.toml, its extras included),

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.collector.build import CollectorSettings
+from services.collector.settings import CollectorSettings
 from shared.plumbing.errors import ConfigError
 from shared.plumbing.logging import setup_logging
 from shared.settings.common import DatabaseSettings, Settings, load_settings, log_settings

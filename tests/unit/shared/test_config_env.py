@@ -143,7 +143,7 @@ def test_a_service_warns_at_start() -> None:
     """The real start-up path: a service's start_service logs the warning (the mock has no other needs)."""
     script = (
         "import sys; from shared.plumbing.service import start_service;"
-        "from services.mock_ollama.__main__ import MockOllamaSettings;"
+        "from services.mock_ollama.settings import MockOllamaSettings;"
         "sys.exit(0 if start_service(MockOllamaSettings, 'probe') else 3)"
     )
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "GPUHEALTH_MOCK_OLLAMA__TIME_SCLAE": "0"}

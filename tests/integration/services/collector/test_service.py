@@ -10,11 +10,12 @@ from collections.abc import Callable, Iterator
 import pytest
 from prometheus_client import CollectorRegistry
 
-from services.collector.build import CollectorSection, build_collector
+from services.collector.build import build_collector
 from services.collector.dcgm_source import DcgmSource
 from services.collector.metrics import CollectorMetrics
 from services.collector.poller import Collector
 from services.collector.publisher import Publisher, collector_producer
+from services.collector.settings import CollectorSection
 from services.mock_dcgm.fleet import Fleet
 from services.mock_dcgm.server import MockServer
 from shared.contract.models import EventKind, Source, parse_event, parse_sample

@@ -21,9 +21,10 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from bench import fleets
+from services.scorer.build import build_scorer
 from services.scorer.cycle import judge
-from services.scorer.loop import ScorerSection, ScorerSettings, build_scorer
 from services.scorer.rules_config import load_rules
+from services.scorer.settings import ScorerSection, ScorerSettings
 from shared.plumbing.db import connect
 from shared.settings.common import DatabaseSettings, KafkaSettings
 from shared.store import judging

@@ -20,9 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
+from services.scorer.build import build_scorer
 from services.scorer.cycle import CycleResult, judge, judge_in_chunks
-from services.scorer.loop import ScorerSection, ScorerSettings, build_scorer
 from services.scorer.rules_config import load_rules
+from services.scorer.settings import ScorerSection, ScorerSettings
 from shared.plumbing.db import connect
 from shared.settings.common import DatabaseSettings, KafkaSettings
 from tests.helpers.scorer_fleet import StopAfter, add_fleet, add_xids

@@ -33,10 +33,11 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from evaluation.pipeline import wait_until
+from services.scorer.build import build_scorer
 from services.scorer.event_path import EventPath
-from services.scorer.loop import ScorerSection, ScorerSettings, build_scorer
 from services.scorer.ownership import Ownership
 from services.scorer.rules_config import load_rules
+from services.scorer.settings import ScorerSection, ScorerSettings
 from shared.contract.models_health import AlertOpened, parse_alert
 from shared.plumbing.db import connect
 from shared.plumbing.kafka import JsonProducer

@@ -21,7 +21,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from evaluation.pipeline import wait_until
-from services.scorer.loop import Scorer, ScorerSection, ScorerSettings, build_scorer
+from services.scorer.build import Scorer, build_scorer
+from services.scorer.settings import ScorerSection, ScorerSettings
 from shared.contract.models import SCHEMA_VERSION
 from shared.contract.models_health import parse_alert
 from shared.contract.signing import Keyring, SigningSettings

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry
 
 from evaluation.pipeline import pipeline, wait_until
-from services.scorer.loop import ScorerSection, ScorerSettings, build_scorer
+from services.scorer.build import build_scorer
+from services.scorer.settings import ScorerSection, ScorerSettings
 from shared.plumbing.db import connect
 from shared.plumbing.kafka import JsonProducer, make_producer
 from shared.plumbing.running import ServiceRun

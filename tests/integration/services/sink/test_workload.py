@@ -27,9 +27,10 @@ from services.collector.metrics import CollectorMetrics
 from services.collector.process_sources import MockProcesses
 from services.collector.processes import ProcessWatch
 from services.collector.publisher import Publisher, collector_producer
-from services.llm_monitor.__main__ import LlmSection, LlmSettings, Monitor
+from services.llm_monitor.monitor import Monitor
 from services.llm_monitor.proxy import OllamaProxy
 from services.llm_monitor.servers import poll_ollama
+from services.llm_monitor.settings import LlmSection, LlmSettings
 from services.mock_dcgm.clock import SimClock
 from services.mock_dcgm.fleet import Fleet, FleetSpec
 from services.mock_dcgm.server import MockServer

@@ -6,8 +6,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from services.collector.build import CollectorSection, build_collector
+from services.collector.build import build_collector
 from services.collector.metrics import CollectorMetrics
+from services.collector.settings import CollectorSection
 from shared.contract.models import Source
 from shared.settings.common import TopicSettings
 

@@ -162,7 +162,7 @@ def test_the_default_body_cap_is_8_mib_and_refused_on_the_declared_length() -> N
 def test_a_malformed_allow_entry_is_refused_at_start() -> None:
     with pytest.raises(ValueError, match="METHOD /path"):
         Allowed(["/api/generate"])
-    from services.llm_monitor.__main__ import LlmSection
+    from services.llm_monitor.settings import LlmSection
 
     with pytest.raises(ValueError, match="METHOD /path"):
         LlmSection(proxy_allow=["pull everything"])

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from scripts.supervise import expand
-from services.mock_dcgm.__main__ import MockSettings
+from services.mock_dcgm.settings import MockSettings
 from services.remediator.drivers.node_exec import Command
 from services.remediator.settings import RemediatorSettings
 from tests.paths import REPO

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from services.scorer.loop import ScorerSection
+from services.scorer.settings import ScorerSection
 
 
 @pytest.mark.parametrize("value", ["now", "latest", "2026-11-01T00:00:00Z", "2026-11-01 12:30:00+02:00"])
