@@ -13,7 +13,7 @@ import yaml
 from scripts.supervise import expand
 from services.mock_dcgm.settings import MockSettings
 from services.remediator.drivers.node_exec import Command
-from services.remediator.settings import RemediatorSettings
+from services.remediator.settings import RemediatorSection, RemediatorSettings
 from tests.paths import REPO
 
 PREFIX = "GPUHEALTH_REMEDIATOR__EXEC__"
@@ -42,17 +42,34 @@ def test_compose_points_the_compute_check_reset_and_reboot_at_its_mock_fleet() -
         assert command.url == f"http://mock:{admin_port}/{path}"
 
 
-def remediator_env(mode: str | None) -> dict[str, str]:
+def remediator_env(mode: str | None, **more: str) -> dict[str, str]:
     """The stack's remediator's settings as `make up [REMEDIATOR=mode]` gives them (scripts/env.sh)."""
     done = subprocess.run(
         ["bash", "-c", f"source {REPO}/scripts/env.sh && env -0"],
         env={"HOME": "/nonexistent", "PATH": "/usr/bin:/bin",
-             **({"GPUHEALTH_REMEDIATOR_MODE": mode} if mode else {})},
+             **({"GPUHEALTH_REMEDIATOR_MODE": mode} if mode else {}), **more},
         capture_output=True, text=True, timeout=30, check=True,
     )  # fmt: skip
     environ = dict(item.split("=", 1) for item in done.stdout.split("\0") if "=" in item)
     spec = tomllib.loads((REPO / "deploy" / "local-stack.toml").read_text())["process"]
     return {k: expand(v, environ) for k, v in spec["remediator"]["env"].items()}
+
+
+def settings_of(env: dict[str, str]) -> RemediatorSection:
+    with pytest.MonkeyPatch.context() as patch:
+        for key in [k for k in os.environ if k.startswith("GPUHEALTH_")]:
+            patch.delenv(key)
+        for key, value in env.items():
+            patch.setenv(key, value)
+        return RemediatorSettings().remediator
+
+
+def test_a_dry_run_without_the_schedulers_reaches_for_none() -> None:
+    """`make up` starts no scheduler: stack.sh then says so, and the dry run records without reading them."""
+    cfg = settings_of(remediator_env(None, GPUHEALTH_REMEDIATOR_SCHEDULERS="false"))
+    assert cfg.dry_run
+    assert not cfg.kubernetes.enabled
+    assert not cfg.slurm.enabled
 
 
 def test_make_up_is_a_dry_run_unless_remediator_live_makes_it_act_on_its_own_schedulers_and_mock() -> None:
