@@ -65,7 +65,7 @@ test: services venv-dev tools ## start the services (the schedulers too), instal
 compose-test: venv-dev ## docker compose for real: install Docker, build local images, up, check from the host, down
 	@scripts/compose-test.sh
 
-tools: ## install the tools the tests use (promtool, docker CLI, chromium, wrk; scripts/install-tools.sh)
+tools: ## install the tools the tests use (promtool, docker CLI, chromium, wrk, systemd-analyze; scripts/install-tools.sh)
 	@scripts/install-tools.sh
 
 test-unit: venv-dev tools ## unit tests only (no services needed)

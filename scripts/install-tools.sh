@@ -6,6 +6,8 @@
 #   docker CLI + compose (trixie's, through install-docker.sh) - `docker compose config`
 #             validates docker-compose.yml in the unit tests (no engine is started).
 #   wrk (Debian) - the API's throughput figure in bench/bench_api.py.
+#   systemd-analyze (Debian package `systemd`) - `systemd-analyze verify` checks the collector's unit
+#             (deploy/systemd); only the tool is used, no systemd is started.
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 "$(dirname "$0")/install-docker.sh" install
@@ -21,6 +23,12 @@ if [[ ! -x /usr/bin/wrk ]]; then
   as_root() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
   as_root apt-get update -qq >/dev/null
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends wrk >/dev/null
+fi
+if [[ ! -x /usr/bin/systemd-analyze || ! -d /usr/lib/systemd/system ]]; then
+  echo "install-tools: apt-get install systemd (for systemd-analyze)" >&2
+  as_root() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
+  as_root apt-get update -qq >/dev/null
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd >/dev/null
 fi
 [[ -x $bin/promtool ]] && exit 0
 work=$(mktemp -d)

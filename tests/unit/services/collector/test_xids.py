@@ -235,16 +235,17 @@ def test_the_poll_publishes_kernel_xids_beside_the_source_and_survives_a_failing
 
 def test_kernel_log_off_by_default_and_a_feed_that_cannot_open_is_skipped(monkeypatch: Any) -> None:
     import services.collector.build as main
+    from services.collector.settings import CollectorSection
 
-    assert main.make_xid_feeds(main.CollectorSection()) == []
+    assert main.make_xid_feeds(CollectorSection()) == []
 
     def refuse(kind: str) -> Any:
         raise SourceError("cannot read the kernel log at /dev/kmsg: [Errno 1] Operation not permitted")
 
     monkeypatch.setattr(main, "open_kernel_log", refuse)
-    assert main.make_xid_feeds(main.CollectorSection(kernel_log="auto")) == []
+    assert main.make_xid_feeds(CollectorSection(kernel_log="auto")) == []
     monkeypatch.setattr(main, "open_kernel_log", lambda kind: FakeFeed([]))
-    (feed,) = main.make_xid_feeds(main.CollectorSection(kernel_log="kmsg"))
+    (feed,) = main.make_xid_feeds(CollectorSection(kernel_log="kmsg"))
     assert feed.name == "kmsg"
 
 
