@@ -166,7 +166,7 @@ def test_prometheus_scrapes_the_node_exporters_and_every_service(compose: dict[s
             and "profiles" not in service
         ):
             assert f"{name}:9500" in targets
-    for job in ("mock:9399", "'sink'", "scorer:9502", "remediator:9503", "api:8000"):
+    for job in ("mock:9399", "'sink'", "'scorer'", "remediator:9503", "api:8000"):
         assert job in targets
 
 
