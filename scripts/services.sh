@@ -284,15 +284,24 @@ postgres_stop() {
   as_pg "$GPUHEALTH_PG_BIN/pg_ctl" -D "$GPUHEALTH_PG_DATA" -m fast -w stop >/dev/null
 }
 
+# PostgreSQL, then Kafka; on a first run Kafka's jars download meanwhile (PostgreSQL's start makes the venv).
+core_start() {
+  local jars
+  kafka_jars & jars=$!
+  postgres_start
+  wait "$jars" || die "fetching the Kafka jars failed"
+  kafka_start
+}
+
 # ---------------------------------------------------------------- main
 cmd=${1:-status}; what=${2:-all}
 case $cmd in
   start)
     case $what in
       kafka) kafka_start ;; postgres) postgres_start ;; kube) "$here/kube.sh" start ;; slurm) "$here/slurm.sh" start ;;
-      core) postgres_start; kafka_start ;;  # what the pipeline needs (make up)
+      core) core_start ;;  # what the pipeline needs (make up)
       schedulers) "$here/kube.sh" start; "$here/slurm.sh" start ;;  # what a live remediator and the tests need
-      all) postgres_start; kafka_start; "$here/kube.sh" start; "$here/slurm.sh" start ;;
+      all) core_start; "$here/kube.sh" start; "$here/slurm.sh" start ;;
       *) die "unknown service $what" ;;
     esac ;;
   stop)
