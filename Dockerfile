@@ -1,4 +1,4 @@
-# One image for every gpu-health service: `python -m services.<name>` or `python -m shared.<tool>`.
+# One image for every gpu-health service: `python -m services.<name>` or `python -m shared.plumbing.<tool>` (migrate, topic_admin).
 # PYTHON_IMAGE is the official image anywhere a registry answers; `make compose-test`
 # passes its local stand-in (deploy/docker/python.Dockerfile) instead.
 ARG PYTHON_IMAGE=python:3.11-slim
