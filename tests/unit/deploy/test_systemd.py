@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from services.collector.build import CollectorSettings
+from services.collector.settings import CollectorSettings
 from shared.plumbing.errors import ConfigError
 from shared.settings.common import ShutdownSettings, load_settings
 from shared.settings.env import accepted_names
