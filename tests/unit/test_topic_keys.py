@@ -22,7 +22,8 @@ from prometheus_client import CollectorRegistry
 from gpuhealth.contract.training import TrainingJob
 from gpuhealth.training.andon import Alert
 from gpuhealth.training.publish import AlertPublisher
-from services.llm_monitor.__main__ import LlmSettings, Monitor
+from services.llm_monitor.monitor import Monitor
+from services.llm_monitor.settings import LlmSettings
 from services.remediator.record import as_record, event
 from services.scorer.messages import alert_resolved, publish
 from shared.contract.models_workload import LlmServerStatus
