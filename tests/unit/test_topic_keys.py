@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +20,14 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from gpuhealth.contract.training import TrainingJob
+from gpuhealth.gpu.readings import GpuReading, SourceReading
 from gpuhealth.training.andon import Alert
 from gpuhealth.training.publish import AlertPublisher
 from services.llm_monitor.monitor import Monitor
 from services.llm_monitor.settings import LlmSettings
 from services.remediator.record import as_record, event
 from services.scorer.messages import alert_resolved, publish
+from shared.contract.models import Source
 from shared.contract.models_workload import LlmServerStatus
 from shared.contract.topic_registry import (
     GPU_KEY,
@@ -35,6 +37,7 @@ from shared.contract.topic_registry import (
     TopicField,
     TopicSettings,
 )
+from tests.helpers.collector import FakeProducer, FakeSource, make_collector
 
 REPO = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
@@ -60,10 +63,11 @@ class Recording:
         return 0
 
 
-def assert_keyed_as_registered(producer: Recording) -> None:
+def assert_keyed_as_registered(producer: Recording | FakeProducer) -> None:
     """Each record's key is what its topic's entry makes of the message it carries."""
-    assert producer.sent
-    for topic, key, value in producer.sent:
+    sent = producer.sent if isinstance(producer, Recording) else producer.messages
+    assert sent
+    for topic, key, value in sent:
         entry = BY_NAME[topic]
         message = entry.decode(value if isinstance(value, bytes) else json.dumps(value))
         wanted = entry.key_of(message)
@@ -77,6 +81,29 @@ def test_the_scorer_keys_its_messages_as_the_registry_says(gpus: list[str], aler
     producer = Recording()
     publish(producer, None, {"health": TOPICS.health, "alerts": TOPICS.alerts}, [m for m in messages if m])  # type: ignore[arg-type]
     assert_keyed_as_registered(producer)
+
+
+@settings(max_examples=30, deadline=None)
+@given(gpus=st.lists(GPUS, min_size=1, max_size=4, unique=True), lost=st.booleans())
+def test_the_collector_keys_samples_and_events_as_the_registry_says(gpus: list[str], lost: bool) -> None:
+    """Samples of generated GPUs, and the events of one of them vanishing between two polls."""
+    later = NOW + timedelta(seconds=10)
+    polls = [_reading(gpus, NOW), _reading(gpus[1:] if lost else gpus, later)]
+    producer = FakeProducer()
+    collector, _ = make_collector(FakeSource(list(polls)), producer)
+    collector.poll_once()
+    collector.poll_once()
+    assert_keyed_as_registered(producer)
+
+
+def _reading(gpus: list[str], at: datetime) -> SourceReading:
+    readings = [
+        GpuReading(uuid=u, index=i, model="NVIDIA H100 80GB HBM3", hostname="node-7", time=at, metrics={})
+        for i, u in enumerate(gpus)
+    ]
+    return SourceReading(
+        source=Source.MOCK, target=FakeSource.target, gpus=readings, read_at=at, latency_ms=1.0
+    )
 
 
 @settings(max_examples=50, deadline=None)
