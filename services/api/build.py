@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+from dataclasses import dataclass
+
 from prometheus_client import CollectorRegistry
 
 from shared.plumbing.errors import ConfigError
@@ -29,8 +32,20 @@ class ApiService:
         self.server = api_server(app, settings.api, shutdown_s=settings.shutdown.timeout_s)
 
     def start(self, life: ServiceRun) -> Loop:
-        life.export_otlp(self.registry)
-        return ApiLoop(self.server)
+        return Serving(self.registry, ApiLoop(self.server), life)
 
     def stopped(self) -> int:
         return 0 if self.server.started else 1
+
+
+@dataclass(frozen=True, slots=True)
+class Serving:
+    """The API's loop: its metrics exported over OTLP (when that is on) while it serves."""
+
+    registry: CollectorRegistry
+    loop: ApiLoop
+    life: ServiceRun
+
+    def run(self, stop: threading.Event) -> None:
+        self.life.export_otlp(self.registry)
+        self.loop.run(stop)

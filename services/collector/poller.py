@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from gpuhealth.gpu.readings import GpuSource, SourceError
-from shared.contract.models import GpuEvent, GpuSample, to_json
+from shared.contract.models import GpuEvent, GpuSample
 from shared.settings.common import TopicSettings
 
 from .enrich import Enricher, reading_time
@@ -25,6 +25,8 @@ from .metrics import CollectorMetrics
 from .publisher import Publisher
 
 log = logging.getLogger(__name__)
+METRICS_RAW = TopicSettings.entry("metrics_raw")  # its messages' key and value
+EVENTS = TopicSettings.entry("events")  # its messages' key and value
 
 
 class Collector:
@@ -95,7 +97,7 @@ class Collector:
             if self.on_samples is not None:
                 self.on_samples(samples)
             for sample in samples:
-                if self.publisher.publish(self.topics.metrics_raw, sample.gpu_uuid, to_json(sample)):
+                if self.publisher.publish(self.topics.metrics_raw, *METRICS_RAW.encode(sample)):
                     samples_queued += 1
                     self.metrics.samples.inc()
             listed = {g.uuid: g.xids for g in reading.gpus if g.xids is not None}
@@ -111,7 +113,7 @@ class Collector:
     def _publish(self, events: list[GpuEvent]) -> int:
         queued = 0
         for event in events:
-            if self.publisher.publish(self.topics.events, event.gpu_uuid, to_json(event)):
+            if self.publisher.publish(self.topics.events, *EVENTS.encode(event)):
                 queued += 1
                 self.metrics.events.labels(event.kind.value).inc()
                 log.info("event %s", event.kind.value, extra={"gpu_uuid": event.gpu_uuid, **event.details})

@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # the Kafka client is not needed to list processes (`python -
     from .publisher import Publisher
 
 log = logging.getLogger(__name__)
+PROCESSES = TopicSettings.entry("processes")  # its messages' key and value
 
 
 class ProcessSection(Section):
@@ -157,7 +158,7 @@ class ProcessWatch:
                 collector_id=self.collector_id,
                 hostname=self.hostname,
             ):
-                published += self.publisher.publish(self.topic, message.gpu_uuid, to_json(message))
+                published += self.publisher.publish(self.topic, *PROCESSES.encode(message))
         return published
 
     def run(self, stop: threading.Event) -> None:

@@ -16,13 +16,15 @@ from collections.abc import Callable
 
 from pydantic import ValidationError
 
-from shared.contract.models_verify import SystemIdentity, record_json
+from shared.contract.models_verify import SystemIdentity
+from shared.contract.topic_registry import TopicSettings
 from shared.gpu.gpu_identity import GpuReader, open_reader
 from shared.plumbing.errors import GpuHealthError
 
 from .publisher import Publisher
 
 log = logging.getLogger(__name__)
+SYSTEMS = TopicSettings.entry("systems")  # its messages' key and value
 
 
 class SystemAnnouncer:
@@ -41,7 +43,7 @@ class SystemAnnouncer:
             return False
         if identity.identity_sha256 == self.published:
             return False
-        if not self.publisher.publish(self.topic, identity.hostname, record_json(identity)):
+        if not self.publisher.publish(self.topic, *SYSTEMS.encode(identity)):
             return False
         if self.published is not None:
             log.info("node identity changed", extra={"identity_sha256": identity.identity_sha256})

@@ -19,8 +19,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from shared.contract.models import to_json
 from shared.contract.models_lifecycle import DECISIONS
+from shared.contract.topic_registry import TopicSettings
 from shared.plumbing.db import connect
 from shared.plumbing.errors import GpuHealthError
 from shared.plumbing.kafka import JsonProducer
@@ -33,6 +33,7 @@ from .run import RunResult, baseline_p30, decide_fleet
 from .settings import LifecycleSettings
 
 log = logging.getLogger("services.lifecycle")
+LIFECYCLE = TopicSettings.entry("lifecycle")  # its messages' key and value
 
 FLUSH_TIMEOUT_S = 30.0
 
@@ -184,7 +185,7 @@ class LifecycleLoop:
             finally:
                 conn.close()
             for message in result.messages:
-                self.producer.produce(self.settings.topics.lifecycle, message.gpu_uuid, to_json(message))
+                self.producer.produce(self.settings.topics.lifecycle, *LIFECYCLE.encode(message))
             self.producer.poll(0)
         except (GpuHealthError, OSError) as e:
             self.metrics.failures.inc()

@@ -10,8 +10,8 @@ import threading
 import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from shared.contract.models import to_json
 from shared.contract.models_workload import LlmServerStatus, LlmSession
+from shared.contract.topic_registry import TopicSettings
 from shared.plumbing.kafka import JsonProducer
 
 from .probe import probe_once
@@ -20,6 +20,7 @@ from .servers import VllmScraper, poll_ollama
 from .settings import LlmSettings
 
 log = logging.getLogger("services.llm_monitor")
+LLM_SESSIONS = TopicSettings.entry("llm_sessions")  # its messages' key and value
 
 
 class Monitor:
@@ -44,7 +45,7 @@ class Monitor:
         else:
             self.up.labels(message.server).set(1 if message.up else 0)
         try:
-            self.producer.produce(self.topic, message.server, to_json(message))
+            self.producer.produce(self.topic, *LLM_SESSIONS.encode(message))
         except Exception as e:  # never let Kafka trouble break a user's request
             self.dropped.inc()
             log.error("llm message not queued: %s", e)

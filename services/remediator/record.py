@@ -18,8 +18,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from shared.contract.models import to_json
-from shared.contract.models_remediation import RemediationRecord, record_key
+from shared.contract.models_remediation import RemediationRecord
+from shared.contract.topic_registry import TopicSettings
 from shared.plumbing.errors import ContractError, GpuHealthError
 from shared.plumbing.kafka import JsonProducer
 from shared.settings.common import DatabaseSettings
@@ -30,6 +30,7 @@ from shared.store.results import Row
 from .held import HeldConnection
 
 log = logging.getLogger(__name__)
+REMEDIATIONS = TopicSettings.entry("remediations")  # its messages' key and value
 
 _TEXT_LIMIT = 1000
 
@@ -131,7 +132,7 @@ class Outbox:
                     log.error("record %s cannot be published: %s", row["record_id"], e)
                     sent.append((row["record_id"], row["time"]))
                     continue
-                self.producer.produce(self.topic, record_key(record), to_json(record))
+                self.producer.produce(self.topic, *REMEDIATIONS.encode(record))
                 sent.append((row["record_id"], row["time"]))
             remaining = self.producer.flush(flush_timeout_s)
             if remaining or self.producer.failed != failed_before:

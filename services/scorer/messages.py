@@ -15,9 +15,9 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from shared.contract.models import to_json
 from shared.contract.models_health import AlertOpened, AlertResolved, HealthVerdict
 from shared.contract.signing import Signer
+from shared.contract.topic_registry import TopicSettings
 from shared.plumbing.kafka import JsonProducer
 
 log = logging.getLogger(__name__)
@@ -85,8 +85,9 @@ def publish(
     producer: JsonProducer, signer: Signer | None, topics: Mapping[str, str], messages: Iterable[Message]
 ) -> None:
     """Queue the messages on their topics, each signed for its topic and key (unsigned without a signer)."""
-    for kind, key, message in messages:
-        value, topic = to_json(message), topics[kind]
+    for kind, _, message in messages:
+        key, value = TopicSettings.entry(kind).encode(message)
+        topic = topics[kind]
         headers = signer.headers(topic, key, value) if signer is not None else None
         producer.produce(topic, key, value, headers=headers)
     producer.poll(0)

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import gc
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 
 from prometheus_client import CollectorRegistry
@@ -118,8 +120,13 @@ class SinkService:
         self.loops: list[VerificationLoop | WorkloadLoop] = []
 
     def start(self, life: ServiceRun) -> Loop:
+        cfg = self.settings.sink
+        life.serve_metrics(self.registry, cfg.metrics_port, cfg.metrics_bind, database=self.settings.db)
+        return Sinking(self, life)
+
+    def open(self, life: ServiceRun) -> SinkLoop:
+        """The loops, each entered into `life`, the records' and the workload's started on threads."""
         settings, cfg, metrics = self.settings, self.settings.sink, self.metrics
-        life.serve_metrics(self.registry, cfg.metrics_port, cfg.metrics_bind, database=settings.db)
         # Closed by this stack once the loops have ended, the last entered first.
         retention = life.enter_context(closing(self._retention()))
         rollup = RollupRefresher(
@@ -181,3 +188,14 @@ class SinkService:
             log.error("stopped: a records loop failed")
             return 1
         return stopped(log)
+
+
+@dataclass(frozen=True, slots=True)
+class Sinking:
+    """The started sink's loop: its loops are opened (after /metrics and the database) and run."""
+
+    service: SinkService
+    life: ServiceRun
+
+    def run(self, stop: threading.Event) -> None:
+        self.service.open(self.life).run(stop)

@@ -18,12 +18,13 @@ from operator import itemgetter, methodcaller
 from typing import Any, Protocol
 
 from shared.contract.models import parse_event
+from shared.contract.topic_registry import KeyMismatchError
 from shared.plumbing.errors import ContractError
 from shared.settings.common import TopicSettings
 
 from .deadletters import DeadLetter, unreadable
 from .partitions import note_stored
-from .rows import GPU_UUID, TIME, stage_row, stage_rows
+from .rows import STAGE_COLUMNS, TIME, stage_row, stage_rows
 from .writer import Batch
 
 log = logging.getLogger(__name__)
@@ -90,7 +91,9 @@ def decode_lanes(
 
 _TOPIC, _PARTITION, _OFFSET = methodcaller("topic"), methodcaller("partition"), methodcaller("offset")
 _KEY, _VALUE = methodcaller("key"), methodcaller("value")
-_UUID, _TIME = itemgetter(GPU_UUID), itemgetter(TIME)
+_TIME = itemgetter(TIME)
+METRICS_RAW = TopicSettings.entry("metrics_raw")
+_ROW_KEY = itemgetter(STAGE_COLUMNS.index(METRICS_RAW.key.field))  # the row's column the topic is keyed by
 
 
 def _samples_at_once(records: list[Record], topic: str, batch: Batch, max_bytes: int) -> bool:
@@ -107,9 +110,10 @@ def _samples_at_once(records: list[Record], topic: str, batch: Batch, max_bytes:
         if rows is None:
             return False
         keys = list(map(_KEY, records))
-        # the key must be the GPU's UUID (ASCII by the contract), or partitioning lies; None is fine
-        uuids = list(map(str.encode, map(_UUID, rows)))
-        if keys != uuids and any(k is not None and k != u for k, u in zip(keys, uuids, strict=True)):
+        # each key must be its row's, as the registry keys the topic (ASCII by the contract), or
+        # partitioning lies; the same list at once, else each through the registry's one check
+        expected = list(map(_ROW_KEY, rows))
+        if keys != list(map(str.encode, expected)) and not all(map(METRICS_RAW.key_matches, keys, expected)):
             return False
         partitions, offsets = list(map(_PARTITION, records)), list(map(_OFFSET, records))
         if None in partitions or None in offsets:
@@ -145,16 +149,15 @@ def _decode_one(msg: Record, batch: Batch, topics: TopicSettings, max_bytes: int
             if topic == topics.metrics_raw:
                 try:
                     row = stage_row(value)
+                    METRICS_RAW.check_key(key, _ROW_KEY(row))  # or partitioning lies
+                except KeyMismatchError as e:
+                    refused = ("key", str(e))
                 except ContractError as e:
                     refused = ("contract", str(e))
                 else:
-                    # the key must be the GPU's UUID (ASCII by the contract), or partitioning lies
-                    if key is None or key == row[GPU_UUID].encode():
-                        batch.rows.append(row)
-                        batch.row_origins.append((topic, partition, offset, key, value))
-                        batch.frontiers[(topic, partition)] = row[TIME]
-                    else:
-                        refused = ("key", "message key does not match gpu_uuid")
+                    batch.rows.append(row)
+                    batch.row_origins.append((topic, partition, offset, key, value))
+                    batch.frontiers[(topic, partition)] = row[TIME]
             elif topic == topics.events:
                 try:
                     batch.events.append(parse_event(value))

@@ -20,12 +20,15 @@ from psycopg.types.json import Jsonb
 
 from shared.contract.chain import link_of, parse_canonical_input
 from shared.contract.models_verify import parse_system, parse_verification, record_json
+from shared.contract.topic_registry import KeyMismatchError
 from shared.settings.common import TopicSettings
 from shared.store import verifications
 
 from .deadletters import DeadLetter, Origin, unreadable
 from .decode import Record
 from .records import Cursor, Item, RecordFamilyLoop
+
+VERIFICATIONS_TOPIC, SYSTEMS_TOPIC = TopicSettings.entry("verifications"), TopicSettings.entry("systems")
 
 VERIFICATIONS, SYSTEMS = "gpu_verifications", "gpu_systems"  # the tables, as the rows metric names them
 
@@ -67,49 +70,49 @@ def decode_records(messages: Sequence[Record], topics: TopicSettings, max_bytes:
             try:
                 if topic == topics.verifications:
                     r = parse_verification(value)
-                    if key != r.gpu_uuid.encode():
-                        refused = ("key", "message key does not match gpu_uuid")
-                    else:
-                        batch.verifications.append(
-                            (
-                                r.time,
-                                r.gpu_uuid,
-                                r.seq,
-                                r.kind.value,
-                                r.name,
-                                r.outcome.value,
-                                r.hostname,
-                                r.device,
-                                r.backend,
-                                r.device_ms,
-                                r.cpu_ms,
-                                r.speedup,
-                                r.prev_sha256,
-                                link_of(parse_canonical_input(value)),
-                                Jsonb(record_json(r)),
-                                partition,
-                                offset,
-                            )
+                    VERIFICATIONS_TOPIC.check_key(
+                        key, r
+                    )  # the chain is per GPU: its partition keeps it in order
+                    batch.verifications.append(
+                        (
+                            r.time,
+                            r.gpu_uuid,
+                            r.seq,
+                            r.kind.value,
+                            r.name,
+                            r.outcome.value,
+                            r.hostname,
+                            r.device,
+                            r.backend,
+                            r.device_ms,
+                            r.cpu_ms,
+                            r.speedup,
+                            r.prev_sha256,
+                            link_of(parse_canonical_input(value)),
+                            Jsonb(record_json(r)),
+                            partition,
+                            offset,
                         )
-                        batch.verification_origins.append((topic, partition, offset, key, value))
+                    )
+                    batch.verification_origins.append((topic, partition, offset, key, value))
                 elif topic == topics.systems:
                     s = parse_system(value)
-                    if key != s.hostname.encode():
-                        refused = ("key", "message key does not match hostname")
-                    else:
-                        batch.systems.append(
-                            (
-                                s.time,
-                                s.hostname,
-                                s.identity_sha256,
-                                s.source,
-                                len(s.gpus),
-                                Jsonb(record_json(s)),
-                            )
+                    SYSTEMS_TOPIC.check_key(key, s)
+                    batch.systems.append(
+                        (
+                            s.time,
+                            s.hostname,
+                            s.identity_sha256,
+                            s.source,
+                            len(s.gpus),
+                            Jsonb(record_json(s)),
                         )
-                        batch.system_origins.append((topic, partition, offset, key, value))
+                    )
+                    batch.system_origins.append((topic, partition, offset, key, value))
                 else:
                     refused = ("topic", f"this loop does not read topic {topic!r}")
+            except KeyMismatchError as e:
+                refused = ("key", str(e))
             except Exception as e:  # whatever a record is, it is not a crash
                 refused = ("contract", str(e)[:4000])
         if refused is not None:

@@ -22,6 +22,7 @@ from shared.contract.models_workload import (
     parse_gpu_processes,
     parse_llm_message,
 )
+from shared.contract.topic_registry import KeyMismatchError
 from shared.plumbing.errors import ContractError
 from shared.settings.common import TopicSettings
 from shared.store import workload
@@ -31,6 +32,8 @@ from shared.store.workload import SERVER_COLUMNS, SESSION_COLUMNS
 from .deadletters import DeadLetter, unreadable
 from .decode import Record
 from .records import Cursor, Item
+
+PROCESSES = TopicSettings.entry("processes")
 
 # The tables, as the rows metric names them: a process listing counts under its poll.
 POLLS, SESSIONS, SERVERS = "gpu_process_polls", "llm_sessions", "llm_server_status"
@@ -49,8 +52,7 @@ class WorkloadBatch:
 def _decode_one(topics: TopicSettings, topic: str, key: bytes | None, value: bytes) -> tuple[str, Any]:
     if topic == topics.processes:
         message = parse_gpu_processes(value)
-        if key is not None and key != message.gpu_uuid.encode():
-            raise ContractError("message key does not match gpu_uuid")
+        PROCESSES.check_key(key, message)
         return POLLS, message
     if topic == topics.llm_sessions:
         parsed = parse_llm_message(value)
@@ -74,7 +76,7 @@ def decode_workload(messages: Sequence[Record], topics: TopicSettings, max_bytes
                 table, record = _decode_one(topics, topic, key, value)
                 batch.records.append((table, record, (topic, partition, offset, key, value)))
             except ContractError as e:
-                refused = ("key" if "key does not match" in str(e) else "contract", str(e))
+                refused = ("key" if isinstance(e, KeyMismatchError) else "contract", str(e))
             except LookupError as e:
                 refused = ("topic", str(e))
             except Exception as e:  # whatever a record is, it is not a crash

@@ -25,16 +25,25 @@ from shared.contract.chain import (
     BrokenLink,
     ChainEntry,
     ChainHead,
+    canonical_bytes,
     link_of,
     verify_chain,
 )
-from shared.contract.models_verify import VerificationRecord, record_bytes, record_json
+from shared.contract.models_verify import VerificationRecord, record_json
+from shared.contract.topic_registry import TopicSettings
 from shared.plumbing.errors import ContractError, KafkaProduceError, KafkaTopicError, KafkaUnavailableError
 
 if TYPE_CHECKING:
     from shared.settings.common import KafkaSettings
 
 log = logging.getLogger(__name__)
+VERIFICATIONS = TopicSettings.entry("verifications")
+
+
+def _wire(record: VerificationRecord) -> tuple[bytes, bytes]:
+    """A record's key and value as the topic has them: the value's canonical bytes, whose hash is chained."""
+    key, value = VERIFICATIONS.encode(record)
+    return key.encode(), canonical_bytes(value)
 
 
 class Chain(ABC):
@@ -76,7 +85,7 @@ class MemoryChain(Chain):
         return 0, len(self.records) - 1
 
     def entries(self) -> list[ChainEntry]:
-        return [ChainEntry(0, i, r.gpu_uuid.encode(), record_bytes(r)) for i, r in enumerate(self.records)]
+        return [ChainEntry(0, i, *_wire(r)) for i, r in enumerate(self.records)]
 
 
 def read_topic(
@@ -184,10 +193,10 @@ class KafkaChain(Chain):
         def on_delivery(err: Any, msg: Any) -> None:
             delivered.append(err if err is not None else (msg.partition(), msg.offset()))
 
-        value = record_bytes(record)
+        key, value = _wire(record)
         if len(value) > 1_000_000:
             raise ContractError(f"record of {len(value)} bytes is too large for the topic")
-        self._producer.produce(self.topic, value=value, key=record.gpu_uuid.encode(), on_delivery=on_delivery)
+        self._producer.produce(self.topic, value=value, key=key, on_delivery=on_delivery)
         self._producer.flush(self.timeout_s)
         if not delivered or not isinstance(delivered[0], tuple):
             why = delivered[0].str() if delivered else "no acknowledgement in time"

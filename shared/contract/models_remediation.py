@@ -101,11 +101,6 @@ class RemediationRecord(TopicMessage):
     response: Evidence  # what the driver (or the database, for control) answered
 
 
-def record_key(record: RemediationRecord) -> str:
-    """The message key: the GPU when there is one, else the node, else ``fleet``."""
-    return record.gpu_uuid or record.node or "fleet"
-
-
 def parse_remediation(raw: bytes | str) -> RemediationRecord:
     """Validate one gpu-remediations message; ContractError says why it is refused."""
     return parse_message(RemediationRecord, raw)

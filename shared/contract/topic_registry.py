@@ -28,22 +28,66 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Literal, NamedTuple, Self, get_args
+from typing import Annotated, Any, Literal, NamedTuple, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from pydantic.json_schema import JsonSchemaMode
 
 from gpuhealth.contract.training import TrainingAlert
-from shared.contract.models import GpuEvent, GpuSample
+from shared.contract.models import GpuEvent, GpuSample, parse_event, parse_sample
 from shared.contract.models_deadletter import DeadLetterHeaders
-from shared.contract.models_health import AlertOpened, AlertResolved, HealthVerdict
-from shared.contract.models_lifecycle import LifecycleDecision
-from shared.contract.models_remediation import RemediationRecord
-from shared.contract.models_verify import SystemIdentity, VerificationRecord
-from shared.contract.models_workload import GpuProcesses, LlmServerStatus, LlmSession
+from shared.contract.models_health import (
+    AlertOpened,
+    AlertResolved,
+    HealthVerdict,
+    parse_alert,
+    parse_health_verdict,
+)
+from shared.contract.models_lifecycle import LifecycleDecision, parse_lifecycle_decision
+from shared.contract.models_remediation import RemediationRecord, parse_remediation
+from shared.contract.models_verify import SystemIdentity, VerificationRecord, parse_system, parse_verification
+from shared.contract.models_workload import (
+    GpuProcesses,
+    LlmServerStatus,
+    LlmSession,
+    parse_gpu_processes,
+    parse_llm_message,
+)
+
+# A topic's entry (shared/contract/topic_entry.py), named here too: the table's vocabulary.
+from shared.contract.topic_entry import (
+    GPU_KEY as GPU_KEY,
+)
+from shared.contract.topic_entry import (
+    ORIGINAL_KEY as ORIGINAL_KEY,
+)
+from shared.contract.topic_entry import (
+    PRINCIPALS as PRINCIPALS,
+)
+from shared.contract.topic_entry import (
+    Encoded as Encoded,
+)
+from shared.contract.topic_entry import (
+    Keep as Keep,
+)
+from shared.contract.topic_entry import (
+    Key as Key,
+)
+from shared.contract.topic_entry import (
+    KeyMismatchError as KeyMismatchError,
+)
+from shared.contract.topic_entry import (
+    Message as Message,
+)
+from shared.contract.topic_entry import (
+    Principal as Principal,
+)
+from shared.contract.topic_entry import (
+    SinkLoopName as SinkLoopName,
+)
+from shared.contract.topic_entry import (
+    Topic as Topic,
+)
 
 log = logging.getLogger(__name__)
 
@@ -51,26 +95,8 @@ SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schema" / "json"
 # A Kafka topic name: what the broker accepts (legal characters, at most 249 of them).
 TOPIC_NAME_PATTERN = r"^[A-Za-z0-9._-]{1,249}$"
 TopicName = Annotated[str, Field(pattern=TOPIC_NAME_PATTERN)]
-# The key of a topic whose records keep the key they had where they came from (the dead letters').
-ORIGINAL_KEY = "(the key of the record it carries)"
 
 
-class Keep(StrEnum):
-    """How long a topic keeps its records (its retention.ms)."""
-
-    RAW = "raw"  # GPUHEALTH_TOPICS__RETENTION_MS: re-readable for a while; the database keeps them after
-    AUDIT = "audit"  # GPUHEALTH_TOPICS__AUDIT_RETENTION_MS: small, and the trail of what was decided
-    FOREVER = "forever"  # never deleted, by time or by size: an audit log (retention.ms and .bytes -1)
-
-
-# The Kafka principals, one per service, and `admin` (topic set-up, the tests' and operators' tools; a
-# super user, with `broker`). Each topic below names which may write and which may read it;
-# shared/plumbing/topic_admin.py
-# turns that into the broker's ACLs (the StandardAuthorizer refuses everything else).
-Principal = Literal[
-    "collector", "sink", "scorer", "remediator", "verifier", "lifecycle", "llm-monitor", "api"
-]
-PRINCIPALS: tuple[str, ...] = (*get_args(Principal), "admin")
 # The consumer groups each principal may join (group ids starting with these): the services' default group
 # ids. A service whose group id is configured otherwise needs a grant for it (docs/operating.md, Security).
 CONSUMER_GROUPS: dict[str, tuple[str, ...]] = {
@@ -81,59 +107,20 @@ CONSUMER_GROUPS: dict[str, tuple[str, ...]] = {
     "verifier": ("gpu-health-audit-",),
 }
 
-# The sink's loops (services/sink): SinkLoop (metrics), VerificationLoop and WorkloadLoop.
-SinkLoopName = Literal["metrics", "verification", "workload"]
-
-
-@dataclass(frozen=True, slots=True)
-class Message:
-    """One kind of message a topic carries: its model and its committed JSON Schema file."""
-
-    model: type[BaseModel]
-    schema: str  # the file under schema/json/
-    part: Literal["value", "headers"] = "value"  # what of the Kafka record the model describes
-    # the side of the model the schema describes: "serialization" where the bytes on the wire are
-    # the model's own output (the chained records, whose hash covers them)
-    mode: JsonSchemaMode = "validation"
-
-
-@dataclass(frozen=True, slots=True, init=False)
-class Topic:
-    """A topic's entry, beside its setting in TopicSettings (which holds its default name)."""
-
-    messages: tuple[Message, ...]
-    key: str  # the field of each message whose value is the Kafka key, or ORIGINAL_KEY
-    keep: Keep
-    cleanup_policy: Literal["delete", "compact", "compact,delete"] = "delete"
-    # None: GPUHEALTH_TOPICS__PARTITIONS. Every topic so far is keyed by a GPU or a host, so all grow
-    # with the fleet alike.
-    partitions: int | None = None
-    stored_by: SinkLoopName | None = None  # the sink loop that stores it; None: the sink does not read it
-    writers: tuple[Principal, ...] = ()  # the principals that may write it (the ACLs; admin may anything)
-    readers: tuple[Principal, ...] = ()  # the principals that may read it
-
-    def __init__(
-        self,
-        *messages: Message,
-        key: str,
-        keep: Keep,
-        writers: tuple[Principal, ...],
-        readers: tuple[Principal, ...] = (),
-        cleanup_policy: Literal["delete", "compact", "compact,delete"] = "delete",
-        partitions: int | None = None,
-        stored_by: SinkLoopName | None = None,
-    ) -> None:
-        if not messages:
-            raise TypeError("a topic carries at least one kind of message")
-        if not writers:
-            raise TypeError("a topic has at least one writer")
-        if stored_by is not None and "sink" not in readers:
-            raise TypeError("the sink reads the topics it stores")
-        for name, value in (
-            ("messages", messages), ("key", key), ("keep", keep), ("cleanup_policy", cleanup_policy),
-            ("partitions", partitions), ("stored_by", stored_by), ("writers", writers), ("readers", readers),
-        ):  # fmt: skip
-            object.__setattr__(self, name, value)
+# The topics' settings (the fields of TopicSettings below; a unit test keeps the two the same).
+TopicField = Literal[
+    "metrics_raw",
+    "events",
+    "health",
+    "alerts",
+    "dead_letters",
+    "processes",
+    "llm_sessions",
+    "verifications",
+    "systems",
+    "lifecycle",
+    "remediations",
+]
 
 
 class Registered(NamedTuple):
@@ -155,7 +142,8 @@ class TopicSettings(BaseModel):
         TopicName,
         Topic(
             Message(GpuSample, "gpu-sample.v1.schema.json"),
-            key="gpu_uuid",
+            key=GPU_KEY,
+            decoder=parse_sample,
             keep=Keep.RAW,
             stored_by="metrics",
             writers=("collector",),
@@ -167,7 +155,8 @@ class TopicSettings(BaseModel):
         TopicName,
         Topic(
             Message(GpuEvent, "gpu-event.v1.schema.json"),
-            key="gpu_uuid",
+            key=GPU_KEY,
+            decoder=parse_event,
             keep=Keep.AUDIT,
             stored_by="metrics",
             writers=("collector",),
@@ -179,7 +168,8 @@ class TopicSettings(BaseModel):
         TopicName,
         Topic(
             Message(HealthVerdict, "gpu-health.v1.schema.json"),
-            key="gpu_uuid",
+            key=GPU_KEY,
+            decoder=parse_health_verdict,
             keep=Keep.AUDIT,
             writers=("scorer",),
             readers=("remediator",),
@@ -192,7 +182,8 @@ class TopicSettings(BaseModel):
             Message(AlertOpened, "gpu-alert-opened.v1.schema.json"),
             Message(AlertResolved, "gpu-alert-resolved.v1.schema.json"),
             Message(TrainingAlert, "gpu-alert-training.v1.schema.json"),
-            key="gpu_uuid",
+            key=GPU_KEY,
+            decoder=parse_alert,
             keep=Keep.AUDIT,
             writers=("scorer",),
             readers=("remediator",),
@@ -214,7 +205,8 @@ class TopicSettings(BaseModel):
         TopicName,
         Topic(
             Message(GpuProcesses, "gpu-processes.v1.schema.json"),
-            key="gpu_uuid",
+            key=GPU_KEY,
+            decoder=parse_gpu_processes,
             keep=Keep.RAW,
             stored_by="workload",
             writers=("collector",),
@@ -227,7 +219,8 @@ class TopicSettings(BaseModel):
         Topic(
             Message(LlmSession, "llm-session.v1.schema.json"),
             Message(LlmServerStatus, "llm-server-status.v1.schema.json"),
-            key="server",
+            key=Key(("server",), says="server name"),
+            decoder=parse_llm_message,
             keep=Keep.RAW,
             stored_by="workload",
             writers=("llm-monitor",),
@@ -239,7 +232,8 @@ class TopicSettings(BaseModel):
         TopicName,
         Topic(
             Message(VerificationRecord, "gpu-verification.v1.schema.json", mode="serialization"),
-            key="gpu_uuid",
+            key=Key(("gpu_uuid",), required=True, says="GPU UUID"),
+            decoder=parse_verification,
             keep=Keep.FOREVER,
             stored_by="verification",
             writers=("verifier",),
@@ -251,7 +245,8 @@ class TopicSettings(BaseModel):
         TopicName,
         Topic(
             Message(SystemIdentity, "gpu-system.v1.schema.json", mode="serialization"),
-            key="hostname",
+            key=Key(("hostname",), required=True, says="hostname"),
+            decoder=parse_system,
             keep=Keep.AUDIT,
             stored_by="verification",
             writers=("collector",),
@@ -263,7 +258,8 @@ class TopicSettings(BaseModel):
         TopicName,
         Topic(
             Message(LifecycleDecision, "gpu-lifecycle.v1.schema.json"),
-            key="gpu_uuid",
+            key=GPU_KEY,
+            decoder=parse_lifecycle_decision,
             keep=Keep.AUDIT,
             writers=("lifecycle",),
         ),
@@ -273,7 +269,14 @@ class TopicSettings(BaseModel):
         TopicName,
         Topic(
             Message(RemediationRecord, "gpu-remediation.v1.schema.json"),
-            key="gpu_uuid",
+            # A record is about a GPU, else a node (a drain, a reboot), else the whole fleet (a paused
+            # plan): nothing reads this topic back and it is not compacted, so the key only keeps one
+            # GPU's (or node's) records in order on one partition. The producer's key was right and
+            # this entry said gpu_uuid alone: the entry now says what is on the wire.
+            key=Key(
+                ("gpu_uuid", "node"), fallback="fleet", says="GPU UUID (else the node's, else the fleet's)"
+            ),
+            decoder=parse_remediation,
             keep=Keep.AUDIT,
             writers=("remediator",),
         ),
@@ -324,6 +327,14 @@ class TopicSettings(BaseModel):
                 raise TypeError(f"topic {setting}: one Topic, a default name and a line on what it carries")
             out.append(Registered(setting, field.default, field.description, entries[0]))
         return tuple(out)
+
+    @classmethod
+    def entry(cls, setting: TopicField) -> Topic:
+        """The entry of one topic of this table, by its setting (``"lifecycle"``, ...)."""
+        for registered in cls.registry():
+            if registered.setting == setting:
+                return registered.topic
+        raise KeyError(f"no topic {setting!r} in {cls.__name__}")
 
     def stored_by(self, loop: SinkLoopName) -> list[str]:
         """The configured names of the topics that sink loop stores (it subscribes to these)."""

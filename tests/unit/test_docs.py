@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.contract.topic_registry import ORIGINAL_KEY, TopicSettings
+from shared.contract.topic_registry import TopicSettings
 from tests.paths import REPO, tracked_files
 
 DOCS = sorted(
@@ -86,19 +86,14 @@ def test_every_doc_is_reached_from_the_readme() -> None:
     assert set(DOCS) - reached == set()
 
 
-# How the operators' topic table says each message field the registry keys a topic by.
-KEY_WORDS = {
-    "gpu_uuid": "GPU UUID", "hostname": "hostname", "server": "server name", ORIGINAL_KEY: "original key",
-}  # fmt: skip
-
-
 def test_the_operators_topic_table_lists_every_topic_of_the_registry_with_its_key() -> None:
     text = (REPO / "docs" / "operating.md").read_text()
     table = text[text.index("| topic | key | what |") :].split("\n\n")[0]
     rows = dict(re.findall(r"^\| `([^`]+)` \| ([^|]+) \|", table, re.M))
     registry = {entry.default: entry.topic.key for entry in TopicSettings.registry()}
     assert set(rows) == set(registry), "docs/operating.md's topic table (## Kafka) and the registry differ"
-    wrong = {name: rows[name] for name, key in registry.items() if not rows[name].startswith(KEY_WORDS[key])}
+    # each row says the key as its registry entry does (Key.says)
+    wrong = {name: rows[name] for name, key in registry.items() if not rows[name].startswith(key.says)}
     assert not wrong, f"keys the registry does not give: {wrong}"
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from services.collector.build import CollectorSettings
+from services.collector.settings import CollectorSettings
 from shared.plumbing.errors import ConfigError
 from shared.settings.common import ShutdownSettings, load_settings
 from shared.settings.env import accepted_names
@@ -82,7 +82,10 @@ def systemd_analyze() -> Path:
     return Path(found)
 
 
-def verify(systemd_analyze: Path, unit_text: str, root: Path) -> subprocess.CompletedProcess[str]:
+def analyze(
+    systemd_analyze: Path, unit_text: str, root: Path, *command: str
+) -> subprocess.CompletedProcess[str]:
+    """`systemd-analyze <command> --root=<root>` on the unit, in a scratch root that holds what it names."""
     entry = root / "opt" / "gpu-health" / "venv" / "bin" / "gpuhealth-collector"
     entry.parent.mkdir(parents=True)
     entry.write_text("#!/bin/sh\n")
@@ -91,9 +94,13 @@ def verify(systemd_analyze: Path, unit_text: str, root: Path) -> subprocess.Comp
     (root / "etc" / "systemd" / "system").mkdir(parents=True)
     (root / "etc" / "systemd" / "system" / UNIT.name).write_text(unit_text)
     return subprocess.run(
-        [str(systemd_analyze), "verify", f"--root={root}", "--man=no", UNIT.name],
+        [str(systemd_analyze), *command, f"--root={root}", UNIT.name],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
+
+
+def verify(systemd_analyze: Path, unit_text: str, root: Path) -> subprocess.CompletedProcess[str]:
+    return analyze(systemd_analyze, unit_text, root, "verify", "--man=no")
 
 
 def test_systemd_analyze_verifies_the_unit_without_a_warning(systemd_analyze: Path, tmp_path: Path) -> None:
@@ -111,6 +118,17 @@ def test_the_verification_fails_on_a_setting_systemd_does_not_take(
     done = verify(systemd_analyze, broken, tmp_path)
     assert "Unknown key 'NoNewPrivilege'" in done.stderr, done.stderr
     assert "Invalid device rights" in done.stderr, done.stderr
+
+
+def test_the_sandbox_exposes_no_more_than_the_docs_say(systemd_analyze: Path, tmp_path: Path) -> None:
+    done = analyze(systemd_analyze, UNIT.read_text(), tmp_path, "security", "--offline=yes", "--no-pager")
+    measured = re.search(r"Overall exposure level for \S+: (\d+\.\d)", done.stdout)
+    documented = re.search(r"exposure (\d+\.\d) of 10", DOC.read_text())
+    assert measured, done.stdout + done.stderr
+    assert documented, "the docs give no exposure figure"
+    assert float(measured[1]) <= float(documented[1]), (
+        f"systemd-analyze security: exposure {measured[1]}, the docs say {documented[1]}"
+    )
 
 
 def test_every_setting_of_the_unit_is_in_the_docs_table_and_every_row_is_in_the_unit() -> None:

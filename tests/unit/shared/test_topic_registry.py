@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from shared.contract.topic_registry import (
     CONSUMER_GROUPS,
+    GPU_KEY,
     ORIGINAL_KEY,
     PRINCIPALS,
     SCHEMA_DIR,
@@ -51,7 +52,7 @@ class WithFlights(TopicSettings):
         TopicName,
         Topic(
             Message(GpuFlight, "gpu-flight.v1.schema.json"),
-            key="gpu_uuid",
+            key=GPU_KEY,
             keep=Keep.RAW,
             partitions=2,
             writers=("collector",),
@@ -127,11 +128,10 @@ def test_every_entry_is_whole_and_its_key_is_a_field_of_each_message() -> None:
     for r in registered:
         assert r.carries.endswith("."), r.setting
         assert all(m.schema.endswith(".v1.schema.json") for m in r.topic.messages), r.setting
-        if r.topic.key != ORIGINAL_KEY:
-            for m in r.topic.messages:
-                assert r.topic.key in m.model.model_fields, (
-                    f"{r.setting}: {m.model.__name__} has no {r.topic.key}"
-                )
+        for m in r.topic.messages:
+            missing = set(r.topic.key.fields) - set(m.model.model_fields)
+            assert not missing, f"{r.setting}: {m.model.__name__} has no {missing}"
+        assert r.topic.key.fields or r.topic.key is ORIGINAL_KEY, r.setting
     loops = {r.topic.stored_by for r in registered} - {None}
     assert loops == set(get_args(SinkLoopName)), "a sink loop that stores nothing"
 
@@ -160,7 +160,7 @@ def test_an_entry_without_a_line_on_what_it_carries_is_refused() -> None:
             TopicName,
             Topic(
                 Message(GpuFlight, "gpu-quiet.v1.schema.json"),
-                key="gpu_uuid",
+                key=GPU_KEY,
                 keep=Keep.RAW,
                 writers=("scorer",),
             ),
@@ -169,13 +169,13 @@ def test_an_entry_without_a_line_on_what_it_carries_is_refused() -> None:
     with pytest.raises(TypeError, match="quiet"):
         Unsaid.registry()
     with pytest.raises(TypeError, match="at least one"):
-        Topic(key="gpu_uuid", keep=Keep.RAW, writers=("scorer",))
+        Topic(key=GPU_KEY, keep=Keep.RAW, writers=("scorer",))
     with pytest.raises(TypeError, match="at least one writer"):
-        Topic(Message(GpuFlight, "gpu-quiet.v1.schema.json"), key="gpu_uuid", keep=Keep.RAW, writers=())
+        Topic(Message(GpuFlight, "gpu-quiet.v1.schema.json"), key=GPU_KEY, keep=Keep.RAW, writers=())
     with pytest.raises(TypeError, match="the sink reads"):
         Topic(
             Message(GpuFlight, "gpu-quiet.v1.schema.json"),
-            key="gpu_uuid",
+            key=GPU_KEY,
             keep=Keep.RAW,
             writers=("scorer",),
             stored_by="metrics",

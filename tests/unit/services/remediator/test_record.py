@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from services.remediator.record import as_record, event
 from shared.contract.models import to_json
-from shared.contract.models_remediation import parse_remediation, record_key
+from shared.contract.models_remediation import parse_remediation
+from shared.contract.topic_registry import TopicSettings
 from shared.plumbing.errors import ContractError
 
 T = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
@@ -60,13 +61,13 @@ def test_an_event_of_a_plan_names_its_node_action_gpu_and_what_it_answers() -> N
     )
     assert record.answers is not None
     assert record.answers.decision_key == "k"
-    assert record_key(record) == GPU
+    assert TopicSettings.entry("remediations").key_of(record) == GPU
     assert parse_remediation(json.dumps(to_json(record))) == record
 
 
 def test_a_fleet_record_is_keyed_fleet() -> None:
     record = as_record(event("breaker", at=T, status="tripped", dry_run=True, reason="11 nodes"))
-    assert record_key(record) == "fleet"
+    assert TopicSettings.entry("remediations").key_of(record) == "fleet"
 
 
 @given(json_values)

@@ -175,7 +175,7 @@ def test_spacing_and_key_order_are_not_content() -> None:
 
 def test_a_rewritten_history_verifies_but_its_head_differs_from_the_anchored_one() -> None:
     """No key: a forger who rewrites a record and relinks everything after it has a chain that verifies.
-    The head's hash is what gives it away, and the sink keeps each GPU's newest record apart."""
+    The head's hash is what gives it away, against a copy kept elsewhere (the sink's table)."""
     e = entries_of(4)
     anchored = verify_chain(e).heads[A]
     values = [value_of(x) for x in e]
