@@ -26,7 +26,7 @@ import confluent_kafka
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gpuhealth.contract.training import TrainingAlert
-from shared.contract.models_health import GpuAlert, HealthVerdict, parse_alert, parse_health_verdict
+from shared.contract.models_health import GpuAlert, HealthVerdict, parse_alert
 from shared.contract.signing import KID_HEADER, UntrustedError
 from shared.plumbing.errors import ContractError, DataRefusedError, GpuHealthError
 from shared.plumbing.kafka import JsonProducer, close_consumer, take
@@ -45,6 +45,9 @@ from .record import Outbox
 from .trust import REASONS, Refusal, Trust, placed, refusal_record
 
 log = logging.getLogger("services.remediator")
+HEALTH = TopicSettings.entry(
+    "health"
+)  # the verdicts it reads (the alerts: parse_alert, their entry's decoder)
 
 BACKOFF_S = (0.5, 1, 2, 5, 10)
 
@@ -169,7 +172,7 @@ class RemediatorLoop:
             return Refusal(e.reason, e.detail, parsed.gpu_uuid if parsed is not None else None)
         try:
             if topic == self.topics.health:
-                verdict = parse_health_verdict(value)
+                verdict = HEALTH.read(HealthVerdict, value)
                 found, at = from_verdict(verdict, topic), verdict.time
             else:
                 alert = parse_alert(value)
@@ -295,7 +298,7 @@ class RemediatorLoop:
 def _parsed(health: bool, value: bytes) -> HealthVerdict | GpuAlert | None:
     """The message as its topic's model, for naming its GPU in a refusal; None when it is not one."""
     try:
-        return parse_health_verdict(value) if health else parse_alert(value)
+        return HEALTH.read(HealthVerdict, value) if health else parse_alert(value)
     except ContractError:
         return None
 

@@ -34,8 +34,9 @@ import confluent_kafka
 from confluent_kafka import TopicPartition
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from shared.contract.models import GpuEvent, parse_event
+from shared.contract.models import GpuEvent
 from shared.contract.signing import Signer
+from shared.contract.topic_registry import TopicSettings
 from shared.plumbing.db import connect
 from shared.plumbing.errors import ContractError, GpuHealthError
 from shared.plumbing.kafka import JsonProducer, closing_consumer, make_consumer, take
@@ -51,6 +52,8 @@ from .ownership import Ownership
 from .rules_config import Rules
 
 log = logging.getLogger(__name__)
+
+EVENTS = TopicSettings.entry("events")  # what the fast path reads
 
 JUDGE_AGAIN = 3  # times a GPU lost to a newer judgement is judged again before the cycle is left to it
 REWIND_WAIT_S = 1.0
@@ -172,7 +175,7 @@ class EventPath:
         stamps: list[float] = []  # the Kafka timestamps of the records judged, in seconds
         for record in records:
             try:
-                found.append(parse_event(record.value() or b""))
+                found.append(EVENTS.read(GpuEvent, record.value() or b""))
             except ContractError as e:
                 self.metrics.refused.inc()
                 log.warning("event refused by its contract, not judged: %s", e)

@@ -17,7 +17,7 @@ from itertools import repeat
 from operator import itemgetter, methodcaller
 from typing import Any, Protocol
 
-from shared.contract.models import parse_event
+from shared.contract.models import GpuEvent
 from shared.contract.topic_registry import KeyMismatchError
 from shared.plumbing.errors import ContractError
 from shared.settings.common import TopicSettings
@@ -93,6 +93,7 @@ _TOPIC, _PARTITION, _OFFSET = methodcaller("topic"), methodcaller("partition"), 
 _KEY, _VALUE = methodcaller("key"), methodcaller("value")
 _TIME = itemgetter(TIME)
 METRICS_RAW = TopicSettings.entry("metrics_raw")
+EVENTS = TopicSettings.entry("events")
 _ROW_KEY = itemgetter(STAGE_COLUMNS.index(METRICS_RAW.key.field))  # the row's column the topic is keyed by
 
 
@@ -160,7 +161,7 @@ def _decode_one(msg: Record, batch: Batch, topics: TopicSettings, max_bytes: int
                     batch.frontiers[(topic, partition)] = row[TIME]
             elif topic == topics.events:
                 try:
-                    batch.events.append(parse_event(value))
+                    batch.events.append(EVENTS.read(GpuEvent, value))
                     batch.event_origins.append((topic, partition, offset, key, value))
                 except ContractError as e:
                     refused = ("contract", str(e))

@@ -18,7 +18,8 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from shared.contract.fastdecode import FastDecoder, as_builtins
-from shared.contract.models import METRIC_FIELDS, GpuSample, parse_sample, sane_time
+from shared.contract.models import METRIC_FIELDS, GpuSample, sane_time
+from shared.contract.topic_registry import TopicSettings
 from shared.store.events import EVENT_COLUMNS, EVENT_TYPES, event_row
 from shared.store.samples import (
     ASSET_ONLY,
@@ -61,6 +62,7 @@ def _stage_mig(message: Any) -> None:
 
 
 # The contract's JSON Schema compiled into a decoder that yields staging rows.
+METRICS_RAW = TopicSettings.entry("metrics_raw")
 FAST_SAMPLE = FastDecoder(GpuSample.model_json_schema(), STAGE_COLUMNS, sane_time, _stage_mig)
 
 
@@ -71,7 +73,7 @@ def stage_row(raw: bytes | str) -> Row:
     whatever it declines, the pydantic model decides (and names the reason when it refuses).
     """
     row = FAST_SAMPLE.decode(raw)
-    return row if row is not None else sample_row(parse_sample(raw))
+    return row if row is not None else sample_row(METRICS_RAW.read(GpuSample, raw))
 
 
 def stage_rows(raws: Sequence[bytes]) -> list[Row] | None:

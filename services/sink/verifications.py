@@ -19,7 +19,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from shared.contract.chain import link_of, parse_canonical_input
-from shared.contract.models_verify import parse_system, parse_verification, record_json
+from shared.contract.models_verify import SystemIdentity, VerificationRecord, record_json
 from shared.contract.topic_registry import KeyMismatchError
 from shared.settings.common import TopicSettings
 from shared.store import verifications
@@ -69,7 +69,7 @@ def decode_records(messages: Sequence[Record], topics: TopicSettings, max_bytes:
             assert value is not None  # unreadable() refuses a record without one
             try:
                 if topic == topics.verifications:
-                    r = parse_verification(value)
+                    r = VERIFICATIONS_TOPIC.read(VerificationRecord, value)
                     VERIFICATIONS_TOPIC.check_key(
                         key, r
                     )  # the chain is per GPU: its partition keeps it in order
@@ -96,7 +96,7 @@ def decode_records(messages: Sequence[Record], topics: TopicSettings, max_bytes:
                     )
                     batch.verification_origins.append((topic, partition, offset, key, value))
                 elif topic == topics.systems:
-                    s = parse_system(value)
+                    s = SYSTEMS_TOPIC.read(SystemIdentity, value)
                     SYSTEMS_TOPIC.check_key(key, s)
                     batch.systems.append(
                         (

@@ -19,7 +19,6 @@ from shared.contract.models_workload import (
     GpuProcesses,
     LlmServerStatus,
     LlmSession,
-    parse_gpu_processes,
     parse_llm_message,
 )
 from shared.contract.topic_registry import KeyMismatchError
@@ -51,7 +50,7 @@ class WorkloadBatch:
 
 def _decode_one(topics: TopicSettings, topic: str, key: bytes | None, value: bytes) -> tuple[str, Any]:
     if topic == topics.processes:
-        message = parse_gpu_processes(value)
+        message = PROCESSES.read(GpuProcesses, value)
         PROCESSES.check_key(key, message)
         return POLLS, message
     if topic == topics.llm_sessions:

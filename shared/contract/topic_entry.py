@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Literal, NamedTuple, get_args
+from typing import Any, Literal, NamedTuple, TypeVar, get_args
 
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode
@@ -106,6 +106,7 @@ class Message:
 
 
 Decoder = Callable[[bytes | str], BaseModel]
+M = TypeVar("M", bound=BaseModel)
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -185,6 +186,18 @@ class Topic:
         if self.decoder is None:
             raise TypeError("this topic's records are not decoded by a model of their value")
         return self.decoder(raw)
+
+    def read(self, model: type[M], raw: bytes | str) -> M:
+        """One record's value decoded as `model`, which must be one of this topic's models (TypeError
+        otherwise: a consumer cannot read a topic as what it does not carry); ContractError says why
+        the record is refused."""
+        if model not in self.models:
+            names = [m.__name__ for m in self.models]
+            raise TypeError(f"this topic carries {names}, not {model.__name__}")
+        message = self.decode(raw)
+        if not isinstance(message, model):
+            raise ContractError(f"a {type(message).__name__} where a {model.__name__} was expected")
+        return message
 
     def key_matches(self, raw: bytes | None, key: str) -> bool:
         """Whether a record's key is `key`, its message's; no key passes unless the topic requires one."""

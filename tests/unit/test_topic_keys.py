@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from gpuhealth.contract.training import TrainingJob
+from gpuhealth.errors import ContractError
 from gpuhealth.gpu.readings import GpuReading, SourceReading
 from gpuhealth.training.andon import Alert
 from gpuhealth.training.publish import AlertPublisher
@@ -27,8 +28,8 @@ from services.llm_monitor.monitor import Monitor
 from services.llm_monitor.settings import LlmSettings
 from services.remediator.record import as_record, event
 from services.scorer.messages import alert_resolved, publish
-from shared.contract.models import Source
-from shared.contract.models_workload import LlmServerStatus
+from shared.contract.models import GpuEvent, Source
+from shared.contract.models_workload import GpuProcesses, LlmServerStatus
 from shared.contract.topic_registry import (
     GPU_KEY,
     ORIGINAL_KEY,
@@ -262,3 +263,18 @@ def test_the_architecture_check_sees_a_hand_made_key(tmp_path: Path) -> None:
         "    publisher.publish('t', 'fleet', value)\n"
     )
     assert hand_made_keys(source, tmp_path) == ["send.py:2: message.gpu_uuid", "send.py:6: 'fleet'"]
+
+
+def test_a_consumer_reads_a_topic_only_as_what_it_carries() -> None:
+    """`entry.read(Model, raw)`: the record as the topic's model; another model is a TypeError at the call,
+    and a record that is not the model is refused (ContractError), never returned as something else."""
+    status = LlmServerStatus(time=NOW, monitor_id="m", server="s", engine="vllm", up=True)
+    raw = json.dumps(status.model_dump(mode="json")).encode()
+    events = TopicSettings.entry("events")
+    with pytest.raises(TypeError, match="not LlmServerStatus"):
+        events.read(LlmServerStatus, raw)
+    with pytest.raises(ContractError):
+        events.read(GpuEvent, raw)
+    processes = TopicSettings.entry("processes")
+    with pytest.raises(ContractError):
+        processes.read(GpuProcesses, raw)
