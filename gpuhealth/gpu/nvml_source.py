@@ -82,9 +82,14 @@ _VIOLATIONS = (
 _FLAGS = ("row_remap_pending", "row_remap_failure", "retired_pages_pending")
 # nvmlValueType_t -> (the member of the value union that holds it, its width in bits)
 _VALUE_MEMBER = {
-    0: ("dVal", 64), 1: ("uiVal", 32), 2: ("ulVal", 64), 3: ("ullVal", 64), 4: ("sllVal", 64),
-    5: ("siVal", 32), 6: ("usVal", 16),
-}  # fmt: skip
+    0: ("dVal", 64),
+    1: ("uiVal", 32),
+    2: ("ulVal", 64),
+    3: ("ullVal", 64),
+    4: ("sllVal", 64),
+    5: ("siVal", 32),
+    6: ("usVal", 16),
+}
 MAX_XIDS_PER_POLL = 100_000  # a bound on one drain; an XID storm beyond it waits for the next poll
 
 
@@ -117,9 +122,13 @@ class NvmlSource:
     target = "nvml"
 
     def __init__(
-        self, nvml: Any | None = None, *, slow_every_s: float = 30.0, pcie_sampler: bool = True,
+        self,
+        nvml: Any | None = None,
+        *,
+        slow_every_s: float = 30.0,
+        pcie_sampler: bool = True,
         monotonic: Callable[[], float] = time.monotonic,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """`slow_every_s`: how often SLOW_FIELDS are read (0: every poll); `pcie_sampler`: keep
         the wrapping PCIe counters sampled between polls (pcie_counters)."""
         self.session = NvmlSession(nvml)
@@ -181,15 +190,23 @@ class NvmlSource:
                 metrics["xid_last"] = gpu_xids[-1]
             gpus.append(
                 GpuReading(
-                    uuid=_text(uuid), index=i, model=static.model, pci_bus_id=static.pci_bus_id,
-                    driver_version=_text(self.driver) if self.driver else None, time=read_at,
-                    metrics=metrics, xids=gpu_xids,
+                    uuid=_text(uuid),
+                    index=i,
+                    model=static.model,
+                    pci_bus_id=static.pci_bus_id,
+                    driver_version=_text(self.driver) if self.driver else None,
+                    time=read_at,
+                    metrics=metrics,
+                    xids=gpu_xids,
                 )
-            )  # fmt: skip
+            )
         return SourceReading(
-            source=self.kind, target=self.target, gpus=gpus, read_at=read_at,
+            source=self.kind,
+            target=self.target,
+            gpus=gpus,
+            read_at=read_at,
             latency_ms=(time.perf_counter() - started) * 1000,
-        )  # fmt: skip
+        )
 
     def _read_static(self, i: int, h: Any) -> _Static:
         n, q = self.nvml, self._q
@@ -230,7 +247,7 @@ class NvmlSource:
             **self._memory(h),
             **self._fast(i, h),
             **self._slow_fields(i, h),
-        }  # fmt: skip
+        }
         return m
 
     def _memory(self, h: Any) -> dict[str, MetricValue]:

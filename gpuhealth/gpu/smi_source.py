@@ -188,9 +188,12 @@ class SmiSource:
         for gpu in gpus:
             gpu.metrics.update(self.limits.get(gpu.uuid, {}))
         return SourceReading(
-            source=self.kind, target=self.target, gpus=gpus, read_at=read_at,
+            source=self.kind,
+            target=self.target,
+            gpus=gpus,
+            read_at=read_at,
             latency_ms=(time.perf_counter() - started) * 1000,
-        )  # fmt: skip
+        )
 
     def close(self) -> None:
         return None

@@ -61,10 +61,17 @@ def thermal_alert(s: GpuStatus, t: AndonThresholds) -> Alert | None:
     if reasons:
         why += f", throttling: {', '.join(Reason.names(reasons))}"
     return Alert(
-        AlertKind.THERMAL, "critical" if critical else "warning", s.index, s.uuid, s.temp_c, limit, "C",
-        f"thermal: {why}", s.time,
+        AlertKind.THERMAL,
+        "critical" if critical else "warning",
+        s.index,
+        s.uuid,
+        s.temp_c,
+        limit,
+        "C",
+        f"thermal: {why}",
+        s.time,
         {"slowdown_c": slowdown, "reasons": Reason.names(reasons)},
-    )  # fmt: skip
+    )
 
 
 def memory_alert(s: GpuStatus, t: AndonThresholds) -> Alert | None:
@@ -72,10 +79,17 @@ def memory_alert(s: GpuStatus, t: AndonThresholds) -> Alert | None:
     if ratio is None or ratio < t.memory_used_ratio:
         return None
     return Alert(
-        AlertKind.MEMORY_PRESSURE, "warning", s.index, s.uuid, ratio, t.memory_used_ratio, "ratio",
-        f"memory pressure: framebuffer {ratio:.0%} used (limit {t.memory_used_ratio:.0%})", s.time,
+        AlertKind.MEMORY_PRESSURE,
+        "warning",
+        s.index,
+        s.uuid,
+        ratio,
+        t.memory_used_ratio,
+        "ratio",
+        f"memory pressure: framebuffer {ratio:.0%} used (limit {t.memory_used_ratio:.0%})",
+        s.time,
         {"fb_used_mib": s.fb_used_mib, "fb_total_mib": s.fb_total_mib},
-    )  # fmt: skip
+    )
 
 
 def power_alert(s: GpuStatus, t: AndonThresholds) -> Alert | None:
@@ -85,10 +99,17 @@ def power_alert(s: GpuStatus, t: AndonThresholds) -> Alert | None:
     if s.power_w < limit:
         return None
     return Alert(
-        AlertKind.POWER_LIMIT, "warning", s.index, s.uuid, s.power_w, limit, "W",
-        f"power limit: drawing {s.power_w:.0f} W of {s.power_limit_w:.0f} W", s.time,
+        AlertKind.POWER_LIMIT,
+        "warning",
+        s.index,
+        s.uuid,
+        s.power_w,
+        limit,
+        "W",
+        f"power limit: drawing {s.power_w:.0f} W of {s.power_limit_w:.0f} W",
+        s.time,
         {"power_limit_w": s.power_limit_w, "ratio": t.power_limit_ratio},
-    )  # fmt: skip
+    )
 
 
 def idle_alert(s: GpuStatus, t: AndonThresholds, idle_s: float | None) -> Alert | None:
@@ -96,10 +117,17 @@ def idle_alert(s: GpuStatus, t: AndonThresholds, idle_s: float | None) -> Alert 
     if idle_s is None or idle_s < t.idle_for_s:
         return None
     return Alert(
-        AlertKind.IDLE, "warning", s.index, s.uuid, idle_s, t.idle_for_s, "s",
-        f"idle/hang: utilisation below {t.idle_util_pct:g}% for {idle_s:.1f} s", s.time,
+        AlertKind.IDLE,
+        "warning",
+        s.index,
+        s.uuid,
+        idle_s,
+        t.idle_for_s,
+        "s",
+        f"idle/hang: utilisation below {t.idle_util_pct:g}% for {idle_s:.1f} s",
+        s.time,
         {"util_pct": s.util_pct, "util_below_pct": t.idle_util_pct},
-    )  # fmt: skip
+    )
 
 
 @dataclass(slots=True)

@@ -59,7 +59,10 @@ def statuses_from(reading: SourceReading) -> list[GpuStatus]:
         reasons = m.get("clocks_event_reasons")
         out.append(
             GpuStatus(
-                index=gpu.index, uuid=gpu.uuid, model=gpu.model, time=gpu.time or reading.read_at,
+                index=gpu.index,
+                uuid=gpu.uuid,
+                model=gpu.model,
+                time=gpu.time or reading.read_at,
                 temp_c=_number(m.get("gpu_temp_c"), upper=250),
                 slowdown_c=_number(m.get("slowdown_temp_c"), upper=250),
                 util_pct=_number(m.get("gpu_util_pct"), upper=100),
@@ -69,7 +72,7 @@ def statuses_from(reading: SourceReading) -> list[GpuStatus]:
                 power_limit_w=_number(m.get("power_limit_w"), upper=10_000),
                 clocks_event_reasons=int(reasons) if _number(reasons) is not None else None,  # type: ignore[arg-type]
             )
-        )  # fmt: skip
+        )
     return out
 
 

@@ -40,22 +40,33 @@ def job_from_env(
         found_name = Path(sys.argv[0]).name or None
     rank = env.get("RANK")
     return TrainingJob(
-        id=found_id, name=found_name, hostname=hostname, pid=pid,
+        id=found_id,
+        name=found_name,
+        hostname=hostname,
+        pid=pid,
         rank=int(rank) if rank is not None and rank.isdigit() else None,
-    )  # fmt: skip
+    )
 
 
 def alert_message(alert: Alert, state: str, job: TrainingJob) -> TrainingAlert:
     """The gpu-alerts message for an alert that opened or resolved (validated by the contract)."""
     return TrainingAlert.model_validate(
         {
-            "time": alert.time, "gpu_uuid": alert.gpu_uuid, "gpu_index": alert.gpu_index,
-            "kind": alert.kind, "severity": alert.severity, "state": state, "summary": alert.summary,
-            "value": alert.value, "threshold": alert.threshold, "unit": alert.unit, "job": job,
+            "time": alert.time,
+            "gpu_uuid": alert.gpu_uuid,
+            "gpu_index": alert.gpu_index,
+            "kind": alert.kind,
+            "severity": alert.severity,
+            "state": state,
+            "summary": alert.summary,
+            "value": alert.value,
+            "threshold": alert.threshold,
+            "unit": alert.unit,
+            "job": job,
             "evidence": alert.evidence,
         },
         strict=False,
-    )  # fmt: skip
+    )
 
 
 # The services' default name for the topic (GPUHEALTH_TOPICS__ALERTS renames it for both).

@@ -341,8 +341,12 @@ class CacheMetrics(Collector):
             "Cached endpoints' answers by how they were served",
             labels=["served"],
         )
-        for label, count in (("fresh", cache.hits), ("stale", cache.stale_hits), ("joined", cache.joined),
-                             ("computed", cache.misses)):  # fmt: skip
+        for label, count in (
+            ("fresh", cache.hits),
+            ("stale", cache.stale_hits),
+            ("joined", cache.joined),
+            ("computed", cache.misses),
+        ):
             served.add_metric([label], count)
         yield served
         yield CounterMetricFamily(

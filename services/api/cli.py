@@ -128,9 +128,10 @@ def ladder(client: httpx.Client) -> list[dict[str, Any]]:
 
 def actions(client: httpx.Client) -> str:
     rungs = ladder(client)
-    return "\n".join(["recommended actions, cheapest first:"] + [
-        f"{r['rank']:>2}  {r['action']:<18}{r['why']}" for r in rungs
-    ])  # fmt: skip
+    return "\n".join(
+        ["recommended actions, cheapest first:"]
+        + [f"{r['rank']:>2}  {r['action']:<18}{r['why']}" for r in rungs]
+    )
 
 
 def gpu(client: httpx.Client, uuid: str) -> str:
@@ -174,8 +175,10 @@ def alerts(client: httpx.Client, limit: int) -> str:
 def shared_line(f: dict[str, Any]) -> str:
     """A job's crash or a fault of a place: whom it names, its GPUs and hosts (the alert's GPU holds it)."""
     more = f" (+{f['gpu_count'] - len(f['gpus'])} more)" if f["gpu_count"] > len(f["gpus"]) else ""
-    return (f"        {f['scope']} {f['key']}: {f['gpu_count']} GPUs on {', '.join(f['hosts'])}: "
-            f"{' '.join(f['gpus'])}{more}")  # fmt: skip
+    return (
+        f"        {f['scope']} {f['key']}: {f['gpu_count']} GPUs on {', '.join(f['hosts'])}: "
+        f"{' '.join(f['gpus'])}{more}"
+    )
 
 
 def _mark(client: httpx.Client, path: str, body: dict[str, str]) -> Any:
@@ -189,15 +192,19 @@ def _mark(client: httpx.Client, path: str, body: dict[str, str]) -> Any:
 def mark_repaired(client: httpx.Client, uuid: str, *, returned: bool, note: str) -> str:
     body = {"kind": "returned" if returned else "repaired", "note": note}
     done = _mark(client, f"/api/v1/gpus/{uuid}/repairs", body)
-    return (f"{uuid} marked {done['kind']} by {done['marked_by']} at {done['time']}: its findings resolve "
-            "and its counts start again from the next scoring cycle")  # fmt: skip
+    return (
+        f"{uuid} marked {done['kind']} by {done['marked_by']} at {done['time']}: its findings resolve "
+        "and its counts start again from the next scoring cycle"
+    )
 
 
 def mark_remedied(client: httpx.Client, uuid: str, *, reboot: bool, note: str) -> str:
     body = {"remedy": "reboot_node" if reboot else "reset_gpu", "note": note}
     done = _mark(client, f"/api/v1/gpus/{uuid}/remedies", body)
-    return (f"{uuid}: {done['remedy']} by {done['actor']} at {done['at']} recorded: from the next scoring "
-            "cycle the XIDs it resolves count only after it")  # fmt: skip
+    return (
+        f"{uuid}: {done['remedy']} by {done['actor']} at {done['at']} recorded: from the next scoring "
+        "cycle the XIDs it resolves count only after it"
+    )
 
 
 def remedies(client: httpx.Client, uuid: str) -> str:
@@ -245,8 +252,10 @@ def remediations(client: httpx.Client, state: str, limit: int, mode: str = "both
         step = p["steps"][p["step"]] if p["step"] < len(p["steps"]) else "end"
         why = f" ({p['held_for']})" if p["held_for"] else ""
         mode = " [dry run]" if p["dry_run"] else ""
-        lines.append(f"#{p['id']:<6} {p['state'] + why:<22}{p['node']:<18}{p['action']:<18}at {step:<10}"
-                     f"{p['finding']}{mode}")  # fmt: skip
+        lines.append(
+            f"#{p['id']:<6} {p['state'] + why:<22}{p['node']:<18}{p['action']:<18}at {step:<10}"
+            f"{p['finding']}{mode}"
+        )
     return "\n".join(lines)
 
 
@@ -283,8 +292,11 @@ def lifecycle(client: httpx.Client, decision: str | None, host: str | None, limi
     ]
     lines += [f"  missing for the whole fleet: {m['input']}: {m['why']}" for m in run["missing_inputs"]]
     lines += [f"  {line}" for line in body["totals"]["said"]] or ["  every GPU: keep"]
-    lines += ["", f"{'host':<16}{'gpu_uuid':<16}{'decision':<11}{'waiting/day':>12}{'cost':>10}{'p30':>6}"
-              f"  {'warranty':<11}why"]  # fmt: skip
+    lines += [
+        "",
+        f"{'host':<16}{'gpu_uuid':<16}{'decision':<11}{'waiting/day':>12}{'cost':>10}{'p30':>6}"
+        f"  {'warranty':<11}why",
+    ]
     for d in body["decisions"]:
         p30 = "-" if d["p_fail_30d"] is None else f"{d['p_fail_30d']:.3f}"
         cost = "-" if d["expected_cost"] is None else f"{d['expected_cost']:,.0f}"

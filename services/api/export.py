@@ -25,11 +25,18 @@ from .paging import z_time
 
 FIGURES = list(UsageFigures.model_fields)
 COLUMNS = ["from", "to", "by", "period", "kind", "key", *FIGURES]
-SCHEMA = pa.schema([
-    ("from", pa.timestamp("us", tz="UTC")), ("to", pa.timestamp("us", tz="UTC")), ("by", pa.string()),
-    ("period", pa.timestamp("us", tz="UTC")), ("kind", pa.string()), ("key", pa.string()),
-    ("gpus", pa.int64()), *((name, pa.float64()) for name in FIGURES if name != "gpus"),
-])  # fmt: skip
+SCHEMA = pa.schema(
+    [
+        ("from", pa.timestamp("us", tz="UTC")),
+        ("to", pa.timestamp("us", tz="UTC")),
+        ("by", pa.string()),
+        ("period", pa.timestamp("us", tz="UTC")),
+        ("kind", pa.string()),
+        ("key", pa.string()),
+        ("gpus", pa.int64()),
+        *((name, pa.float64()) for name in FIGURES if name != "gpus"),
+    ]
+)
 MEDIA_TYPES = {"csv": "text/csv; charset=utf-8", "parquet": "application/vnd.apache.parquet"}
 
 

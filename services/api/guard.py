@@ -243,9 +243,11 @@ async def refuse(send: Send, refusal: RefusalError) -> None:
 
 
 async def answer(send: Send, status: int, payload: bytes, headers: list[tuple[bytes, bytes]]) -> None:
-    await send({
-        "type": "http.response.start",
-        "status": status,
-        "headers": [*headers, (b"content-length", str(len(payload)).encode())],
-    })  # fmt: skip
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [*headers, (b"content-length", str(len(payload)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": payload, "more_body": False})

@@ -35,9 +35,12 @@ Label = Annotated[str | None, Field(pattern=LABEL, max_length=253)]
 GpuUuid = Annotated[str | None, Field(pattern=GPU_UUID_PATTERN)]
 Cursor = Annotated[
     str | None,
-    Field(max_length=512, pattern=r"^[A-Za-z0-9_-]+$",
-          description="the `next_cursor` of the previous page; omit for the first"),
-]  # fmt: skip
+    Field(
+        max_length=512,
+        pattern=r"^[A-Za-z0-9_-]+$",
+        description="the `next_cursor` of the previous page; omit for the first",
+    ),
+]
 ISO_DATE_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}")  # a date first (a date alone is its midnight, UTC)
 
 
@@ -60,8 +63,14 @@ To = Annotated[
 
 Bucket = Literal["10s", "1m", "5m", "15m", "1h", "6h", "1d"]
 BUCKET_SECONDS: dict[Bucket, int] = {
-    "10s": 10, "1m": 60, "5m": 300, "15m": 900, "1h": 3600, "6h": 21600, "1d": 86400,
-}  # fmt: skip
+    "10s": 10,
+    "1m": 60,
+    "5m": 300,
+    "15m": 900,
+    "1h": 3600,
+    "6h": 21600,
+    "1d": 86400,
+}
 
 
 class QueryModel(BaseModel):

@@ -74,10 +74,17 @@ def gpu_cell(g: dict[str, Any]) -> str:
     if g.get("score") is not None:
         label += f", score {g['score']:g}"
     attrs = {
-        "class": f"cell {state or 'unknown'}", "data-uuid": g["gpu_uuid"], "data-state": state or "unknown",
-        "data-host": g["hostname"], "data-rack": g.get("rack") or "", "data-model": g.get("model") or "",
-        "title": label, "aria-label": label, "role": "button", "tabindex": "0",
-    }  # fmt: skip
+        "class": f"cell {state or 'unknown'}",
+        "data-uuid": g["gpu_uuid"],
+        "data-state": state or "unknown",
+        "data-host": g["hostname"],
+        "data-rack": g.get("rack") or "",
+        "data-model": g.get("model") or "",
+        "title": label,
+        "aria-label": label,
+        "role": "button",
+        "tabindex": "0",
+    }
     rendered = " ".join(f'{k}="{escape(str(v))}"' for k, v in attrs.items())
     return f"<span {rendered}><b>{MARK.get(state, '?')}</b><i>{g['gpu_index']}</i></span>"
 
@@ -108,10 +115,12 @@ def where(alert: dict[str, Any]) -> str:
     f = alert.get("shared")
     if not f:
         return f"{escape(alert['hostname'] or '?')} GPU {escape(str(alert['gpu_index']))}"
-    return (f'<span class="shared" data-scope="{escape(f["scope"])}" title="{escape(" ".join(f["gpus"]))}">'
-            f"{escape(f['scope'])} {escape(f['key'])}: {f['gpu_count']} GPUs"
-            f" on {escape(', '.join(f['hosts']))}"
-            "</span>")  # fmt: skip
+    return (
+        f'<span class="shared" data-scope="{escape(f["scope"])}" title="{escape(" ".join(f["gpus"]))}">'
+        f"{escape(f['scope'])} {escape(f['key'])}: {f['gpu_count']} GPUs"
+        f" on {escape(', '.join(f['hosts']))}"
+        "</span>"
+    )
 
 
 def alert_rows(alerts: list[dict[str, Any]]) -> str:

@@ -97,10 +97,14 @@ async def usage_view(state: State) -> dict[str, str]:
                 by_class[g["key"]][figure] += g[figure]
     total = by_namespace["total"]
     classes = [
-        {"key": key, **f, "busy_share": f["busy_hours"] / f["gpu_hours"] if f["gpu_hours"] else None,
-         "idle_allocated_share": f["idle_allocated_hours"] / f["gpu_hours"] if f["gpu_hours"] else None}
+        {
+            "key": key,
+            **f,
+            "busy_share": f["busy_hours"] / f["gpu_hours"] if f["gpu_hours"] else None,
+            "idle_allocated_share": f["idle_allocated_hours"] / f["gpu_hours"] if f["gpu_hours"] else None,
+        }
         for key, f in sorted(by_class.items(), key=lambda kv: -kv[1]["gpu_hours"])
-    ]  # fmt: skip
+    ]
     start, end = (by_namespace[k][:16].replace("T", " ") for k in ("from", "to"))
     window = f"{start} – {end} UTC"
     return {

@@ -79,8 +79,11 @@ def make_xid_feeds(cfg: CollectorSection) -> list[XidFeed]:
         feeds: list[XidFeed] = []
         for url in cfg.dcgm_urls:
             try:
-                feeds.append(JournalFeed(mock_journal(url, timeout_s=cfg.scrape_timeout_s), hosts=True,
-                                         from_start=True))  # fmt: skip
+                feeds.append(
+                    JournalFeed(
+                        mock_journal(url, timeout_s=cfg.scrape_timeout_s), hosts=True, from_start=True
+                    )
+                )
             except SourceError as e:
                 log.warning("kernel log XIDs of %s off: %s", url, e)
         return feeds

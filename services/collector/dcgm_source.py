@@ -30,8 +30,14 @@ from gpuhealth.gpu.readings import GpuReading, MetricValue, SourceError, SourceR
 from shared.contract.models import MigInstance, Source
 from shared.gpu.dcgm import BY_NAME, XID_COUNT_METRIC, ValueKind, is_blank
 
-_WORKLOAD_LABELS = {"pod": "pod", "namespace": "namespace", "container": "container",
-                    "hpc_job": "job", "job": "job", "jobid": "job"}  # fmt: skip
+_WORKLOAD_LABELS = {
+    "pod": "pod",
+    "namespace": "namespace",
+    "container": "container",
+    "hpc_job": "job",
+    "job": "job",
+    "jobid": "job",
+}
 _MIG_FIELDS = frozenset(MigInstance.model_fields) - {"profile", "instance_id"}
 MAX_BODY_BYTES = 32 * 1024 * 1024
 _XID_CODE = re.compile(r"[0-9]{1,6}")  # ASCII digits: str.isdigit() also takes '²'
@@ -135,9 +141,13 @@ class DcgmSource:
     """One dcgm-exporter endpoint (one node)."""
 
     def __init__(
-        self, url: str, *, kind: Source = Source.DCGM, timeout_s: float = 5.0,
+        self,
+        url: str,
+        *,
+        kind: Source = Source.DCGM,
+        timeout_s: float = 5.0,
         client: httpx.Client | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.kind, self.target = kind, url
         self._client = client or httpx.Client(timeout=timeout_s)
         self._xid_counts: dict[str, dict[int, int]] = {}  # GPU UUID -> counts at the last scrape

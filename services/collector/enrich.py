@@ -155,9 +155,12 @@ class Enricher:
                     return None
                 for name in sorted(bad):
                     log.warning(
-                        "invalid %s from %s: %r", name, fields["gpu_uuid"], fields[name],
+                        "invalid %s from %s: %r",
+                        name,
+                        fields["gpu_uuid"],
+                        fields[name],
                         extra={"field": name},
-                    )  # fmt: skip
+                    )
                     self.on_invalid(name)
                     fields[name] = None
         return None

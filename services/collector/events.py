@@ -165,9 +165,12 @@ class EventDetector:
             last = self._last.get(uuid)
             if last is not None:
                 details: Details = {
-                    "origin": origin, "pci_bus_id": xid.pci_bus_id, "kernel_message": xid.message,
-                    "gpu_instance": xid.gpu_instance, "compute_instance": xid.compute_instance,
-                }  # fmt: skip
+                    "origin": origin,
+                    "pci_bus_id": xid.pci_bus_id,
+                    "kernel_message": xid.message,
+                    "gpu_instance": xid.gpu_instance,
+                    "compute_instance": xid.compute_instance,
+                }
                 if xid.inferred:
                     if self._same_fall(uuid, last.sample, xid.time):
                         continue

@@ -9,9 +9,12 @@ class CollectorMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         p = "gpuhealth_collector_"
         self.scrape_seconds = Histogram(
-            p + "scrape_seconds", "Time to read one source", ["target"], registry=registry,
+            p + "scrape_seconds",
+            "Time to read one source",
+            ["target"],
+            registry=registry,
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
-        )  # fmt: skip
+        )
         self.samples = Counter(p + "samples_published", "Samples queued for Kafka", registry=registry)
         self.events = Counter(p + "events_published", "Events queued for Kafka", ["kind"], registry=registry)
         self.delivered = Counter(p + "delivered", "Messages the broker acknowledged", registry=registry)

@@ -173,8 +173,12 @@ class Publisher:
             lost = self._spool.save(records)
         except OSError as e:
             lost = len(records)
-            log.error("the spool could not be written: %d undelivered messages are lost: %s", lost, e,
-                      extra={"spool": str(self._spool.path)})  # fmt: skip
+            log.error(
+                "the spool could not be written: %d undelivered messages are lost: %s",
+                lost,
+                e,
+                extra={"spool": str(self._spool.path)},
+            )
         self._metrics.spooled.inc(len(records) - lost)
         self._metrics.spool_lost.inc(lost)
         log.warning(

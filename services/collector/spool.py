@@ -72,8 +72,13 @@ class SpooledRecord:
     timestamp_ms: int | None = None
 
     def to_line(self) -> bytes:
-        fields = {"t": self.topic, "k": _b64(self.key), "v": _b64(self.value), "ts": self.timestamp_ms,
-                  "h": [[name, _b64(value)] for name, value in self.headers]}  # fmt: skip
+        fields = {
+            "t": self.topic,
+            "k": _b64(self.key),
+            "v": _b64(self.value),
+            "ts": self.timestamp_ms,
+            "h": [[name, _b64(value)] for name, value in self.headers],
+        }
         return json.dumps(fields, separators=(",", ":")).encode() + b"\n"
 
     @classmethod
@@ -85,8 +90,13 @@ class SpooledRecord:
         timestamp = fields.get("ts")
         if timestamp is not None and (not isinstance(timestamp, int) or isinstance(timestamp, bool)):
             raise ValueError("timestamp is not an integer")
-        return cls(topic=fields["t"], key=_unb64(fields["k"]), value=_unb64(fields["v"]), headers=headers,
-                   timestamp_ms=timestamp)  # fmt: skip
+        return cls(
+            topic=fields["t"],
+            key=_unb64(fields["k"]),
+            value=_unb64(fields["v"]),
+            headers=headers,
+            timestamp_ms=timestamp,
+        )
 
 
 class SpoolFile:
@@ -116,9 +126,11 @@ class SpoolFile:
             lost = sum(len(r.to_line()) for r in records[kept:])
             log.error(
                 "collector spool full: %d of %d queued messages (%d bytes) are lost; raise spool_max_bytes",
-                len(records) - kept, len(records), lost,
+                len(records) - kept,
+                len(records),
+                lost,
                 extra={"spool": str(self.path), "spool_max_bytes": self.max_bytes},
-            )  # fmt: skip
+            )
         self.close()
         temporary = self.path.with_name(self.path.name + ".tmp")
         with temporary.open("wb") as out:
@@ -220,11 +232,22 @@ class _RecordingProducer:
         # The timestamp is set here, not by librdkafka, so the spool knows it exactly.
         timestamp_ms = timestamp_ms or time.time_ns() // 1_000_000
         record = SpooledRecord(topic=topic, key=key, value=value, headers=kept, timestamp_ms=timestamp_ms)
-        self._producer.produce(topic, value=value, key=key, headers=headers, timestamp=timestamp_ms,
-                               on_delivery=partial(self._settle, record, on_delivery))  # fmt: skip
+        self._producer.produce(
+            topic,
+            value=value,
+            key=key,
+            headers=headers,
+            timestamp=timestamp_ms,
+            on_delivery=partial(self._settle, record, on_delivery),
+        )
 
-    def _settle(self, record: SpooledRecord, on_delivery: Callable[..., None],
-                err: confluent_kafka.KafkaError | None, msg: confluent_kafka.Message) -> None:  # fmt: skip
+    def _settle(
+        self,
+        record: SpooledRecord,
+        on_delivery: Callable[..., None],
+        err: confluent_kafka.KafkaError | None,
+        msg: confluent_kafka.Message,
+    ) -> None:
         if err is not None and err.code() in PURGED:
             self.purged.append(record)
         else:
@@ -263,9 +286,14 @@ class SpoolingProducer(JsonProducer):
                 on_delivered()
 
         try:
-            self._recording.produce(record.topic, value=record.value, key=record.key,
-                                    headers=[(n, v) for n, v in record.headers] or None,
-                                    on_delivery=settled, timestamp_ms=record.timestamp_ms)  # fmt: skip
+            self._recording.produce(
+                record.topic,
+                value=record.value,
+                key=record.key,
+                headers=[(n, v) for n, v in record.headers] or None,
+                on_delivery=settled,
+                timestamp_ms=record.timestamp_ms,
+            )
         except BufferError as e:
             raise KafkaProduceError("local producer queue is full", retriable=True) from e
 
@@ -273,8 +301,9 @@ class SpoolingProducer(JsonProducer):
         return self._recording.purge()
 
 
-def delivered_already(settings: KafkaSettings, pending: Sequence[tuple[int, SpooledRecord]],
-                      timeout_s: float) -> set[int]:  # fmt: skip
+def delivered_already(
+    settings: KafkaSettings, pending: Sequence[tuple[int, SpooledRecord]], timeout_s: float
+) -> set[int]:
     """The indexes of spooled records that are in Kafka already: sent, but never acknowledged.
 
     A message in flight when the broker went away may have been written without its
@@ -290,17 +319,23 @@ def delivered_already(settings: KafkaSettings, pending: Sequence[tuple[int, Spoo
     for index, r in pending:
         wanted[(r.topic, r.key, r.value)].append(index)
     found: set[int] = set()
-    consumer = make_consumer(settings, group_id=f"gpu-health-spool-check-{uuid.uuid4().hex[:8]}",
-                             overrides={"enable.partition.eof": True})  # fmt: skip
+    consumer = make_consumer(
+        settings,
+        group_id=f"gpu-health-spool-check-{uuid.uuid4().hex[:8]}",
+        overrides={"enable.partition.eof": True},
+    )
     deadline = time.monotonic() + timeout_s
     try:
         metadata = consumer.list_topics(timeout=timeout_s)
         starts = consumer.offsets_for_times(
-            [confluent_kafka.TopicPartition(topic, partition, min(stamps))
-             for topic in sorted({t for t, _, _ in wanted}) if topic in metadata.topics
-             for partition in metadata.topics[topic].partitions],
+            [
+                confluent_kafka.TopicPartition(topic, partition, min(stamps))
+                for topic in sorted({t for t, _, _ in wanted})
+                if topic in metadata.topics
+                for partition in metadata.topics[topic].partitions
+            ],
             timeout=max(deadline - time.monotonic(), 1),
-        )  # fmt: skip
+        )
         unread = {(tp.topic, tp.partition) for tp in starts if tp.offset >= 0}
         consumer.assign([tp for tp in starts if tp.offset >= 0])
         while unread and time.monotonic() < deadline:
@@ -313,8 +348,10 @@ def delivered_already(settings: KafkaSettings, pending: Sequence[tuple[int, Spoo
                 if indexes := wanted.get((msg.topic() or "", msg.key(), msg.value())):
                     found.add(indexes.pop())
         if unread:
-            log.warning("could not read Kafka back in time: spooled messages may be sent twice",
-                        extra={"partitions_unread": len(unread)})  # fmt: skip
+            log.warning(
+                "could not read Kafka back in time: spooled messages may be sent twice",
+                extra={"partitions_unread": len(unread)},
+            )
     except confluent_kafka.KafkaException as e:
         log.warning("could not read Kafka back: spooled messages may be sent twice: %s", e)
     finally:

@@ -299,8 +299,11 @@ def counter_totals(fault: Fault, t: float, model: GpuModel) -> dict[str, float]:
         case FaultKind.REMAPPED_ROWS:
             rows = _growing(fault.p("rows_per_hour"), fault.p("growth_per_hour"), hours)
             # Each row is remapped after correctable errors on it: a few SBEs per row.
-            return {"remapped_rows_correctable": rows, "ecc_sbe_volatile_total": rows * 3,
-                    "ecc_sbe_aggregate_total": rows * 3}  # fmt: skip
+            return {
+                "remapped_rows_correctable": rows,
+                "ecc_sbe_volatile_total": rows * 3,
+                "ecc_sbe_aggregate_total": rows * 3,
+            }
         case FaultKind.PCIE_REPLAY_STORM:
             per_hour = fault.p("replays_per_minute") * 60
             return {"pcie_replay_total": _growing(per_hour, fault.p("growth_per_hour"), hours)}

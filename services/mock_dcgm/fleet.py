@@ -56,8 +56,12 @@ def failure_times(faults: list[Fault], uuid_of: Callable[[Fault], str]) -> dict[
     for f in sorted(faults, key=lambda f: f.start_s):
         uuid = uuid_of(f)
         if f.hard_failure and uuid not in out:  # the first hard failure is the failure
-            out[uuid] = {"failure": iso(f.start_s), "failure_ms": int(f.start_s * 1000),
-                         "failure_kind": f.kind.value, "precursor_start_ms": None}  # fmt: skip
+            out[uuid] = {
+                "failure": iso(f.start_s),
+                "failure_ms": int(f.start_s * 1000),
+                "failure_kind": f.kind.value,
+                "precursor_start_ms": None,
+            }
     for f in sorted(faults, key=lambda f: f.start_s):
         entry = out.get(uuid_of(f))
         if (
@@ -162,9 +166,15 @@ class Fleet:
                 elif fault.start_s > now:
                     fault.cleared_at_s = fault.start_s  # scheduled after the repair: it never happens
             reset_state(target, now)
-            repair = {"gpu_uuid": target.uuid, "node": target.node, "gpu": target.index,
-                      "hostname": node.hostname, "time": iso(now), "time_ms": int(now * 1000),
-                      "faults_ended": ended}  # fmt: skip
+            repair = {
+                "gpu_uuid": target.uuid,
+                "node": target.node,
+                "gpu": target.index,
+                "hostname": node.hostname,
+                "time": iso(now),
+                "time_ms": int(now * 1000),
+                "faults_ended": ended,
+            }
             self._repairs.append(repair)
         return repair
 
@@ -192,8 +202,18 @@ class Fleet:
             if gone:
                 said = f"cannot reset {', '.join(gone)}: off the bus, nvidia-smi cannot reach it"
                 left = [f for g in targets for f in g.faults if f.active(now)]
-                refused = remedy_record(remedy, gpus=targets, hostname=node.hostname, plan_id=plan_id, at=at,
-                                        ok=False, said=said, ended=[], left=left, recurrences=[])  # fmt: skip
+                refused = remedy_record(
+                    remedy,
+                    gpus=targets,
+                    hostname=node.hostname,
+                    plan_id=plan_id,
+                    at=at,
+                    ok=False,
+                    said=said,
+                    ended=[],
+                    left=left,
+                    recurrences=[],
+                )
                 self._remedies.append(refused)
                 raise RemedyRefusedError(said)
             ended, left, recurrences = [], [], []
@@ -209,9 +229,17 @@ class Fleet:
                     reset_state(gpu, now)
             said = f"{remedy}: {len(ended)} faults ended, {len(left)} left"
             record = remedy_record(
-                remedy, gpus=targets, hostname=node.hostname, plan_id=plan_id, at=at, ok=True, said=said,
-                ended=ended, left=left, recurrences=recurrences,
-            )  # fmt: skip
+                remedy,
+                gpus=targets,
+                hostname=node.hostname,
+                plan_id=plan_id,
+                at=at,
+                ok=True,
+                said=said,
+                ended=ended,
+                left=left,
+                recurrences=recurrences,
+            )
             self._remedies.append(record)
         return record
 
@@ -219,8 +247,18 @@ class Fleet:
         """Add a fault from a request: kind, node+gpu or gpu_uuid, after_s, duration_s, params."""
         if not isinstance(request, dict):
             raise FaultError("a fault is a JSON object")
-        allowed = {"kind", "node", "gpu", "gpu_uuid", "after_s", "duration_s", "params", "fixed_by",
-                   "recur_after_s", "recur_probability"}  # fmt: skip
+        allowed = {
+            "kind",
+            "node",
+            "gpu",
+            "gpu_uuid",
+            "after_s",
+            "duration_s",
+            "params",
+            "fixed_by",
+            "recur_after_s",
+            "recur_probability",
+        }
         extra = set(request) - allowed
         if extra:
             raise FaultError(f"unknown fault fields {sorted(extra)}; allowed: {sorted(allowed)}")
@@ -374,10 +412,14 @@ class Fleet:
     def describe_job_crash(self, crash: JobCrash) -> dict[str, Any]:
         gpus = [self.nodes[f.node].gpus[f.gpu] for f in crash.faults]
         return {
-            "id": crash.id, "job": crash.job, "code": crash.code, "start_ms": int(crash.start_s * 1000),
-            "last_ms": int(max(f.start_s for f in crash.faults) * 1000), "gpus": [g.uuid for g in gpus],
+            "id": crash.id,
+            "job": crash.job,
+            "code": crash.code,
+            "start_ms": int(crash.start_s * 1000),
+            "last_ms": int(max(f.start_s for f in crash.faults) * 1000),
+            "gpus": [g.uuid for g in gpus],
             "hosts": sorted({self.nodes[g.node].hostname for g in gpus}),
-        }  # fmt: skip
+        }
 
     def inventory(self, url_for: Callable[[int], str]) -> list[dict[str, Any]]:
         return [

@@ -33,8 +33,12 @@ if TYPE_CHECKING:
 KIND = "job_crash"
 PARAMS: dict[str, float] = {"gpus": 8.0, "code": 13.0, "spread_s": 5.0, "ran_s": 1800.0, "job": 0.0}
 _LIMITS = {
-    "gpus": (2, 4096), "code": (1, 999), "spread_s": (0, 3600), "ran_s": (0, 30 * 86400), "job": (0, 999_999),
-}  # fmt: skip
+    "gpus": (2, 4096),
+    "code": (1, 999),
+    "spread_s": (0, 3600),
+    "ran_s": (0, 30 * 86400),
+    "job": (0, 999_999),
+}
 _ids = itertools.count(1)
 
 
@@ -81,12 +85,23 @@ def inject_job_crash(
     for k in range(n):
         target = fleet.nodes[(first + k) // per_node].gpus[(first + k) % per_node]
         at = start_s + (p["spread_s"] * k / (n - 1))
-        fault = make_fault(kind=FaultKind.XID.value, node=target.node, gpu=target.index, start_s=at,
-                           model=target.model, duration_s=float(duration),
-                           params={"code": p["code"]})  # fmt: skip
+        fault = make_fault(
+            kind=FaultKind.XID.value,
+            node=target.node,
+            gpu=target.index,
+            start_s=at,
+            model=target.model,
+            duration_s=float(duration),
+            params={"code": p["code"]},
+        )
         fault.job_crash = crash_id
-        worker = Job(pod=f"{name}-worker-{k}", namespace="ml-training", container="trainer", level=0.9,
-                     memory_fraction=0.8)  # fmt: skip
+        worker = Job(
+            pod=f"{name}-worker-{k}",
+            namespace="ml-training",
+            container="trainer",
+            level=0.9,
+            memory_fraction=0.8,
+        )
         target.shared_jobs.append((start_s - p["ran_s"], at + float(duration), worker))
         faults.append(fault)
     return JobCrash(crash_id, f"ml-training/{name}", int(p["code"]), start_s, tuple(faults))

@@ -123,8 +123,9 @@ def node_handler(fleet: Fleet, index: int, metrics: MockMetrics, *, timestamps: 
             except ValueError:  # more fields than the journal takes
                 query = {"": []}
             if set(query) - {"after-cursor", "since"} or any(len(v) > 1 for v in query.values()):
-                self.reply(HTTPStatus.BAD_REQUEST, b"the journal takes one after-cursor or one since\n",
-                           "text/plain")  # fmt: skip
+                self.reply(
+                    HTTPStatus.BAD_REQUEST, b"the journal takes one after-cursor or one since\n", "text/plain"
+                )
                 return
             try:
                 body, lost = fleet.journal(

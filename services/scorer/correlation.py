@@ -53,10 +53,15 @@ def correlated_alerts(g: GpuFeatures) -> list[tuple[str, str, str, dict[str, Any
         codes = ", ".join(str(c) for c in sorted(e.codes)) or "none"
         summary = f"{e.scope} {e.key}: {len(e.gpus)} GPUs on {len(e.hosts)} host(s), XIDs {codes}: {meaning}"
         evidence = {
-            e.scope: e.key, "gpus": sorted(e.gpus)[:_SHOWN], "gpu_count": len(e.gpus),
-            "hosts": sorted(e.hosts)[:_SHOWN], "xids": sorted(e.codes), "signals": e.signals,
-            "first": _stamp(e.first), "last": _stamp(e.last),
-        }  # fmt: skip
+            e.scope: e.key,
+            "gpus": sorted(e.gpus)[:_SHOWN],
+            "gpu_count": len(e.gpus),
+            "hosts": sorted(e.hosts)[:_SHOWN],
+            "xids": sorted(e.codes),
+            "signals": e.signals,
+            "first": _stamp(e.first),
+            "last": _stamp(e.last),
+        }
         out.append((kind, severity, summary[:500], evidence))
     return out
 

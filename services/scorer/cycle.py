@@ -96,15 +96,27 @@ def desired_alerts(g: GpuFeatures, verdicts: dict[str, Verdict], rules: Rules) -
     if g.fb_used_mib is not None and g.fb_total_mib:
         ratio = g.fb_used_mib / g.fb_total_mib
         if ratio >= rules.memory.fb_used_ratio_alert:
-            out.append(DesiredAlert("memory_pressure", "warning", f"framebuffer {ratio:.0%} used",
-                                    {"fb_used_mib": g.fb_used_mib, "fb_total_mib": g.fb_total_mib}))  # fmt: skip
+            out.append(
+                DesiredAlert(
+                    "memory_pressure",
+                    "warning",
+                    f"framebuffer {ratio:.0%} used",
+                    {"fb_used_mib": g.fb_used_mib, "fb_total_mib": g.fb_total_mib},
+                )
+            )
     if (
         g.power_avg is not None
         and g.power_limit_w
         and g.power_avg >= rules.power.at_limit_ratio_alert * g.power_limit_w
     ):
-        out.append(DesiredAlert("power_limit", "warning", "drawing at its power limit",
-                                {"power_avg_w": round(g.power_avg, 1), "power_limit_w": g.power_limit_w}))  # fmt: skip
+        out.append(
+            DesiredAlert(
+                "power_limit",
+                "warning",
+                "drawing at its power limit",
+                {"power_avg_w": round(g.power_avg, 1), "power_limit_w": g.power_limit_w},
+            )
+        )
     idle = rules.idle
     if (
         g.pod
@@ -113,8 +125,14 @@ def desired_alerts(g: GpuFeatures, verdicts: dict[str, Verdict], rules: Rules) -
         and g.idle_minutes * 60 >= idle.for_s
         and verdicts["availability"].state == "healthy"
     ):
-        out.append(DesiredAlert("idle_while_allocated", "warning", f"pod {g.pod} holds an idle GPU: possible hang",
-                                {"pod": g.pod, "util_max_pct": g.util_max_idle_window, "for_s": idle.for_s}))  # fmt: skip
+        out.append(
+            DesiredAlert(
+                "idle_while_allocated",
+                "warning",
+                f"pod {g.pod} holds an idle GPU: possible hang",
+                {"pod": g.pod, "util_max_pct": g.util_max_idle_window, "for_s": idle.for_s},
+            )
+        )
     return out
 
 
@@ -204,8 +222,9 @@ def assess(
         points, grade = score(verdicts, prediction.p_fail_30d, rules)
         reasons = [
             {"subsystem": v.subsystem, "state": v.state, "rule": v.rule, "action": v.action}
-            for v in verdicts.values() if v.state != "healthy"
-        ]  # fmt: skip
+            for v in verdicts.values()
+            if v.state != "healthy"
+        ]
         status = StatusRow(uuid, state, points, grade, action, reasons, as_of)
         judged[uuid] = GpuJudgement(g.hostname, verdicts, status, desired_alerts(g, verdicts, rules))
     return Assessment(as_of, revisions, judged, dict(known), fresh)
@@ -239,9 +258,16 @@ def record(conn: Conn, assessment: Assessment) -> CycleResult:
             if before != v.state and (before is not None or v.state != "healthy"):
                 history_rows.append(row)
                 if message := verdict_changed(
-                    as_of=as_of, gpu_uuid=uuid, hostname=judged.hostname, subsystem=sub, state=v.state,
-                    previous=before, rule=v.rule, action=v.action, evidence=v.evidence,
-                ):  # fmt: skip
+                    as_of=as_of,
+                    gpu_uuid=uuid,
+                    hostname=judged.hostname,
+                    subsystem=sub,
+                    state=v.state,
+                    previous=before,
+                    rule=v.rule,
+                    action=v.action,
+                    evidence=v.evidence,
+                ):
                     result.messages.append(message)
         for alert in judged.wanted:
             wanted[(uuid, alert.kind)] = alert
@@ -249,8 +275,9 @@ def record(conn: Conn, assessment: Assessment) -> CycleResult:
     result.verdict_changes = len(history_rows)
     fresh = [
         PredictionRow(p.gpu_uuid, p.p_fail_7d, p.p_fail_30d, p.reasons, as_of)
-        for uuid, p in assessment.predictions.items() if uuid in claimed and uuid in assessment.fresh
-    ]  # fmt: skip
+        for uuid, p in assessment.predictions.items()
+        if uuid in claimed and uuid in assessment.fresh
+    ]
     health.write_verdicts(conn, current=current_rows, changes=history_rows, predictions=fresh)
     result.predictions_written = len(fresh)
     _write_alerts(conn, as_of, wanted, open_alerts, result)
@@ -330,15 +357,27 @@ def _write_alerts(
                 alerts.Refresh(open_alerts[(uuid, kind)], alert.severity, alert.summary, alert.evidence)
             )
             continue
-        alert_id = alerts.open_alert(conn, uuid, kind, severity=alert.severity, summary=alert.summary,
-                                     evidence=alert.evidence, as_of=as_of)  # fmt: skip
+        alert_id = alerts.open_alert(
+            conn,
+            uuid,
+            kind,
+            severity=alert.severity,
+            summary=alert.summary,
+            evidence=alert.evidence,
+            as_of=as_of,
+        )
         if alert_id is None:
             continue  # opened by another writer since we read: it announced it
         result.alerts_opened += 1
         if message := alert_opened(
-            as_of=as_of, alert_id=alert_id, gpu_uuid=uuid, kind=kind, severity=alert.severity,
-            summary=alert.summary, evidence=alert.evidence,
-        ):  # fmt: skip
+            as_of=as_of,
+            alert_id=alert_id,
+            gpu_uuid=uuid,
+            kind=kind,
+            severity=alert.severity,
+            summary=alert.summary,
+            evidence=alert.evidence,
+        ):
             result.messages.append(message)
     alerts.refresh_alerts(conn, refreshed, as_of)
     for (uuid, kind), alert_id in open_alerts.items():

@@ -68,8 +68,9 @@ class EventMetrics:
         self.refused = Counter(
             p + "events_refused", "gpu-events messages the contract refused", registry=registry
         )
-        self.failures = Counter(p + "event_batch_failures", "Event batches rewound and tried again",
-                                registry=registry)  # fmt: skip
+        self.failures = Counter(
+            p + "event_batch_failures", "Event batches rewound and tried again", registry=registry
+        )
         self.latency = Histogram(
             p + "event_to_verdict_seconds",
             "From an event's Kafka timestamp to its GPU's verdict committed and published",

@@ -113,17 +113,30 @@ def feature_windows(as_of: datetime, rules: Rules, only: Collection[str] | None 
     w = rules.windows
     patterns, kinds, reach = pattern_queries(rules)
     return FeatureWindows(
-        as_of=as_of, short_s=w.short_s, long_s=w.long_s, idle_s=rules.idle.for_s, escalation_s=w.escalation_s,
-        repeat_s=rules.xid_repeats.window_s, xid_s=w.xid_s, default_slowdown_c=rules.thermal.default_slowdown_c,
+        as_of=as_of,
+        short_s=w.short_s,
+        long_s=w.long_s,
+        idle_s=rules.idle.for_s,
+        escalation_s=w.escalation_s,
+        repeat_s=rules.xid_repeats.window_s,
+        xid_s=w.xid_s,
+        default_slowdown_c=rules.thermal.default_slowdown_c,
         xid_clear_s={code: rules.xid_clear_s(code) for code in rules.xid},
         workflow_codes=tuple(sorted(code for code, entry in rules.xid.items() if entry.workflow)),
         workflow_s=max(w.xid_s, rules.xid_repeats.window_s, *(rules.xid_clear_s(c) for c in rules.xid)),
-        events_per_code=rules.workflows.events_per_code, patterns=patterns, pattern_kinds=kinds,
-        pattern_reach_s=reach, gpus=None if only is None else tuple(sorted(only)),
-        reset_codes=remedied_by(rules, "reset_gpu"), reboot_codes=remedied_by(rules, "reboot_node"),
-        recur_codes=tuple(c for c, e in sorted(rules.xid.items())
-                          if e.action in ("reset_gpu", "reboot_node") and e.severity != "info"),
-    )  # fmt: skip
+        events_per_code=rules.workflows.events_per_code,
+        patterns=patterns,
+        pattern_kinds=kinds,
+        pattern_reach_s=reach,
+        gpus=None if only is None else tuple(sorted(only)),
+        reset_codes=remedied_by(rules, "reset_gpu"),
+        reboot_codes=remedied_by(rules, "reboot_node"),
+        recur_codes=tuple(
+            c
+            for c, e in sorted(rules.xid.items())
+            if e.action in ("reset_gpu", "reboot_node") and e.severity != "info"
+        ),
+    )
 
 
 def remedied_by(rules: Rules, rung: str) -> tuple[int, ...]:
@@ -141,11 +154,19 @@ def read_features(
     gpus: dict[str, GpuFeatures] = {}
     for a in verdict_inputs.inventory(conn, windows):
         gpus[a.gpu_uuid] = GpuFeatures(
-            gpu_uuid=a.gpu_uuid, hostname=a.hostname, model=a.model, last_time=a.last_time,
-            slowdown_c=float(a.slowdown_c), power_limit_w=a.power_limit_w, fb_total_mib=a.fb_total_mib,
-            pod=a.pod, fb_used_mib=a.fb_used_mib, remap_pending=_int(a.row_remap_pending),
-            recovery_action=a.recovery_action, driver_version=a.driver_version,
-        )  # fmt: skip
+            gpu_uuid=a.gpu_uuid,
+            hostname=a.hostname,
+            model=a.model,
+            last_time=a.last_time,
+            slowdown_c=float(a.slowdown_c),
+            power_limit_w=a.power_limit_w,
+            fb_total_mib=a.fb_total_mib,
+            pod=a.pod,
+            fb_used_mib=a.fb_used_mib,
+            remap_pending=_int(a.row_remap_pending),
+            recovery_action=a.recovery_action,
+            driver_version=a.driver_version,
+        )
     for r in verdict_inputs.rollup_windows(conn, windows):
         g = gpus.get(r.gpu_uuid)
         if g is None:
@@ -206,10 +227,18 @@ def _correlate(
     app = [code for code, e in rules.xid.items() if e.xid_class == "application"]
     hardware = [code for code, e in rules.xid.items() if e.xid_class == "hardware" and e.severity != "info"]
     app_reach = max((rules.xid_clear_s(code) for code in app), default=rules.windows.xid_s)
-    found = correlated_inputs.job_crashes(conn, as_of, reach_s=app_reach, window_s=c.job_window_s,
-                                          min_gpus=c.job_min_gpus, codes=app, gpus=only)  # fmt: skip
-    found += correlated_inputs.place_faults(conn, as_of, reach_s=rules.windows.xid_s, window_s=c.place_window_s,
-                                            min_gpus=c.place_min_gpus, codes=hardware, gpus=only)  # fmt: skip
+    found = correlated_inputs.job_crashes(
+        conn, as_of, reach_s=app_reach, window_s=c.job_window_s, min_gpus=c.job_min_gpus, codes=app, gpus=only
+    )
+    found += correlated_inputs.place_faults(
+        conn,
+        as_of,
+        reach_s=rules.windows.xid_s,
+        window_s=c.place_window_s,
+        min_gpus=c.place_min_gpus,
+        codes=hardware,
+        gpus=only,
+    )
     for episode in found:
         for uuid in episode.gpus:
             if uuid in gpus:

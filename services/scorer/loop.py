@@ -78,8 +78,12 @@ class ScorerMetrics:
         p = "gpuhealth_scorer_"
         self.cycles = Counter(p + "cycles", "Scoring cycles completed", registry=registry)
         self.failures = Counter(p + "cycle_failures", "Scoring cycles that failed", registry=registry)
-        self.seconds = Histogram(p + "cycle_seconds", "Time of one scoring cycle", registry=registry,
-                                 buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))  # fmt: skip
+        self.seconds = Histogram(
+            p + "cycle_seconds",
+            "Time of one scoring cycle",
+            registry=registry,
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+        )
         self.gpus = Gauge(p + "gpus", "GPUs by overall state", ["state"], registry=registry)
         self.changes = Counter(p + "verdict_changes", "Verdict changes written", registry=registry)
         self.alerts = Counter(p + "alerts", "Alerts opened and resolved", ["transition"], registry=registry)
@@ -173,13 +177,21 @@ class ScorerLoop:
             return None
         self.metrics.record(result, time.perf_counter() - started, self.verdicts.states())
         log.info(
-            "cycle", extra={"as_of": as_of.isoformat(), "share": len(gpus), "gpus": result.gpus,
-                            "skipped": len(result.skipped), "partitions": sorted(share.partitions),
-                            "states": result.states, "changes": result.verdict_changes,
-                            "alerts_opened": result.alerts_opened, "alerts_resolved": result.alerts_resolved,
-                            "predictions_written": result.predictions_written,
-                            "seconds": round(time.perf_counter() - started, 3)},
-        )  # fmt: skip
+            "cycle",
+            extra={
+                "as_of": as_of.isoformat(),
+                "share": len(gpus),
+                "gpus": result.gpus,
+                "skipped": len(result.skipped),
+                "partitions": sorted(share.partitions),
+                "states": result.states,
+                "changes": result.verdict_changes,
+                "alerts_opened": result.alerts_opened,
+                "alerts_resolved": result.alerts_resolved,
+                "predictions_written": result.predictions_written,
+                "seconds": round(time.perf_counter() - started, 3),
+            },
+        )
         return result
 
     def _judge(
@@ -196,17 +208,32 @@ class ScorerLoop:
         A fixed as-of time has no "since": each of its cycles judges the whole share."""
         if self.judged_all and not self.once:
             judged: list[str] | None = judging.needing_judgement(
-                conn, as_of, scope, missing_after_s=self.rules.availability.missing_after_s,
-                late_s=LATE_EVENT_S, every_s=self.cfg.rejudge_every_s,
-            )  # fmt: skip
+                conn,
+                as_of,
+                scope,
+                missing_after_s=self.rules.availability.missing_after_s,
+                late_s=LATE_EVENT_S,
+                every_s=self.cfg.rejudge_every_s,
+            )
         else:
             judged = scope  # the whole share; None reads the whole fleet unfiltered
         now = time.monotonic()
-        due = [g for g in (gpus if judged is None else judged)
-               if now - self.predicted_at.get(g, -math.inf) >= self.cfg.predict_every_s]  # fmt: skip
-        result = judge_in_chunks(conn, as_of, self.rules, gpus if judged is None else judged,
-                                 chunk=self.cfg.cycle_chunk, predictions=self.predictions, predict=due,
-                                 stop=stop, committed=committed)  # fmt: skip
+        due = [
+            g
+            for g in (gpus if judged is None else judged)
+            if now - self.predicted_at.get(g, -math.inf) >= self.cfg.predict_every_s
+        ]
+        result = judge_in_chunks(
+            conn,
+            as_of,
+            self.rules,
+            gpus if judged is None else judged,
+            chunk=self.cfg.cycle_chunk,
+            predictions=self.predictions,
+            predict=due,
+            stop=stop,
+            committed=committed,
+        )
         self.judged_all = self.judged_all or not result.cut_short
         held = set(gpus)
         for g in due:

@@ -33,39 +33,88 @@ def _built(kind: TopicKind, model: type[ScorerMessage], fields: dict[str, Any]) 
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "message"
-        log.warning("%s message refused by its contract, not published: %s: %s", kind, where, first["msg"],
-                    extra={"gpu_uuid": str(fields["gpu_uuid"])[:128]})  # fmt: skip
+        log.warning(
+            "%s message refused by its contract, not published: %s: %s",
+            kind,
+            where,
+            first["msg"],
+            extra={"gpu_uuid": str(fields["gpu_uuid"])[:128]},
+        )
         return None
 
 
 def verdict_changed(
-    *, as_of: datetime, gpu_uuid: str, hostname: str | None, subsystem: str, state: str,
-    previous: str | None, rule: str | None, action: str, evidence: dict[str, Any],
-) -> Message | None:  # fmt: skip
+    *,
+    as_of: datetime,
+    gpu_uuid: str,
+    hostname: str | None,
+    subsystem: str,
+    state: str,
+    previous: str | None,
+    rule: str | None,
+    action: str,
+    evidence: dict[str, Any],
+) -> Message | None:
     """The gpu-health message of one subsystem's new verdict."""
-    return _built("health", HealthVerdict, {
-        "time": as_of, "gpu_uuid": gpu_uuid, "hostname": hostname or "", "subsystem": subsystem,
-        "state": state, "previous": previous, "rule": rule, "action": action, "evidence": evidence,
-    })  # fmt: skip
+    return _built(
+        "health",
+        HealthVerdict,
+        {
+            "time": as_of,
+            "gpu_uuid": gpu_uuid,
+            "hostname": hostname or "",
+            "subsystem": subsystem,
+            "state": state,
+            "previous": previous,
+            "rule": rule,
+            "action": action,
+            "evidence": evidence,
+        },
+    )
 
 
 def alert_opened(
-    *, as_of: datetime, alert_id: int, gpu_uuid: str, kind: str, severity: str, summary: str,
+    *,
+    as_of: datetime,
+    alert_id: int,
+    gpu_uuid: str,
+    kind: str,
+    severity: str,
+    summary: str,
     evidence: dict[str, Any],
-) -> Message | None:  # fmt: skip
+) -> Message | None:
     """The gpu-alerts message of an alert just opened (its hostname comes from the inventory)."""
-    return _built("alerts", AlertOpened, {
-        "time": as_of, "alert_id": alert_id, "gpu_uuid": gpu_uuid, "hostname": "", "kind": kind,
-        "severity": severity, "state": "open", "summary": summary, "evidence": evidence,
-    })  # fmt: skip
+    return _built(
+        "alerts",
+        AlertOpened,
+        {
+            "time": as_of,
+            "alert_id": alert_id,
+            "gpu_uuid": gpu_uuid,
+            "hostname": "",
+            "kind": kind,
+            "severity": severity,
+            "state": "open",
+            "summary": summary,
+            "evidence": evidence,
+        },
+    )
 
 
 def alert_resolved(*, as_of: datetime, alert_id: int, gpu_uuid: str, kind: str) -> Message | None:
     """The gpu-alerts message of an alert whose evidence is gone."""
-    return _built("alerts", AlertResolved, {
-        "time": as_of, "alert_id": alert_id, "gpu_uuid": gpu_uuid, "hostname": "", "kind": kind,
-        "state": "resolved",
-    })  # fmt: skip
+    return _built(
+        "alerts",
+        AlertResolved,
+        {
+            "time": as_of,
+            "alert_id": alert_id,
+            "gpu_uuid": gpu_uuid,
+            "hostname": "",
+            "kind": kind,
+            "state": "resolved",
+        },
+    )
 
 
 def named(messages: Iterable[Message], hostnames: Mapping[str, str]) -> list[Message]:

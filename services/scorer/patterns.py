@@ -126,11 +126,18 @@ def pattern_queries(rules: Rules) -> tuple[tuple[dict[str, Any], ...], tuple[str
     for idx, p in enumerate(rules.patterns):
         counted, cancels = _kinds(p.counts), _kinds(p.cancelled_by)
         codes, cancel_codes = _codes(p.counts, rules.xid), _codes(p.cancelled_by, rules.xid)
-        rows.append({
-            "idx": idx, "kinds": counted, "codes": codes, "reach_s": p.window_s + p.sticky_s,
-            "burst_s": p.burst_s, "cancel_kinds": cancels, "cancel_codes": cancel_codes,
-            "within_s": p.window_s,
-        })  # fmt: skip
+        rows.append(
+            {
+                "idx": idx,
+                "kinds": counted,
+                "codes": codes,
+                "reach_s": p.window_s + p.sticky_s,
+                "burst_s": p.burst_s,
+                "cancel_kinds": cancels,
+                "cancel_codes": cancel_codes,
+                "within_s": p.window_s,
+            }
+        )
         kinds |= {*counted, *cancels, *(["xid"] if codes or cancel_codes else [])}
     reach = max((p.window_s + p.sticky_s for p in rules.patterns), default=0.0)
     return tuple(rows), tuple(sorted(kinds)), reach

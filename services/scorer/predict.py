@@ -76,9 +76,13 @@ def precursor_features(
     cut = as_of.timestamp() - pr.recent_s
     out: dict[str, dict[str, float]] = {}
     found = verdict_inputs.precursors(
-        conn, as_of, recent_s=pr.recent_s, trend_s=pr.trend_s, hw_thermal_mask=int(Reason.HW_THERMAL_SLOWDOWN),
+        conn,
+        as_of,
+        recent_s=pr.recent_s,
+        trend_s=pr.trend_s,
+        hw_thermal_mask=int(Reason.HW_THERMAL_SLOWDOWN),
         gpus=None if gpus is None else tuple(sorted(gpus)),
-    )  # fmt: skip
+    )
     for row in found:
         (uuid, first, last, sbe_r, sbe_e, pcie_r, pcie_e, rows, crc_r, heat_c, hw_frac) = row
         first, last = float(first), float(last)

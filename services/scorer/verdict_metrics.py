@@ -90,20 +90,23 @@ class VerdictCollector(Collector):
         snap = self._snapshot  # one reference: a refresh mid-scrape cannot mix two cycles
         p = "gpuhealth_gpu_"
         state = GaugeMetricFamily(
-            p + "state", "Overall verdict of the GPU: 0 healthy, 1 degraded, 2 unhealthy",
+            p + "state",
+            "Overall verdict of the GPU: 0 healthy, 1 degraded, 2 unhealthy",
             labels=["gpu_uuid", "hostname"],
-        )  # fmt: skip
+        )
         score = GaugeMetricFamily(
             p + "health_score", "Health score of the GPU, 0 (worst) to 100", labels=["gpu_uuid", "hostname"]
         )
         sub_state = GaugeMetricFamily(
-            p + "subsystem_state", "Verdict per subsystem: 0 healthy, 1 degraded, 2 unhealthy",
+            p + "subsystem_state",
+            "Verdict per subsystem: 0 healthy, 1 degraded, 2 unhealthy",
             labels=["gpu_uuid", "hostname", "subsystem"],
-        )  # fmt: skip
+        )
         alerts = GaugeMetricFamily(
-            p + "open_alerts", "Open (unacknowledged) alerts on the GPU by severity",
+            p + "open_alerts",
+            "Open (unacknowledged) alerts on the GPU by severity",
             labels=["gpu_uuid", "hostname", "severity"],
-        )  # fmt: skip
+        )
         for uuid, gpu in sorted(snap.gpus.items()):
             state.add_metric([uuid, gpu.hostname], STATE_CODE.get(gpu.state, 2))
             score.add_metric([uuid, gpu.hostname], gpu.score)

@@ -37,8 +37,11 @@ def utc_time(text: str) -> datetime:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m services.sink.archive_query", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m services.sink.archive_query",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("sql", help="a DuckDB query over gpu_metrics, gpu_events, gpu_metrics_1min")
     parser.add_argument("--since", type=utc_time, help="only rows from this time (ISO 8601, UTC if no zone)")
     parser.add_argument("--archive-dir", type=Path, help="default: GPUHEALTH_SINK__ARCHIVE_DIR")

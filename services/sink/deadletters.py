@@ -74,12 +74,16 @@ class DeadLetter:
         size = len(self.value or b"")
         return dead_letter_headers(
             DeadLetterHeaders(
-                consumer_group=group, source_topic=self.topic, source_partition=self.partition,
-                source_offset=self.offset, category=self.category, error=printable(self.reason),
+                consumer_group=group,
+                source_topic=self.topic,
+                source_partition=self.partition,
+                source_offset=self.offset,
+                category=self.category,
+                error=printable(self.reason),
                 failed_at=failed_at or datetime.now(UTC),
                 value_truncated_from=size if size > MAX_DLQ_VALUE else None,
             )
-        )  # fmt: skip
+        )
 
 
 @dataclass(slots=True)
@@ -143,10 +147,15 @@ class DeadLetterRelay:
                 if p.letter.source in done:
                     self.metrics.dead_letters.labels(p.letter.category).inc()
                     log.warning(
-                        "dead letter: %s", printable(p.letter.reason, 500),
-                        extra={"topic": p.letter.topic, "partition": p.letter.partition,
-                               "offset": p.letter.offset, "category": p.letter.category},
-                    )  # fmt: skip
+                        "dead letter: %s",
+                        printable(p.letter.reason, 500),
+                        extra={
+                            "topic": p.letter.topic,
+                            "partition": p.letter.partition,
+                            "offset": p.letter.offset,
+                            "category": p.letter.category,
+                        },
+                    )
             delivered += len(done)
             if len(done) < len(pending):
                 self._unlease([p for p in pending if p.letter.source not in done])
@@ -165,13 +174,19 @@ class DeadLetterRelay:
         pending = [
             _Pending(
                 DeadLetter(
-                    key=d.key, value=d.value, topic=d.topic, partition=d.partition, offset=d.offset,
-                    category=d.category, reason=d.reason,
+                    key=d.key,
+                    value=d.value,
+                    topic=d.topic,
+                    partition=d.partition,
+                    offset=d.offset,
+                    category=d.category,
+                    reason=d.reason,
                 ),
-                failed_at=d.failed_at, attempts=d.attempts,
+                failed_at=d.failed_at,
+                attempts=d.attempts,
             )
             for d in leased
-        ]  # fmt: skip
+        ]
         return sorted(pending, key=lambda p: p.letter.source)
 
     def _mark(self, done: set[Source]) -> None:
@@ -202,9 +217,12 @@ class DeadLetterRelay:
             value = d.value[:MAX_DLQ_VALUE] if d.value is not None else None
             try:
                 self.producer.produce(
-                    self.topic, value=value, key=d.key, headers=d.headers(self.group, p.failed_at),
+                    self.topic,
+                    value=value,
+                    key=d.key,
+                    headers=d.headers(self.group, p.failed_at),
                     on_delivery=delivery(d.source),
-                )  # fmt: skip
+                )
             except (BufferError, confluent_kafka.KafkaException) as e:
                 log.warning("dead letter not queued: %s", e)
                 break

@@ -86,9 +86,13 @@ class SinkLoop:
         # Per partition, the next offset known stored in the database (the lag is measured from it).
         self.stored: dict[tuple[str, int], int] = {}
         self.relay = DeadLetterRelay(
-            settings=writer.settings, producer=dlq_producer, topic=topics.dead_letters, group=writer.group,
-            metrics=metrics, reader=dlq_reader,
-        )  # fmt: skip
+            settings=writer.settings,
+            producer=dlq_producer,
+            topic=topics.dead_letters,
+            group=writer.group,
+            metrics=metrics,
+            reader=dlq_reader,
+        )
         self._relay_due = Every(5.0)  # dead letters recorded but not delivered (the broker was away)
         self._held: list[confluent_kafka.Message] = []  # polled while backing off, not yet batched
         self._given_up: dict[int, int] = {}  # lane -> the newest generation it gave a batch up in

@@ -6,6 +6,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 
 class SinkMetrics:
+    """The batches' and the partitions' series, then the upkeep's (retention, archive, rollup)."""
+
     def __init__(self, registry: CollectorRegistry) -> None:
         p = "gpuhealth_sink_"
         self.rows = Counter(
@@ -17,9 +19,11 @@ class SinkMetrics:
         self.consumed = Counter(p + "messages_consumed", "Messages read from Kafka", registry=registry)
         self.batches = Counter(p + "batches", "Batches committed", registry=registry)
         self.batch_seconds = Histogram(
-            p + "batch_seconds", "Decode + write + commit time of one batch", registry=registry,
+            p + "batch_seconds",
+            "Decode + write + commit time of one batch",
+            registry=registry,
             buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
-        )  # fmt: skip
+        )
         self.dead_letters = Counter(
             p + "dead_letters", "Records sent to the DLQ", ["category"], registry=registry
         )
@@ -39,15 +43,20 @@ class SinkMetrics:
         self.chunks_dropped = Counter(
             p + "chunks_dropped", "Chunks dropped by retention", ["table"], registry=registry
         )
-        # Retention, the Parquet archive and the rollup (retention.py, archive.py)
+        self._upkeep(p, registry)
+
+    def _upkeep(self, p: str, registry: CollectorRegistry) -> None:
+        """Retention, the Parquet archive and the rollup (retention.py, archive.py)."""
         self.retention_last_success = Gauge(
-            p + "retention_last_success_timestamp_seconds", "When a retention round last completed",
+            p + "retention_last_success_timestamp_seconds",
+            "When a retention round last completed",
             registry=registry,
-        )  # fmt: skip
+        )
         self.retention_failures = Counter(
-            p + "retention_failures", "Retention rounds that failed (nothing dropped unarchived)",
+            p + "retention_failures",
+            "Retention rounds that failed (nothing dropped unarchived)",
             registry=registry,
-        )  # fmt: skip
+        )
         self.archived_rows = Counter(
             p + "archived_rows", "Rows written to the Parquet archive", ["table"], registry=registry
         )
@@ -58,9 +67,11 @@ class SinkMetrics:
             p + "archived_files", "Parquet files written to the archive", ["table"], registry=registry
         )
         self.archive_last_success = Gauge(
-            p + "archive_last_success_timestamp_seconds", "When a chunk was last archived and dropped",
-            ["table"], registry=registry,
-        )  # fmt: skip
+            p + "archive_last_success_timestamp_seconds",
+            "When a chunk was last archived and dropped",
+            ["table"],
+            registry=registry,
+        )
         self.rollup_last_refresh = Gauge(
             p + "rollup_last_refresh_timestamp_seconds",
             "When the 1-minute rollup was last refreshed (or its refresh job last succeeded)",
@@ -72,9 +83,11 @@ class SinkMetrics:
             registry=registry,
         )
         self.rollup_seconds = Histogram(
-            p + "rollup_refresh_seconds", "Time of one refresh of the 1-minute rollup", registry=registry,
+            p + "rollup_refresh_seconds",
+            "Time of one refresh of the 1-minute rollup",
+            registry=registry,
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
-        )  # fmt: skip
+        )
         self.rollup_minutes = Counter(
             p + "rollup_minutes_refreshed", "Minutes of the 1-minute rollup recomputed", registry=registry
         )

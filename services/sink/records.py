@@ -175,9 +175,13 @@ class RecordFamilyLoop:
         self._conn: psycopg.Connection[Any] | None = None
         self._held: list[confluent_kafka.Message] = []  # polled while backing off, not yet stored
         self.relay = DeadLetterRelay(
-            settings=db, producer=dlq_producer, topic=topics.dead_letters, group=group, metrics=metrics,
+            settings=db,
+            producer=dlq_producer,
+            topic=topics.dead_letters,
+            group=group,
+            metrics=metrics,
             reader=dlq_reader,
-        )  # fmt: skip
+        )
         self._relay_due = Every(5.0)  # dead letters recorded but not delivered (the broker was away)
         self._lag_due = Every(10.0)
 
@@ -213,9 +217,13 @@ class RecordFamilyLoop:
         self.generation += 1
         self._held = []  # from the old assignment: re-read from the stored offsets
         stored = resume_from_database(
-            consumer, partitions, self._stored_offsets, stop=self.stop, max_backoff_s=self.max_backoff_s,
+            consumer,
+            partitions,
+            self._stored_offsets,
+            stop=self.stop,
+            max_backoff_s=self.max_backoff_s,
             on_retry=self.metrics.db_retries.inc,
-        )  # fmt: skip
+        )
         self.stored.update(stored)
 
     def _on_revoke(
@@ -269,8 +277,11 @@ class RecordFamilyLoop:
                     if self.stop.is_set() or generation != self.generation:
                         # Nothing of it is stored: whoever reads the partitions next (this loop
                         # after a rebalance, or the next run) re-reads it from the stored offsets.
-                        log.warning("%s batch not stored; it is re-read from the stored offsets: %s",
-                                    self.family.name, e)  # fmt: skip
+                        log.warning(
+                            "%s batch not stored; it is re-read from the stored offsets: %s",
+                            self.family.name,
+                            e,
+                        )
                         return
                     if not paused:
                         self.consumer.pause(self.consumer.assignment())

@@ -134,9 +134,13 @@ class Retention:
             log.info(
                 "archived and dropped %s",
                 chunk.name,
-                extra={"table": table, "rows": archived.rows, "bytes": archived.bytes,
-                       "files": [str(f.path) for f in archived.files]},
-            )  # fmt: skip
+                extra={
+                    "table": table,
+                    "rows": archived.rows,
+                    "bytes": archived.bytes,
+                    "files": [str(f.path) for f in archived.files],
+                },
+            )
         return done
 
     @staticmethod

@@ -29,11 +29,15 @@ def main() -> int:
         return 2
     cfg = settings.sink
     retention = Retention(
-        settings.db, SinkMetrics(CollectorRegistry()), keep_raw_days=cfg.keep_raw_days,
-        keep_events_days=cfg.keep_events_days, keep_rollup_days=cfg.keep_rollup_days,
-        archive_dir=cfg.archive_dir, archive_block_kib=cfg.archive_block_kib,
+        settings.db,
+        SinkMetrics(CollectorRegistry()),
+        keep_raw_days=cfg.keep_raw_days,
+        keep_events_days=cfg.keep_events_days,
+        keep_rollup_days=cfg.keep_rollup_days,
+        archive_dir=cfg.archive_dir,
+        archive_block_kib=cfg.archive_block_kib,
         archive_zstd_level=cfg.archive_zstd_level,
-    )  # fmt: skip
+    )
     try:
         dropped = retention.run_once()
     except (DatabaseError, ArchiveError, OSError) as e:

@@ -33,9 +33,20 @@ from shared.store.samples import (
 
 # The column layout is the store's; it is named here too for the sink's callers.
 __all__ = [
-    "EVENT_COLUMNS", "EVENT_TYPES", "GPU_UUID", "METRIC_COLUMNS", "STAGE_COLUMNS", "STAGE_TYPES", "TIME",
-    "Row", "event_row", "newest_per_gpu", "sample_row", "stage_row", "stage_rows",
-]  # fmt: skip
+    "EVENT_COLUMNS",
+    "EVENT_TYPES",
+    "GPU_UUID",
+    "METRIC_COLUMNS",
+    "STAGE_COLUMNS",
+    "STAGE_TYPES",
+    "TIME",
+    "Row",
+    "event_row",
+    "newest_per_gpu",
+    "sample_row",
+    "stage_row",
+    "stage_rows",
+]
 
 _plain = attrgetter(*PLAIN_COLUMNS)
 _metrics = attrgetter(*METRIC_FIELDS)

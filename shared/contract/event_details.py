@@ -16,9 +16,16 @@ from shared.gpu.dcgm import INT64_BLANK
 
 # ClockEventReason's names, lower case (a unit test keeps the two lists equal).
 ThrottleReason = Literal[
-    "gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "sync_boost",
-    "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "display_clock_setting",
-]  # fmt: skip
+    "gpu_idle",
+    "applications_clocks_setting",
+    "sw_power_cap",
+    "hw_slowdown",
+    "sync_boost",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+    "display_clock_setting",
+]
 Reasons = Annotated[list[ThrottleReason], Field(min_length=1, max_length=16)]
 # An ISO 8601 time kept as text in the JSON: producers write it with gpuhealth.contract.wire_time (UTC, `Z`);
 # an offset, as older producers wrote it (datetime.isoformat()), is read too.

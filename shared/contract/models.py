@@ -228,11 +228,28 @@ METRIC_FIELDS: tuple[str, ...] = tuple(
     for name in GpuSample.model_fields
     if name
     not in {
-        "schema_version", "time", "source", "collector_id", "collection_latency_ms", "gpu_uuid",
-        "gpu_index", "model", "pci_bus_id", "driver_version", "hostname", "cluster", "datacenter",
-        "region", "rack", "job", "pod", "namespace", "container", "mig",
+        "schema_version",
+        "time",
+        "source",
+        "collector_id",
+        "collection_latency_ms",
+        "gpu_uuid",
+        "gpu_index",
+        "model",
+        "pci_bus_id",
+        "driver_version",
+        "hostname",
+        "cluster",
+        "datacenter",
+        "region",
+        "rack",
+        "job",
+        "pod",
+        "namespace",
+        "container",
+        "mig",
     }
-)  # fmt: skip
+)
 
 
 def parse_sample(raw: bytes | str) -> GpuSample:

@@ -40,9 +40,15 @@ HEALTH_STATES: tuple[HealthState, ...] = get_args(HealthState)  # best to worst
 Subsystem = Literal["memory", "thermal", "power", "pcie", "nvlink", "xid", "availability", "history"]
 SUBSYSTEMS: tuple[Subsystem, ...] = get_args(Subsystem)
 Action = Literal[
-    "none", "restart_workload", "reset_gpu", "reboot_node", "inspect", "run_diagnostics",
-    "check_mechanicals", "send_for_repair",
-]  # fmt: skip
+    "none",
+    "restart_workload",
+    "reset_gpu",
+    "reboot_node",
+    "inspect",
+    "run_diagnostics",
+    "check_mechanicals",
+    "send_for_repair",
+]
 # The action ladder, cheapest first: each rung takes the GPU (or more) out of service for longer,
 # or costs more people, than the one below it. A verdict at a rung says the rungs below it are not
 # enough; the same fault after an action moves one rung up (services/scorer/escalation.py).

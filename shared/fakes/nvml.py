@@ -210,7 +210,10 @@ class FakeNvml:
             82: (uint, 71) if hopper else None,  # memory temperature
             83: (ull, self.energy_mj) if hopper else None,  # energy, mJ
             94: (uint, 3),  # PCIe replays
-            3: (ull, 12), 4: (ull, self.dbe_volatile), 5: (ull, 40), 6: (ull, 2),  # ECC
+            3: (ull, 12),
+            4: (ull, self.dbe_volatile),
+            5: (ull, 40),
+            6: (ull, 2),  # ECC
             29: None if hopper else (uint, 2),  # Hopper remaps rows instead of retiring pages
             30: None if hopper else (uint, 0),
             31: None if hopper else (uint, 1),
@@ -224,7 +227,7 @@ class FakeNvml:
             45: (ull, 0) if hopper else None,
             52: (ull, 0) if hopper else None,
             59: (ull, 0) if hopper else None,
-        }  # fmt: skip
+        }
 
     def nvmlDeviceGetFieldValues(self, h: int, ids: list[int]) -> list[Any]:
         _spin(sum(self._field_cost.get(i, 0.0) for i in ids))
@@ -238,11 +241,14 @@ class FakeNvml:
                 setattr(value, {1: "uiVal", 3: "ullVal"}[kind], number)
             out.append(
                 SimpleNamespace(
-                    fieldId=field_id, nvmlReturn=0 if found is not None else NOT_SUPPORTED,
-                    valueType=found[0] if found is not None else 0, value=value,
-                    timestamp=self.pcie_clock_us, latencyUsec=0,
+                    fieldId=field_id,
+                    nvmlReturn=0 if found is not None else NOT_SUPPORTED,
+                    valueType=found[0] if found is not None else 0,
+                    value=value,
+                    timestamp=self.pcie_clock_us,
+                    latencyUsec=0,
                 )
-            )  # fmt: skip
+            )
         return out
 
     # XID events

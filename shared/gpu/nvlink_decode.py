@@ -49,9 +49,19 @@ _NVLINK74 = re.compile(
 )
 _DRIVER = re.compile(r"^\s*(?:R)?(?P<major>\d{2,4})(?:\.\d{1,4}){0,3}\s*$")
 COLUMNS = (
-    "xid", "subcode", "intrinfo_v1", "intrinfo_v2", "error_status", "nvidia_action", "action2_intrinfo_v1",
-    "action2_intrinfo_v2", "nvidia_action2", "nvidia_investigation", "severity", "hw_sw",
-)  # fmt: skip
+    "xid",
+    "subcode",
+    "intrinfo_v1",
+    "intrinfo_v2",
+    "error_status",
+    "nvidia_action",
+    "action2_intrinfo_v1",
+    "action2_intrinfo_v2",
+    "nvidia_action2",
+    "nvidia_investigation",
+    "severity",
+    "hw_sw",
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,9 +36,19 @@ CATALOG_MODELS: tuple[CatalogModel, ...] = get_args(CatalogModel)
 Workflow = Literal["xid_13", "xid_31", "xid_45", "xid_48", "nvlink", "nvlink5", "xid_154"]
 
 COLUMNS = (
-    "code", "mnemonic", "class", "models", "nvidia_action", "nvidia_investigation", "workflow",
-    "action", "severity", "clear_after_s", "reason", "description",
-)  # fmt: skip
+    "code",
+    "mnemonic",
+    "class",
+    "models",
+    "nvidia_action",
+    "nvidia_investigation",
+    "workflow",
+    "action",
+    "severity",
+    "clear_after_s",
+    "reason",
+    "description",
+)
 _MAX_ROWS = 10_000
 _OneLine = Annotated[str, Field(max_length=600, pattern=r"^[^\x00-\x1f\x7f]*$")]
 # A workflow's reason may go bit by bit (XID 74's registers): room for that, still one line.

@@ -92,8 +92,13 @@ def apply_migrations(
                 continue
             log.info("applying migration %04d_%s", migration.version, migration.name)
             try:
-                store.apply_migration(conn, version=migration.version, name=migration.name,
-                                      checksum=migration.checksum, statements=migration.sql)  # fmt: skip
+                store.apply_migration(
+                    conn,
+                    version=migration.version,
+                    name=migration.name,
+                    checksum=migration.checksum,
+                    statements=migration.sql,
+                )
             except DatabaseError as e:
                 raise MigrationError(f"{migration.version:04d}_{migration.name}.sql failed: {e}") from e
             applied_now.append(migration)

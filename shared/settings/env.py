@@ -343,6 +343,8 @@ def warn_unknown_variables(environ: Mapping[str, str], *models: type[BaseModel])
         listed = "; ".join(f"{name!a} (closest: {near})" for name, near in unknown.items())
         log.warning(
             "%d GPUHEALTH_* variable(s) are read by nothing and change nothing: %s",
-            len(unknown), listed, extra={"unknown_variables": unknown},
-        )  # fmt: skip
+            len(unknown),
+            listed,
+            extra={"unknown_variables": unknown},
+        )
     return unknown

@@ -145,14 +145,26 @@ async def listed(
     its GPU's `hostname` ("" if not in the inventory), `gpu_index` and `rack`.
     """
     cr, co, ci = after or (None, None, None)
-    params = {"state": filters.state, "severity": filters.severity, "gpu": filters.gpu, "host": filters.host,
-              "limit": limit, "cr": cr, "co": co, "ci": ci}  # fmt: skip
-    found = await dict_rows_async(conn, f"""
+    params = {
+        "state": filters.state,
+        "severity": filters.severity,
+        "gpu": filters.gpu,
+        "host": filters.host,
+        "limit": limit,
+        "cr": cr,
+        "co": co,
+        "ci": ci,
+    }
+    found = await dict_rows_async(
+        conn,
+        f"""
         SELECT g.*, {_RANK} AS severity_rank, coalesce(a.hostname, '') AS hostname, a.gpu_index, a.rack {_LISTED}
           AND (%(cr)s::int IS NULL OR {_RANK} > %(cr)s
                OR {_RANK} = %(cr)s AND (g.opened_at, g.id) < (%(co)s::timestamptz, %(ci)s::bigint))
         ORDER BY {_RANK}, g.opened_at DESC, g.id DESC LIMIT %(limit)s
-    """, params)  # fmt: skip
+    """,
+        params,
+    )
     total = await dict_rows_async(conn, f"SELECT count(*) AS n {_LISTED}", params)
     return found, int(total[0]["n"])
 

@@ -211,9 +211,14 @@ def copy_batches(
 
 
 def chunk_batches(
-    conn: Conn, chunk: Chunk, columns: list[tuple[str, str]], schema: pa.Schema, *,
-    order_by: Sequence[str], block_bytes: int,
-) -> Generator[pa.Table, None, None]:  # fmt: skip
+    conn: Conn,
+    chunk: Chunk,
+    columns: list[tuple[str, str]],
+    schema: pa.Schema,
+    *,
+    order_by: Sequence[str],
+    block_bytes: int,
+) -> Generator[pa.Table, None, None]:
     """The chunk's rows ordered by `order_by`, as tables of `schema` (see copy_batches)."""
     return copy_batches(conn, chunk.ident, columns, schema, order_by=order_by, block_bytes=block_bytes)
 

@@ -102,29 +102,68 @@ SELECT * FROM episodes WHERE %(gpus)s::text[] IS NULL OR gpus && %(gpus)s::text[
 
 
 def _episodes(
-    conn: SyncConn, query: str, as_of: datetime, *, reach_s: float, window_s: float, min_gpus: int,
-    codes: Collection[int], gpus: Collection[str] | None,
-) -> list[Episode]:  # fmt: skip
+    conn: SyncConn,
+    query: str,
+    as_of: datetime,
+    *,
+    reach_s: float,
+    window_s: float,
+    min_gpus: int,
+    codes: Collection[int],
+    gpus: Collection[str] | None,
+) -> list[Episode]:
     params = {
-        "t": as_of, "reach": timedelta(seconds=reach_s), "window": timedelta(seconds=window_s),
-        "min_gpus": min_gpus, "codes": sorted(codes), "gpus": None if gpus is None else sorted(gpus),
-    }  # fmt: skip
+        "t": as_of,
+        "reach": timedelta(seconds=reach_s),
+        "window": timedelta(seconds=window_s),
+        "min_gpus": min_gpus,
+        "codes": sorted(codes),
+        "gpus": None if gpus is None else sorted(gpus),
+    }
     return [Episode(*row) for row in tuple_rows(conn, query, params)]
 
 
 def job_crashes(
-    conn: SyncConn, as_of: datetime, *, reach_s: float, window_s: float, min_gpus: int,
-    codes: Collection[int], gpus: Collection[str] | None = None,
-) -> list[Episode]:  # fmt: skip
+    conn: SyncConn,
+    as_of: datetime,
+    *,
+    reach_s: float,
+    window_s: float,
+    min_gpus: int,
+    codes: Collection[int],
+    gpus: Collection[str] | None = None,
+) -> list[Episode]:
     """Jobs whose GPUs logged application XIDs (`codes`) together within the last `reach_s`."""
-    return _episodes(conn, _JOB_CRASHES, as_of, reach_s=reach_s, window_s=window_s, min_gpus=min_gpus,
-                     codes=codes, gpus=gpus)  # fmt: skip
+    return _episodes(
+        conn,
+        _JOB_CRASHES,
+        as_of,
+        reach_s=reach_s,
+        window_s=window_s,
+        min_gpus=min_gpus,
+        codes=codes,
+        gpus=gpus,
+    )
 
 
 def place_faults(
-    conn: SyncConn, as_of: datetime, *, reach_s: float, window_s: float, min_gpus: int,
-    codes: Collection[int], gpus: Collection[str] | None = None,
-) -> list[Episode]:  # fmt: skip
+    conn: SyncConn,
+    as_of: datetime,
+    *,
+    reach_s: float,
+    window_s: float,
+    min_gpus: int,
+    codes: Collection[int],
+    gpus: Collection[str] | None = None,
+) -> list[Episode]:
     """Hosts and racks whose GPUs showed hardware XIDs (`codes`) or were lost together."""
-    return _episodes(conn, _PLACE_FAULTS, as_of, reach_s=reach_s, window_s=window_s, min_gpus=min_gpus,
-                     codes=codes, gpus=gpus)  # fmt: skip
+    return _episodes(
+        conn,
+        _PLACE_FAULTS,
+        as_of,
+        reach_s=reach_s,
+        window_s=window_s,
+        min_gpus=min_gpus,
+        codes=codes,
+        gpus=gpus,
+    )

@@ -96,12 +96,18 @@ def lease(conn: psycopg.Connection[Any], group: str, *, lease_s: float, limit: i
         rows = conn.execute(_LEASE, (lease_s, group, limit)).fetchall()
     return [
         LeasedLetter(
-            topic=str(t), partition=int(str(p)), offset=int(str(o)), key=_bytes(k), value=_bytes(v),
-            category=str(c), reason=str(r), failed_at=at if isinstance(at, datetime) else datetime.now(UTC),
+            topic=str(t),
+            partition=int(str(p)),
+            offset=int(str(o)),
+            key=_bytes(k),
+            value=_bytes(v),
+            category=str(c),
+            reason=str(r),
+            failed_at=at if isinstance(at, datetime) else datetime.now(UTC),
             attempts=int(str(n)),
         )
         for t, p, o, k, v, c, r, at, n in rows
-    ]  # fmt: skip
+    ]
 
 
 def mark_delivered(conn: psycopg.Connection[Any], group: str, sources: Iterable[Source]) -> None:

@@ -21,9 +21,17 @@ from .errors import translated
 from .samples import TEXT, Cursor, Stage, ident_list
 
 EVENT_COLUMNS: tuple[str, ...] = (
-    "time", "gpu_uuid", "kind", "hostname", "cluster", "datacenter", "rack", "source",
-    "collector_id", "details",
-)  # fmt: skip
+    "time",
+    "gpu_uuid",
+    "kind",
+    "hostname",
+    "cluster",
+    "datacenter",
+    "rack",
+    "source",
+    "collector_id",
+    "details",
+)
 EVENT_TYPES: tuple[str, ...] = ("timestamptz", *([TEXT] * 8), "jsonb")
 EVENTS_STAGE = Stage("_stage_events", EVENT_COLUMNS, EVENT_TYPES)
 

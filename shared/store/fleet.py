@@ -81,7 +81,7 @@ SUMMARY_TOTALS = f"""
            round(sum(l.power_usage_w)::numeric, 0)::float AS power_w,
            round(avg(l.gpu_util_pct)::numeric, 1)::float AS avg_util_pct
     FROM gpu_assets a LEFT JOIN gpu_status s USING (gpu_uuid) LEFT JOIN gpu_latest l USING (gpu_uuid)
-"""  # fmt: skip
+"""
 SUMMARY_ALERTS = "SELECT severity, count(*) AS n FROM gpu_alerts WHERE state <> 'resolved' GROUP BY 1"
 SUMMARY_PLACES = """
     SELECT a.cluster, a.datacenter, a.rack, count(*) AS gpus,
@@ -90,7 +90,7 @@ SUMMARY_PLACES = """
            count(*) FILTER (WHERE s.state = 'unhealthy') AS unhealthy
     FROM gpu_assets a LEFT JOIN gpu_status s USING (gpu_uuid)
     GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
-"""  # fmt: skip
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,8 +101,11 @@ class FleetSummary:
 
 
 def _summary_statements(missing_after_s: float) -> list[tuple[str, dict[str, Any]]]:
-    return [(SUMMARY_TOTALS, {"missing_after": timedelta(seconds=missing_after_s)}),
-            (SUMMARY_ALERTS, {}), (SUMMARY_PLACES, {})]  # fmt: skip
+    return [
+        (SUMMARY_TOTALS, {"missing_after": timedelta(seconds=missing_after_s)}),
+        (SUMMARY_ALERTS, {}),
+        (SUMMARY_PLACES, {}),
+    ]
 
 
 def _summary(totals: list[Row], alerts: list[Row], places: list[Row]) -> FleetSummary:
@@ -172,9 +175,16 @@ def gpu_list_statements(sort: str) -> tuple[str, sql.Composed]:
 
 def gpu_list_params(filters: GpuFilters, *, limit: int, offset: int) -> dict[str, Any]:
     """The bound values of `gpu_list_statements`."""
-    return {"cluster": filters.cluster, "datacenter": filters.datacenter, "rack": filters.rack,
-            "host": filters.host, "model": filters.model, "state": filters.state,
-            "limit": limit, "offset": offset}  # fmt: skip
+    return {
+        "cluster": filters.cluster,
+        "datacenter": filters.datacenter,
+        "rack": filters.rack,
+        "host": filters.host,
+        "model": filters.model,
+        "state": filters.state,
+        "limit": limit,
+        "offset": offset,
+    }
 
 
 async def gpu_page(conn: AsyncConn, filters: GpuFilters, *, sort: str, limit: int, offset: int) -> GpuPage:
@@ -234,6 +244,11 @@ async def gpu_detail(conn: AsyncConn, gpu_uuid: str) -> GpuDetail | None:
         asset, latest, status, verdicts, prediction, alerts = [await cur.fetchall() for cur in cursors]
     if not asset:
         return None
-    return GpuDetail(asset=asset[0], latest=latest[0] if latest else None, status=status[0] if status else None,
-                     verdicts=verdicts, prediction=prediction[0] if prediction else None,
-                     open_alerts=alerts)  # fmt: skip
+    return GpuDetail(
+        asset=asset[0],
+        latest=latest[0] if latest else None,
+        status=status[0] if status else None,
+        verdicts=verdicts,
+        prediction=prediction[0] if prediction else None,
+        open_alerts=alerts,
+    )

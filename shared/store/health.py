@@ -127,12 +127,21 @@ def claim_statuses(conn: SyncConn, statuses: Sequence[StatusRow], read: Mapping[
     the GPUs written, whose status rows this transaction now holds. No commit."""
     if not statuses:
         return set()
-    found = tuple_rows(conn, _CLAIM_STATUS, {
-        "gpus": [s.gpu_uuid for s in statuses], "states": [s.state for s in statuses],
-        "scores": [s.score for s in statuses], "grades": [s.grade for s in statuses],
-        "actions": [s.action for s in statuses], "reasons": [Jsonb(s.reasons) for s in statuses],
-        "as_ofs": [s.as_of for s in statuses], "revisions": [read.get(s.gpu_uuid, 0) for s in statuses],
-    }, prepare=False)  # fmt: skip
+    found = tuple_rows(
+        conn,
+        _CLAIM_STATUS,
+        {
+            "gpus": [s.gpu_uuid for s in statuses],
+            "states": [s.state for s in statuses],
+            "scores": [s.score for s in statuses],
+            "grades": [s.grade for s in statuses],
+            "actions": [s.action for s in statuses],
+            "reasons": [Jsonb(s.reasons) for s in statuses],
+            "as_ofs": [s.as_of for s in statuses],
+            "revisions": [read.get(s.gpu_uuid, 0) for s in statuses],
+        },
+        prepare=False,
+    )
     return {str(uuid) for (uuid,) in found}
 
 
@@ -157,14 +166,23 @@ def write_verdicts(
 ) -> None:
     """The current verdicts, verdict changes (history) and predictions of GPUs claimed; no commit."""
     with translated(conn), conn.cursor() as cur:
-        cur.executemany(_UPSERT_CURRENT, [(v.gpu_uuid, v.subsystem, v.state, v.rule, Jsonb(v.evidence), v.as_of,
-                                           v.as_of) for v in current])  # fmt: skip
+        cur.executemany(
+            _UPSERT_CURRENT,
+            [
+                (v.gpu_uuid, v.subsystem, v.state, v.rule, Jsonb(v.evidence), v.as_of, v.as_of)
+                for v in current
+            ],
+        )
         if changes:
-            cur.executemany(_INSERT_HISTORY, [(v.as_of, v.gpu_uuid, v.subsystem, v.state, v.rule,
-                                               Jsonb(v.evidence)) for v in changes])  # fmt: skip
+            cur.executemany(
+                _INSERT_HISTORY,
+                [(v.as_of, v.gpu_uuid, v.subsystem, v.state, v.rule, Jsonb(v.evidence)) for v in changes],
+            )
         if predictions:
-            cur.executemany(_INSERT_PREDICTION, [(p.as_of, p.gpu_uuid, p.p_fail_7d, p.p_fail_30d,
-                                                  Jsonb(p.reasons)) for p in predictions])  # fmt: skip
+            cur.executemany(
+                _INSERT_PREDICTION,
+                [(p.as_of, p.gpu_uuid, p.p_fail_7d, p.p_fail_30d, Jsonb(p.reasons)) for p in predictions],
+            )
 
 
 # --- the verdicts a cycle wrote (the scorer's Prometheus series) --------------------------------
@@ -232,12 +250,16 @@ async def verdict_history(
     """One GPU's verdict changes, newest first, from after the (time, subsystem) key `after`; and their total."""
     ct, cs = after or (None, None)
     params = {"g": gpu_uuid, "limit": limit, "ct": ct, "cs": cs}
-    found = await dict_rows_async(conn, """
+    found = await dict_rows_async(
+        conn,
+        """
         SELECT time, subsystem, state, rule, evidence FROM gpu_health
         WHERE gpu_uuid = %(g)s
           AND (%(ct)s::timestamptz IS NULL OR (time, subsystem) < (%(ct)s, %(cs)s::text))
         ORDER BY time DESC, subsystem DESC LIMIT %(limit)s
-    """, params)  # fmt: skip
+    """,
+        params,
+    )
     total = await dict_rows_async(conn, "SELECT count(*) AS n FROM gpu_health WHERE gpu_uuid = %(g)s", params)
     return found, int(total[0]["n"])
 
@@ -254,11 +276,15 @@ async def ranked_predictions(
         CROSS JOIN LATERAL (SELECT * FROM gpu_failure_predictions f WHERE f.gpu_uuid = a.gpu_uuid
                             ORDER BY time DESC LIMIT 1) p
         WHERE p.p_fail_30d >= %(min)s"""
-    found = await dict_rows_async(conn, f"""
+    found = await dict_rows_async(
+        conn,
+        f"""
         SELECT a.gpu_uuid, a.hostname, a.model, a.rack, p.time, p.p_fail_7d, p.p_fail_30d, p.reasons {base}
           AND (%(cp)s::float8 IS NULL OR p.p_fail_30d < %(cp)s
                OR p.p_fail_30d = %(cp)s AND a.gpu_uuid > %(cg)s::text)
         ORDER BY p.p_fail_30d DESC, a.gpu_uuid LIMIT %(limit)s
-    """, params)  # fmt: skip
+    """,
+        params,
+    )
     total = await dict_rows_async(conn, f"SELECT count(*) AS n {base}", params)
     return found, int(total[0]["n"])

@@ -41,7 +41,7 @@ _ROLLUP_SERIES = f"""SELECT public.time_bucket(%(b)s, bucket) AS t,
                           sum(power_usage_w_sum) / nullif(sum(power_usage_w_n), 0) AS power_w,
                           sum(gpu_util_pct_sum) / nullif(sum(gpu_util_pct_n), 0) AS util_pct, {_ROLLUP_COUNTERS}
                    FROM gpu_metrics_1min WHERE gpu_uuid = %(g)s AND bucket >= %(from)s AND bucket < %(to)s
-                   GROUP BY t ORDER BY t"""  # fmt: skip
+                   GROUP BY t ORDER BY t"""
 
 
 def _series(gpu_uuid: str, start: datetime, end: datetime, bucket_s: int) -> tuple[str, dict[str, Any]]:
@@ -81,12 +81,24 @@ async def events(
 ) -> tuple[list[Row], int]:
     """Events newest first, after the (time, gpu_uuid, kind) key `after`; and the total the filters match."""
     ct, cg, ck = after or (None, None, None)
-    params = {"from": filters.start, "to": filters.end, "gpu": filters.gpu, "kind": filters.kind,
-              "limit": limit, "ct": ct, "cg": cg, "ck": ck}  # fmt: skip
-    found = await dict_rows_async(conn, f"""
+    params = {
+        "from": filters.start,
+        "to": filters.end,
+        "gpu": filters.gpu,
+        "kind": filters.kind,
+        "limit": limit,
+        "ct": ct,
+        "cg": cg,
+        "ck": ck,
+    }
+    found = await dict_rows_async(
+        conn,
+        f"""
         SELECT time, gpu_uuid, kind, hostname, cluster, datacenter, rack, details FROM gpu_events {_EVENTS_WHERE}
           AND (%(ct)s::timestamptz IS NULL OR (time, gpu_uuid, kind) < (%(ct)s, %(cg)s::text, %(ck)s::text))
         ORDER BY time DESC, gpu_uuid DESC, kind DESC LIMIT %(limit)s
-    """, params)  # fmt: skip
+    """,
+        params,
+    )
     total = await dict_rows_async(conn, f"SELECT count(*) AS n FROM gpu_events {_EVENTS_WHERE}", params)
     return found, int(total[0]["n"])

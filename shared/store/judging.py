@@ -54,8 +54,13 @@ def needing_judgement(
     every_s: int,
 ) -> list[str]:
     """Of `gpus` (None: every GPU), those whose verdict can have changed since their last judgement."""
-    params = {"t": as_of, "gpus": None if gpus is None else sorted(gpus), "every_s": every_s,
-              "missing": timedelta(seconds=missing_after_s), "late": timedelta(seconds=late_s)}  # fmt: skip
+    params = {
+        "t": as_of,
+        "gpus": None if gpus is None else sorted(gpus),
+        "every_s": every_s,
+        "missing": timedelta(seconds=missing_after_s),
+        "late": timedelta(seconds=late_s),
+    }
     return [str(uuid) for (uuid,) in tuple_rows(conn, _NEEDING_JUDGEMENT, params, prepare=False)]
 
 

@@ -23,9 +23,10 @@ RepairKind = Literal["repaired", "returned"]
 async def mark(conn: AsyncConn, gpu_uuid: str, *, kind: RepairKind, by: str, note: str) -> Row | None:
     """Record a mark (the acknowledging login's connection); its row, None for a GPU the inventory lacks."""
     done = await dict_rows_async(
-        conn, "SELECT * FROM mark_gpu_repaired(%(gpu)s, %(kind)s, %(by)s, %(note)s)",
+        conn,
+        "SELECT * FROM mark_gpu_repaired(%(gpu)s, %(kind)s, %(by)s, %(note)s)",
         {"gpu": gpu_uuid, "kind": kind, "by": by, "note": note},
-    )  # fmt: skip
+    )
     return done[0] if done else None
 
 

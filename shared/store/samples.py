@@ -35,9 +35,21 @@ Cursor = psycopg.Cursor[tuple[object, ...]]
 
 ASSET_ONLY = ("model", "gpu_index", "pci_bus_id", "driver_version")
 PLAIN_COLUMNS = (
-    "time", "gpu_uuid", "hostname", "cluster", "datacenter", "region", "rack", "job", "pod",
-    "namespace", "container", "source", "collector_id", "collection_latency_ms",
-)  # fmt: skip
+    "time",
+    "gpu_uuid",
+    "hostname",
+    "cluster",
+    "datacenter",
+    "region",
+    "rack",
+    "job",
+    "pod",
+    "namespace",
+    "container",
+    "source",
+    "collector_id",
+    "collection_latency_ms",
+)
 METRIC_COLUMNS: tuple[str, ...] = (*PLAIN_COLUMNS, "mig", *METRIC_FIELDS)
 STAGE_COLUMNS: tuple[str, ...] = (*METRIC_COLUMNS, *ASSET_ONLY, "schema_version")
 GPU_UUID, TIME = STAGE_COLUMNS.index("gpu_uuid"), STAGE_COLUMNS.index("time")
@@ -102,9 +114,18 @@ LATEST_STAGE = Stage("_stage_latest", (*STAGE_COLUMNS, "first_seen"), (*STAGE_TY
 
 _COLS = ident_list(METRIC_COLUMNS)
 _ASSET_COLS = (
-    "gpu_uuid", *ASSET_ONLY, "hostname", "cluster", "datacenter", "region", "rack",
-    "slowdown_temp_c", "shutdown_temp_c", "power_limit_w", "fb_total_mib",
-)  # fmt: skip
+    "gpu_uuid",
+    *ASSET_ONLY,
+    "hostname",
+    "cluster",
+    "datacenter",
+    "region",
+    "rack",
+    "slowdown_temp_c",
+    "shutdown_temp_c",
+    "power_limit_w",
+    "fb_total_mib",
+)
 # Limits a GPU reported once are kept when a later sample lacks them.
 _KEEP_IF_NULL = {"slowdown_temp_c", "shutdown_temp_c", "power_limit_w", "fb_total_mib", "pci_bus_id"}
 _UPDATE_LATEST = sql.SQL(", ").join(

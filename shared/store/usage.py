@@ -58,9 +58,15 @@ AsyncConn = psycopg.AsyncConnection[Any]
 
 # What usage can be grouped and filtered by (the answer's name -> the facts' column).
 DIMENSIONS: dict[str, str] = {
-    "gpu": "gpu_uuid", "hostname": "hostname", "cluster": "cluster", "namespace": "namespace",
-    "job": "job", "pod": "pod", "user": "username", "class": "classification",
-}  # fmt: skip
+    "gpu": "gpu_uuid",
+    "hostname": "hostname",
+    "cluster": "cluster",
+    "namespace": "namespace",
+    "job": "job",
+    "pod": "pod",
+    "user": "username",
+    "class": "classification",
+}
 # Dimensions stored in gpu_usage_1min: a filter on them first narrows the GPUs read.
 _LABELS = ("gpu", "hostname", "cluster", "namespace", "job", "pod")
 CLASSES = ("training", "inference", "llm_serving", "gaming", "compute", "none", "unknown")
@@ -108,12 +114,17 @@ _FIGURES = """
 
 def _statement(q: UsageQuery) -> tuple[sql.Composed, dict[str, Any]]:
     params: dict[str, Any] = {
-        "start": q.start, "end": q.end, "gap": q.max_gap, "single": q.single_sample_s, "step": q.step,
-    }  # fmt: skip
+        "start": q.start,
+        "end": q.end,
+        "gap": q.max_gap,
+        "single": q.single_sample_s,
+        "step": q.step,
+    }
     label_filters = [
         sql.SQL("{} = {}").format(sql.Identifier(DIMENSIONS[d]), sql.Placeholder(f"f_{d}"))
-        for d in sorted(q.filters) if d in _LABELS
-    ]  # fmt: skip
+        for d in sorted(q.filters)
+        if d in _LABELS
+    ]
     gpus: sql.Composable = sql.SQL("NULL")
     if label_filters:
         gpus = sql.SQL(
@@ -123,7 +134,7 @@ def _statement(q: UsageQuery) -> tuple[sql.Composed, dict[str, Any]]:
     where = [
         sql.SQL("{} = {}").format(sql.Identifier(DIMENSIONS[d]), sql.Placeholder(f"f_{d}"))
         for d in sorted(q.filters)
-    ]  # fmt: skip
+    ]
     params.update({f"f_{d}": v for d, v in q.filters.items()})
     key = sql.Identifier(DIMENSIONS[q.by])
     if q.step is None:
@@ -138,9 +149,13 @@ def _statement(q: UsageQuery) -> tuple[sql.Composed, dict[str, Any]]:
         " ORDER BY {order}is_total, gpu_hours DESC NULLS LAST, key"
     ).format(
         facts=sql.SQL(_FACTS).format(gpus=gpus),
-        head=head, key=key, figures=sql.SQL(_FIGURES), sets=sets, order=order,
+        head=head,
+        key=key,
+        figures=sql.SQL(_FIGURES),
+        sets=sets,
+        order=order,
         where=sql.SQL("WHERE ") + sql.SQL(" AND ").join(where) if where else sql.SQL(""),
-    )  # fmt: skip
+    )
     return statement, params
 
 

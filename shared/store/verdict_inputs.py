@@ -427,6 +427,11 @@ def precursors(
 ) -> list[PrecursorRow]:
     """Per GPU seen in the trend window (of `gpus`, None: every GPU): the prediction's raw increments,
     heat residual and slowdown fraction."""
-    params = {"t": as_of, "recent": timedelta(seconds=recent_s), "trend": timedelta(seconds=trend_s),
-              "hw_thermal": hw_thermal_mask, "gpus": None if gpus is None else list(gpus)}  # fmt: skip
+    params = {
+        "t": as_of,
+        "recent": timedelta(seconds=recent_s),
+        "trend": timedelta(seconds=trend_s),
+        "hw_thermal": hw_thermal_mask,
+        "gpus": None if gpus is None else list(gpus),
+    }
     return _fetch(conn, _PRECURSORS, params, PrecursorRow)

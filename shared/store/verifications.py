@@ -67,9 +67,14 @@ async def _fetch(conn: AsyncConn, query: str, params: dict[str, Any]) -> list[Ro
 
 
 async def verifications_page(
-    conn: AsyncConn, gpu_uuid: str, *, kind: str | None, outcome: str | None, limit: int,
+    conn: AsyncConn,
+    gpu_uuid: str,
+    *,
+    kind: str | None,
+    outcome: str | None,
+    limit: int,
     after: tuple[int | None, datetime | None] = (None, None),
-) -> list[Row]:  # fmt: skip
+) -> list[Row]:
     """A GPU's records newest first (seq, time), those after the keyset `after`, at most `limit`."""
     params = {"g": gpu_uuid, "kind": kind, "outcome": outcome, "limit": limit, "cs": after[0], "ct": after[1]}
     return await _fetch(

@@ -36,15 +36,31 @@ SESSION_COLUMNS = (
     "eval_ms", "total_ms", "ttft_ms", "wall_ms", "tokens_per_s", "tpot_ms",
 )  # fmt: skip
 SERVER_COLUMNS = (
-    "time", "server", "engine", "monitor_id", "up", "version", "models", "requests_running",
-    "requests_waiting", "kv_cache_usage_ratio", "ttft_ms", "tpot_ms", "prompt_tokens", "completion_tokens",
-)  # fmt: skip
+    "time",
+    "server",
+    "engine",
+    "monitor_id",
+    "up",
+    "version",
+    "models",
+    "requests_running",
+    "requests_waiting",
+    "kv_cache_usage_ratio",
+    "ttft_ms",
+    "tpot_ms",
+    "prompt_tokens",
+    "completion_tokens",
+)
 # Days kept per table: process listings are operational detail; LLM figures feed capacity planning.
 # The usage rollups (schema/0050) are kept a year, as gpu_metrics_1min.
 KEEP_DAYS = {
-    "gpu_processes": 30, "gpu_process_polls": 30, "llm_sessions": 90, "llm_server_status": 90,
-    "gpu_work_1min": 365, "gpu_usage_1min": 365,
-}  # fmt: skip
+    "gpu_processes": 30,
+    "gpu_process_polls": 30,
+    "llm_sessions": 90,
+    "llm_server_status": 90,
+    "gpu_work_1min": 365,
+    "gpu_usage_1min": 365,
+}
 
 
 def _insert(table: str, columns: Sequence[str]) -> sql.Composed:

@@ -62,11 +62,15 @@ def shared_finding(kind: Any, evidence: Any) -> dict[str, Any] | None:
         return None
     gpus = evidence.get("gpus", [])
     return {
-        "scope": scope, "key": evidence[scope], "gpu_count": evidence.get("gpu_count", len(gpus)),
+        "scope": scope,
+        "key": evidence[scope],
+        "gpu_count": evidence.get("gpu_count", len(gpus)),
         "gpus": gpus,
-        "hosts": evidence.get("hosts", []), "xids": evidence.get("xids", []),
-        "first": evidence.get("first"), "last": evidence.get("last"),
-    }  # fmt: skip
+        "hosts": evidence.get("hosts", []),
+        "xids": evidence.get("xids", []),
+        "first": evidence.get("first"),
+        "last": evidence.get("last"),
+    }
 
 
 class Alert(AlertRow):

@@ -26,8 +26,13 @@ async def alert_list(db: Database, query: AlertsQuery) -> Alerts:
     )
     async with db.reading() as conn:
         found, total = await alert_store.listed(conn, filters, limit=query.limit + 1, after=after)
-    listed = page("alerts", found, total=total, limit=query.limit,
-                  key=lambda r: (r["severity_rank"], r["opened_at"], r["id"]))  # fmt: skip
+    listed = page(
+        "alerts",
+        found,
+        total=total,
+        limit=query.limit,
+        key=lambda r: (r["severity_rank"], r["opened_at"], r["id"]),
+    )
     return Alerts.model_validate(listed)
 
 
@@ -39,13 +44,15 @@ async def alerts(db: Db, query: Annotated[AlertsQuery, Query()]) -> Alerts:
 
 @router.post(
     "/alerts/{alert_id}/acknowledge",
-    responses=problems({
-        401: "no bearer token, or one refused",
-        403: "the caller is not an operator",
-        404: "no such alert",
-        409: "the alert is not open (acknowledged or resolved already)",
-    }),
-)  # fmt: skip
+    responses=problems(
+        {
+            401: "no bearer token, or one refused",
+            403: "the caller is not an operator",
+            404: "no such alert",
+            409: "the alert is not open (acknowledged or resolved already)",
+        }
+    ),
+)
 async def acknowledge(
     db: Db,
     alert_id: Annotated[int, Path(ge=1, le=2**62)],

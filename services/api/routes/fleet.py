@@ -50,6 +50,7 @@ async def predictions(db: Db, query: Annotated[PredictionsQuery, Query()]) -> Pr
         found, total = await health.ranked_predictions(
             conn, min_p30=query.min_p30, limit=query.limit + 1, after=after
         )
-    listed = page("predictions", found, total=total, limit=query.limit,
-                  key=lambda r: (r["p_fail_30d"], r["gpu_uuid"]))  # fmt: skip
+    listed = page(
+        "predictions", found, total=total, limit=query.limit, key=lambda r: (r["p_fail_30d"], r["gpu_uuid"])
+    )
     return Predictions.model_validate(listed)

@@ -27,18 +27,29 @@ async def gpu_list_json(db: Database, cache: CycleCache, query: GpuListQuery) ->
         (offset,) = decode_cursor(query.cursor, [int])
         if not 0 <= offset <= 1_000_000:
             raise HTTPException(400, "'cursor' is not one this endpoint returned; start without it")
-    filters = GpuFilters(cluster=query.cluster, datacenter=query.datacenter, rack=query.rack, host=query.host,
-                         model=query.model, state=query.state)  # fmt: skip
+    filters = GpuFilters(
+        cluster=query.cluster,
+        datacenter=query.datacenter,
+        rack=query.rack,
+        host=query.host,
+        model=query.model,
+        state=query.state,
+    )
 
     async def compute() -> GpuList:
         async with db.reading() as conn:
             listed = await fleet.gpu_page(conn, filters, sort=query.sort, limit=query.limit, offset=offset)
         n, found = listed.total, listed.gpus
         more = offset + len(found) < n
-        return GpuList.model_validate({
-            "gpus": found, "total": n, "limit": query.limit, "offset": offset,
-            "next_cursor": encode_cursor([offset + len(found)]) if more and found else None,
-        })  # fmt: skip
+        return GpuList.model_validate(
+            {
+                "gpus": found,
+                "total": n,
+                "limit": query.limit,
+                "offset": offset,
+                "next_cursor": encode_cursor([offset + len(found)]) if more and found else None,
+            }
+        )
 
     key = ("gpus", filters, query.sort, query.limit, offset)
     return await cache.get_or_compute(key, compute)
@@ -63,7 +74,13 @@ async def gpu_detail(db: Db, gpu_uuid: GpuPath, query: Annotated[NoQuery, Query(
         found = await fleet.gpu_detail(conn, gpu_uuid)
     if found is None:
         raise HTTPException(404, f"no GPU {gpu_uuid}")
-    return GpuDetail.model_validate({
-        "asset": found.asset, "latest": found.latest, "status": found.status, "verdicts": found.verdicts,
-        "prediction": found.prediction, "open_alerts": found.open_alerts,
-    })  # fmt: skip
+    return GpuDetail.model_validate(
+        {
+            "asset": found.asset,
+            "latest": found.latest,
+            "status": found.status,
+            "verdicts": found.verdicts,
+            "prediction": found.prediction,
+            "open_alerts": found.open_alerts,
+        }
+    )

@@ -42,8 +42,16 @@ async def gpu_series(
     bucket, start = fit_bucket(query.bucket, start, end, limits.max_points)
     async with db.reading() as conn:
         points = await history.series(conn, gpu_uuid, start=start, end=end, bucket_s=BUCKET_SECONDS[bucket])
-    return Series.model_validate({"gpu_uuid": gpu_uuid, "from": start, "to": end, "bucket": bucket,
-                                  "requested_bucket": query.bucket, "points": points})  # fmt: skip
+    return Series.model_validate(
+        {
+            "gpu_uuid": gpu_uuid,
+            "from": start,
+            "to": end,
+            "bucket": bucket,
+            "requested_bucket": query.bucket,
+            "points": points,
+        }
+    )
 
 
 @router.get("/gpus/{gpu_uuid}/history")
@@ -64,6 +72,7 @@ async def events(db: Db, limits: Settings, query: Annotated[EventsQuery, Query()
     filters = EventFilters(start=start, end=end, gpu=query.gpu, kind=query.kind)
     async with db.reading() as conn:
         found, total = await history.events(conn, filters, limit=query.limit + 1, after=after)
-    listed = page("events", found, total=total, limit=query.limit,
-                  key=lambda r: (r["time"], r["gpu_uuid"], r["kind"]))  # fmt: skip
+    listed = page(
+        "events", found, total=total, limit=query.limit, key=lambda r: (r["time"], r["gpu_uuid"], r["kind"])
+    )
     return Events.model_validate(listed)

@@ -35,9 +35,21 @@ TO_DO = {
     "undecided": "left open (no failure prediction yet)",
 }  # fmt: skip
 CSV_COLUMNS = (
-    "decision", "hostname", "gpu_uuid", "serial", "model", "cost_of_waiting_per_day", "expected_cost",
-    "keep_cost", "currency", "p_fail_30d", "warranty_end", "why", "missing_inputs", "decided_at",
-)  # fmt: skip
+    "decision",
+    "hostname",
+    "gpu_uuid",
+    "serial",
+    "model",
+    "cost_of_waiting_per_day",
+    "expected_cost",
+    "keep_cost",
+    "currency",
+    "p_fail_30d",
+    "warranty_end",
+    "why",
+    "missing_inputs",
+    "decided_at",
+)
 
 
 def _said(by_decision: list[dict[str, Any]], currency: str) -> list[str]:
@@ -57,8 +69,12 @@ async def _ranked(
         run = await lifecycle.latest_run(conn)
         if run is None:
             return {"run": None, "rows": [], "total": 0, "by_decision": []}
-        where = {"run": run["time"], "decision": filters.decision, "host": filters.host,
-                 "min_waiting": filters.min_waiting}  # fmt: skip
+        where = {
+            "run": run["time"],
+            "decision": filters.decision,
+            "host": filters.host,
+            "min_waiting": filters.min_waiting,
+        }
         rows, total = await lifecycle.decisions_page(conn, **where, limit=limit, after=after)
         by_decision = await lifecycle.decision_totals(conn, **where)
     return {"run": run, "rows": rows, "total": total, "by_decision": by_decision}
@@ -69,23 +85,34 @@ async def lifecycle_decisions(db: Db, query: Annotated[LifecycleQuery, Query()])
     """Every GPU's lifecycle decision at the newest run, the dearest wait first, with totals per decision."""
     after = tuple(decode_cursor(query.cursor, [float, str])) if query.cursor else None
     found = await _ranked(db, query, query.limit + 1, after)
-    listed = page("decisions", found["rows"], total=found["total"], limit=query.limit,
-                  key=lambda r: (r["cost_of_waiting_per_day"], r["gpu_uuid"]))  # fmt: skip
+    listed = page(
+        "decisions",
+        found["rows"],
+        total=found["total"],
+        limit=query.limit,
+        key=lambda r: (r["cost_of_waiting_per_day"], r["gpu_uuid"]),
+    )
     by_decision = found["by_decision"]
     currency = found["run"]["currency"] if found["run"] else "USD"
     totals = {
         "gpus": sum(t["gpus"] for t in by_decision),
         "cost_of_waiting_per_day": sum(t["cost_of_waiting_per_day"] for t in by_decision),
-        "by_decision": by_decision, "said": _said(by_decision, currency),
-    }  # fmt: skip
+        "by_decision": by_decision,
+        "said": _said(by_decision, currency),
+    }
     return LifecycleDecisions.model_validate({"run": found["run"], "totals": totals, **listed})
 
 
 @router.get(
-    "/lifecycle/export.csv", response_class=Response,
-    responses={200: {"content": {"text/csv": {"schema": {"type": "string"}}},
-                     "description": "one row per GPU: " + ", ".join(CSV_COLUMNS)}},
-)  # fmt: skip
+    "/lifecycle/export.csv",
+    response_class=Response,
+    responses={
+        200: {
+            "content": {"text/csv": {"schema": {"type": "string"}}},
+            "description": "one row per GPU: " + ", ".join(CSV_COLUMNS),
+        }
+    },
+)
 async def lifecycle_csv(db: Db, query: Annotated[LifecycleFilters, Query()]) -> Response:
     """The newest run's decisions as a spreadsheet (the filters of /lifecycle, every row, no paging)."""
     found = await _ranked(db, query, 1_000_000, None)
@@ -99,9 +126,10 @@ async def lifecycle_csv(db: Db, query: Annotated[LifecycleFilters, Query()]) -> 
         writer.writerow([csv_cell(values[c]) for c in CSV_COLUMNS])
     stamp = found["run"]["time"].strftime("%Y%m%dT%H%MZ") if found["run"] else "none"
     return Response(
-        "\ufeff" + out.getvalue(), media_type="text/csv; charset=utf-8",
+        "\ufeff" + out.getvalue(),
+        media_type="text/csv; charset=utf-8",
         headers={"Content-Disposition": f'attachment; filename="gpu-lifecycle-{stamp}.csv"'},
-    )  # fmt: skip
+    )
 
 
 @router.get("/lifecycle/inventory")

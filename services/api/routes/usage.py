@@ -47,10 +47,13 @@ def question(query: UsageQuery, state: State, step: str | None = None) -> usage.
     if start >= end:
         raise HTTPException(400, "the window holds no whole minute: usage is counted by the minute")
     return usage.UsageQuery(
-        start=start, end=end, by=query.by, filters=query.filters(),
+        start=start,
+        end=end,
+        by=query.by,
+        filters=query.filters(),
         step=timedelta(seconds=BUCKET_SECONDS[step]) if step else None,  # type: ignore[index]
         max_gap=timedelta(seconds=max(60.0, state.missing_after_s)),
-    )  # fmt: skip
+    )
 
 
 def window_answer(q: usage.UsageQuery, found: usage.Usage) -> Usage:

@@ -95,6 +95,7 @@ async def system_history(db: Db, hostname: HostPath, query: Annotated[PageQuery,
         found = await verifications.system_history_page(
             conn, hostname, limit=query.limit + 1, after=(after[0], after[1])
         )
-    listed = page("history", found, total=total, limit=query.limit,
-                  key=lambda r: (r["time"], r["identity_sha256"]))  # fmt: skip
+    listed = page(
+        "history", found, total=total, limit=query.limit, key=lambda r: (r["time"], r["identity_sha256"])
+    )
     return SystemHistory.model_validate({"hostname": hostname, **listed})
