@@ -10,11 +10,12 @@ rewritten history too: the last tests show both.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from services.verifier.chainlog import MemoryChain
@@ -41,10 +42,16 @@ def fields(gpu: str, name: str) -> dict[str, Any]:
 
 
 def entries_of(n: int, gpu: str = A) -> list[ChainEntry]:
+    """A chain of `n` records of one GPU, made once: an example is the same when hypothesis replays it."""
+    return list(_chain_of(n, gpu))
+
+
+@functools.cache
+def _chain_of(n: int, gpu: str) -> tuple[ChainEntry, ...]:
     chain = MemoryChain()
     for i in range(n):
         chain.append(fields(gpu, f"op-{i}"))
-    return chain.entries()
+    return tuple(chain.entries())
 
 
 def renumbered(entries: list[ChainEntry]) -> list[ChainEntry]:
@@ -241,7 +248,7 @@ def test_a_record_without_a_key_is_named_by_its_uuid() -> None:
 
 
 @given(st.integers(min_value=2, max_value=8), st.data())
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_any_reordering_of_a_gpus_records_is_detected(n: int, data: st.DataObject) -> None:
     e = entries_of(n)
     order = data.draw(st.permutations(range(n)))
@@ -251,7 +258,7 @@ def test_any_reordering_of_a_gpus_records_is_detected(n: int, data: st.DataObjec
 
 
 @given(st.integers(min_value=1, max_value=8), st.data())
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_any_removal_but_the_newest_records_is_detected(n: int, data: st.DataObject) -> None:
     e = entries_of(n)
     removed = data.draw(st.sets(st.integers(min_value=0, max_value=n - 1), min_size=1))
@@ -265,7 +272,7 @@ def test_any_removal_but_the_newest_records_is_detected(n: int, data: st.DataObj
 
 
 @given(st.integers(min_value=1, max_value=6), st.data())
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_any_duplicated_record_is_detected(n: int, data: st.DataObject) -> None:
     e = entries_of(n)
     copied = data.draw(st.integers(min_value=0, max_value=n - 1))
@@ -274,7 +281,7 @@ def test_any_duplicated_record_is_detected(n: int, data: st.DataObject) -> None:
 
 
 @given(st.integers(min_value=2, max_value=6), st.data())
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_any_flipped_byte_of_a_followed_record_is_detected_or_refused(n: int, data: st.DataObject) -> None:
     e = entries_of(n)
     index = data.draw(st.integers(min_value=0, max_value=n - 2))
@@ -305,7 +312,7 @@ hostile_values = st.recursive(
     hostile_values,
     st.booleans(),
 )
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_hostile_chain_fields_never_crash_the_audit(field: str, value: Any, keyed: bool) -> None:
     e = entries_of(2)
     record = {**value_of(e[1]), field: value}
@@ -317,7 +324,7 @@ def test_hostile_chain_fields_never_crash_the_audit(field: str, value: Any, keye
 
 
 @given(st.lists(st.sampled_from(["a", "b"]), min_size=1, max_size=12))
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_interleaved_gpus_chain_independently(order: list[str]) -> None:
     chain = MemoryChain()
     for i, who in enumerate(order):
