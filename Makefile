@@ -104,7 +104,7 @@ train-predictor: services venv-dev ## fit the failure predictor on simulated fle
 calibrate-predictor: venv ## map the predictor's score to observed p(fail in 30 d) on fleets run to failure (training seeds only) -> config/predictor-calibration.toml
 	@$(PY) -m evaluation.calibrate
 
-bench: services venv-dev ## run every benchmark in bench/ (prints figures next to their baselines)
+bench: services venv-dev tools ## run every benchmark in bench/ (prints figures next to their baselines)
 	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) "$$b"; done
 
 kafka-console-consumer: ## read a topic: make kafka-console-consumer TOPIC=gpu-events ARGS=--from-beginning

@@ -106,8 +106,7 @@ fi
 # Slurm above and on the mock fleet (its resets, reboots and compute check); `dry-run` (the default) records only.
 : "${GPUHEALTH_REMEDIATOR_MODE:=dry-run}"
 if [[ $GPUHEALTH_REMEDIATOR_MODE == live ]]; then GPUHEALTH_REMEDIATOR_DRY_RUN=false; else GPUHEALTH_REMEDIATOR_DRY_RUN=true; fi
-# Whether the remediator reaches a kube-apiserver and Slurm: scripts/stack.sh sets it (live: always; dry run: when
-# they run).
+# Whether the remediator reaches a kube-apiserver and Slurm: scripts/stack.sh sets it (live: yes; dry run: no).
 : "${GPUHEALTH_REMEDIATOR_SCHEDULERS:=true}"
 export GPUHEALTH_REMEDIATOR_MODE GPUHEALTH_REMEDIATOR_DRY_RUN GPUHEALTH_REMEDIATOR_SCHEDULERS
 export GPUHEALTH_KUBE_VERSION GPUHEALTH_KUBE_PORT GPUHEALTH_ETCD_PORT GPUHEALTH_SLURMCTLD_PORT GPUHEALTH_SLURMD_BASE_PORT \

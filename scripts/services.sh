@@ -288,8 +288,10 @@ postgres_stop() {
 core_start() {
   local jars
   kafka_jars & jars=$!
+  trap 'kill "$jars" 2>/dev/null || true' EXIT  # a failed start leaves no download behind
   postgres_start
   wait "$jars" || die "fetching the Kafka jars failed"
+  trap - EXIT
   kafka_start
 }
 
@@ -311,12 +313,14 @@ case $cmd in
       *) die "unknown service $what" ;;
     esac ;;
   jars) kafka_jars ;;
-  status)
+  status)  # all, or core: Kafka and PostgreSQL only
     rc=0
     if kafka_running && port_open "$GPUHEALTH_KAFKA_PORT"; then echo "kafka     up   $GPUHEALTH_KAFKA_BOOTSTRAP (pid $(cat "$kafka_pidfile"))"; else echo "kafka     down"; rc=3; fi
     if pg_running; then echo "postgres  up   127.0.0.1:$GPUHEALTH_PG_PORT/$GPUHEALTH_DB_NAME"; else echo "postgres  down"; rc=3; fi
-    "$here/kube.sh" status || rc=3
-    "$here/slurm.sh" status || rc=3
+    if [[ $what != core ]]; then
+      "$here/kube.sh" status || rc=3
+      "$here/slurm.sh" status || rc=3
+    fi
     exit $rc ;;
   *) die "usage: services.sh start|stop|status [kafka|postgres|kube|slurm|core|schedulers]" ;;
 esac

@@ -13,7 +13,7 @@ spec=$root/deploy/local-stack.toml
 
 running() {
   [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null &&
-    grep -q scripts.supervise "/proc/$(cat "$pidfile")/cmdline" 2>/dev/null
+    grep -qE '(scripts|shared)\.supervise' "/proc/$(cat "$pidfile")/cmdline" 2>/dev/null  # shared.: before 2026-11-28
 }
 
 ready_urls() {
@@ -29,16 +29,11 @@ PY
 # GPUHEALTH_REMEDIATOR_MODE (`make up REMEDIATOR=live`): what the stack's remediator does. `live` acts on a
 # kube-apiserver and Slurm (scripts/kube.sh, scripts/slurm.sh: started here when they are not running) and on
 # the mock fleet's GPUs (its reset, reboot and compute check webhooks); its nodes are made Node objects there
-# first (no kubelet runs: the mock's hosts are the cluster's nodes). `dry-run` records what it would do: it
-# reads the schedulers when they run (`make services`, the tests), and does without them when they do not.
+# first (no kubelet runs: the mock's hosts are the cluster's nodes). `dry-run` records what it would do and
+# reaches for no scheduler (they need not run).
 remediator_mode() {
   case $GPUHEALTH_REMEDIATOR_MODE in
-    dry-run)
-      if "$here/kube.sh" status >/dev/null && "$here/slurm.sh" status >/dev/null; then
-        GPUHEALTH_REMEDIATOR_SCHEDULERS=true
-      else
-        GPUHEALTH_REMEDIATOR_SCHEDULERS=false
-      fi ;;
+    dry-run) GPUHEALTH_REMEDIATOR_SCHEDULERS=false ;;
     live)  # env.sh made GPUHEALTH_REMEDIATOR_DRY_RUN false
       "$here/services.sh" start schedulers
       GPUHEALTH_REMEDIATOR_SCHEDULERS=true
@@ -80,7 +75,7 @@ case ${1:-status} in
     echo "stack: every process is up"
     echo
     echo "gpu-health is up:"
-    "$here/services.sh" status || true
+    "$here/services.sh" status "$([[ $GPUHEALTH_REMEDIATOR_MODE == live ]] && echo all || echo core)" || true
     echo "  REST API:     http://127.0.0.1:$GPUHEALTH_API_PORT/api/v1/fleet/summary  (OpenAPI: http://127.0.0.1:$GPUHEALTH_API_PORT/docs)"
     echo "  mock fleet:   http://127.0.0.1:$GPUHEALTH_MOCK_BASE_PORT/metrics ... :$((GPUHEALTH_MOCK_BASE_PORT + 3)) (admin, faults, ground truth: :$GPUHEALTH_MOCK_ADMIN_PORT)"
     echo "  metrics:      collector :$GPUHEALTH_COLLECTOR_METRICS_PORT, sink :$GPUHEALTH_SINK_METRICS_PORT, scorer :$GPUHEALTH_SCORER_METRICS_PORT, remediator :$GPUHEALTH_REMEDIATOR_METRICS_PORT, lifecycle :$GPUHEALTH_LIFECYCLE_METRICS_PORT (/metrics)"

@@ -175,7 +175,7 @@ OTHER_VARIABLES: tuple[OtherVariable, ...] = (
         "`true`",
         _NATIVE,
         "Whether `make up`'s remediator reaches the kube-apiserver and Slurm: set by scripts/stack.sh (live:"
-        " always; dry run: when they run).",
+        " yes; dry run, which needs no scheduler: no).",
     ),
     OtherVariable(
         "GPUHEALTH_REMEDIATOR_METRICS_PORT", "`9503`", _NATIVE, "The remediator's `/metrics` (`make up`)."

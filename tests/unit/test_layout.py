@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.metadata
 import inspect
+import re
 import subprocess
 import sys
 import tomllib
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from scripts.requirements import requirements
 from tests.helpers.imports import imported_modules, imports_of, project_modules
 from tests.paths import REPO
 
@@ -357,3 +360,43 @@ def test_one_formatting_style() -> None:
     assert len(kept) <= FMT_SKIP_MOST, f"{len(kept)} '# fmt: skip' (at most {FMT_SKIP_MOST}):\n" + "\n".join(
         kept
     )
+
+
+def _distribution(requirement: str) -> str:
+    return re.sub(r"[-_.]+", "-", re.match(r"[A-Za-z0-9._-]+", requirement)[0]).lower()  # type: ignore[index]
+
+
+def _with_what_they_require(names: set[str]) -> set[str]:
+    """The distributions and, transitively, what each installed one requires (extras not followed)."""
+    found, todo = set(), list(names)
+    while todo:
+        name = todo.pop()
+        if name in found:
+            continue
+        found.add(name)
+        try:
+            required = importlib.metadata.requires(name) or []
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        todo += [_distribution(r) for r in required if "extra ==" not in r]
+    return found
+
+
+def test_what_the_pipeline_imports_is_installed_by_make_up() -> None:
+    """`make up`'s venv has the runtime requirements only (the dev extra comes with `make test`): a service,
+    a shared module or the stack's scripts importing a development package would fail on a fresh machine."""
+    runtime = _with_what_they_require({_distribution(r) for r in requirements(dev=False)})
+    owners = importlib.metadata.packages_distributions()
+    own = {"services", "shared", "gpuhealth", "scripts"}
+    missing = []
+    for top in ("services", "shared", "scripts"):
+        for path in sorted((REPO / top).rglob("*.py")):
+            if "fakes" in path.parts:  # NVML doubles for tests and benches
+                continue
+            for module in imported_modules(path):
+                name = module.split(".")[0]
+                if name in own or name in sys.stdlib_module_names:
+                    continue
+                if not {_distribution(d) for d in owners.get(name, [name])} & runtime:
+                    missing.append(f"{path.relative_to(REPO)}: {name}")
+    assert not missing, "imports outside pyproject's runtime dependencies:\n" + "\n".join(missing)
